@@ -1,0 +1,114 @@
+//! Checkpoints in C2SP signed-note form (<https://c2sp.org/tlog-checkpoint>, signed-note).
+//!
+//! ```text
+//! <origin>\n<size>\n<base64 head hash>\n\n— <key name> <base64(key id || signature)>\n
+//! ```
+//! The key id is the first 4 bytes of `sha256(name || 0x0A || 0x01 || public key)` (0x01 is
+//! the ed25519 signature type); the signature covers the note text, the first three lines
+//! with their newlines. An auditor can check a checkpoint with any signed-note verifier.
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine as _;
+use ed25519_dalek::{Signature, Signer as _};
+
+use crate::types::{Hash, PublicKey};
+
+const DASH: &str = "\u{2014}";
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub origin: String,
+    pub size: u64,
+    pub head: Hash,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("malformed note: {0}")]
+    Malformed(&'static str),
+    #[error("no signature line verifies with key {0:?}")]
+    Unverified(String),
+}
+
+fn key_id(name: &str, key: &PublicKey) -> [u8; 4] {
+    let mut m = Vec::with_capacity(name.len() + 2 + 32);
+    m.extend_from_slice(name.as_bytes());
+    m.push(b'\n');
+    m.push(0x01);
+    m.extend_from_slice(&key.0);
+    let h = Hash::of(&m).0;
+    [h[0], h[1], h[2], h[3]]
+}
+
+impl Checkpoint {
+    pub fn body(&self) -> String {
+        format!(
+            "{}\n{}\n{}\n",
+            self.origin,
+            self.size,
+            B64.encode(self.head.0)
+        )
+    }
+
+    /// The signed note text.
+    pub fn sign(&self, name: &str, key: &ed25519_dalek::SigningKey) -> String {
+        let body = self.body();
+        let sig = key.sign(body.as_bytes()).to_bytes();
+        let mut blob = key_id(name, &PublicKey::from(&key.verifying_key())).to_vec();
+        blob.extend_from_slice(&sig);
+        format!("{body}\n{DASH} {name} {}\n", B64.encode(blob))
+    }
+
+    /// Parses a note and verifies that one signature line is by `name`/`key`.
+    pub fn verify(note: &str, name: &str, key: &PublicKey) -> Result<Checkpoint, CheckpointError> {
+        let (body, sigs) = note
+            .split_once("\n\n")
+            .ok_or(CheckpointError::Malformed("no blank line"))?;
+        let body = format!("{body}\n");
+        let mut lines = body.lines();
+        let origin = lines
+            .next()
+            .filter(|l| !l.is_empty())
+            .ok_or(CheckpointError::Malformed("origin"))?;
+        let size = lines
+            .next()
+            .and_then(|l| l.parse::<u64>().ok())
+            .ok_or(CheckpointError::Malformed("size"))?;
+        let head = lines
+            .next()
+            .and_then(|l| B64.decode(l).ok())
+            .and_then(|b| <[u8; 32]>::try_from(b.as_slice()).ok())
+            .ok_or(CheckpointError::Malformed("head"))?;
+        if lines.next().is_some() {
+            return Err(CheckpointError::Malformed("extension lines are not used"));
+        }
+        let vk = key
+            .verifying_key()
+            .ok_or(CheckpointError::Unverified(name.into()))?;
+        let want = key_id(name, key);
+        for line in sigs.lines() {
+            let Some(rest) = line.strip_prefix(DASH).and_then(|r| r.strip_prefix(' ')) else {
+                return Err(CheckpointError::Malformed("signature line"));
+            };
+            let Some((n, b)) = rest.split_once(' ') else {
+                return Err(CheckpointError::Malformed("signature line"));
+            };
+            let Ok(blob) = B64.decode(b) else {
+                return Err(CheckpointError::Malformed("signature base64"));
+            };
+            if n != name || blob.len() != 68 || blob[..4] != want {
+                continue;
+            }
+            let sig =
+                Signature::from_bytes(&<[u8; 64]>::try_from(&blob[4..]).expect("length checked"));
+            if vk.verify_strict(body.as_bytes(), &sig).is_ok() {
+                return Ok(Checkpoint {
+                    origin: origin.into(),
+                    size,
+                    head: Hash(head),
+                });
+            }
+        }
+        Err(CheckpointError::Unverified(name.into()))
+    }
+}

@@ -1,0 +1,25 @@
+//! repoch's records and wire messages: deterministic CBOR, hashing, ed25519 signatures and
+//! chain verification. Pure: bytes in, values out; no I/O, no async.
+//!
+//! * [`cbor`]: the canonical encoding and the strict decoder every type goes through.
+//! * [`epoch`]: epoch-log records, [`epoch::verify_log`] and [`epoch::verify_chain`].
+//! * [`journal`]: the producer journal, its writer and [`journal::verify_journal`].
+//! * [`grant`], [`manifest`], [`wire`]: grants, challenges, the manifest and socket frames.
+//! * [`limits`]: every bound, in one place.
+#![forbid(unsafe_code)]
+
+pub mod cbor;
+pub mod checkpoint;
+pub mod epoch;
+pub mod grant;
+pub mod journal;
+pub mod limits;
+pub mod manifest;
+pub mod reason;
+pub mod sign;
+pub mod types;
+pub mod wire;
+
+pub use cbor::{Canonical, DecodeError};
+pub use reason::Reason;
+pub use types::{DeploymentId, Fact, Hash, Identity, PublicKey};

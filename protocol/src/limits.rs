@@ -1,0 +1,95 @@
+//! Every bound repoch keeps, in one place. Names carry the unit last.
+//!
+//! Each limit says why it has its value. Related limits are checked against each other at
+//! compile time, so a change that breaks a relation does not build.
+
+/// Largest frame accepted on either socket, and the largest record in any log.
+/// Bounds the buffer a peer can make us allocate before anything is authenticated.
+pub const FRAME_BYTES_MAX: usize = 64 * 1024;
+
+/// Largest signed record (epoch log or journal) in bytes. A record travels in one frame
+/// (the receipt carries a grant), so it must leave room for the frame's own envelope.
+pub const RECORD_BYTES_MAX: usize = 60 * 1024;
+
+/// Records in one epoch log: genesis, intent, consume, receipt and withheld is five;
+/// anything beyond eight is corrupt by construction, never read further.
+pub const LOG_RECORDS_MAX: usize = 8;
+
+/// Bytes in one epoch log: every record at its largest, plus the 4-byte length prefixes.
+pub const LOG_BYTES_MAX: usize = LOG_RECORDS_MAX * (RECORD_BYTES_MAX + 4);
+
+/// Records in one producer journal. A root that logs one operation a minute for ten years
+/// stays below this; verification cost is linear (one strict signature check per record).
+pub const JOURNAL_RECORDS_MAX: usize = 4 * 1024 * 1024;
+
+/// Bytes in one producer journal read for lineage verification.
+pub const JOURNAL_BYTES_MAX: usize = 512 * 1024 * 1024;
+
+/// Largest journal record. Journal records are small (an operation name and an outcome).
+pub const JOURNAL_RECORD_BYTES_MAX: usize = 4 * 1024;
+
+/// Operations without a definite outcome carried into one grant. More than this is refused
+/// (`lineage-unknown-overflow`): the grant must carry every one of them or none.
+pub const UNKNOWN_OPS_MAX: usize = 64;
+
+/// Longest operation name in a journal `op-begin` record.
+pub const OP_NAME_BYTES_MAX: usize = 128;
+
+/// Longest absolute path in a manifest. Keeps every fact and the grant within one frame.
+pub const PATH_BYTES_MAX: usize = 256;
+
+/// Longest free text (labels, unit names, refusal details).
+pub const TEXT_BYTES_MAX: usize = 256;
+
+/// Lock fences per deployment (each is an fd passed with `SCM_RIGHTS`).
+pub const FENCES_MAX: usize = 8;
+/// Original stores per deployment (checked by identity only).
+pub const STORES_MAX: usize = 16;
+/// systemd units in a containment profile.
+pub const UNITS_MAX: usize = 8;
+/// cgroups in a containment profile (each checked recursively).
+pub const CGROUPS_MAX: usize = 8;
+/// Listeners (unix paths, TCP/UDP ports) in a containment profile.
+pub const LISTENERS_MAX: usize = 16;
+/// Executables no live process may run, in a containment profile.
+pub const EXECUTABLES_MAX: usize = 8;
+
+/// Facts that are not per-item: journal, frontier, predecessor, target, consumer, epoch.
+pub const FACTS_FIXED_MAX: usize = 16;
+
+/// Facts in one evidence set: one per inventory or containment item, plus the fixed ones.
+pub const FACTS_MAX: usize = FACTS_FIXED_MAX
+    + FENCES_MAX
+    + STORES_MAX
+    + UNITS_MAX
+    + CGROUPS_MAX
+    + LISTENERS_MAX
+    + EXECUTABLES_MAX;
+
+/// Longest `expected` or `observed` text in a fact; longer observations are cut at a
+/// character boundary and marked, which is deterministic.
+pub const FACT_TEXT_BYTES_MAX: usize = 96;
+
+/// Upper bound of one encoded fact: kind, subject (a path), expected, observed, reason.
+pub const FACT_BYTES_MAX: usize = 32 + PATH_BYTES_MAX + 2 * FACT_TEXT_BYTES_MAX + 48;
+
+/// Bytes of an ed25519 public key, signature, sha256 hash, deployment id, nonce.
+pub const KEY_BYTES: usize = 32;
+pub const SIGNATURE_BYTES: usize = 64;
+pub const HASH_BYTES: usize = 32;
+pub const DEPLOYMENT_ID_BYTES: usize = 16;
+pub const NONCE_BYTES: usize = 32;
+
+// An intent carries every fact; it must fit in a record with room for the rest.
+const _: () = assert!(FACTS_MAX * FACT_BYTES_MAX + 4 * 1024 <= RECORD_BYTES_MAX);
+// A receipt carries a grant: fences and unknown operations must fit with room to spare.
+const _: () = assert!(
+    FENCES_MAX * (PATH_BYTES_MAX + 64) + UNKNOWN_OPS_MAX * (OP_NAME_BYTES_MAX + 16) + 4 * 1024
+        <= RECORD_BYTES_MAX
+);
+const _: () = assert!(RECORD_BYTES_MAX + 1024 <= FRAME_BYTES_MAX);
+const _: () = assert!(JOURNAL_RECORD_BYTES_MAX <= RECORD_BYTES_MAX);
+const _: () = assert!(OP_NAME_BYTES_MAX <= TEXT_BYTES_MAX);
+
+/// Operations begun and not yet ended that a journal may hold open at once.
+pub const OPEN_OPS_MAX: usize = 4096;

@@ -1,0 +1,356 @@
+//! The enrolled manifest (DESIGN §3): what a deployment is, fixed at enrollment.
+
+use ciborium::value::Value;
+
+use crate::cbor::{self, as_text, Canonical, DecodeError, Fields};
+use crate::limits::*;
+use crate::types::{DeploymentId, Hash, Identity, PublicKey};
+
+/// The role of an inventory object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    StateDir,
+    EpochLog,
+    IssuerLock,
+    Fence,
+    Store,
+    Journal,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::StateDir => "state-dir",
+            Role::EpochLog => "epoch-log",
+            Role::IssuerLock => "issuer-lock",
+            Role::Fence => "fence",
+            Role::Store => "store",
+            Role::Journal => "journal",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Role> {
+        Some(match s {
+            "state-dir" => Role::StateDir,
+            "epoch-log" => Role::EpochLog,
+            "issuer-lock" => Role::IssuerLock,
+            "fence" => Role::Fence,
+            "store" => Role::Store,
+            "journal" => Role::Journal,
+            _ => return None,
+        })
+    }
+}
+
+/// One object of the fixed inventory: its role, canonical path and enrolled identity.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InventoryEntry {
+    pub role: Role,
+    pub path: String,
+    pub identity: Identity,
+}
+
+impl Canonical for InventoryEntry {
+    fn to_value(&self) -> Value {
+        cbor::array(vec![
+            cbor::text(self.role.as_str()),
+            cbor::text(&self.path),
+            self.identity.to_value(),
+        ])
+    }
+    fn from_value(v: Value) -> Result<Self, DecodeError> {
+        let mut f = Fields::open(v, "inventory-entry", 3)?;
+        let role = f.text(32)?;
+        let role = Role::parse(&role).ok_or_else(|| {
+            DecodeError::schema("inventory-entry", format!("unknown role {role:?}"))
+        })?;
+        Ok(InventoryEntry {
+            role,
+            path: f.text(PATH_BYTES_MAX)?,
+            identity: Identity::from_value(f.field()?)?,
+        })
+    }
+}
+
+/// A listener that must not exist.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Listener {
+    Unix(String),
+    Tcp(u16),
+    Udp(u16),
+}
+
+impl Canonical for Listener {
+    fn to_value(&self) -> Value {
+        match self {
+            Listener::Unix(p) => cbor::array(vec![cbor::text("unix"), cbor::text(p)]),
+            Listener::Tcp(p) => cbor::array(vec![cbor::text("tcp"), cbor::uint((*p).into())]),
+            Listener::Udp(p) => cbor::array(vec![cbor::text("udp"), cbor::uint((*p).into())]),
+        }
+    }
+    fn from_value(v: Value) -> Result<Self, DecodeError> {
+        let mut f = Fields::open(v, "listener", 2)?;
+        let port = |f: &mut Fields| {
+            u16::try_from(f.uint()?).map_err(|_| DecodeError::schema("listener", "port over 65535"))
+        };
+        match f.text(8)?.as_str() {
+            "unix" => Ok(Listener::Unix(f.text(PATH_BYTES_MAX)?)),
+            "tcp" => Ok(Listener::Tcp(port(&mut f)?)),
+            "udp" => Ok(Listener::Udp(port(&mut f)?)),
+            k => Err(DecodeError::schema(
+                "listener",
+                format!("unknown kind {k:?}"),
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Listener::Unix(p) => write!(f, "unix:{p}"),
+            Listener::Tcp(p) => write!(f, "tcp:{p}"),
+            Listener::Udp(p) => write!(f, "udp:{p}"),
+        }
+    }
+}
+
+/// The containment profile: a closed list of facts that must hold (DESIGN §3).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Containment {
+    pub units: Vec<String>,
+    /// cgroup v2 paths relative to the hierarchy root, starting with `/`.
+    pub cgroups: Vec<String>,
+    pub listeners: Vec<Listener>,
+    /// Absolute paths of executables no live process may run.
+    pub executables: Vec<String>,
+}
+
+fn texts(items: &[String]) -> Value {
+    cbor::array(items.iter().map(|s| cbor::text(s)).collect())
+}
+
+impl Canonical for Containment {
+    fn to_value(&self) -> Value {
+        cbor::array(vec![
+            texts(&self.units),
+            texts(&self.cgroups),
+            cbor::list(&self.listeners),
+            texts(&self.executables),
+        ])
+    }
+    fn from_value(v: Value) -> Result<Self, DecodeError> {
+        let mut f = Fields::open(v, "containment", 4)?;
+        Ok(Containment {
+            units: f.list(UNITS_MAX, |v| as_text(v, "unit", TEXT_BYTES_MAX))?,
+            cgroups: f.list(CGROUPS_MAX, |v| as_text(v, "cgroup", PATH_BYTES_MAX))?,
+            listeners: f.list(LISTENERS_MAX, Listener::from_value)?,
+            executables: f.list(EXECUTABLES_MAX, |v| {
+                as_text(v, "executable", PATH_BYTES_MAX)
+            })?,
+        })
+    }
+}
+
+/// The authenticated consumer (the worker supervisor).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Consumer {
+    pub uid: u32,
+    pub gid: u32,
+    /// Absolute path of the consumer executable; its content is checked at recovery.
+    pub executable: String,
+    /// Optional sha256 pin of the executable's content.
+    pub executable_sha256: Option<Hash>,
+    pub key: PublicKey,
+    /// Optional cgroup v2 path the consumer must run in.
+    pub cgroup: Option<String>,
+}
+
+impl Canonical for Consumer {
+    fn to_value(&self) -> Value {
+        cbor::array(vec![
+            cbor::uint(self.uid.into()),
+            cbor::uint(self.gid.into()),
+            cbor::text(&self.executable),
+            cbor::opt(&self.executable_sha256, |h| cbor::bytes(&h.0)),
+            cbor::bytes(&self.key.0),
+            cbor::opt(&self.cgroup, |s| cbor::text(s)),
+        ])
+    }
+    fn from_value(v: Value) -> Result<Self, DecodeError> {
+        let mut f = Fields::open(v, "consumer", 6)?;
+        let id = |f: &mut Fields| {
+            u32::try_from(f.uint()?).map_err(|_| DecodeError::schema("consumer", "id over 32 bits"))
+        };
+        Ok(Consumer {
+            uid: id(&mut f)?,
+            gid: id(&mut f)?,
+            executable: f.text(PATH_BYTES_MAX)?,
+            executable_sha256: f.opt(|v| cbor::as_bytes(v, "consumer").map(Hash))?,
+            key: PublicKey(f.bytes()?),
+            cgroup: f.opt(|v| as_text(v, "consumer", PATH_BYTES_MAX))?,
+        })
+    }
+}
+
+/// The predecessor deployment: its id and its log's final record hash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Predecessor {
+    pub deployment: DeploymentId,
+    pub final_hash: Hash,
+}
+
+impl Canonical for Predecessor {
+    fn to_value(&self) -> Value {
+        cbor::array(vec![
+            cbor::bytes(&self.deployment.0),
+            cbor::bytes(&self.final_hash.0),
+        ])
+    }
+    fn from_value(v: Value) -> Result<Self, DecodeError> {
+        let mut f = Fields::open(v, "predecessor", 2)?;
+        Ok(Predecessor {
+            deployment: DeploymentId(f.bytes()?),
+            final_hash: Hash(f.bytes()?),
+        })
+    }
+}
+
+/// The lineage: predecessor and the original producer's journal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lineage {
+    pub predecessor: Option<Predecessor>,
+    pub journal_path: String,
+    /// Hash of the journal's genesis record, written at enrollment.
+    pub journal_genesis: Hash,
+    pub producer_key: PublicKey,
+}
+
+impl Canonical for Lineage {
+    fn to_value(&self) -> Value {
+        cbor::array(vec![
+            cbor::opt(&self.predecessor, Predecessor::to_value),
+            cbor::text(&self.journal_path),
+            cbor::bytes(&self.journal_genesis.0),
+            cbor::bytes(&self.producer_key.0),
+        ])
+    }
+    fn from_value(v: Value) -> Result<Self, DecodeError> {
+        let mut f = Fields::open(v, "lineage", 4)?;
+        Ok(Lineage {
+            predecessor: f.opt(Predecessor::from_value)?,
+            journal_path: f.text(PATH_BYTES_MAX)?,
+            journal_genesis: Hash(f.bytes()?),
+            producer_key: PublicKey(f.bytes()?),
+        })
+    }
+}
+
+/// The target: the READY file the grant authorizes. Its content is approved at recovery.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub ready_path: String,
+}
+
+/// The enrolled manifest, stored signed (by the issuer key) next to the epoch log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Manifest {
+    pub deployment: DeploymentId,
+    pub label: String,
+    /// Seconds since the Unix epoch at enrollment (informational).
+    pub enrolled_at: u64,
+    pub issuer_key: PublicKey,
+    pub inventory: Vec<InventoryEntry>,
+    pub target: Target,
+    pub containment: Containment,
+    pub consumer: Consumer,
+    pub lineage: Lineage,
+}
+
+/// Inventory entries: state dir, epoch log, issuer lock, journal, fences and stores.
+pub const INVENTORY_MAX: usize = 4 + FENCES_MAX + STORES_MAX;
+
+pub const MANIFEST_VERSION: u64 = 1;
+
+impl Manifest {
+    pub fn entries(&self, role: Role) -> impl Iterator<Item = &InventoryEntry> {
+        self.inventory.iter().filter(move |e| e.role == role)
+    }
+    pub fn entry(&self, role: Role) -> Option<&InventoryEntry> {
+        self.entries(role).next()
+    }
+}
+
+impl Canonical for Manifest {
+    fn to_value(&self) -> Value {
+        cbor::array(vec![
+            cbor::uint(MANIFEST_VERSION),
+            cbor::bytes(&self.deployment.0),
+            cbor::text(&self.label),
+            cbor::uint(self.enrolled_at),
+            cbor::bytes(&self.issuer_key.0),
+            cbor::list(&self.inventory),
+            cbor::text(&self.target.ready_path),
+            self.containment.to_value(),
+            self.consumer.to_value(),
+            self.lineage.to_value(),
+        ])
+    }
+    fn from_value(v: Value) -> Result<Self, DecodeError> {
+        let mut f = Fields::open(v, "manifest", 10)?;
+        if f.uint()? != MANIFEST_VERSION {
+            return Err(DecodeError::schema("manifest", "unsupported version"));
+        }
+        Ok(Manifest {
+            deployment: DeploymentId(f.bytes()?),
+            label: f.text(TEXT_BYTES_MAX)?,
+            enrolled_at: f.uint()?,
+            issuer_key: PublicKey(f.bytes()?),
+            inventory: f.list(INVENTORY_MAX, InventoryEntry::from_value)?,
+            target: Target {
+                ready_path: f.text(PATH_BYTES_MAX)?,
+            },
+            containment: Containment::from_value(f.field()?)?,
+            consumer: Consumer::from_value(f.field()?)?,
+            lineage: Lineage::from_value(f.field()?)?,
+        })
+    }
+}
+
+/// The manifest as stored: its canonical bytes and the issuer's signature over them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SignedManifest {
+    pub manifest: Manifest,
+    pub signature: [u8; SIGNATURE_BYTES],
+}
+
+impl Canonical for SignedManifest {
+    fn to_value(&self) -> Value {
+        cbor::array(vec![self.manifest.to_value(), cbor::bytes(&self.signature)])
+    }
+    fn from_value(v: Value) -> Result<Self, DecodeError> {
+        let mut f = Fields::open(v, "signed-manifest", 2)?;
+        Ok(SignedManifest {
+            manifest: Manifest::from_value(f.field()?)?,
+            signature: f.bytes()?,
+        })
+    }
+}
+
+impl SignedManifest {
+    pub fn sign(manifest: Manifest, key: &ed25519_dalek::SigningKey) -> Self {
+        let signature =
+            crate::sign::sign(key, crate::sign::Context::Manifest, &manifest.to_bytes());
+        SignedManifest {
+            manifest,
+            signature,
+        }
+    }
+    pub fn verify(&self, issuer: &PublicKey) -> bool {
+        crate::sign::verify(
+            issuer,
+            crate::sign::Context::Manifest,
+            &self.manifest.to_bytes(),
+            &self.signature,
+        )
+    }
+}

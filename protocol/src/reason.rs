@@ -1,0 +1,94 @@
+//! Stable refusal reason codes. Generated table: code, meaning, what an operator does.
+//! `docs/REASONS.md` lists the same table; a test keeps them equal.
+
+use ciborium::value::Value;
+
+use crate::cbor::{self, DecodeError};
+
+macro_rules! reasons {
+    ($($variant:ident = $code:literal, $meaning:literal, $action:literal;)*) => {
+        /// A refusal reason. Its text form is a stable kebab-case code.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Reason { $($variant,)* }
+        impl Reason {
+            /// Every code, in documentation order.
+            pub const ALL: &'static [Reason] = &[$(Reason::$variant,)*];
+            pub fn as_str(self) -> &'static str { match self { $(Reason::$variant => $code,)* } }
+            pub fn meaning(self) -> &'static str { match self { $(Reason::$variant => $meaning,)* } }
+            pub fn action(self) -> &'static str { match self { $(Reason::$variant => $action,)* } }
+            pub fn parse(s: &str) -> Option<Reason> { match s { $($code => Some(Reason::$variant),)* _ => None } }
+        }
+    };
+}
+
+reasons! {
+    EpochConsumed = "epoch-consumed", "The epoch is already used (intended, consumed, receipted or withheld): a deployment recovers at most once.", "Do not retry. Read `repoch status`; a new recovery needs a new enrollment linked to this one.";
+    EpochTorn = "epoch-torn", "The epoch log ends in an incomplete record (a crash during an append).", "Preserve the log for auditors; the epoch is uncertain. Enroll a successor.";
+    EpochCorrupt = "epoch-corrupt", "The epoch log has a record that fails decoding, signature, chain or order checks.", "Preserve the log; investigate tampering. Enroll a successor.";
+    EpochMissing = "epoch-missing", "The deployment has no epoch log, or its log has no genesis.", "Check the deployment id; a failed enrollment leaves no deployment.";
+    StateReplaced = "state-replaced", "The state directory, manifest, epoch log or issuer lock is not the enrolled inode.", "Treat as tampering. Do not recover from this state.";
+    StateUnprotected = "state-unprotected", "A state object has the wrong owner or mode, or is a symlink.", "Restore root ownership and 0700/0600 modes only if you know why they changed.";
+    ManifestInvalid = "manifest-invalid", "The manifest fails validation (the message names the field).", "Fix the manifest and enroll again.";
+    ManifestForged = "manifest-forged", "The enrolled manifest's signature or hash does not match the issuer key or the genesis.", "Treat as tampering.";
+    DeploymentUnknown = "deployment-unknown", "No enrolled deployment matches the id or prefix.", "Run `repoch list`.";
+    DeploymentAmbiguous = "deployment-ambiguous", "The id prefix matches several deployments (they are listed).", "Type more digits.";
+    IssuerBusy = "issuer-busy", "Another issuer holds the deployment's issuer lock now (named with pid and start time).", "Wait for it to finish; never kill it mid-epoch.";
+    StorePoisoned = "store-poisoned", "A write or fsync of the epoch log failed; it is never retried (fsyncgate).", "The epoch is uncertain. Check the disk; restart repochd.";
+    LineageMissing = "lineage-missing", "The producer journal does not exist.", "Find out who removed it; recovery without lineage is unsafe.";
+    LineageReplaced = "lineage-replaced", "The producer journal is another inode than the enrolled one.", "Treat as tampering or a restore from backup; enroll anew if intended.";
+    LineageUnprotected = "lineage-unprotected", "The producer journal lost its append-only flag, or its owner or mode changed.", "Investigate; restore with `chattr +a` only if the content is known good.";
+    LineageTorn = "lineage-torn", "The producer journal ends in an incomplete record.", "The producer crashed mid-append; the journal is not a verifiable frontier.";
+    LineageMutated = "lineage-mutated", "A journal record fails decoding, its hash chain or order.", "Treat as tampering.";
+    LineageForged = "lineage-forged", "A journal record is signed by a key other than the enrolled one.", "Treat as tampering.";
+    LineageForeign = "lineage-foreign", "The journal's genesis belongs to another deployment.", "A journal was copied from elsewhere; do not recover.";
+    LineageUnknownOverflow = "lineage-unknown-overflow", "More operations without a definite outcome than a grant may carry.", "Resolve operations by hand; enroll anew.";
+    StoreMissing = "store-missing", "An original store does not exist.", "Find out why; the new root would start from nothing.";
+    StoreReplaced = "store-replaced", "An original store is another inode than the enrolled one.", "Treat as tampering or an unplanned restore.";
+    PredecessorMismatch = "predecessor-mismatch", "The predecessor's log does not end in the recorded final hash, or is not the named deployment.", "Check the chain with `repoch audit`.";
+    ControllerUnknown = "controller-unknown", "systemd (or another controller) could not be asked: the containment of a unit is unknown.", "Make systemd reachable, or remove the unit from the profile if it does not exist on this host.";
+    UnitNotMasked = "unit-not-masked", "A unit is not masked.", "`systemctl mask` the old controller's unit.";
+    UnitActive = "unit-active", "A unit is active, activating or deactivating.", "Stop it.";
+    UnitMainPid = "unit-main-pid", "A unit still has a main pid.", "Stop it and make sure the process is gone.";
+    UnitReloadPending = "unit-reload-pending", "systemd needs a daemon-reload for a unit.", "Run `systemctl daemon-reload`, then observe again.";
+    CgroupPopulated = "cgroup-populated", "A cgroup (or a descendant) holds processes or threads, or reports populated.", "Kill the old controller's cgroup (`cgroup.kill`).";
+    EscapedTask = "escaped-task", "A live task runs a contained executable outside its cgroup.", "Find and kill it; it escaped containment.";
+    ListenerPresent = "listener-present", "Something is bound on a contained unix path or TCP/UDP port (holder pid named).", "Stop the holder.";
+    ObserveFailed = "observe-failed", "An observation could not be made (permission, unknown format): unknown is never fine.", "Read the detail; fix the cause.";
+    FenceMissing = "fence-missing", "A lock fence does not exist.", "Find out who removed it.";
+    FenceReplaced = "fence-replaced", "A lock fence is another inode than the enrolled one (before or during locking).", "Treat as tampering: a replaced lock gives no exclusion.";
+    FenceBusy = "fence-busy", "Another process holds a lock fence (named).", "That process still acts as a root: contain it first.";
+    FenceCustody = "fence-custody", "The kernel does not show our lock on the fence.", "Investigate; exclusion is not proven.";
+    ReadyMissing = "ready-missing", "The READY target does not exist.", "Create it as the new root expects.";
+    ReadyUnprotected = "ready-unprotected", "The READY target is a symlink, not a regular file, not root-owned, or writable by others.", "Fix ownership and mode.";
+    ReadyUnapproved = "ready-unapproved", "The READY digest differs from the one the operator approved.", "Check the READY content, then approve its digest.";
+    ReadyChanged = "ready-changed", "The READY target changed between observations.", "Something still writes it; contain it.";
+    ConsumerExeMissing = "consumer-exe-missing", "The consumer executable does not exist.", "Install the worker supervisor.";
+    ConsumerExeUnprotected = "consumer-exe-unprotected", "The consumer executable is not root-owned, or is writable by others.", "Fix ownership and mode.";
+    ConsumerExeMismatch = "consumer-exe-mismatch", "The consumer executable does not match its pinned sha256.", "Install the enrolled release or enroll anew.";
+    ConsumerExeChanged = "consumer-exe-changed", "The consumer executable changed between observations.", "Something replaced it during the recovery; investigate.";
+    EvidenceChanged = "evidence-changed", "A final verification saw a different evidence digest than the first observation.", "The world changed during issuance; the epoch is used and withheld.";
+    ConsumerAbsent = "consumer-absent", "No authenticated consumer connected before the deadline. Nothing was written.", "Start `repoch-consume receive` and recover again.";
+    ConsumerRejected = "consumer-rejected", "A peer on the grant socket failed authentication (uid, gid, executable, cgroup or key).", "Only the enrolled consumer may receive the grant.";
+    CustodyInvalid = "custody-invalid", "The consumer's custody signature does not verify against its enrolled key.", "Check the consumer's key file.";
+    ConsumerLost = "consumer-lost", "The consumer went away after the intent.", "The epoch is uncertain and kept.";
+    AdminDenied = "admin-denied", "The admin socket peer is not root.", "Run as root.";
+    ProtocolError = "protocol-error", "A peer sent a malformed, oversized or unexpected frame, or timed out.", "Check versions of repoch and the peer.";
+    Internal = "internal", "A bug in repoch. Never a silent success.", "Report it with the log.";
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Reason {
+    pub fn to_value(self) -> Value {
+        cbor::text(self.as_str())
+    }
+    pub fn from_value(v: Value) -> Result<Reason, DecodeError> {
+        let s = cbor::as_text(v, "reason", 64)?;
+        Reason::parse(&s)
+            .ok_or_else(|| DecodeError::schema("reason", format!("unknown reason code {s:?}")))
+    }
+}

@@ -1,0 +1,283 @@
+//! Small value types: ids, digests, keys, file identities, facts.
+
+use std::fmt;
+
+use ciborium::value::Value;
+use sha2::{Digest as _, Sha256};
+
+use crate::cbor::{self, Canonical, DecodeError, Fields};
+use crate::limits::{
+    DEPLOYMENT_ID_BYTES, FACT_TEXT_BYTES_MAX, HASH_BYTES, KEY_BYTES, PATH_BYTES_MAX, TEXT_BYTES_MAX,
+};
+use crate::reason::Reason;
+
+/// A deployment's random 128-bit id, shown as 32 lowercase hex digits.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DeploymentId(pub [u8; DEPLOYMENT_ID_BYTES]);
+
+impl DeploymentId {
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+    pub fn from_hex(s: &str) -> Option<Self> {
+        let mut out = [0u8; DEPLOYMENT_ID_BYTES];
+        hex::decode_to_slice(s, &mut out).ok()?;
+        Some(DeploymentId(out))
+    }
+}
+impl fmt::Display for DeploymentId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+impl fmt::Debug for DeploymentId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DeploymentId({})", self.to_hex())
+    }
+}
+
+/// A sha256 digest.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Hash(pub [u8; HASH_BYTES]);
+
+impl Hash {
+    pub const ZERO: Hash = Hash([0; HASH_BYTES]);
+    pub fn of(bytes: &[u8]) -> Hash {
+        Hash(Sha256::digest(bytes).into())
+    }
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+    pub fn from_hex(s: &str) -> Option<Self> {
+        let mut out = [0u8; HASH_BYTES];
+        hex::decode_to_slice(s, &mut out).ok()?;
+        Some(Hash(out))
+    }
+}
+impl fmt::Display for Hash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+impl fmt::Debug for Hash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Hash({})", self.to_hex())
+    }
+}
+
+/// An ed25519 public key as enrolled (32 bytes). Validity is checked when verifying.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PublicKey(pub [u8; KEY_BYTES]);
+
+impl PublicKey {
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+    pub fn from_hex(s: &str) -> Option<Self> {
+        let mut out = [0u8; KEY_BYTES];
+        hex::decode_to_slice(s.trim(), &mut out).ok()?;
+        Some(PublicKey(out))
+    }
+    pub fn verifying_key(&self) -> Option<ed25519_dalek::VerifyingKey> {
+        ed25519_dalek::VerifyingKey::from_bytes(&self.0).ok()
+    }
+}
+impl From<&ed25519_dalek::VerifyingKey> for PublicKey {
+    fn from(k: &ed25519_dalek::VerifyingKey) -> Self {
+        PublicKey(k.to_bytes())
+    }
+}
+impl fmt::Debug for PublicKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PublicKey({})", self.to_hex())
+    }
+}
+impl fmt::Display for PublicKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+/// The identity of a file system object: what makes "the same file" (DESIGN §3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Identity {
+    pub dev: u64,
+    pub ino: u64,
+    pub uid: u32,
+    pub gid: u32,
+    /// Full `st_mode`, file type bits included.
+    pub mode: u32,
+}
+
+impl Identity {
+    /// Same object: device and inode.
+    pub fn same_object(&self, other: &Identity) -> bool {
+        self.dev == other.dev && self.ino == other.ino
+    }
+}
+
+impl fmt::Display for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "dev={} ino={} uid={} gid={} mode={:o}",
+            self.dev, self.ino, self.uid, self.gid, self.mode
+        )
+    }
+}
+
+impl Canonical for Identity {
+    fn to_value(&self) -> Value {
+        cbor::array(vec![
+            cbor::uint(self.dev),
+            cbor::uint(self.ino),
+            cbor::uint(self.uid.into()),
+            cbor::uint(self.gid.into()),
+            cbor::uint(self.mode.into()),
+        ])
+    }
+    fn from_value(v: Value) -> Result<Self, DecodeError> {
+        let mut f = Fields::open(v, "identity", 5)?;
+        let u32f = |f: &mut Fields| -> Result<u32, DecodeError> {
+            u32::try_from(f.uint()?).map_err(|_| DecodeError::schema("identity", "over 32 bits"))
+        };
+        Ok(Identity {
+            dev: f.uint()?,
+            ino: f.uint()?,
+            uid: u32f(&mut f)?,
+            gid: u32f(&mut f)?,
+            mode: u32f(&mut f)?,
+        })
+    }
+}
+
+/// One observed fact (DESIGN §5 step 2): what was looked at, what was expected, what was
+/// seen, whether it holds, and if not, the stable reason code of the refusal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fact {
+    /// The observer family: `lineage`, `store`, `unit`, `cgroup`, `listener`, `process`,
+    /// `fence`, `ready`, `consumer-exe`, `predecessor`.
+    pub kind: String,
+    /// The object observed (usually a path or a unit name).
+    pub subject: String,
+    pub expected: String,
+    pub observed: String,
+    /// `None` when the fact holds.
+    pub reason: Option<Reason>,
+}
+
+impl Fact {
+    pub fn ok(kind: &str, subject: &str, expected: &str, observed: &str) -> Fact {
+        Fact::new(kind, subject, expected, observed, None)
+    }
+    pub fn failed(
+        kind: &str,
+        subject: &str,
+        expected: &str,
+        observed: &str,
+        reason: Reason,
+    ) -> Fact {
+        Fact::new(kind, subject, expected, observed, Some(reason))
+    }
+    fn new(
+        kind: &str,
+        subject: &str,
+        expected: &str,
+        observed: &str,
+        reason: Option<Reason>,
+    ) -> Fact {
+        Fact {
+            kind: clip(kind, 32),
+            subject: clip(subject, PATH_BYTES_MAX),
+            expected: clip(expected, FACT_TEXT_BYTES_MAX),
+            observed: clip(observed, FACT_TEXT_BYTES_MAX),
+            reason,
+        }
+    }
+    pub fn holds(&self) -> bool {
+        self.reason.is_none()
+    }
+}
+
+/// Cuts text to at most `max` bytes at a character boundary, marking the cut. Deterministic.
+pub fn clip(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    const MARK: &str = "...";
+    let mut end = max - MARK.len();
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{MARK}", &s[..end])
+}
+
+impl Canonical for Fact {
+    fn to_value(&self) -> Value {
+        cbor::array(vec![
+            cbor::text(&self.kind),
+            cbor::text(&self.subject),
+            cbor::text(&self.expected),
+            cbor::text(&self.observed),
+            cbor::opt(&self.reason, |r| cbor::text(r.as_str())),
+        ])
+    }
+    fn from_value(v: Value) -> Result<Self, DecodeError> {
+        let mut f = Fields::open(v, "fact", 5)?;
+        Ok(Fact {
+            kind: f.text(32)?,
+            subject: f.text(PATH_BYTES_MAX)?,
+            expected: f.text(FACT_TEXT_BYTES_MAX)?,
+            observed: f.text(FACT_TEXT_BYTES_MAX)?,
+            reason: f.opt(Reason::from_value)?,
+        })
+    }
+}
+
+/// The evidence digest: sha256 of the canonical encoding of the facts, in the order given
+/// (observers emit them in a fixed order), so an unchanged world gives the same digest.
+pub fn evidence_digest(facts: &[Fact]) -> Hash {
+    Hash::of(&cbor::encode(&cbor::list(facts)))
+}
+
+/// Checks that a path is absolute, normalized text within bounds: no `.`/`..`/empty
+/// component, no trailing slash, no NUL. Symlink components are a property of the live
+/// file system and are checked where paths are opened.
+pub fn check_abs_path(p: &str) -> Result<(), String> {
+    if p.len() > PATH_BYTES_MAX {
+        return Err(format!(
+            "path is {} bytes, over the bound of {PATH_BYTES_MAX}",
+            p.len()
+        ));
+    }
+    if !p.starts_with('/') {
+        return Err("path must be absolute".into());
+    }
+    if p.contains('\0') {
+        return Err("path contains NUL".into());
+    }
+    if p == "/" {
+        return Ok(());
+    }
+    for c in p[1..].split('/') {
+        if c.is_empty() || c == "." || c == ".." {
+            return Err(
+                "path must be canonical (no empty, '.' or '..' component, no trailing '/')".into(),
+            );
+        }
+    }
+    Ok(())
+}
+
+pub fn check_text(s: &str) -> Result<(), String> {
+    if s.len() > TEXT_BYTES_MAX {
+        return Err(format!(
+            "text is {} bytes, over the bound of {TEXT_BYTES_MAX}",
+            s.len()
+        ));
+    }
+    if s.chars().any(char::is_control) {
+        return Err("text contains control characters".into());
+    }
+    Ok(())
+}

@@ -1,0 +1,319 @@
+//! Socket frames and messages (admin socket and grant socket).
+//!
+//! A frame is a 4-byte big-endian length, then that many bytes of one canonical CBOR
+//! message. The length is checked against [`FRAME_BYTES_MAX`] *before* any allocation.
+
+use ciborium::value::Value;
+
+use crate::cbor::{self, Canonical, DecodeError, Fields};
+use crate::grant::Challenge;
+use crate::limits::*;
+use crate::reason::Reason;
+use crate::types::{DeploymentId, Fact, Hash, PublicKey};
+
+/// Prefixes `payload` with its length. Callers never build payloads over the frame bound.
+pub fn frame(payload: &[u8]) -> Vec<u8> {
+    assert!(
+        payload.len() <= FRAME_BYTES_MAX,
+        "frame payload over FRAME_BYTES_MAX"
+    );
+    let mut out = Vec::with_capacity(4 + payload.len());
+    out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+/// Reads a frame header: the payload length, refused if zero or over the bound.
+pub fn frame_len(header: [u8; 4]) -> Result<usize, DecodeError> {
+    let len = u32::from_be_bytes(header) as usize;
+    if len == 0 || len > FRAME_BYTES_MAX {
+        return Err(DecodeError::TooLarge {
+            len,
+            max: FRAME_BYTES_MAX,
+        });
+    }
+    Ok(len)
+}
+
+/// The outcome of an issuance (DESIGN §6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Granted,
+    Refused,
+    Uncertain,
+    Busy,
+    Internal,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Granted => "granted",
+            Outcome::Refused => "refused",
+            Outcome::Uncertain => "uncertain",
+            Outcome::Busy => "busy",
+            Outcome::Internal => "internal",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "granted" => Outcome::Granted,
+            "refused" => Outcome::Refused,
+            "uncertain" => Outcome::Uncertain,
+            "busy" => Outcome::Busy,
+            "internal" => Outcome::Internal,
+            _ => return None,
+        })
+    }
+    /// The process exit code of DESIGN §6.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Outcome::Granted => 0,
+            Outcome::Refused => 2,
+            Outcome::Uncertain => 3,
+            Outcome::Busy => 4,
+            Outcome::Internal => 70,
+        }
+    }
+}
+
+/// Admin socket, client to daemon.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AdminRequest {
+    Recover {
+        deployment: DeploymentId,
+        approve_ready: Option<Hash>,
+        consumer_wait_seconds: u64,
+    },
+}
+
+impl Canonical for AdminRequest {
+    fn to_value(&self) -> Value {
+        match self {
+            AdminRequest::Recover {
+                deployment,
+                approve_ready,
+                consumer_wait_seconds,
+            } => cbor::array(vec![
+                cbor::text("recover"),
+                cbor::bytes(&deployment.0),
+                cbor::opt(approve_ready, |h| cbor::bytes(&h.0)),
+                cbor::uint(*consumer_wait_seconds),
+            ]),
+        }
+    }
+    fn from_value(v: Value) -> Result<Self, DecodeError> {
+        let mut f = Fields::open(v, "admin-request", 4)?;
+        f.expect_text("recover")?;
+        Ok(AdminRequest::Recover {
+            deployment: DeploymentId(f.bytes()?),
+            approve_ready: f.opt(|v| cbor::as_bytes(v, "approve-ready").map(Hash))?,
+            consumer_wait_seconds: f.uint()?,
+        })
+    }
+}
+
+/// Admin socket, daemon to client: a stream of events ending with one `Outcome`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AdminEvent {
+    /// A step started or finished: `step` is a stable name, `detail` free text.
+    Progress { step: String, detail: String },
+    /// One observed fact.
+    Fact(Fact),
+    /// A durable record was appended: its kind, sequence number and hash.
+    Record { kind: String, seq: u64, hash: Hash },
+    /// The end: the outcome, every reason code, a detail line, and the signed grant bytes
+    /// when granted.
+    Outcome {
+        outcome: Outcome,
+        reasons: Vec<Reason>,
+        detail: String,
+        grant: Option<Vec<u8>>,
+    },
+}
+
+const REASONS_MAX: usize = FACTS_MAX + 4;
+
+impl Canonical for AdminEvent {
+    fn to_value(&self) -> Value {
+        match self {
+            AdminEvent::Progress { step, detail } => cbor::array(vec![
+                cbor::text("progress"),
+                cbor::text(step),
+                cbor::text(detail),
+            ]),
+            AdminEvent::Fact(fact) => cbor::array(vec![cbor::text("fact"), fact.to_value()]),
+            AdminEvent::Record { kind, seq, hash } => cbor::array(vec![
+                cbor::text("record"),
+                cbor::text(kind),
+                cbor::uint(*seq),
+                cbor::bytes(&hash.0),
+            ]),
+            AdminEvent::Outcome {
+                outcome,
+                reasons,
+                detail,
+                grant,
+            } => cbor::array(vec![
+                cbor::text("outcome"),
+                cbor::text(outcome.as_str()),
+                cbor::array(reasons.iter().map(|r| r.to_value()).collect()),
+                cbor::text(detail),
+                cbor::opt(grant, |g| cbor::bytes(g)),
+            ]),
+        }
+    }
+    fn from_value(v: Value) -> Result<Self, DecodeError> {
+        let kind = match &v {
+            Value::Array(items) => match items.first() {
+                Some(Value::Text(t)) => t.clone(),
+                _ => return Err(DecodeError::schema("admin-event", "expected a kind")),
+            },
+            _ => return Err(DecodeError::schema("admin-event", "expected an array")),
+        };
+        Ok(match kind.as_str() {
+            "progress" => {
+                let mut f = Fields::open(v, "progress", 3)?;
+                f.expect_text("progress")?;
+                AdminEvent::Progress {
+                    step: f.text(64)?,
+                    detail: f.text(4 * TEXT_BYTES_MAX)?,
+                }
+            }
+            "fact" => {
+                let mut f = Fields::open(v, "fact-event", 2)?;
+                f.expect_text("fact")?;
+                AdminEvent::Fact(Fact::from_value(f.field()?)?)
+            }
+            "record" => {
+                let mut f = Fields::open(v, "record-event", 4)?;
+                f.expect_text("record")?;
+                AdminEvent::Record {
+                    kind: f.text(16)?,
+                    seq: f.uint()?,
+                    hash: Hash(f.bytes()?),
+                }
+            }
+            "outcome" => {
+                let mut f = Fields::open(v, "outcome", 5)?;
+                f.expect_text("outcome")?;
+                let o = f.text(16)?;
+                let outcome = Outcome::parse(&o).ok_or_else(|| {
+                    DecodeError::schema("outcome", format!("unknown outcome {o:?}"))
+                })?;
+                AdminEvent::Outcome {
+                    outcome,
+                    reasons: f.list(REASONS_MAX, Reason::from_value)?,
+                    detail: f.text(4 * TEXT_BYTES_MAX)?,
+                    grant: f.opt(|v| match v {
+                        Value::Bytes(b) if b.len() <= RECORD_BYTES_MAX => Ok(b),
+                        _ => Err(DecodeError::schema(
+                            "outcome",
+                            "grant must be bytes within bounds",
+                        )),
+                    })?,
+                }
+            }
+            k => {
+                return Err(DecodeError::schema(
+                    "admin-event",
+                    format!("unknown kind {k:?}"),
+                ))
+            }
+        })
+    }
+}
+
+/// Grant socket messages, both directions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GrantMsg {
+    /// Consumer to daemon, first: which deployment, and the key it will answer with.
+    Hello {
+        deployment: DeploymentId,
+        key: PublicKey,
+    },
+    /// Daemon to consumer: authenticated at transport level, waiting for the operator.
+    Accepted,
+    /// Daemon to consumer: sign this.
+    Challenge(Challenge),
+    /// Consumer to daemon: the custody signature.
+    Custody([u8; SIGNATURE_BYTES]),
+    /// Daemon to consumer: the signed grant bytes; the fence fds ride on this frame.
+    Grant(Vec<u8>),
+    /// Daemon to consumer: refused, nothing granted.
+    Refused { reason: Reason, detail: String },
+}
+
+impl Canonical for GrantMsg {
+    fn to_value(&self) -> Value {
+        match self {
+            GrantMsg::Hello { deployment, key } => cbor::array(vec![
+                cbor::text("hello"),
+                cbor::bytes(&deployment.0),
+                cbor::bytes(&key.0),
+            ]),
+            GrantMsg::Accepted => cbor::array(vec![cbor::text("accepted")]),
+            GrantMsg::Challenge(c) => cbor::array(vec![cbor::text("challenge"), c.to_value()]),
+            GrantMsg::Custody(s) => cbor::array(vec![cbor::text("custody"), cbor::bytes(s)]),
+            GrantMsg::Grant(g) => cbor::array(vec![cbor::text("grant"), cbor::bytes(g)]),
+            GrantMsg::Refused { reason, detail } => cbor::array(vec![
+                cbor::text("refused"),
+                reason.to_value(),
+                cbor::text(detail),
+            ]),
+        }
+    }
+    fn from_value(v: Value) -> Result<Self, DecodeError> {
+        let kind = match &v {
+            Value::Array(items) => match items.first() {
+                Some(Value::Text(t)) => t.clone(),
+                _ => return Err(DecodeError::schema("grant-msg", "expected a kind")),
+            },
+            _ => return Err(DecodeError::schema("grant-msg", "expected an array")),
+        };
+        Ok(match kind.as_str() {
+            "hello" => {
+                let mut f = Fields::open(v, "hello", 3)?;
+                f.expect_text("hello")?;
+                GrantMsg::Hello {
+                    deployment: DeploymentId(f.bytes()?),
+                    key: PublicKey(f.bytes()?),
+                }
+            }
+            "accepted" => {
+                let mut f = Fields::open(v, "accepted", 1)?;
+                f.expect_text("accepted")?;
+                GrantMsg::Accepted
+            }
+            "challenge" => {
+                let mut f = Fields::open(v, "challenge-msg", 2)?;
+                f.expect_text("challenge")?;
+                GrantMsg::Challenge(Challenge::from_value(f.field()?)?)
+            }
+            "custody" => {
+                let mut f = Fields::open(v, "custody", 2)?;
+                f.expect_text("custody")?;
+                GrantMsg::Custody(f.bytes()?)
+            }
+            "grant" => {
+                let mut f = Fields::open(v, "grant-msg", 2)?;
+                f.expect_text("grant")?;
+                GrantMsg::Grant(f.bstr(RECORD_BYTES_MAX)?)
+            }
+            "refused" => {
+                let mut f = Fields::open(v, "refused", 3)?;
+                f.expect_text("refused")?;
+                GrantMsg::Refused {
+                    reason: Reason::from_value(f.field()?)?,
+                    detail: f.text(4 * TEXT_BYTES_MAX)?,
+                }
+            }
+            k => {
+                return Err(DecodeError::schema(
+                    "grant-msg",
+                    format!("unknown kind {k:?}"),
+                ))
+            }
+        })
+    }
+}

@@ -1,0 +1,398 @@
+//! Fixed test keys and one sample of every structure, shared by the protocol tests.
+#![allow(dead_code)]
+
+use ed25519_dalek::SigningKey;
+use repoch_protocol::cbor::Canonical;
+use repoch_protocol::epoch::{Contender, EpochBody, EpochRecord, SignedEpochRecord};
+use repoch_protocol::grant::{Challenge, ConsumerPeer, Grant, GrantFence, SignedGrant, UnknownOp};
+use repoch_protocol::journal::{JournalBody, JournalRecord, Outcome, SignedJournalRecord};
+use repoch_protocol::manifest::*;
+use repoch_protocol::wire::{AdminEvent, AdminRequest, GrantMsg};
+use repoch_protocol::{DeploymentId, Fact, Hash, Identity, PublicKey, Reason};
+
+pub fn issuer() -> SigningKey {
+    SigningKey::from_bytes(&[1; 32])
+}
+pub fn producer() -> SigningKey {
+    SigningKey::from_bytes(&[2; 32])
+}
+pub fn consumer() -> SigningKey {
+    SigningKey::from_bytes(&[3; 32])
+}
+pub fn pk(k: &SigningKey) -> PublicKey {
+    PublicKey::from(&k.verifying_key())
+}
+pub const DEP: DeploymentId = DeploymentId([0xd5; 16]);
+
+pub fn identity(ino: u64) -> Identity {
+    Identity {
+        dev: 2049,
+        ino,
+        uid: 0,
+        gid: 0,
+        mode: 0o100600,
+    }
+}
+
+pub fn manifest() -> Manifest {
+    Manifest {
+        deployment: DEP,
+        label: "billing-root".into(),
+        enrolled_at: 1_790_000_000,
+        issuer_key: pk(&issuer()),
+        inventory: vec![
+            InventoryEntry {
+                role: Role::StateDir,
+                path: "/var/lib/repoch/d/x".into(),
+                identity: identity(10),
+            },
+            InventoryEntry {
+                role: Role::EpochLog,
+                path: "/var/lib/repoch/d/x/epoch.log".into(),
+                identity: identity(11),
+            },
+            InventoryEntry {
+                role: Role::Fence,
+                path: "/srv/billing/lock".into(),
+                identity: identity(12),
+            },
+            InventoryEntry {
+                role: Role::Store,
+                path: "/srv/billing/data".into(),
+                identity: identity(13),
+            },
+        ],
+        target: Target {
+            ready_path: "/srv/billing/READY".into(),
+        },
+        containment: Containment {
+            units: vec!["billing-root.service".into()],
+            cgroups: vec!["/system.slice/billing-root.service".into()],
+            listeners: vec![
+                Listener::Unix("/run/billing.sock".into()),
+                Listener::Tcp(7070),
+                Listener::Udp(53),
+            ],
+            executables: vec!["/usr/bin/billing-root".into()],
+        },
+        consumer: Consumer {
+            uid: 990,
+            gid: 990,
+            executable: "/usr/bin/repoch-consume".into(),
+            executable_sha256: Some(Hash([7; 32])),
+            key: pk(&consumer()),
+            cgroup: None,
+        },
+        lineage: Lineage {
+            predecessor: Some(Predecessor {
+                deployment: DeploymentId([0xaa; 16]),
+                final_hash: Hash([9; 32]),
+            }),
+            journal_path: "/srv/billing/journal".into(),
+            journal_genesis: Hash([4; 32]),
+            producer_key: pk(&producer()),
+        },
+    }
+}
+
+pub fn peer() -> ConsumerPeer {
+    ConsumerPeer {
+        pid: 4242,
+        uid: 990,
+        gid: 990,
+        exe: identity(77),
+        exe_sha256: Hash([5; 32]),
+        cgroup: "/user.slice".into(),
+    }
+}
+
+pub fn challenge() -> Challenge {
+    Challenge {
+        deployment: DEP,
+        intent: Hash([6; 32]),
+        nonce: [8; 32],
+    }
+}
+
+pub fn grant() -> Grant {
+    Grant {
+        deployment: DEP,
+        intent: Hash([6; 32]),
+        consume: Hash([11; 32]),
+        evidence: Hash([12; 32]),
+        consumer_key: pk(&consumer()),
+        ready_path: "/srv/billing/READY".into(),
+        ready_sha256: Hash([13; 32]),
+        fences: vec![GrantFence {
+            path: "/srv/billing/lock".into(),
+            identity: identity(12),
+        }],
+        frontier_seq: 7,
+        frontier_hash: Hash([14; 32]),
+        unknown_ops: vec![UnknownOp {
+            op: 3,
+            name: "charge-batch".into(),
+        }],
+        issued_at: 1_790_000_100,
+    }
+}
+
+pub fn facts() -> Vec<Fact> {
+    vec![
+        Fact::ok("fence", "/srv/billing/lock", "held", "held"),
+        Fact::failed(
+            "cgroup",
+            "/system.slice/x",
+            "empty",
+            "procs=[12]",
+            Reason::CgroupPopulated,
+        ),
+    ]
+}
+
+/// The full epoch log of a granted recovery, signed with the fixed issuer key.
+pub fn epoch_records() -> Vec<SignedEpochRecord> {
+    let bodies = vec![
+        EpochBody::Genesis {
+            manifest: Hash([15; 32]),
+            issuer_key: pk(&issuer()),
+            predecessor: None,
+        },
+        EpochBody::Intent {
+            evidence: Hash([12; 32]),
+            facts: facts(),
+            contender: Contender {
+                pid: 1,
+                start_ticks: 99,
+                boot_id: "b0a7".into(),
+            },
+            consumer: peer(),
+        },
+        EpochBody::Consume {
+            consumer: peer(),
+            challenge: challenge(),
+            custody: challenge().answer(&consumer()),
+        },
+        EpochBody::Receipt {
+            grant: SignedGrant::sign(grant(), &issuer()).to_bytes(),
+        },
+    ];
+    chain(bodies)
+}
+
+pub fn chain(bodies: Vec<EpochBody>) -> Vec<SignedEpochRecord> {
+    let mut prev = Hash::ZERO;
+    let mut out = Vec::new();
+    for (seq, body) in bodies.into_iter().enumerate() {
+        let r = SignedEpochRecord::sign(
+            EpochRecord {
+                deployment: DEP,
+                seq: seq as u64,
+                prev,
+                body,
+            },
+            &issuer(),
+        );
+        prev = Hash::of(&r.to_bytes());
+        out.push(r);
+    }
+    out
+}
+
+pub fn log_bytes(records: &[SignedEpochRecord]) -> Vec<u8> {
+    records.iter().flat_map(|r| r.to_frame()).collect()
+}
+
+pub fn withheld() -> EpochBody {
+    EpochBody::Withheld {
+        reason: Reason::EvidenceChanged,
+        detail: "fence identity changed".into(),
+    }
+}
+
+/// A journal: genesis, root-start, op 0 succeeded, op 1 unknown, op 2 never ended.
+pub fn journal_records() -> Vec<SignedJournalRecord> {
+    let bodies = vec![
+        JournalBody::Genesis {
+            producer_key: pk(&producer()),
+        },
+        JournalBody::RootStart { pid: 100 },
+        JournalBody::OpBegin {
+            op: 0,
+            name: "migrate".into(),
+        },
+        JournalBody::OpEnd {
+            op: 0,
+            outcome: Outcome::Succeeded,
+        },
+        JournalBody::OpBegin {
+            op: 1,
+            name: "charge".into(),
+        },
+        JournalBody::OpEnd {
+            op: 1,
+            outcome: Outcome::Unknown,
+        },
+        JournalBody::OpBegin {
+            op: 2,
+            name: "refund".into(),
+        },
+    ];
+    let mut prev = Hash::ZERO;
+    let mut out = Vec::new();
+    for (seq, body) in bodies.into_iter().enumerate() {
+        let key = if seq == 0 { issuer() } else { producer() };
+        let r = SignedJournalRecord::sign(
+            JournalRecord {
+                deployment: DEP,
+                seq: seq as u64,
+                prev,
+                body,
+            },
+            &key,
+        );
+        prev = Hash::of(&r.to_bytes());
+        out.push(r);
+    }
+    out
+}
+
+pub fn journal_bytes(records: &[SignedJournalRecord]) -> Vec<u8> {
+    records
+        .iter()
+        .flat_map(|r| repoch_protocol::wire::frame(&r.to_bytes()))
+        .collect()
+}
+
+/// One named sample of each top-level structure: (CDDL rule, canonical bytes).
+pub fn samples() -> Vec<(&'static str, Vec<u8>)> {
+    let mut v = vec![
+        (
+            "signed-manifest",
+            SignedManifest::sign(manifest(), &issuer()).to_bytes(),
+        ),
+        (
+            "signed-grant",
+            SignedGrant::sign(grant(), &issuer()).to_bytes(),
+        ),
+        ("challenge", challenge().to_bytes()),
+        (
+            "admin-request",
+            AdminRequest::Recover {
+                deployment: DEP,
+                approve_ready: Some(Hash([1; 32])),
+                consumer_wait_seconds: 30,
+            }
+            .to_bytes(),
+        ),
+        (
+            "admin-request",
+            AdminRequest::Recover {
+                deployment: DEP,
+                approve_ready: None,
+                consumer_wait_seconds: 0,
+            }
+            .to_bytes(),
+        ),
+        (
+            "admin-event",
+            AdminEvent::Progress {
+                step: "observe".into(),
+                detail: "lineage".into(),
+            }
+            .to_bytes(),
+        ),
+        (
+            "admin-event",
+            AdminEvent::Fact(facts()[1].clone()).to_bytes(),
+        ),
+        (
+            "admin-event",
+            AdminEvent::Record {
+                kind: "intent".into(),
+                seq: 1,
+                hash: Hash([2; 32]),
+            }
+            .to_bytes(),
+        ),
+        (
+            "admin-event",
+            AdminEvent::Outcome {
+                outcome: repoch_protocol::wire::Outcome::Granted,
+                reasons: vec![],
+                detail: "ok".into(),
+                grant: Some(vec![1, 2]),
+            }
+            .to_bytes(),
+        ),
+        (
+            "admin-event",
+            AdminEvent::Outcome {
+                outcome: repoch_protocol::wire::Outcome::Refused,
+                reasons: vec![Reason::FenceBusy],
+                detail: "no".into(),
+                grant: None,
+            }
+            .to_bytes(),
+        ),
+        (
+            "grant-msg",
+            GrantMsg::Hello {
+                deployment: DEP,
+                key: pk(&consumer()),
+            }
+            .to_bytes(),
+        ),
+        ("grant-msg", GrantMsg::Accepted.to_bytes()),
+        ("grant-msg", GrantMsg::Challenge(challenge()).to_bytes()),
+        ("grant-msg", GrantMsg::Custody([9; 64]).to_bytes()),
+        ("grant-msg", GrantMsg::Grant(vec![1, 2, 3]).to_bytes()),
+        (
+            "grant-msg",
+            GrantMsg::Refused {
+                reason: Reason::ConsumerRejected,
+                detail: "uid".into(),
+            }
+            .to_bytes(),
+        ),
+    ];
+    for r in epoch_records().iter().chain(
+        chain(vec![
+            EpochBody::Genesis {
+                manifest: Hash([15; 32]),
+                issuer_key: pk(&issuer()),
+                predecessor: Some(Predecessor {
+                    deployment: DeploymentId([0xaa; 16]),
+                    final_hash: Hash([9; 32]),
+                }),
+            },
+            EpochBody::Intent {
+                evidence: Hash([1; 32]),
+                facts: vec![],
+                contender: Contender {
+                    pid: 1,
+                    start_ticks: 1,
+                    boot_id: "x".into(),
+                },
+                consumer: peer(),
+            },
+            withheld(),
+        ])
+        .iter(),
+    ) {
+        v.push(("signed-epoch-record", r.to_bytes()));
+    }
+    for r in journal_records() {
+        v.push(("signed-journal-record", r.to_bytes()));
+    }
+    v.push(("signed-journal-record", {
+        let r = JournalRecord {
+            deployment: DEP,
+            seq: 7,
+            prev: Hash([1; 32]),
+            body: JournalBody::RootStop,
+        };
+        SignedJournalRecord::sign(r, &producer()).to_bytes()
+    }));
+    v
+}

@@ -1,0 +1,8 @@
+//! repoch-protocol's tests: one binary, one module per area.
+mod cddl;
+mod chain;
+mod common;
+mod golden;
+mod props;
+mod reasons;
+mod strict;
