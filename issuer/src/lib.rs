@@ -1,1 +1,16 @@
+//! repoch's issuer: enrollment, the protected state store, the OS observers and the typed
+//! issuance state machine. Synchronous; the daemon drives it.
 #![forbid(unsafe_code)]
+
+pub mod enroll;
+pub mod keys;
+pub mod layout;
+pub mod log;
+pub mod os;
+pub mod refusal;
+pub mod sim;
+pub mod storage;
+pub mod store;
+
+pub use layout::Layout;
+pub use refusal::Refusal;

@@ -1,1 +1,140 @@
-fn main() {}
+//! `repoch`: the operator and auditor CLI. See `repoch --help` and docs/OPERATOR.md.
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use repoch_daemon::cli::{self, Ctx};
+
+const EXIT_CODES: &str = "\
+EXIT CODES:
+    0   granted / success
+    2   refused: a prerequisite failed or the epoch is terminal (reason codes name each fact)
+    3   uncertain: the epoch was consumed or partially published; it is preserved as is
+    4   busy: another issuer holds the epoch now (the holder is named)
+    64  usage: bad arguments or manifest
+    70  internal: a bug; never a silent success
+
+Reason codes are listed in docs/REASONS.md. Every command takes --json.";
+
+/// repoch: host-owned, once-per-deployment recovery epochs.
+///
+/// An operator enrolls a deployment once, and runs `repoch recover` once when its
+/// management root lost its exclusion. repochd verifies lineage, containment and held
+/// fences from live OS facts, writes fsynced intent/consume/receipt records and hands a
+/// single-use signed grant to the authenticated worker supervisor. Auditors verify the
+/// epoch chain offline with `repoch audit`.
+#[derive(Parser, Debug)]
+#[command(name = "repoch", version, after_long_help = EXIT_CODES, after_help = EXIT_CODES)]
+struct Args {
+    /// Relocate /etc/repoch, /var/lib/repoch and /run/repoch under DIR (tests, demo).
+    #[arg(long, global = true, env = "REPOCH_ROOT", value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// Machine-readable output: one JSON object per line on stdout.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Enroll a deployment from a TOML manifest (root, once per deployment); prints its id.
+    ///
+    /// Captures the identity of every inventory object, creates the deployment's state
+    /// directory with the signed manifest, the epoch log (genesis) and the issuer lock, and
+    /// writes the producer journal's genesis. Refuses to enroll over anything that exists.
+    Enroll {
+        /// The manifest (see docs/OPERATOR.md and docs/examples/).
+        manifest: PathBuf,
+    },
+    /// Ask repochd to run the one recovery of DEPLOYMENT; streams each step.
+    Recover {
+        /// Deployment id, or any unique prefix of it.
+        deployment: String,
+        /// The sha256 of the READY file you approve (hex). Without it, the first
+        /// observation's digest is shown and used.
+        #[arg(long, value_name = "SHA256")]
+        approve_ready: Option<String>,
+        /// How long repochd waits for the consumer to connect, in seconds.
+        #[arg(long, default_value_t = cli::CONSUMER_WAIT_SECONDS_DEFAULT, value_name = "SECONDS")]
+        consumer_wait: u64,
+    },
+    /// Classify a deployment's epoch. Changes nothing.
+    Status {
+        /// Deployment id, or any unique prefix of it.
+        deployment: String,
+    },
+    /// List enrolled deployments and their epoch state.
+    List,
+    /// Verify epoch logs and the chain between deployments, offline.
+    ///
+    /// Each PATH is an epoch.log file or a deployment state directory. Checks every
+    /// record's encoding, issuer signature, sequence, hash chain and phase order, and every
+    /// predecessor link. Exit 0 only if all logs and links verify.
+    Audit {
+        /// The host issuer public key (default: the one under --root or /etc/repoch).
+        #[arg(long, value_name = "PUBFILE")]
+        issuer_key: Option<PathBuf>,
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
+    /// Producer journal records, for roots not written in Rust.
+    #[command(subcommand)]
+    Journal(JournalCmd),
+    /// Run a complete sandboxed recovery, end to end, and clean up.
+    Demo {
+        /// Keep the sandbox directory and print its path.
+        #[arg(long)]
+        keep: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum JournalCmd {
+    /// Create a producer key pair: KEYFILE (secret, 0600) and KEYFILE.pub.
+    Keygen { keyfile: PathBuf },
+    /// Append one signed record to the producer journal (fsynced before exit 0).
+    Append {
+        /// The journal file.
+        #[arg(long)]
+        journal: PathBuf,
+        /// The producer's secret key file.
+        #[arg(long)]
+        key: PathBuf,
+        /// Deployment id or unique prefix (the journal's genesis must name it).
+        #[arg(long)]
+        deployment: String,
+        #[command(subcommand)]
+        record: cli::JournalRecordArg,
+    },
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let ctx = Ctx::new(args.root.as_deref(), args.json);
+    let r = match args.cmd {
+        Cmd::Enroll { manifest } => cli::enroll(&ctx, &manifest),
+        Cmd::Recover {
+            deployment,
+            approve_ready,
+            consumer_wait,
+        } => cli::recover(&ctx, &deployment, approve_ready.as_deref(), consumer_wait),
+        Cmd::Status { deployment } => cli::status(&ctx, &deployment),
+        Cmd::List => cli::list(&ctx),
+        Cmd::Audit { issuer_key, paths } => cli::audit(&ctx, issuer_key.as_deref(), &paths),
+        Cmd::Journal(JournalCmd::Keygen { keyfile }) => cli::journal_keygen(&ctx, &keyfile),
+        Cmd::Journal(JournalCmd::Append {
+            journal,
+            key,
+            deployment,
+            record,
+        }) => cli::journal_append(&ctx, &journal, &key, &deployment, record),
+        Cmd::Demo { keep } => cli::demo(&ctx, keep),
+    };
+    match r {
+        Ok(code) => code,
+        Err(f) => f.report(args.json),
+    }
+}

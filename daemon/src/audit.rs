@@ -1,0 +1,55 @@
+//! Offline verification of epoch logs and of the chain between deployments.
+
+use std::path::{Path, PathBuf};
+
+use repoch_protocol::epoch::{verify_chain, verify_log, LogReport};
+use repoch_protocol::limits::LOG_BYTES_MAX;
+use repoch_protocol::PublicKey;
+
+/// Logs one audit reads.
+pub const AUDIT_LOGS_MAX: usize = 1024;
+
+#[derive(Debug)]
+pub struct Audited {
+    pub path: PathBuf,
+    pub report: LogReport,
+}
+
+/// Accepts a log file or a deployment state directory (its `epoch.log`).
+pub fn read_log(path: &Path) -> Result<Vec<u8>, String> {
+    let p = if path.is_dir() {
+        path.join(repoch_issuer::layout::LOG_FILE)
+    } else {
+        path.to_path_buf()
+    };
+    let fd = repoch_issuer::storage::open_path(&p, rustix::fs::OFlags::RDONLY, 0)
+        .map_err(|e| format!("{}: {e}", p.display()))?;
+    repoch_issuer::storage::read_all_fd(&fd, LOG_BYTES_MAX)
+        .map_err(|e| format!("{}: {e}", p.display()))
+}
+
+/// The deployments in chain order, or why the links do not verify.
+pub type ChainResult = Result<Vec<String>, String>;
+
+/// Verifies each log and the links between them.
+pub fn audit(paths: &[PathBuf], issuer: &PublicKey) -> Result<(Vec<Audited>, ChainResult), String> {
+    if paths.len() > AUDIT_LOGS_MAX {
+        return Err(format!(
+            "{} logs, over the bound of {AUDIT_LOGS_MAX}",
+            paths.len()
+        ));
+    }
+    let mut out = Vec::new();
+    for p in paths {
+        let bytes = read_log(p)?;
+        out.push(Audited {
+            path: p.clone(),
+            report: verify_log(&bytes, issuer, None),
+        });
+    }
+    let reports: Vec<LogReport> = out.iter().map(|a| a.report.clone()).collect();
+    let chain = verify_chain(&reports)
+        .map(|ids| ids.iter().map(|d| d.to_hex()).collect())
+        .map_err(|e| e.to_string());
+    Ok((out, chain))
+}

@@ -1,0 +1,438 @@
+//! The `repoch` subcommands. Each returns an exit code or a [`Failure`]; `main` maps
+//! failures to exit codes in one place.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use repoch_issuer::store::{self, Deployment};
+use repoch_issuer::{Layout, Refusal};
+use repoch_protocol::epoch::EpochBody;
+use repoch_protocol::journal::{next_frame, verify_journal, JournalBody, JournalPins, Outcome};
+use repoch_protocol::Reason;
+use rustix::fs::OFlags;
+use serde_json::json;
+
+use crate::exit::Failure;
+
+/// Default wait for the consumer on the grant socket.
+pub const CONSUMER_WAIT_SECONDS_DEFAULT: u64 = 30;
+
+pub type CmdResult = Result<ExitCode, Failure>;
+
+#[derive(Debug)]
+pub struct Ctx {
+    pub layout: Layout,
+    pub root: Option<std::path::PathBuf>,
+    pub json: bool,
+}
+
+impl Ctx {
+    pub fn new(root: Option<&Path>, json: bool) -> Ctx {
+        Ctx {
+            layout: Layout::new(root),
+            root: root.map(Path::to_path_buf),
+            json,
+        }
+    }
+    /// Prints a JSON value (with --json) or the human text.
+    pub fn out(&self, v: serde_json::Value, human: impl FnOnce() -> String) {
+        if self.json {
+            println!("{v}");
+        } else {
+            println!("{}", human());
+        }
+    }
+}
+
+fn require_root(what: &str) -> Result<(), Failure> {
+    if !rustix::process::geteuid().is_root() {
+        return Err(Failure::refused(Refusal::new(
+            Reason::AdminDenied,
+            what,
+            "uid 0",
+            format!("uid {}", rustix::process::geteuid().as_raw()),
+        )));
+    }
+    Ok(())
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+pub fn enroll(ctx: &Ctx, manifest: &Path) -> CmdResult {
+    require_root("enroll")?;
+    let text = std::fs::read_to_string(manifest)
+        .map_err(|e| Failure::Usage(format!("{}: {e}", manifest.display())))?;
+    let v = repoch_issuer::enroll::validate(&text)
+        .map_err(|e| Failure::Usage(format!("{}: {e}", manifest.display())))?;
+    let e = repoch_issuer::enroll::enroll(&ctx.layout, &v, now()).map_err(|e| match e {
+        repoch_issuer::enroll::EnrollError::Manifest { .. } => Failure::Usage(e.to_string()),
+        repoch_issuer::enroll::EnrollError::Refused { .. }
+        | repoch_issuer::enroll::EnrollError::Io(_) => Failure::Refused(vec![Refusal::new(
+            Reason::ManifestInvalid,
+            manifest.display().to_string(),
+            "enrollable",
+            e.to_string(),
+        )]),
+    })?;
+    let append_only = e.journal_append_only.clone().err();
+    ctx.out(
+        json!({"outcome": "enrolled", "deployment": e.id.to_hex(), "state_dir": e.state_dir, "manifest_sha256": e.manifest_hash.to_hex(),
+               "journal_append_only": append_only.is_none(), "journal_append_only_error": append_only}),
+        || {
+            let mut s = e.id.to_hex();
+            if let Some(w) = &append_only {
+                s.push_str(&format!("\nwarning: the journal is not append-only on this file system: {w}"));
+            }
+            s
+        },
+    );
+    if let Some(w) = append_only {
+        if !ctx.json {
+            eprintln!("repoch: journal append-only flag not set: {w}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Opens a deployment named by id or unique prefix.
+pub fn open(ctx: &Ctx, prefix: &str) -> Result<Deployment, Failure> {
+    let id = store::resolve(&ctx.layout, prefix)?;
+    let issuer = store::issuer_public(&ctx.layout)?;
+    Ok(Deployment::open(&ctx.layout, &issuer, id)?)
+}
+
+fn status_json(d: &Deployment) -> serde_json::Value {
+    let rep = d.report();
+    json!({
+        "deployment": d.id.to_hex(),
+        "label": d.manifest.label,
+        "epoch": rep.classification.as_str(),
+        "records": rep.records.iter().map(|r| json!({
+            "seq": r.record.record.seq, "kind": r.record.record.body.kind().as_str(), "hash": r.hash.to_hex(), "offset": r.offset,
+            "reason": match &r.record.record.body { EpochBody::Withheld { reason, .. } => Some(reason.as_str()), _ => None },
+        })).collect::<Vec<_>>(),
+        "problem": rep.problem.as_ref().map(|(at, why)| json!({"offset": at, "reason": why})),
+        "refusal": rep.classification.refusal().map(|r| r.as_str()),
+        "predecessor": d.predecessor().map(|p| json!({"deployment": p.deployment.to_hex(), "final_hash": p.final_hash.to_hex()})),
+    })
+}
+
+pub fn status(ctx: &Ctx, prefix: &str) -> CmdResult {
+    let d = open(ctx, prefix)?;
+    let rep = d.report();
+    ctx.out(status_json(&d), || {
+        let mut s = format!(
+            "deployment {}  ({})\nepoch      {}\n",
+            d.id,
+            d.manifest.label,
+            rep.classification.as_str()
+        );
+        for r in &rep.records {
+            let rec = &r.record.record;
+            s.push_str(&format!(
+                "  #{} {:<9} {}",
+                rec.seq,
+                rec.body.kind().as_str(),
+                r.hash
+            ));
+            if let EpochBody::Withheld { reason, detail } = &rec.body {
+                s.push_str(&format!("  {reason}: {detail}"));
+            }
+            s.push('\n');
+        }
+        if let Some((at, why)) = &rep.problem {
+            s.push_str(&format!("problem at offset {at}: {why}\n"));
+        }
+        if let Some(p) = d.predecessor() {
+            s.push_str(&format!(
+                "predecessor {} (final {})\n",
+                p.deployment, p.final_hash
+            ));
+        }
+        s.trim_end().to_owned()
+    });
+    // status never fails for a readable deployment: the classification is the answer.
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn list(ctx: &Ctx) -> CmdResult {
+    let ids = store::list(&ctx.layout)
+        .map_err(|e| Failure::Internal(format!("{}: {e}", ctx.layout.deployments().display())))?;
+    let issuer = if ids.is_empty() {
+        None
+    } else {
+        Some(store::issuer_public(&ctx.layout)?)
+    };
+    let mut rows = Vec::new();
+    for id in ids {
+        let row = match Deployment::open(
+            &ctx.layout,
+            issuer.as_ref().expect("deployments imply an issuer key"),
+            id,
+        ) {
+            Ok(d) => {
+                json!({"deployment": id.to_hex(), "label": d.manifest.label, "epoch": d.classification().as_str()})
+            }
+            Err(r) => {
+                json!({"deployment": id.to_hex(), "label": null, "epoch": "unreadable", "refusal": crate::exit::refusal_json(&r)})
+            }
+        };
+        rows.push(row);
+    }
+    if ctx.json {
+        println!("{}", json!({"deployments": rows}));
+    } else if rows.is_empty() {
+        println!(
+            "no deployments enrolled under {}",
+            ctx.layout.deployments().display()
+        );
+    } else {
+        println!("{:<32}  {:<10}  LABEL", "DEPLOYMENT", "EPOCH");
+        for r in rows {
+            println!(
+                "{:<32}  {:<10}  {}",
+                r["deployment"].as_str().unwrap_or(""),
+                r["epoch"].as_str().unwrap_or(""),
+                r["label"].as_str().unwrap_or("-")
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn audit(ctx: &Ctx, issuer_key: Option<&Path>, paths: &[std::path::PathBuf]) -> CmdResult {
+    let issuer = match issuer_key {
+        Some(p) => {
+            repoch_issuer::keys::read_public(p).map_err(|e| Failure::Usage(e.to_string()))?
+        }
+        None => store::issuer_public(&ctx.layout)?,
+    };
+    let (logs, chain) = crate::audit::audit(paths, &issuer).map_err(Failure::Usage)?;
+    let bad: Vec<&crate::audit::Audited> = logs
+        .iter()
+        .filter(|a| a.report.problem.is_some() || a.report.records.is_empty())
+        .collect();
+    let rows: Vec<serde_json::Value> = logs
+        .iter()
+        .map(|a| {
+            let r = &a.report;
+            json!({"path": a.path, "deployment": r.deployment().map(|d| d.to_hex()), "epoch": r.classification.as_str(),
+                   "records": r.records.len(), "head": r.last_hash().map(|h| h.to_hex()),
+                   "predecessor": r.genesis().and_then(|(_, p)| p).map(|p| p.deployment.to_hex()),
+                   "problem": r.problem.as_ref().map(|(at, why)| json!({"offset": at, "reason": why}))})
+        })
+        .collect();
+    let verified = bad.is_empty() && chain.is_ok();
+    ctx.out(json!({"verified": verified, "logs": rows, "chain": chain.as_ref().ok(), "chain_error": chain.as_ref().err()}), || {
+        let mut s = format!("{:<32}  {:<10}  {:>7}  {:<16}  PREDECESSOR\n", "DEPLOYMENT", "EPOCH", "RECORDS", "HEAD");
+        for a in &logs {
+            let r = &a.report;
+            s.push_str(&format!(
+                "{:<32}  {:<10}  {:>7}  {:<16}  {}\n",
+                r.deployment().map_or("-".into(), |d| d.to_hex()),
+                r.classification.as_str(),
+                r.records.len(),
+                r.last_hash().map_or("-".into(), |h| h.to_hex()[..16].to_owned()),
+                r.genesis().and_then(|(_, p)| p).map_or("-".into(), |p| p.deployment.to_hex()),
+            ));
+            if let Some((at, why)) = &r.problem {
+                s.push_str(&format!("  {}: problem at offset {at}: {why}\n", a.path.display()));
+            }
+        }
+        match &chain {
+            Ok(order) => s.push_str(&format!("chain: verified ({} deployment{})", order.len(), if order.len() == 1 { "" } else { "s" })),
+            Err(e) => s.push_str(&format!("chain: NOT verified: {e}")),
+        }
+        if verified {
+            s.push_str("\naudit: verified");
+        } else {
+            s.push_str("\naudit: FAILED");
+        }
+        s
+    });
+    if verified {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        let first = bad.first().map(|a| {
+            let reason = a
+                .report
+                .classification
+                .refusal()
+                .unwrap_or(Reason::EpochCorrupt);
+            Refusal::new(
+                reason,
+                a.path.display().to_string(),
+                "a valid log",
+                a.report
+                    .problem
+                    .as_ref()
+                    .map_or("no record".into(), |(at, w)| format!("offset {at}: {w}")),
+            )
+        });
+        let r = first.unwrap_or_else(|| {
+            Refusal::new(
+                Reason::PredecessorMismatch,
+                "chain",
+                "verified links",
+                chain.err().unwrap_or_default(),
+            )
+        });
+        Err(Failure::Refused(vec![r]))
+    }
+}
+
+/// A producer journal record, as typed on the command line.
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum JournalRecordArg {
+    /// The root started (records this process's parent pid unless --pid).
+    RootStart {
+        #[arg(long)]
+        pid: Option<u32>,
+    },
+    /// An operation begins; prints its op id (use it with op-end).
+    OpBegin { name: String },
+    /// An operation ended: succeeded, failed or unknown.
+    OpEnd { op: u64, outcome: String },
+    /// The root stopped cleanly.
+    RootStop,
+}
+
+pub fn journal_keygen(ctx: &Ctx, keyfile: &Path) -> CmdResult {
+    let key = repoch_issuer::keys::generate()
+        .map_err(|e| Failure::Internal(format!("getrandom: {e}")))?;
+    let pub_path = std::path::PathBuf::from(format!("{}.pub", keyfile.display()));
+    repoch_issuer::keys::write_pair(keyfile, &pub_path, &key)
+        .map_err(|e| Failure::Usage(e.to_string()))?;
+    let pk = hex::encode(key.verifying_key().to_bytes());
+    ctx.out(
+        json!({"key": keyfile, "public": pub_path, "public_key": pk}),
+        || pk.clone(),
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn journal_append(
+    ctx: &Ctx,
+    journal: &Path,
+    key: &Path,
+    deployment: &str,
+    rec: JournalRecordArg,
+) -> CmdResult {
+    let key = repoch_issuer::keys::read_secret(key).map_err(|e| Failure::Usage(e.to_string()))?;
+    let id = store::resolve(&ctx.layout, deployment)?;
+    let issuer = store::issuer_public(&ctx.layout)?;
+    let producer = repoch_protocol::PublicKey::from(&key.verifying_key());
+    let fd = repoch_issuer::storage::open_path(journal, OFlags::RDWR | OFlags::APPEND, 0).map_err(
+        |e| {
+            Failure::refused(Refusal::new(
+                Reason::LineageMissing,
+                journal.display().to_string(),
+                "present",
+                e.to_string(),
+            ))
+        },
+    )?;
+    // One writer at a time: an exclusive flock on the journal while appending.
+    rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(|e| Failure::Internal(format!("flock: {e}")))?;
+    let bytes =
+        repoch_issuer::storage::read_all_fd(&fd, repoch_protocol::limits::JOURNAL_BYTES_MAX)
+            .map_err(|e| Failure::Internal(e.to_string()))?;
+    let f = verify_journal(
+        &bytes,
+        JournalPins {
+            deployment: id,
+            issuer: &issuer,
+            producer: &producer,
+            genesis: None,
+        },
+    )
+    .map_err(|e| {
+        Failure::refused(Refusal::new(
+            e.reason,
+            journal.display().to_string(),
+            "a valid journal",
+            format!("offset {}: {}", e.offset, e.detail),
+        ))
+    })?;
+    let body = match rec {
+        JournalRecordArg::RootStart { pid } => JournalBody::RootStart {
+            pid: pid.unwrap_or_else(|| {
+                rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32)
+            }),
+        },
+        JournalRecordArg::OpBegin { name } => {
+            repoch_protocol::types::check_text(&name).map_err(Failure::Usage)?;
+            if name.len() > repoch_protocol::limits::OP_NAME_BYTES_MAX {
+                return Err(Failure::Usage(format!(
+                    "op name over {} bytes",
+                    repoch_protocol::limits::OP_NAME_BYTES_MAX
+                )));
+            }
+            JournalBody::OpBegin {
+                op: f.next_op,
+                name,
+            }
+        }
+        JournalRecordArg::OpEnd { op, outcome } => JournalBody::OpEnd {
+            op,
+            outcome: Outcome::parse(&outcome).ok_or_else(|| {
+                Failure::Usage(format!(
+                    "outcome {outcome:?}: expected succeeded, failed or unknown"
+                ))
+            })?,
+        },
+        JournalRecordArg::RootStop => JournalBody::RootStop,
+    };
+    let op = if let JournalBody::OpBegin { op, .. } = &body {
+        Some(*op)
+    } else {
+        None
+    };
+    let kind = body.kind();
+    let (frame, hash) = next_frame(id, Some((f.last_seq, f.last_hash)), body, &key);
+    // Validate the result before writing: the new journal must verify.
+    let mut after = bytes.clone();
+    after.extend_from_slice(&frame);
+    verify_journal(
+        &after,
+        JournalPins {
+            deployment: id,
+            issuer: &issuer,
+            producer: &producer,
+            genesis: None,
+        },
+    )
+    .map_err(|e| Failure::Usage(format!("this record would break the journal: {}", e.detail)))?;
+    let n = rustix::io::write(&fd, &frame).map_err(|e| Failure::Internal(format!("write: {e}")))?;
+    if n != frame.len() {
+        return Err(Failure::Uncertain(format!(
+            "short write ({n} of {} bytes): the journal is torn",
+            frame.len()
+        )));
+    }
+    rustix::fs::fdatasync(&fd)
+        .map_err(|e| Failure::Uncertain(format!("fdatasync failed (not retried): {e}")))?;
+    ctx.out(
+        json!({"seq": f.last_seq + 1, "kind": kind, "hash": hash.to_hex(), "op": op}),
+        || match op {
+            Some(op) => op.to_string(),
+            None => format!("appended {kind} as record {}", f.last_seq + 1),
+        },
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn recover(_ctx: &Ctx, _prefix: &str, _approve: Option<&str>, _wait: u64) -> CmdResult {
+    Err(Failure::Internal("recover is not yet available".into()))
+}
+
+pub fn demo(_ctx: &Ctx, _keep: bool) -> CmdResult {
+    println!("repoch demo: not yet available");
+    Ok(ExitCode::SUCCESS)
+}

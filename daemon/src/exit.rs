@@ -1,0 +1,93 @@
+//! Outcomes and exit codes (DESIGN §6), mapped in exactly one place.
+
+use std::process::ExitCode;
+
+use repoch_issuer::Refusal;
+use repoch_protocol::Reason;
+
+/// Everything a command can end with besides success.
+#[derive(Debug)]
+pub enum Failure {
+    /// A prerequisite failed, or the epoch is terminal (exit 2).
+    Refused(Vec<Refusal>),
+    /// The epoch was consumed or partially published; its outcome cannot be known (exit 3).
+    Uncertain(String),
+    /// Another issuer holds the epoch now (exit 4).
+    Busy(Refusal),
+    /// Bad arguments or manifest (exit 64).
+    Usage(String),
+    /// A bug (exit 70).
+    Internal(String),
+}
+
+impl Failure {
+    pub fn refused(r: Refusal) -> Failure {
+        if r.reason == Reason::IssuerBusy {
+            return Failure::Busy(r);
+        }
+        Failure::Refused(vec![r])
+    }
+    pub fn code(&self) -> u8 {
+        match self {
+            Failure::Refused(_) => 2,
+            Failure::Uncertain(_) => 3,
+            Failure::Busy(_) => 4,
+            Failure::Usage(_) => 64,
+            Failure::Internal(_) => 70,
+        }
+    }
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Failure::Refused(_) => "refused",
+            Failure::Uncertain(_) => "uncertain",
+            Failure::Busy(_) => "busy",
+            Failure::Usage(_) => "usage",
+            Failure::Internal(_) => "internal",
+        }
+    }
+    pub fn refusals(&self) -> Vec<&Refusal> {
+        match self {
+            Failure::Refused(v) => v.iter().collect(),
+            Failure::Busy(r) => vec![r],
+            _ => vec![],
+        }
+    }
+    pub fn message(&self) -> String {
+        match self {
+            Failure::Refused(v) => v
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n"),
+            Failure::Busy(r) => r.to_string(),
+            Failure::Uncertain(s) | Failure::Usage(s) | Failure::Internal(s) => s.clone(),
+        }
+    }
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "outcome": self.outcome(),
+            "exit": self.code(),
+            "message": self.message(),
+            "refusals": self.refusals().iter().map(|r| refusal_json(r)).collect::<Vec<_>>(),
+        })
+    }
+    /// Prints the failure (to stderr, or as JSON on stdout) and returns the exit code.
+    pub fn report(&self, json: bool) -> ExitCode {
+        if json {
+            println!("{}", self.to_json());
+        } else {
+            eprintln!("repoch: {}: {}", self.outcome(), self.message());
+        }
+        ExitCode::from(self.code())
+    }
+}
+
+pub fn refusal_json(r: &Refusal) -> serde_json::Value {
+    serde_json::json!({"reason": r.reason.as_str(), "subject": r.subject, "expected": r.expected, "observed": r.observed})
+}
+
+impl From<Refusal> for Failure {
+    fn from(r: Refusal) -> Self {
+        Failure::refused(r)
+    }
+}

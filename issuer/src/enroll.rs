@@ -1,0 +1,545 @@
+//! Enrollment (DESIGN §3): a human-written TOML manifest becomes an enrolled deployment.
+
+use std::path::{Path, PathBuf};
+
+use ed25519_dalek::SigningKey;
+use repoch_protocol::cbor::Canonical;
+use repoch_protocol::epoch::{EpochBody, EpochRecord, SignedEpochRecord};
+use repoch_protocol::journal::{next_frame, JournalBody};
+use repoch_protocol::limits::*;
+use repoch_protocol::manifest::*;
+use repoch_protocol::types::{check_abs_path, check_text};
+use repoch_protocol::{DeploymentId, Hash, PublicKey};
+use rustix::fs::{IFlags, OFlags};
+use serde::Deserialize;
+
+use crate::layout::Layout;
+use crate::log::{enroll_sequence, staging_name};
+use crate::storage::{open_path, Real};
+use crate::store::{self, fstat_identity};
+
+/// The manifest as an operator writes it (docs/OPERATOR.md documents every field).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ManifestToml {
+    pub label: String,
+    #[serde(default)]
+    pub fences: Vec<String>,
+    #[serde(default)]
+    pub stores: Vec<String>,
+    pub ready: String,
+    pub journal: JournalToml,
+    #[serde(default)]
+    pub containment: ContainmentToml,
+    pub consumer: ConsumerToml,
+    /// Id (or unique prefix) of the deployment this one succeeds.
+    pub predecessor: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JournalToml {
+    pub path: String,
+    /// Hex public key of the producer, or `producer_key_file`.
+    pub producer_key: Option<String>,
+    pub producer_key_file: Option<String>,
+    /// Owner of the journal (the producer appends to it). Default root.
+    #[serde(default)]
+    pub uid: u32,
+    #[serde(default)]
+    pub gid: u32,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContainmentToml {
+    #[serde(default)]
+    pub units: Vec<String>,
+    #[serde(default)]
+    pub cgroups: Vec<String>,
+    #[serde(default)]
+    pub listeners: Vec<String>,
+    #[serde(default)]
+    pub executables: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsumerToml {
+    pub uid: u32,
+    pub gid: u32,
+    pub executable: String,
+    pub executable_sha256: Option<String>,
+    pub key: Option<String>,
+    pub key_file: Option<String>,
+    pub cgroup: Option<String>,
+}
+
+/// A manifest or enrollment error: names the field and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnrollError {
+    #[error("manifest: {field}: {why}")]
+    Manifest { field: String, why: String },
+    #[error("{what}: {why}")]
+    Refused { what: String, why: String },
+    #[error("{0}")]
+    Io(String),
+}
+
+fn field(field: impl Into<String>, why: impl Into<String>) -> EnrollError {
+    EnrollError::Manifest {
+        field: field.into(),
+        why: why.into(),
+    }
+}
+
+fn bounded<T>(name: &str, items: &[T], max: usize) -> Result<(), EnrollError> {
+    if items.len() > max {
+        return Err(field(
+            name,
+            format!("{} entries, over the bound of {max}", items.len()),
+        ));
+    }
+    Ok(())
+}
+
+fn path_field(name: &str, p: &str) -> Result<(), EnrollError> {
+    check_abs_path(p).map_err(|why| field(name, why))
+}
+
+fn key_field(
+    name: &str,
+    inline: &Option<String>,
+    file: &Option<String>,
+) -> Result<PublicKey, EnrollError> {
+    match (inline, file) {
+        (Some(h), None) => crate::keys::parse_public(h)
+            .ok_or_else(|| field(name, "not a valid ed25519 public key (64 hex digits)")),
+        (None, Some(f)) => crate::keys::read_public(Path::new(f))
+            .map_err(|e| field(format!("{name}_file"), e.to_string())),
+        _ => Err(field(
+            name,
+            format!("give exactly one of `{name}` and `{name}_file`"),
+        )),
+    }
+}
+
+/// Parses `unix:/path`, `tcp:PORT`, `udp:PORT`.
+pub fn parse_listener(s: &str) -> Result<Listener, String> {
+    let (kind, rest) = s
+        .split_once(':')
+        .ok_or("expected unix:/PATH, tcp:PORT or udp:PORT")?;
+    let port = || {
+        rest.parse::<u16>()
+            .map_err(|_| format!("{rest:?} is not a port (0..65535)"))
+    };
+    match kind {
+        "unix" => check_abs_path(rest).map(|_| Listener::Unix(rest.into())),
+        "tcp" => port().map(Listener::Tcp),
+        "udp" => port().map(Listener::Udp),
+        _ => Err(format!(
+            "unknown listener kind {kind:?}; expected unix, tcp or udp"
+        )),
+    }
+}
+
+/// The manifest after validation, before anything is touched on disk.
+#[derive(Debug, Clone)]
+pub struct Validated {
+    pub label: String,
+    pub fences: Vec<String>,
+    pub stores: Vec<String>,
+    pub ready: String,
+    pub journal_path: String,
+    pub journal_uid: u32,
+    pub journal_gid: u32,
+    pub producer_key: PublicKey,
+    pub containment: Containment,
+    pub consumer: Consumer,
+    pub predecessor: Option<String>,
+}
+
+/// Parses and validates a TOML manifest: every path absolute and canonical, every list
+/// bounded, every key a valid point, no duplicates.
+pub fn validate(text: &str) -> Result<Validated, EnrollError> {
+    let m: ManifestToml = toml::from_str(text).map_err(|e| {
+        field(
+            e.span().map_or("manifest".into(), |s| {
+                format!("at bytes {}..{}", s.start, s.end)
+            }),
+            e.message().to_owned(),
+        )
+    })?;
+    check_text(&m.label).map_err(|w| field("label", w))?;
+    if m.label.is_empty() {
+        return Err(field("label", "must not be empty"));
+    }
+    bounded("fences", &m.fences, FENCES_MAX)?;
+    bounded("stores", &m.stores, STORES_MAX)?;
+    bounded("containment.units", &m.containment.units, UNITS_MAX)?;
+    bounded("containment.cgroups", &m.containment.cgroups, CGROUPS_MAX)?;
+    bounded(
+        "containment.listeners",
+        &m.containment.listeners,
+        LISTENERS_MAX,
+    )?;
+    bounded(
+        "containment.executables",
+        &m.containment.executables,
+        EXECUTABLES_MAX,
+    )?;
+    if m.fences.is_empty() {
+        return Err(field(
+            "fences",
+            "at least one lock fence is required: exclusion is what the grant hands over",
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (name, list) in [("fences", &m.fences), ("stores", &m.stores)] {
+        for (i, p) in list.iter().enumerate() {
+            path_field(&format!("{name}[{i}]"), p)?;
+            if !seen.insert(p.clone()) {
+                return Err(field(
+                    format!("{name}[{i}]"),
+                    format!("{p} is listed twice"),
+                ));
+            }
+        }
+    }
+    path_field("ready", &m.ready)?;
+    path_field("journal.path", &m.journal.path)?;
+    if seen.contains(&m.journal.path) || seen.contains(&m.ready) {
+        return Err(field(
+            "journal.path",
+            "the journal and READY must differ from every fence and store",
+        ));
+    }
+    for (i, u) in m.containment.units.iter().enumerate() {
+        check_text(u).map_err(|w| field(format!("containment.units[{i}]"), w))?;
+        if u.is_empty() || u.contains('/') || !u.contains('.') {
+            return Err(field(
+                format!("containment.units[{i}]"),
+                "expected a unit name such as billing.service",
+            ));
+        }
+    }
+    for (i, c) in m.containment.cgroups.iter().enumerate() {
+        path_field(&format!("containment.cgroups[{i}]"), c)?;
+        if c == "/" {
+            return Err(field(
+                format!("containment.cgroups[{i}]"),
+                "the root cgroup holds every process; name the controller's own cgroup",
+            ));
+        }
+    }
+    let listeners = m
+        .containment
+        .listeners
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            parse_listener(l).map_err(|w| field(format!("containment.listeners[{i}]"), w))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    for (i, e) in m.containment.executables.iter().enumerate() {
+        path_field(&format!("containment.executables[{i}]"), e)?;
+    }
+    path_field("consumer.executable", &m.consumer.executable)?;
+    if let Some(c) = &m.consumer.cgroup {
+        path_field("consumer.cgroup", c)?;
+    }
+    let executable_sha256 = match &m.consumer.executable_sha256 {
+        None => None,
+        Some(h) => Some(
+            Hash::from_hex(h)
+                .ok_or_else(|| field("consumer.executable_sha256", "expected 64 hex digits"))?,
+        ),
+    };
+    let producer_key = key_field(
+        "journal.producer_key",
+        &m.journal.producer_key,
+        &m.journal.producer_key_file,
+    )?;
+    let consumer_key = key_field("consumer.key", &m.consumer.key, &m.consumer.key_file)?;
+    Ok(Validated {
+        label: m.label,
+        fences: m.fences,
+        stores: m.stores,
+        ready: m.ready,
+        journal_path: m.journal.path,
+        journal_uid: m.journal.uid,
+        journal_gid: m.journal.gid,
+        producer_key,
+        containment: Containment {
+            units: m.containment.units,
+            cgroups: m.containment.cgroups,
+            listeners,
+            executables: m.containment.executables,
+        },
+        consumer: Consumer {
+            uid: m.consumer.uid,
+            gid: m.consumer.gid,
+            executable: m.consumer.executable,
+            executable_sha256,
+            key: consumer_key,
+            cgroup: m.consumer.cgroup,
+        },
+        predecessor: m.predecessor,
+    })
+}
+
+/// The host issuer key: read it, or create it (0600, root) on first use.
+pub fn issuer_key(layout: &Layout, create: bool) -> Result<SigningKey, EnrollError> {
+    let path = layout.issuer_key();
+    if !store::exists_nofollow(&path) && create {
+        std::fs::create_dir_all(&layout.etc)
+            .map_err(|e| EnrollError::Io(format!("{}: {e}", layout.etc.display())))?;
+        let key =
+            crate::keys::generate().map_err(|e| EnrollError::Io(format!("getrandom: {e}")))?;
+        crate::keys::write_pair(&path, &layout.issuer_pub(), &key)
+            .map_err(|e| EnrollError::Io(e.to_string()))?;
+        return Ok(key);
+    }
+    crate::keys::read_secret(&path).map_err(|e| EnrollError::Io(e.to_string()))
+}
+
+fn identity_at(role: &str, p: &str) -> Result<repoch_protocol::Identity, EnrollError> {
+    let fd = open_path(Path::new(p), OFlags::RDONLY | OFlags::NONBLOCK, 0).map_err(|e| {
+        EnrollError::Refused {
+            what: format!("{role} {p}"),
+            why: if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
+                "a path component is a symlink; enroll the canonical path".into()
+            } else {
+                e.to_string()
+            },
+        }
+    })?;
+    fstat_identity(&fd).map_err(|e| EnrollError::Io(format!("{p}: {e}")))
+}
+
+/// The outcome of an enrollment.
+#[derive(Debug, Clone)]
+pub struct Enrolled {
+    pub id: DeploymentId,
+    pub state_dir: PathBuf,
+    pub journal_append_only: Result<(), String>,
+    pub manifest_hash: Hash,
+}
+
+/// Creates the journal with its genesis; returns its identity, genesis hash and whether the
+/// append-only flag could be set.
+fn create_journal(
+    v: &Validated,
+    id: DeploymentId,
+    key: &SigningKey,
+) -> Result<(repoch_protocol::Identity, Hash, Result<(), String>), EnrollError> {
+    let path = Path::new(&v.journal_path);
+    let parent = path.parent().expect("absolute path has a parent");
+    let pfd = open_path(parent, OFlags::RDONLY | OFlags::DIRECTORY, 0).map_err(|e| {
+        EnrollError::Refused {
+            what: format!("journal directory {}", parent.display()),
+            why: e.to_string(),
+        }
+    })?;
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("validated path");
+    let fd = crate::storage::open_at(
+        &pfd,
+        name,
+        OFlags::RDWR | OFlags::APPEND | OFlags::CREATE | OFlags::EXCL,
+        0o600,
+    )
+    .map_err(|e| EnrollError::Refused {
+        what: format!("journal {}", v.journal_path),
+        why: format!("{e} (enrollment never writes over an existing file)"),
+    })?;
+    let (frame, genesis) = next_frame(
+        id,
+        None,
+        JournalBody::Genesis {
+            producer_key: v.producer_key,
+        },
+        key,
+    );
+    let io = |e: std::io::Error| EnrollError::Io(format!("journal {}: {e}", v.journal_path));
+    // Owner and mode before the append-only flag: afterwards even chown fails.
+    rustix::fs::fchown(
+        &fd,
+        Some(rustix::process::Uid::from_raw(v.journal_uid)),
+        Some(rustix::process::Gid::from_raw(v.journal_gid)),
+    )
+    .map_err(|e| io(e.into()))?;
+    rustix::fs::fchmod(&fd, rustix::fs::Mode::from_raw_mode(0o600)).map_err(|e| io(e.into()))?;
+    let n = rustix::io::write(&fd, &frame).map_err(|e| io(e.into()))?;
+    if n != frame.len() {
+        return Err(io(std::io::Error::other("short write")));
+    }
+    rustix::fs::fdatasync(&fd).map_err(|e| io(e.into()))?;
+    rustix::fs::fsync(&pfd).map_err(|e| io(e.into()))?;
+    let append_only = set_append_only(&fd);
+    let ident = fstat_identity(&fd).map_err(io)?;
+    Ok((ident, genesis, append_only))
+}
+
+/// Sets `FS_APPEND_FL` where the file system supports it.
+pub fn set_append_only(fd: &std::os::fd::OwnedFd) -> Result<(), String> {
+    let flags = rustix::fs::ioctl_getflags(fd).map_err(|e| format!("reading inode flags: {e}"))?;
+    rustix::fs::ioctl_setflags(fd, flags | IFlags::APPEND)
+        .map_err(|e| format!("setting the append-only flag: {e}"))
+}
+
+pub fn is_append_only(fd: &std::os::fd::OwnedFd) -> Result<bool, String> {
+    rustix::fs::ioctl_getflags(fd)
+        .map(|f| f.contains(IFlags::APPEND))
+        .map_err(|e| format!("reading inode flags: {e}"))
+}
+
+/// Removes a journal created by a failed enrollment (clearing the append-only flag first).
+fn remove_journal(path: &str) {
+    if let Ok(fd) = open_path(Path::new(path), OFlags::RDONLY, 0) {
+        if let Ok(f) = rustix::fs::ioctl_getflags(&fd) {
+            let _ = rustix::fs::ioctl_setflags(&fd, f - IFlags::APPEND);
+        }
+    }
+    let _ = std::fs::remove_file(path);
+}
+
+/// Enrolls a validated manifest. Root only (checked by the caller's CLI too).
+pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, EnrollError> {
+    let key = issuer_key(layout, true)?;
+    let issuer = PublicKey::from(&key.verifying_key());
+    // Predecessor: an enrolled deployment whose epoch is used (never a live `enrolled` one).
+    let predecessor = match &v.predecessor {
+        None => None,
+        Some(p) => {
+            let pid = store::resolve(layout, p).map_err(|r| field("predecessor", r.to_string()))?;
+            let d = store::Deployment::open(layout, &issuer, pid)
+                .map_err(|r| field("predecessor", r.to_string()))?;
+            let rep = d.report();
+            if let Some((at, why)) = &rep.problem {
+                return Err(field(
+                    "predecessor",
+                    format!(
+                        "its log is {} at offset {at}: {why}",
+                        rep.classification.as_str()
+                    ),
+                ));
+            }
+            if rep.classification == repoch_protocol::epoch::Classification::Enrolled {
+                return Err(field(
+                    "predecessor",
+                    "its epoch is unused (enrolled): recover it, do not replace it",
+                ));
+            }
+            Some(Predecessor {
+                deployment: pid,
+                final_hash: rep.last_hash().expect("a verified log has a genesis"),
+            })
+        }
+    };
+    // Every inventory object that must already exist, by identity.
+    let mut inventory = Vec::new();
+    for f in &v.fences {
+        inventory.push(InventoryEntry {
+            role: Role::Fence,
+            path: f.clone(),
+            identity: identity_at("fence", f)?,
+        });
+    }
+    for s in &v.stores {
+        inventory.push(InventoryEntry {
+            role: Role::Store,
+            path: s.clone(),
+            identity: identity_at("store", s)?,
+        });
+    }
+    let id = DeploymentId(
+        crate::keys::random().map_err(|e| EnrollError::Io(format!("getrandom: {e}")))?,
+    );
+    let deployments = layout.deployments();
+    std::fs::create_dir_all(&deployments)
+        .map_err(|e| EnrollError::Io(format!("{}: {e}", deployments.display())))?;
+    let (journal_id, journal_genesis, append_only) = create_journal(v, id, &key)?;
+    inventory.push(InventoryEntry {
+        role: Role::Journal,
+        path: v.journal_path.clone(),
+        identity: journal_id,
+    });
+    let state_dir = layout.state_dir(&id);
+    let dfd = open_path(&deployments, OFlags::RDONLY | OFlags::DIRECTORY, 0)
+        .map_err(|e| EnrollError::Io(format!("{}: {e}", deployments.display())))?;
+    let mut manifest_hash = Hash::ZERO;
+    let result = enroll_sequence(&mut Real, &dfd, &id, issuer, |_, staged| {
+        let ident = |fd| fstat_identity(fd).map_err(|e| e.to_string());
+        let path = |n: &str| state_dir.join(n).display().to_string();
+        let mut inv = vec![
+            InventoryEntry {
+                role: Role::StateDir,
+                path: state_dir.display().to_string(),
+                identity: ident(&staged.dir)?,
+            },
+            InventoryEntry {
+                role: Role::EpochLog,
+                path: path(crate::layout::LOG_FILE),
+                identity: ident(&staged.log)?,
+            },
+            InventoryEntry {
+                role: Role::IssuerLock,
+                path: path(crate::layout::LOCK_FILE),
+                identity: ident(&staged.lock)?,
+            },
+        ];
+        inv.extend(inventory.iter().cloned());
+        let manifest = Manifest {
+            deployment: id,
+            label: v.label.clone(),
+            enrolled_at: now,
+            issuer_key: issuer,
+            inventory: inv,
+            target: Target {
+                ready_path: v.ready.clone(),
+            },
+            containment: v.containment.clone(),
+            consumer: v.consumer.clone(),
+            lineage: Lineage {
+                predecessor,
+                journal_path: v.journal_path.clone(),
+                journal_genesis,
+                producer_key: v.producer_key,
+            },
+        };
+        let bytes = SignedManifest::sign(manifest, &key).to_bytes();
+        manifest_hash = Hash::of(&bytes);
+        let genesis = EpochRecord {
+            deployment: id,
+            seq: 0,
+            prev: Hash::ZERO,
+            body: EpochBody::Genesis {
+                manifest: manifest_hash,
+                issuer_key: issuer,
+                predecessor,
+            },
+        };
+        Ok((bytes, SignedEpochRecord::sign(genesis, &key)))
+    });
+    if let Err(e) = result {
+        // Leave nothing a later enrollment or issuance could take for a deployment.
+        let _ = std::fs::remove_dir_all(deployments.join(staging_name(&id)));
+        remove_journal(&v.journal_path);
+        return Err(EnrollError::Io(format!(
+            "enrollment failed, nothing kept: {e}"
+        )));
+    }
+    // The epoch log is append-only too, where the file system allows it.
+    if let Ok(fd) = open_path(&state_dir.join(crate::layout::LOG_FILE), OFlags::RDONLY, 0) {
+        let _ = set_append_only(&fd);
+    }
+    Ok(Enrolled {
+        id,
+        state_dir,
+        journal_append_only: append_only,
+        manifest_hash,
+    })
+}

@@ -1,0 +1,114 @@
+//! Key files: 64 hex digits and a newline. Secret keys are 0600 and root-owned.
+
+use std::io::Write as _;
+use std::path::Path;
+
+use ed25519_dalek::SigningKey;
+use repoch_protocol::PublicKey;
+use rustix::fs::{Mode, OFlags};
+
+use crate::storage::{open_path, read_all_fd};
+
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: not a key file (expected 64 hex digits)")]
+    Format { path: String },
+    #[error("{path}: secret key must be mode 0600 and owned by uid {uid}; found mode {mode:o} uid {found}")]
+    Unprotected {
+        path: String,
+        uid: u32,
+        mode: u32,
+        found: u32,
+    },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> KeyError + '_ {
+    move |source| KeyError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Fresh key material from the kernel's CSPRNG.
+pub fn generate() -> std::io::Result<SigningKey> {
+    let mut b = [0u8; 32];
+    let n = rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty())?;
+    assert_eq!(n, 32, "getrandom returned a short read");
+    Ok(SigningKey::from_bytes(&b))
+}
+
+/// Random bytes (nonces, deployment ids).
+pub fn random<const N: usize>() -> std::io::Result<[u8; N]> {
+    let mut b = [0u8; N];
+    let n = rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty())?;
+    assert_eq!(n, N, "getrandom returned a short read");
+    Ok(b)
+}
+
+/// Writes a new key file (`O_EXCL`, never over an existing one), fsynced.
+pub fn write_new(path: &Path, hex: &str, mode: u32) -> Result<(), KeyError> {
+    let fd =
+        open_path(path, OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL, mode).map_err(io(path))?;
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(|e| io(path)(e.into()))?;
+    let mut f = std::fs::File::from(fd);
+    f.write_all(format!("{hex}\n").as_bytes())
+        .map_err(io(path))?;
+    f.sync_all().map_err(io(path))?;
+    Ok(())
+}
+
+/// Writes a signing key to `path` (0600) and its public key to `path.pub` (0644).
+pub fn write_pair(path: &Path, pub_path: &Path, key: &SigningKey) -> Result<(), KeyError> {
+    write_new(path, &hex::encode(key.to_bytes()), 0o600)?;
+    write_new(
+        pub_path,
+        &hex::encode(key.verifying_key().to_bytes()),
+        0o644,
+    )
+}
+
+fn read_hex(path: &Path) -> Result<(String, rustix::fs::Stat), KeyError> {
+    let fd = open_path(path, OFlags::RDONLY, 0).map_err(io(path))?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| io(path)(e.into()))?;
+    let bytes = read_all_fd(&fd, 256).map_err(io(path))?;
+    let text = String::from_utf8(bytes).map_err(|_| KeyError::Format {
+        path: path.display().to_string(),
+    })?;
+    Ok((text.trim().to_owned(), st))
+}
+
+/// Reads a secret key, refusing one readable by others or owned by another user.
+pub fn read_secret(path: &Path) -> Result<SigningKey, KeyError> {
+    let (text, st) = read_hex(path)?;
+    let uid = rustix::process::geteuid().as_raw();
+    if st.st_mode & 0o077 != 0 || st.st_uid != uid {
+        return Err(KeyError::Unprotected {
+            path: path.display().to_string(),
+            uid,
+            mode: st.st_mode & 0o7777,
+            found: st.st_uid,
+        });
+    }
+    repoch_protocol::sign::signing_key_from_hex(&text).ok_or(KeyError::Format {
+        path: path.display().to_string(),
+    })
+}
+
+pub fn read_public(path: &Path) -> Result<PublicKey, KeyError> {
+    let (text, _) = read_hex(path)?;
+    parse_public(&text).ok_or(KeyError::Format {
+        path: path.display().to_string(),
+    })
+}
+
+/// A public key from hex, refusing keys that are not valid curve points.
+pub fn parse_public(hex: &str) -> Option<PublicKey> {
+    let k = PublicKey::from_hex(hex)?;
+    k.verifying_key()?;
+    Some(k)
+}

@@ -1,0 +1,124 @@
+//! The durable operations of the state store, behind one small interface, so that the same
+//! enrollment and append code runs against the real file system ([`Real`]) and against a
+//! deterministic crash simulation ([`crate::sim::Sim`]).
+//!
+//! Every handle is relative to a directory handle: nothing follows a symlink.
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+
+use rustix::fs::{self, Mode, OFlags, ResolveFlags};
+
+/// Durable operations. `write` appends with one `write(2)`; `sync_data` is `fdatasync`;
+/// `sync_dir` is `fsync` of a directory (makes its entries durable).
+pub trait Storage {
+    type Dir;
+    type File;
+    fn mkdir_at(&mut self, parent: &Self::Dir, name: &str, mode: u32) -> io::Result<()>;
+    fn open_dir_at(&mut self, parent: &Self::Dir, name: &str) -> io::Result<Self::Dir>;
+    /// Creates a new file (`O_EXCL`, no symlink), open for appending and reading.
+    fn create_at(&mut self, dir: &Self::Dir, name: &str, mode: u32) -> io::Result<Self::File>;
+    fn write(&mut self, f: &Self::File, bytes: &[u8]) -> io::Result<usize>;
+    fn sync_data(&mut self, f: &Self::File) -> io::Result<()>;
+    fn sync_dir(&mut self, d: &Self::Dir) -> io::Result<()>;
+    /// Reads the whole file from offset 0, refusing more than `max` bytes.
+    fn read_all(&mut self, f: &Self::File, max: usize) -> io::Result<Vec<u8>>;
+    fn rename_at(&mut self, dir: &Self::Dir, from: &str, to: &str) -> io::Result<()>;
+}
+
+/// The real file system, through rustix.
+#[derive(Debug, Default)]
+pub struct Real;
+
+pub const OPEN_NOFOLLOW: ResolveFlags =
+    ResolveFlags::NO_SYMLINKS.union(ResolveFlags::NO_MAGICLINKS);
+
+/// Opens an absolute path without following any symlink in any component.
+pub fn open_path(path: &std::path::Path, flags: OFlags, mode: u32) -> io::Result<OwnedFd> {
+    Ok(fs::openat2(
+        fs::CWD,
+        path,
+        flags | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::from_raw_mode(mode),
+        OPEN_NOFOLLOW,
+    )?)
+}
+
+/// Opens `name` inside `dir` without following symlinks.
+pub fn open_at(dir: impl AsFd, name: &str, flags: OFlags, mode: u32) -> io::Result<OwnedFd> {
+    if name.contains('/') || name == ".." || name == "." || name.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{name:?} is not a plain name"),
+        ));
+    }
+    Ok(fs::openat2(
+        dir,
+        name,
+        flags | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::from_raw_mode(mode),
+        OPEN_NOFOLLOW,
+    )?)
+}
+
+impl Storage for Real {
+    type Dir = OwnedFd;
+    type File = OwnedFd;
+    fn mkdir_at(&mut self, parent: &OwnedFd, name: &str, mode: u32) -> io::Result<()> {
+        Ok(fs::mkdirat(parent, name, Mode::from_raw_mode(mode))?)
+    }
+    fn open_dir_at(&mut self, parent: &OwnedFd, name: &str) -> io::Result<OwnedFd> {
+        open_at(parent, name, OFlags::RDONLY | OFlags::DIRECTORY, 0)
+    }
+    fn create_at(&mut self, dir: &OwnedFd, name: &str, mode: u32) -> io::Result<OwnedFd> {
+        let fd = open_at(
+            dir,
+            name,
+            OFlags::RDWR | OFlags::APPEND | OFlags::CREATE | OFlags::EXCL,
+            mode,
+        )?;
+        // The umask may have narrowed the mode; set it exactly.
+        fs::fchmod(&fd, Mode::from_raw_mode(mode))?;
+        Ok(fd)
+    }
+    fn write(&mut self, f: &OwnedFd, bytes: &[u8]) -> io::Result<usize> {
+        Ok(rustix::io::write(f, bytes)?)
+    }
+    fn sync_data(&mut self, f: &OwnedFd) -> io::Result<()> {
+        Ok(fs::fdatasync(f)?)
+    }
+    fn sync_dir(&mut self, d: &OwnedFd) -> io::Result<()> {
+        Ok(fs::fsync(d)?)
+    }
+    fn read_all(&mut self, f: &OwnedFd, max: usize) -> io::Result<Vec<u8>> {
+        read_all_fd(f, max)
+    }
+    fn rename_at(&mut self, dir: &OwnedFd, from: &str, to: &str) -> io::Result<()> {
+        Ok(fs::renameat_with(
+            dir,
+            from,
+            dir,
+            to,
+            fs::RenameFlags::NOREPLACE,
+        )?)
+    }
+}
+
+/// Reads a whole file from offset 0 with `pread`, refusing more than `max` bytes.
+pub fn read_all_fd(f: impl AsFd, max: usize) -> io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = rustix::io::pread(&f, &mut buf, out.len() as u64)?;
+        if n == 0 {
+            return Ok(out);
+        }
+        if out.len() + n > max {
+            return Err(io::Error::new(
+                io::ErrorKind::FileTooLarge,
+                format!("file is larger than {max} bytes"),
+            ));
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+}

@@ -1,0 +1,330 @@
+//! The protected state store on the real file system: opening an enrolled deployment with
+//! every identity checked against the manifest, the issuer lock, and listing.
+
+use std::os::fd::OwnedFd;
+use std::path::Path;
+
+use repoch_protocol::cbor::Canonical;
+use repoch_protocol::epoch::{Classification, EpochBody, LogReport};
+use repoch_protocol::manifest::{Manifest, Role, SignedManifest};
+use repoch_protocol::{DeploymentId, Hash, Identity, PublicKey, Reason};
+use rustix::fs::{FlockOperation, OFlags};
+
+use crate::layout::{Layout, LOCK_FILE, LOG_FILE, MANIFEST_FILE};
+use crate::log::EpochLog;
+use crate::os::procfs;
+use crate::refusal::Refusal;
+use crate::storage::{open_at, open_path, read_all_fd, Real};
+
+/// Largest manifest file read.
+pub const MANIFEST_BYTES_MAX: usize = repoch_protocol::limits::FRAME_BYTES_MAX;
+/// Deployments listed in one state root.
+pub const DEPLOYMENTS_MAX: usize = 4096;
+
+pub fn identity_of(st: &rustix::fs::Stat) -> Identity {
+    Identity {
+        dev: st.st_dev,
+        ino: st.st_ino,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        mode: st.st_mode,
+    }
+}
+
+pub fn fstat_identity(fd: &OwnedFd) -> std::io::Result<Identity> {
+    Ok(identity_of(&rustix::fs::fstat(fd)?))
+}
+
+/// Checks an opened state object against its enrolled identity: another inode is
+/// `state-replaced`; another owner, or any group/other permission bit, is `state-unprotected`.
+pub fn check_state_identity(
+    subject: &str,
+    enrolled: &Identity,
+    observed: &Identity,
+) -> Result<(), Refusal> {
+    if !enrolled.same_object(observed) {
+        return Err(Refusal::new(
+            Reason::StateReplaced,
+            subject,
+            format!("ino {}", enrolled.ino),
+            format!("ino {}", observed.ino),
+        ));
+    }
+    if observed.uid != enrolled.uid || observed.mode & 0o077 != 0 || observed.mode != enrolled.mode
+    {
+        return Err(Refusal::new(
+            Reason::StateUnprotected,
+            subject,
+            format!("uid {} mode {:o}", enrolled.uid, enrolled.mode & 0o7777),
+            format!("uid {} mode {:o}", observed.uid, observed.mode & 0o7777),
+        ));
+    }
+    Ok(())
+}
+
+fn open_failed(subject: &str, e: std::io::Error) -> Refusal {
+    match e.raw_os_error() {
+        Some(libc_eloop) if libc_eloop == rustix::io::Errno::LOOP.raw_os_error() => {
+            Refusal::new(Reason::StateUnprotected, subject, "no symlink", "a symlink")
+        }
+        Some(enoent) if enoent == rustix::io::Errno::NOENT.raw_os_error() => {
+            Refusal::new(Reason::StateReplaced, subject, "present", "missing")
+        }
+        _ => Refusal::new(Reason::ObserveFailed, subject, "readable", e.to_string()),
+    }
+}
+
+/// An enrolled deployment, opened and checked.
+#[derive(Debug)]
+pub struct Deployment {
+    pub id: DeploymentId,
+    pub manifest: Manifest,
+    pub manifest_hash: Hash,
+    pub dir: OwnedFd,
+    pub lock: OwnedFd,
+    pub log: EpochLog<OwnedFd>,
+}
+
+impl Deployment {
+    /// Opens deployment `id`: every object through the state directory's fd without
+    /// following symlinks, each identity checked against the signed manifest, the log
+    /// read and verified.
+    pub fn open(
+        layout: &Layout,
+        issuer: &PublicKey,
+        id: DeploymentId,
+    ) -> Result<Deployment, Refusal> {
+        let state = layout.state_dir(&id);
+        let subject = state.display().to_string();
+        let deps = open_path(&layout.deployments(), OFlags::RDONLY | OFlags::DIRECTORY, 0)
+            .map_err(|e| open_failed(&layout.deployments().display().to_string(), e))?;
+        let dir = open_at(&deps, &id.to_hex(), OFlags::RDONLY | OFlags::DIRECTORY, 0).map_err(
+            |e| match e.kind() {
+                std::io::ErrorKind::NotFound => {
+                    Refusal::new(Reason::DeploymentUnknown, &subject, "enrolled", "missing")
+                }
+                _ => open_failed(&subject, e),
+            },
+        )?;
+        let mf = open_at(&dir, MANIFEST_FILE, OFlags::RDONLY, 0)
+            .map_err(|e| open_failed(MANIFEST_FILE, e))?;
+        let bytes =
+            read_all_fd(&mf, MANIFEST_BYTES_MAX).map_err(|e| open_failed(MANIFEST_FILE, e))?;
+        let signed = SignedManifest::from_bytes(&bytes).map_err(|e| {
+            Refusal::new(
+                Reason::ManifestForged,
+                MANIFEST_FILE,
+                "a canonical signed manifest",
+                e.to_string(),
+            )
+        })?;
+        if !signed.verify(issuer) {
+            return Err(Refusal::new(
+                Reason::ManifestForged,
+                MANIFEST_FILE,
+                "signed by the host issuer key",
+                "another signature",
+            ));
+        }
+        let manifest = signed.manifest;
+        if manifest.deployment != id {
+            return Err(Refusal::new(
+                Reason::StateReplaced,
+                MANIFEST_FILE,
+                format!("deployment {id}"),
+                format!("deployment {}", manifest.deployment),
+            ));
+        }
+        let enrolled = |role: Role| {
+            manifest.entry(role).map(|e| e.identity).ok_or_else(|| {
+                Refusal::new(
+                    Reason::ManifestForged,
+                    MANIFEST_FILE,
+                    format!("a {} entry", role.as_str()),
+                    "none",
+                )
+            })
+        };
+        let dir_id = fstat_identity(&dir).map_err(|e| open_failed(&subject, e))?;
+        check_state_identity(&subject, &enrolled(Role::StateDir)?, &dir_id)?;
+        let mf_id = fstat_identity(&mf).map_err(|e| open_failed(MANIFEST_FILE, e))?;
+        if mf_id.uid != dir_id.uid || mf_id.mode & 0o077 != 0 {
+            return Err(Refusal::new(
+                Reason::StateUnprotected,
+                MANIFEST_FILE,
+                "root-owned, mode 0600",
+                format!("uid {} mode {:o}", mf_id.uid, mf_id.mode & 0o7777),
+            ));
+        }
+        let log_fd = open_at(&dir, LOG_FILE, OFlags::RDWR | OFlags::APPEND, 0)
+            .map_err(|e| open_failed(LOG_FILE, e))?;
+        check_state_identity(
+            LOG_FILE,
+            &enrolled(Role::EpochLog)?,
+            &fstat_identity(&log_fd).map_err(|e| open_failed(LOG_FILE, e))?,
+        )?;
+        let lock =
+            open_at(&dir, LOCK_FILE, OFlags::RDWR, 0).map_err(|e| open_failed(LOCK_FILE, e))?;
+        check_state_identity(
+            LOCK_FILE,
+            &enrolled(Role::IssuerLock)?,
+            &fstat_identity(&lock).map_err(|e| open_failed(LOCK_FILE, e))?,
+        )?;
+        let log =
+            EpochLog::open(&mut Real, log_fd, *issuer, id).map_err(|e| open_failed(LOG_FILE, e))?;
+        let manifest_hash = Hash::of(&bytes);
+        if let Some((m, _)) = log.report().genesis() {
+            if *m != manifest_hash {
+                return Err(Refusal::new(
+                    Reason::ManifestForged,
+                    MANIFEST_FILE,
+                    format!("sha256 {m}"),
+                    format!("sha256 {manifest_hash}"),
+                ));
+            }
+        }
+        Ok(Deployment {
+            id,
+            manifest,
+            manifest_hash,
+            dir,
+            lock,
+            log,
+        })
+    }
+
+    pub fn report(&self) -> &LogReport {
+        self.log.report()
+    }
+
+    pub fn classification(&self) -> Classification {
+        self.log.report().classification
+    }
+
+    /// Takes the issuer lock (`flock` EX, non-blocking). Busy names the holder(s).
+    pub fn lock_issuer(&self) -> Result<(), Refusal> {
+        match rustix::fs::flock(&self.lock, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => Ok(()),
+            Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
+                let id = fstat_identity(&self.lock).map_err(|e| open_failed(LOCK_FILE, e))?;
+                Err(Refusal::new(
+                    Reason::IssuerBusy,
+                    LOCK_FILE,
+                    "unlocked",
+                    describe_holders("FLOCK", &id),
+                ))
+            }
+            Err(e) => Err(Refusal::new(
+                Reason::ObserveFailed,
+                LOCK_FILE,
+                "lockable",
+                e.to_string(),
+            )),
+        }
+    }
+
+    /// The predecessor link of this deployment's genesis, if any.
+    pub fn predecessor(&self) -> Option<repoch_protocol::manifest::Predecessor> {
+        match &self.report().records.first()?.record.record.body {
+            EpochBody::Genesis { predecessor, .. } => *predecessor,
+            _ => None,
+        }
+    }
+}
+
+/// "held by pid N (comm) started at tick T" for every real holder of a lock, else what
+/// `/proc/locks` says.
+pub fn describe_holders(kind: &str, id: &Identity) -> String {
+    let holders = procfs::lock_holders(kind, id.dev, id.ino);
+    if holders.is_empty() {
+        let pids = procfs::locks_list(kind, id.dev, id.ino).unwrap_or_default();
+        return format!("locked (holder not found; /proc/locks names pid {pids:?})");
+    }
+    let list: Vec<String> = holders.iter().map(ToString::to_string).collect();
+    format!("held by {}", list.join(", "))
+}
+
+/// The enrolled deployment ids under a state root (entries starting with '.' are staging
+/// directories of unfinished enrollments and are never deployments).
+pub fn list(layout: &Layout) -> std::io::Result<Vec<DeploymentId>> {
+    let dir = layout.deployments();
+    let mut out = Vec::new();
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e),
+    };
+    for e in entries {
+        let e = e?;
+        if let Some(id) = e.file_name().to_str().and_then(DeploymentId::from_hex) {
+            if out.len() == DEPLOYMENTS_MAX {
+                return Err(std::io::Error::other(format!(
+                    "more than {DEPLOYMENTS_MAX} deployments"
+                )));
+            }
+            out.push(id);
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Resolves a unique prefix of a deployment id.
+pub fn resolve(layout: &Layout, prefix: &str) -> Result<DeploymentId, Refusal> {
+    let p = prefix.trim().to_ascii_lowercase();
+    if p.is_empty() || p.len() > 32 || !p.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(Refusal::new(
+            Reason::DeploymentUnknown,
+            prefix,
+            "a hex id or unique prefix",
+            "not hex",
+        ));
+    }
+    let all = list(layout).map_err(|e| {
+        Refusal::new(
+            Reason::ObserveFailed,
+            layout.deployments().display().to_string(),
+            "listable",
+            e.to_string(),
+        )
+    })?;
+    let hits: Vec<DeploymentId> = all
+        .into_iter()
+        .filter(|d| d.to_hex().starts_with(&p))
+        .collect();
+    match hits.as_slice() {
+        [one] => Ok(*one),
+        [] => Err(Refusal::new(
+            Reason::DeploymentUnknown,
+            prefix,
+            "an enrolled deployment",
+            "no match",
+        )),
+        many => Err(Refusal::new(
+            Reason::DeploymentAmbiguous,
+            prefix,
+            "a unique prefix",
+            many.iter()
+                .map(|d| d.to_hex())
+                .collect::<Vec<_>>()
+                .join(" "),
+        )),
+    }
+}
+
+/// Reads the host issuer public key.
+pub fn issuer_public(layout: &Layout) -> Result<PublicKey, Refusal> {
+    crate::keys::read_public(&layout.issuer_pub()).map_err(|e| {
+        Refusal::new(
+            Reason::ObserveFailed,
+            layout.issuer_pub().display().to_string(),
+            "the host issuer public key",
+            e.to_string(),
+        )
+    })
+}
+
+/// Whether a path exists (without following a final symlink).
+pub fn exists_nofollow(p: &Path) -> bool {
+    std::fs::symlink_metadata(p).is_ok()
+}
