@@ -185,7 +185,7 @@ fn check(sim: &mut Sim, deps: usize, acked: &Acked, ctx: &str) -> Option<Classif
         rep.records.len(),
         acked.records
     );
-    assert!(rep.records.len() >= 1, "{ctx}: deployment without genesis");
+    assert!(!rep.records.is_empty(), "{ctx}: deployment without genesis");
     // Records are always a prefix of the phase order (verify_log enforces it; check anyway).
     let kinds: Vec<Kind> = rep
         .records
@@ -206,14 +206,7 @@ fn crash_before_every_operation_leaves_an_allowed_state() {
         let (mut sim, deps) = fresh(1);
         let start = sim.ops();
         let full = run(&mut sim, deps, withheld_at);
-        assert_eq!(
-            full.records,
-            if withheld_at.is_some() {
-                withheld_at.unwrap() + 2
-            } else {
-                4
-            }
-        );
+        assert_eq!(full.records, withheld_at.map_or(4, |w| w + 2));
         let total = sim.ops() - start;
         for at in 0..=total {
             for seed in 1..=3u64 {
