@@ -428,6 +428,62 @@ pub fn journal_append(
     Ok(ExitCode::SUCCESS)
 }
 
+pub fn parse_sha256(s: &str) -> Result<repoch_protocol::Hash, Failure> {
+    repoch_protocol::Hash::from_hex(s.trim())
+        .ok_or_else(|| Failure::Usage(format!("{s:?} is not a sha256 (64 hex digits)")))
+}
+
+pub fn fact_json(f: &repoch_protocol::Fact) -> serde_json::Value {
+    json!({"kind": f.kind, "subject": f.subject, "expected": f.expected, "observed": f.observed, "holds": f.holds(), "reason": f.reason.map(|r| r.as_str())})
+}
+
+pub fn fact_line(f: &repoch_protocol::Fact) -> String {
+    match f.reason {
+        None => format!("  ok    {:<16} {}  ({})", f.kind, f.subject, f.observed),
+        Some(r) => format!(
+            "  FAIL  {:<16} {}  {r}: expected {}, observed {}",
+            f.kind, f.subject, f.expected, f.observed
+        ),
+    }
+}
+
+pub fn observe(ctx: &Ctx, prefix: &str, approve: Option<&str>) -> CmdResult {
+    require_root("observe")?;
+    let approve = approve.map(parse_sha256).transpose()?;
+    let d = open(ctx, prefix)?;
+    let mut obs =
+        repoch_issuer::observe::Observer::new(d.manifest.clone(), ctx.layout.clone(), approve);
+    let mut fences = repoch_issuer::observe::Fences::default();
+    let o = obs.observe(&mut fences);
+    ctx.out(
+        json!({"deployment": d.id.to_hex(), "digest": o.digest.to_hex(), "holds": o.holds(), "ready_sha256": o.ready_sha256.to_hex(),
+               "frontier": {"seq": o.frontier_seq, "hash": o.frontier_hash.to_hex()},
+               "unknown_ops": o.unknown_ops.iter().map(|u| json!({"op": u.op, "name": u.name})).collect::<Vec<_>>(),
+               "facts": o.facts.iter().map(fact_json).collect::<Vec<_>>()}),
+        || {
+            let mut s = format!("deployment {}
+", d.id);
+            for f in &o.facts {
+                s.push_str(&fact_line(f));
+                s.push('\n');
+            }
+            s.push_str(&format!("evidence digest {}", o.digest));
+            s
+        },
+    );
+    if o.holds() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        let refusals: Vec<Refusal> = o.failed().filter_map(Refusal::from_fact).collect();
+        if !ctx.json {
+            for r in &refusals {
+                eprintln!("repoch: refused: {r}");
+            }
+        }
+        Ok(ExitCode::from(2))
+    }
+}
+
 pub fn recover(_ctx: &Ctx, _prefix: &str, _approve: Option<&str>, _wait: u64) -> CmdResult {
     Err(Failure::Internal("recover is not yet available".into()))
 }

@@ -91,3 +91,14 @@ impl From<Refusal> for Failure {
         Failure::refused(r)
     }
 }
+
+/// clap's errors: help and version print and exit 0; every usage error exits 64 (not
+/// clap's default 2, which would read as a refusal).
+pub fn clap_exit(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let _ = e.print();
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => ExitCode::SUCCESS,
+        _ => ExitCode::from(64),
+    }
+}

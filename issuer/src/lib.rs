@@ -6,6 +6,7 @@ pub mod enroll;
 pub mod keys;
 pub mod layout;
 pub mod log;
+pub mod observe;
 pub mod os;
 pub mod refusal;
 pub mod sim;

@@ -64,8 +64,17 @@ pub fn check_state_identity(
 
 fn open_failed(subject: &str, e: std::io::Error) -> Refusal {
     match e.raw_os_error() {
-        Some(libc_eloop) if libc_eloop == rustix::io::Errno::LOOP.raw_os_error() => {
-            Refusal::new(Reason::StateUnprotected, subject, "no symlink", "a symlink")
+        // O_NOFOLLOW gives ELOOP on a symlinked file and ENOTDIR on a symlinked directory.
+        Some(n)
+            if n == rustix::io::Errno::LOOP.raw_os_error()
+                || n == rustix::io::Errno::NOTDIR.raw_os_error() =>
+        {
+            Refusal::new(
+                Reason::StateUnprotected,
+                subject,
+                "no symlink",
+                "a symlink or another file type",
+            )
         }
         Some(enoent) if enoent == rustix::io::Errno::NOENT.raw_os_error() => {
             Refusal::new(Reason::StateReplaced, subject, "present", "missing")

@@ -11,6 +11,7 @@
 pub mod cbor;
 pub mod checkpoint;
 pub mod epoch;
+pub mod fuzz;
 pub mod grant;
 pub mod journal;
 pub mod limits;

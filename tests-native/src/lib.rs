@@ -1,1 +1,592 @@
-#![forbid(unsafe_code)]
+//! Shared harness for the native tests: a per-test sandbox (its own temporary directory,
+//! state root, fixture files, keys and ids) and helpers to run the real binaries.
+#![deny(unsafe_code)]
+
+pub mod sys;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use rustix::fs::IFlags;
+
+/// The directory holding the workspace's built binaries (`target/debug`).
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let deps = exe.parent().expect("deps dir");
+    let dir = if deps.ends_with("deps") {
+        deps.parent().unwrap().to_path_buf()
+    } else {
+        deps.to_path_buf()
+    };
+    dir
+}
+
+pub fn bin(name: &str) -> PathBuf {
+    let p = bin_dir().join(name);
+    assert!(
+        p.exists(),
+        "{} is not built: run `cargo test --workspace` (it builds every binary)",
+        p.display()
+    );
+    p
+}
+
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// Skips a test that needs root, loudly, when not root. CI runs as root.
+#[macro_export]
+macro_rules! require_root {
+    () => {
+        if !$crate::is_root() {
+            eprintln!("SKIPPED: needs root (CI runs as root)");
+            return;
+        }
+    };
+}
+
+/// Clears the append-only flag of every file under `dir` so it can be removed.
+pub fn clear_append_only(dir: &Path) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        let Ok(ft) = e.file_type() else { continue };
+        if ft.is_dir() {
+            clear_append_only(&p);
+        } else if ft.is_file() {
+            unset_append_only(&p);
+        }
+    }
+}
+
+pub fn unset_append_only(p: &Path) {
+    if let Ok(f) = std::fs::File::open(p) {
+        if let Ok(flags) = rustix::fs::ioctl_getflags(&f) {
+            let _ = rustix::fs::ioctl_setflags(&f, flags - IFlags::APPEND);
+        }
+    }
+}
+
+pub fn is_append_only(p: &Path) -> bool {
+    std::fs::File::open(p)
+        .ok()
+        .and_then(|f| rustix::fs::ioctl_getflags(&f).ok())
+        .is_some_and(|f| f.contains(IFlags::APPEND))
+}
+
+/// The result of running a binary.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn json(&self) -> serde_json::Value {
+        let line = self
+            .stdout
+            .lines()
+            .last()
+            .unwrap_or_else(|| panic!("no stdout; stderr: {}", self.stderr));
+        serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {line}\nstderr: {}", self.stderr))
+    }
+    /// Every JSON line of stdout.
+    pub fn json_lines(&self) -> Vec<serde_json::Value> {
+        self.stdout
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}
+
+impl From<Output> for Run {
+    fn from(o: Output) -> Run {
+        Run {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+}
+
+/// One test's world: a temporary directory with a state root and fixture objects.
+#[derive(Debug)]
+pub struct Sandbox {
+    pub dir: tempfile::TempDir,
+    pub root: PathBuf,
+    pub srv: PathBuf,
+    /// A short unique tag for names that live outside the directory (cgroups, netns).
+    pub tag: String,
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        clear_append_only(self.dir.path());
+    }
+}
+
+impl Sandbox {
+    pub fn new() -> Sandbox {
+        Sandbox::within(None)
+    }
+
+    /// A sandbox whose state root and fixtures live under `base` (e.g. a loop mount).
+    pub fn within(base: Option<&Path>) -> Sandbox {
+        let dir = tempfile::Builder::new()
+            .prefix("repoch-test-")
+            .tempdir()
+            .expect("tempdir");
+        let top = base.map_or_else(|| dir.path().to_path_buf(), Path::to_path_buf);
+        let root = top.join("root");
+        let srv = top.join("srv");
+        std::fs::create_dir_all(&srv).unwrap();
+        std::fs::create_dir_all(&root).unwrap();
+        let tag = dir
+            .path()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .trim_start_matches("repoch-test-")
+            .to_owned();
+        let s = Sandbox {
+            dir,
+            root,
+            srv,
+            tag,
+        };
+        std::fs::write(s.srv.join("lock"), b"").unwrap();
+        std::fs::write(s.srv.join("data"), b"the store").unwrap();
+        std::fs::write(s.srv.join("READY"), b"v1\n").unwrap();
+        s.keygen("producer");
+        s.keygen("consumer");
+        s
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    pub fn keygen(&self, name: &str) {
+        let r = self.repoch(&[
+            "journal",
+            "keygen",
+            self.path(&format!("{name}.key")).to_str().unwrap(),
+        ]);
+        assert_eq!(r.code, 0, "keygen: {}", r.stderr);
+    }
+
+    pub fn cmd(&self, bin_name: &str) -> Command {
+        let mut c = Command::new(bin(bin_name));
+        c.env("REPOCH_ROOT", &self.root);
+        c.env_remove("JOURNAL_STREAM");
+        c
+    }
+
+    pub fn run(&self, bin_name: &str, args: &[&str]) -> Run {
+        self.cmd(bin_name)
+            .args(args)
+            .output()
+            .expect("spawn")
+            .into()
+    }
+
+    pub fn repoch(&self, args: &[&str]) -> Run {
+        self.run("repoch", args)
+    }
+
+    /// A manifest with the sandbox's fixtures and the given extra TOML sections.
+    pub fn manifest(&self, extra: &str) -> String {
+        let s = self.srv.display();
+        let d = self.dir.path().display();
+        format!(
+            "label = \"test-{tag}\"\nfences = [\"{s}/lock\"]\nstores = [\"{s}/data\"]\nready = \"{s}/READY\"\n{extra}\n\
+             [journal]\npath = \"{s}/journal\"\nproducer_key_file = \"{d}/producer.key.pub\"\n\n\
+             [consumer]\nuid = 0\ngid = 0\nexecutable = \"{exe}\"\nkey_file = \"{d}/consumer.key.pub\"\n",
+            tag = self.tag,
+            exe = bin("repoch-consume").display(),
+        )
+    }
+
+    /// Enrolls a manifest through the real binary; returns the deployment id.
+    pub fn enroll_with(&self, manifest: &str) -> String {
+        let p = self.path("manifest.toml");
+        std::fs::write(&p, manifest).unwrap();
+        let r = self.repoch(&["--json", "enroll", p.to_str().unwrap()]);
+        assert_eq!(r.code, 0, "enroll failed: {}{}", r.stdout, r.stderr);
+        r.json()["deployment"].as_str().unwrap().to_owned()
+    }
+
+    pub fn enroll(&self) -> String {
+        self.enroll_with(&self.manifest(""))
+    }
+
+    pub fn state_dir(&self, id: &str) -> PathBuf {
+        self.root.join("var/lib/repoch/deployments").join(id)
+    }
+
+    pub fn log(&self, id: &str) -> PathBuf {
+        self.state_dir(id).join("epoch.log")
+    }
+
+    pub fn status(&self, id: &str) -> Run {
+        self.repoch(&["--json", "status", id])
+    }
+}
+
+impl Default for Sandbox {
+    fn default() -> Self {
+        Sandbox::new()
+    }
+}
+
+/// A real process started from the helper, killed on drop.
+#[derive(Debug)]
+pub struct Proc {
+    pub child: std::process::Child,
+    /// The first line it printed (usually its pid).
+    pub line: String,
+}
+
+impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.line
+            .split_whitespace()
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no pid in {:?}", self.line))
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Spawns `cmd` and waits for its first stdout line (the barrier: it is ready).
+pub fn spawn_ready(mut cmd: Command) -> Proc {
+    use std::io::BufRead as _;
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(!line.is_empty(), "the process exited before it was ready");
+    Proc {
+        child,
+        line: line.trim().to_owned(),
+    }
+}
+
+pub fn helper(args: &[&str]) -> Command {
+    let mut c = Command::new(bin("repoch-test-helper"));
+    c.args(args);
+    c
+}
+
+pub fn kill_pid(pid: u32) {
+    if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+        let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+    }
+}
+
+/// A per-test cgroup v2 directory under the hierarchy found through mountinfo. On drop,
+/// everything in it is killed (`cgroup.kill`) and the directories are removed.
+#[derive(Debug)]
+pub struct Cgroup {
+    pub root: PathBuf,
+    /// Path relative to the hierarchy root, with a leading '/'.
+    pub rel: String,
+}
+
+impl Cgroup {
+    pub fn new(name: &str) -> Cgroup {
+        let root = repoch_issuer::os::cgroup::mount_point().expect("cgroup2 mounted");
+        let rel = format!("/{name}");
+        std::fs::create_dir_all(root.join(name)).expect("mkdir cgroup");
+        Cgroup { root, rel }
+    }
+    pub fn path(&self) -> PathBuf {
+        self.root.join(self.rel.trim_start_matches('/'))
+    }
+    pub fn child(&self, name: &str) -> Cgroup {
+        let rel = format!("{}/{name}", self.rel);
+        std::fs::create_dir_all(self.root.join(rel.trim_start_matches('/'))).unwrap();
+        Cgroup {
+            root: self.root.clone(),
+            rel,
+        }
+    }
+    pub fn add(&self, pid: u32) {
+        std::fs::write(self.path().join("cgroup.procs"), pid.to_string())
+            .expect("move into cgroup");
+    }
+    pub fn kill_all(&self) {
+        let _ = std::fs::write(self.path().join("cgroup.kill"), "1");
+        for _ in 0..200 {
+            let ev = std::fs::read_to_string(self.path().join("cgroup.events")).unwrap_or_default();
+            if ev.contains("populated 0") {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+    fn remove(p: &Path) {
+        if let Ok(rd) = std::fs::read_dir(p) {
+            for e in rd.flatten() {
+                if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                    Cgroup::remove(&e.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(p);
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        self.kill_all();
+        Cgroup::remove(&self.path());
+    }
+}
+
+/// Serializes tests that make new mount namespaces (`ip netns exec` copies every mount of
+/// the moment) with tests that must really unmount a file system (power loss): a copied
+/// mount would keep the shut-down superblock alive and the remount would reuse it.
+static MOUNT_NAMESPACES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+pub fn mount_namespace_guard() -> std::sync::MutexGuard<'static, ()> {
+    MOUNT_NAMESPACES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A per-test network namespace (`ip netns`), deleted on drop.
+#[derive(Debug)]
+pub struct Netns {
+    pub name: String,
+    _guard: std::sync::MutexGuard<'static, ()>,
+}
+
+impl Netns {
+    pub fn new(tag: &str) -> Netns {
+        let guard = mount_namespace_guard();
+        let name = format!("repoch-{tag}");
+        let o = Command::new("ip")
+            .args(["netns", "add", &name])
+            .output()
+            .expect("ip");
+        assert!(
+            o.status.success(),
+            "ip netns add: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let _ = Command::new("ip")
+            .args(["-n", &name, "link", "set", "lo", "up"])
+            .output();
+        Netns {
+            name,
+            _guard: guard,
+        }
+    }
+    /// `cmd` run inside the namespace.
+    pub fn wrap(&self, cmd: &Command) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name])
+            .arg(cmd.get_program())
+            .args(cmd.get_args());
+        for (k, v) in cmd.get_envs() {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
+        c
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
+    }
+}
+
+impl Sandbox {
+    /// `repoch --json observe ID` as a command (so tests can wrap it, e.g. in a netns).
+    pub fn observe_cmd(&self, id: &str, extra: &[&str]) -> Command {
+        let mut c = self.cmd("repoch");
+        c.args(["--json", "observe", id]).args(extra);
+        c
+    }
+    pub fn observe(&self, id: &str) -> Run {
+        self.observe_cmd(id, &[]).output().unwrap().into()
+    }
+}
+
+/// The failed facts of an observation, as `(kind, reason)`.
+pub fn failed(r: &Run) -> Vec<(String, String)> {
+    let j = r.json();
+    j["facts"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no facts: {j}"))
+        .iter()
+        .filter(|f| f["holds"] == false)
+        .map(|f| {
+            (
+                f["kind"].as_str().unwrap().to_owned(),
+                f["reason"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The observed text of the first failed fact of `kind`.
+pub fn observed(r: &Run, kind: &str) -> String {
+    r.json()["facts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == kind && f["holds"] == false)
+        .map(|f| f["observed"].as_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+/// The minimal Debian rootfs with systemd that unit tests boot with `systemd-nspawn`,
+/// built once (mmdebstrap, about 15 s) and cached under `target/`.
+pub fn nspawn_rootfs() -> PathBuf {
+    let target = bin_dir().parent().expect("target").to_path_buf();
+    let rootfs = target.join("nspawn-rootfs");
+    let lock = std::fs::File::create(target.join("nspawn-rootfs.lock")).unwrap();
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).unwrap();
+    if !rootfs.join("usr/lib/systemd/systemd").exists() {
+        let tmp = target.join("nspawn-rootfs.tmp");
+        let _ = std::fs::remove_dir_all(&tmp);
+        let o = Command::new("mmdebstrap")
+            .args([
+                "--variant=minbase",
+                "--include=systemd,systemd-sysv,dbus,iproute2",
+                "bookworm",
+            ])
+            .arg(&tmp)
+            .arg("http://deb.debian.org/debian")
+            .output()
+            .expect("mmdebstrap (apt-get install mmdebstrap)");
+        assert!(
+            o.status.success(),
+            "mmdebstrap: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        std::fs::rename(&tmp, &rootfs).unwrap();
+    }
+    rootfs
+}
+
+/// A booted systemd container (`systemd-nspawn -b`, volatile overlay so tests can share
+/// the rootfs). Killed on drop.
+#[derive(Debug)]
+pub struct Container {
+    pub nspawn: std::process::Child,
+    pub leader: u32,
+}
+
+/// Longest wait for a container's systemd to come up.
+pub const CONTAINER_BOOT_SECONDS_MAX: u64 = 60;
+
+impl Container {
+    pub fn boot(tag: &str) -> Container {
+        let rootfs = nspawn_rootfs();
+        let nspawn = Command::new("systemd-nspawn")
+            .args([
+                "-q",
+                "-b",
+                "--register=no",
+                "--keep-unit",
+                "--volatile=overlay",
+                "-M",
+            ])
+            .arg(format!(
+                "r{}",
+                tag.to_lowercase()
+                    .replace(|c: char| !c.is_ascii_alphanumeric(), "")
+            ))
+            .arg("-D")
+            .arg(&rootfs)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("systemd-nspawn (apt-get install systemd-container)");
+        let start = std::time::Instant::now();
+        let mut c = Container { leader: 0, nspawn };
+        loop {
+            assert!(
+                start.elapsed().as_secs() < CONTAINER_BOOT_SECONDS_MAX,
+                "container did not boot"
+            );
+            if c.leader == 0 {
+                let kids = std::fs::read_to_string(format!(
+                    "/proc/{}/task/{}/children",
+                    c.nspawn.id(),
+                    c.nspawn.id()
+                ))
+                .unwrap_or_default();
+                c.leader = kids
+                    .split_whitespace()
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                    .unwrap_or(0);
+            }
+            if c.leader != 0 {
+                let o = c.exec(&["systemctl", "is-system-running"]);
+                let state = String::from_utf8_lossy(&o.stdout);
+                if state.starts_with("running") || state.starts_with("degraded") {
+                    return c;
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
+    /// Runs a command inside the container (all its namespaces).
+    pub fn exec(&self, args: &[&str]) -> Output {
+        Command::new("nsenter")
+            .args(["-t", &self.leader.to_string(), "-a"])
+            .args(args)
+            .output()
+            .expect("nsenter")
+    }
+
+    pub fn sh(&self, script: &str) {
+        let o = self.exec(&["sh", "-c", script]);
+        assert!(
+            o.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+
+    /// The `REPOCH_SYSTEMCTL` value that asks this container's systemd.
+    pub fn systemctl(&self) -> String {
+        format!("nsenter -t {} -a systemctl", self.leader)
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        // Killing the pid namespace's init kills every process in it.
+        kill_pid(self.leader);
+        let _ = self.nspawn.kill();
+        let _ = self.nspawn.wait();
+    }
+}

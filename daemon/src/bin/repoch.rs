@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
 use repoch_daemon::cli::{self, Ctx};
 
 const EXIT_CODES: &str = "\
@@ -61,6 +62,18 @@ enum Cmd {
         #[arg(long, default_value_t = cli::CONSUMER_WAIT_SECONDS_DEFAULT, value_name = "SECONDS")]
         consumer_wait: u64,
     },
+    /// Observe lineage, containment, fences, READY and the consumer executable now, and
+    /// print every fact with the evidence digest. Writes nothing: a preflight check.
+    ///
+    /// The fences are acquired (and released at exit), so a busy fence shows as
+    /// `fence-busy`. Exit 0 if every fact holds, else 2 with each failed fact's reason.
+    Observe {
+        /// Deployment id, or any unique prefix of it.
+        deployment: String,
+        /// The READY sha256 to check against (hex).
+        #[arg(long, value_name = "SHA256")]
+        approve_ready: Option<String>,
+    },
     /// Classify a deployment's epoch. Changes nothing.
     Status {
         /// Deployment id, or any unique prefix of it.
@@ -112,7 +125,10 @@ enum JournalCmd {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = match Args::try_parse() {
+        Ok(a) => a,
+        Err(e) => return repoch_daemon::exit::clap_exit(e),
+    };
     let ctx = Ctx::new(args.root.as_deref(), args.json);
     let r = match args.cmd {
         Cmd::Enroll { manifest } => cli::enroll(&ctx, &manifest),
@@ -122,6 +138,10 @@ fn main() -> ExitCode {
             consumer_wait,
         } => cli::recover(&ctx, &deployment, approve_ready.as_deref(), consumer_wait),
         Cmd::Status { deployment } => cli::status(&ctx, &deployment),
+        Cmd::Observe {
+            deployment,
+            approve_ready,
+        } => cli::observe(&ctx, &deployment, approve_ready.as_deref()),
         Cmd::List => cli::list(&ctx),
         Cmd::Audit { issuer_key, paths } => cli::audit(&ctx, issuer_key.as_deref(), &paths),
         Cmd::Journal(JournalCmd::Keygen { keyfile }) => cli::journal_keygen(&ctx, &keyfile),

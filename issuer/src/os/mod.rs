@@ -1,4 +1,8 @@
 //! The only module that reads procfs, cgroupfs, `/proc/locks`, or asks systemd.
 //! Everything else receives facts.
 
+pub mod cgroup;
+pub mod net;
+pub mod proc;
 pub mod procfs;
+pub mod systemd;

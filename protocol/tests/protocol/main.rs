@@ -2,6 +2,7 @@
 mod cddl;
 mod chain;
 mod common;
+mod corpus;
 mod golden;
 mod props;
 mod reasons;

@@ -1,1 +1,101 @@
-fn main() {}
+//! `repoch-test-helper`: small real processes the native tests need as OS objects.
+//!
+//! * `flock PATH` — takes an exclusive flock on PATH, prints its pid, sleeps.
+//! * `flock-fork PATH` — takes the flock, hands the locked fd to a child (`sleep`) that
+//!   inherits it, prints the child's pid and exits: `/proc/locks` then names a dead pid
+//!   and only fdinfo names the real holder.
+//! * `sleep` — sleeps until killed.
+//! * `listen-unix PATH`, `listen-tcp PORT`, `listen-udp PORT` — binds, prints its pid, sleeps.
+//! * `zombie-leader` — spawns a thread, then the leader thread exits alone.
+//! * `threads` — spawns two threads, prints `PID TID,TID,TID`, sleeps.
+#![deny(unsafe_code)]
+
+use std::io::Write as _;
+use std::os::fd::AsRawFd;
+use std::process::Command;
+
+fn lock(path: &str, cloexec: bool) -> std::os::fd::OwnedFd {
+    let mut flags = rustix::fs::OFlags::RDWR;
+    if cloexec {
+        flags |= rustix::fs::OFlags::CLOEXEC;
+    }
+    let fd = rustix::fs::open(path, flags, rustix::fs::Mode::empty()).expect("open");
+    rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive).expect("flock");
+    fd
+}
+
+fn ready() {
+    println!("{}", std::process::id());
+    std::io::stdout().flush().unwrap();
+}
+
+fn sleep_forever() -> ! {
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(3600));
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    match args.get(1).map(String::as_str) {
+        Some("flock") => {
+            let _fd = lock(&args[2], true);
+            println!("{}", std::process::id());
+            std::io::stdout().flush().unwrap();
+            sleep_forever();
+        }
+        Some("flock-fork") => {
+            let fd = lock(&args[2], false);
+            #[allow(clippy::zombie_processes)]
+            let child = Command::new(std::env::current_exe().unwrap())
+                .arg("sleep")
+                .arg(fd.as_raw_fd().to_string())
+                .spawn()
+                .expect("spawn");
+            println!("{}", child.id());
+            std::io::stdout().flush().unwrap();
+            // Exit without waiting: the child is reparented and keeps the lock.
+            std::mem::forget(child);
+        }
+        Some("sleep") => sleep_forever(),
+        Some("listen-unix") => {
+            let _l = std::os::unix::net::UnixListener::bind(&args[2]).expect("bind");
+            ready();
+            sleep_forever();
+        }
+        Some("listen-tcp") => {
+            let _l = std::net::TcpListener::bind(("127.0.0.1", args[2].parse::<u16>().unwrap()))
+                .expect("bind");
+            ready();
+            sleep_forever();
+        }
+        Some("listen-udp") => {
+            let _s = std::net::UdpSocket::bind(("127.0.0.1", args[2].parse::<u16>().unwrap()))
+                .expect("bind");
+            ready();
+            sleep_forever();
+        }
+        Some("zombie-leader") => {
+            // A thread lives on; the leader exits alone and stays a zombie in its cgroup.
+            std::thread::spawn(sleep_forever);
+            ready();
+            repoch_tests_native::sys::exit_this_thread_only();
+        }
+        Some("threads") => {
+            for _ in 0..2 {
+                std::thread::spawn(sleep_forever);
+            }
+            let tids: Vec<String> = std::fs::read_dir("/proc/self/task")
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            println!("{} {}", std::process::id(), tids.join(","));
+            std::io::stdout().flush().unwrap();
+            sleep_forever();
+        }
+        _ => {
+            eprintln!("usage: repoch-test-helper flock PATH | flock-fork PATH | sleep");
+            std::process::exit(64);
+        }
+    }
+}

@@ -1,0 +1,899 @@
+//! The observers (DESIGN §5 step 2): lineage, containment, held lock fences, target and
+//! consumer executable. Each returns facts from the live system and fails closed: an error,
+//! an unknown format or an unreachable controller is a failed fact, never a pass.
+//!
+//! Facts come in a fixed order and carry nothing volatile when they hold, so observing an
+//! unchanged world twice gives the same evidence digest.
+
+use std::os::fd::OwnedFd;
+use std::path::Path;
+
+use repoch_protocol::grant::{GrantFence, UnknownOp};
+use repoch_protocol::journal::{verify_journal, JournalPins};
+use repoch_protocol::limits::JOURNAL_BYTES_MAX;
+use repoch_protocol::manifest::{Listener, Manifest, Role};
+use repoch_protocol::types::evidence_digest;
+use repoch_protocol::{Fact, Hash, Identity, Reason};
+use rustix::fs::{FlockOperation, OFlags};
+use sha2::{Digest as _, Sha256};
+
+use crate::layout::Layout;
+use crate::os::{cgroup, net, proc, procfs, systemd};
+use crate::storage::{open_path, read_all_fd};
+use crate::store::{fstat_identity, identity_of};
+
+/// Largest READY file hashed.
+pub const READY_BYTES_MAX: u64 = 1024 * 1024;
+/// Largest consumer executable hashed.
+pub const EXE_BYTES_MAX: u64 = 512 * 1024 * 1024;
+
+/// What one observation found.
+#[derive(Debug, Clone)]
+pub struct Observation {
+    pub facts: Vec<Fact>,
+    pub digest: Hash,
+    pub ready_sha256: Hash,
+    pub frontier_seq: u64,
+    pub frontier_hash: Hash,
+    pub unknown_ops: Vec<UnknownOp>,
+}
+
+impl Observation {
+    pub fn failed(&self) -> impl Iterator<Item = &Fact> {
+        self.facts.iter().filter(|f| !f.holds())
+    }
+    pub fn holds(&self) -> bool {
+        self.facts.iter().all(Fact::holds)
+    }
+}
+
+/// A fence acquired and held by this process: never opened twice (closing any fd of a
+/// file drops its POSIX locks), handed to the consumer with `SCM_RIGHTS`.
+#[derive(Debug)]
+pub struct HeldFence {
+    pub path: String,
+    pub identity: Identity,
+    pub fd: OwnedFd,
+}
+
+/// The fences, held from the first successful observation on.
+#[derive(Debug, Default)]
+pub struct Fences {
+    pub held: Vec<HeldFence>,
+}
+
+impl Fences {
+    pub fn grant_fences(&self) -> Vec<GrantFence> {
+        self.held
+            .iter()
+            .map(|h| GrantFence {
+                path: h.path.clone(),
+                identity: h.identity,
+            })
+            .collect()
+    }
+}
+
+/// The observer of one deployment, for one issuance.
+#[derive(Debug)]
+pub struct Observer {
+    pub manifest: Manifest,
+    pub layout: Layout,
+    pub systemctl: Vec<String>,
+    /// The READY digest the operator approved, or (when none) the first observation's.
+    pub approved_ready: Option<Hash>,
+    operator_approved: bool,
+    /// Consumer executable identity and digest at the first observation.
+    consumer_exe: Option<(Identity, Hash)>,
+}
+
+fn hex_short(h: &Hash) -> String {
+    h.to_hex()
+}
+
+fn sha256_fd(fd: &OwnedFd, max: u64) -> Result<Hash, String> {
+    use std::io::Read as _;
+    let mut f = std::fs::File::from(fd.try_clone().map_err(|e| e.to_string())?);
+    use std::io::Seek as _;
+    f.seek(std::io::SeekFrom::Start(0))
+        .map_err(|e| e.to_string())?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut total = 0u64;
+    loop {
+        let n = f.read(&mut buf).map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Ok(Hash(h.finalize().into()));
+        }
+        total += n as u64;
+        if total > max {
+            return Err(format!("larger than {max} bytes"));
+        }
+        h.update(&buf[..n]);
+    }
+}
+
+fn is_eloop(e: &std::io::Error) -> bool {
+    e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
+}
+
+impl Observer {
+    pub fn new(manifest: Manifest, layout: Layout, approved_ready: Option<Hash>) -> Observer {
+        let operator_approved = approved_ready.is_some();
+        Observer {
+            manifest,
+            layout,
+            systemctl: systemd::systemctl_command(),
+            approved_ready,
+            operator_approved,
+            consumer_exe: None,
+        }
+    }
+
+    /// Observes everything, in the fixed order. Acquires the fences on first use and keeps
+    /// them in `fences`; later observations re-verify the held fences.
+    pub fn observe(&mut self, fences: &mut Fences) -> Observation {
+        let mut facts = Vec::new();
+        let (frontier_seq, frontier_hash, unknown_ops) = self.lineage(&mut facts);
+        self.stores(&mut facts);
+        self.units(&mut facts);
+        self.cgroups(&mut facts);
+        self.listeners(&mut facts);
+        self.executables(&mut facts);
+        self.fences(fences, &mut facts);
+        let ready_sha256 = self.ready(&mut facts);
+        self.consumer_exe(&mut facts);
+        let digest = evidence_digest(&facts);
+        Observation {
+            facts,
+            digest,
+            ready_sha256,
+            frontier_seq,
+            frontier_hash,
+            unknown_ops,
+        }
+    }
+
+    // ---- lineage ----
+
+    fn lineage(&self, facts: &mut Vec<Fact>) -> (u64, Hash, Vec<UnknownOp>) {
+        let m = &self.manifest;
+        let path = &m.lineage.journal_path;
+        let none = (0, Hash::ZERO, vec![]);
+        let Some(enrolled) = m.entry(Role::Journal).map(|e| e.identity) else {
+            facts.push(Fact::failed(
+                "lineage",
+                path,
+                "an enrolled journal",
+                "none in the manifest",
+                Reason::LineageMissing,
+            ));
+            return none;
+        };
+        let fd = match open_path(Path::new(path), OFlags::RDONLY, 0) {
+            Ok(fd) => fd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                facts.push(Fact::failed(
+                    "lineage",
+                    path,
+                    "present",
+                    "missing",
+                    Reason::LineageMissing,
+                ));
+                return none;
+            }
+            Err(e) if is_eloop(&e) => {
+                facts.push(Fact::failed(
+                    "lineage",
+                    path,
+                    "no symlink",
+                    "a symlink",
+                    Reason::LineageUnprotected,
+                ));
+                return none;
+            }
+            Err(e) => {
+                facts.push(Fact::failed(
+                    "lineage",
+                    path,
+                    "readable",
+                    &e.to_string(),
+                    Reason::ObserveFailed,
+                ));
+                return none;
+            }
+        };
+        let id = match fstat_identity(&fd) {
+            Ok(i) => i,
+            Err(e) => {
+                facts.push(Fact::failed(
+                    "lineage",
+                    path,
+                    "stat",
+                    &e.to_string(),
+                    Reason::ObserveFailed,
+                ));
+                return none;
+            }
+        };
+        if !id.same_object(&enrolled) {
+            facts.push(Fact::failed(
+                "lineage",
+                path,
+                &format!("ino {}", enrolled.ino),
+                &format!("ino {}", id.ino),
+                Reason::LineageReplaced,
+            ));
+            return none;
+        }
+        let append_only = crate::enroll::is_append_only(&fd);
+        if id.uid != enrolled.uid || id.mode != enrolled.mode || append_only != Ok(true) {
+            let observed = format!(
+                "uid {} mode {:o} append-only {}",
+                id.uid,
+                id.mode & 0o7777,
+                append_only.map_or_else(|e| e, |b| b.to_string())
+            );
+            facts.push(Fact::failed(
+                "lineage",
+                path,
+                &format!(
+                    "uid {} mode {:o} append-only true",
+                    enrolled.uid,
+                    enrolled.mode & 0o7777
+                ),
+                &observed,
+                Reason::LineageUnprotected,
+            ));
+            return none;
+        }
+        let bytes = match read_all_fd(&fd, JOURNAL_BYTES_MAX) {
+            Ok(b) => b,
+            Err(e) => {
+                facts.push(Fact::failed(
+                    "lineage",
+                    path,
+                    "readable",
+                    &e.to_string(),
+                    Reason::ObserveFailed,
+                ));
+                return none;
+            }
+        };
+        let pins = JournalPins {
+            deployment: m.deployment,
+            issuer: &m.issuer_key,
+            producer: &m.lineage.producer_key,
+            genesis: Some(m.lineage.journal_genesis),
+        };
+        match verify_journal(&bytes, pins) {
+            Err(e) => {
+                facts.push(Fact::failed(
+                    "lineage",
+                    path,
+                    "an unbroken, signed journal of this deployment",
+                    &format!("offset {}: {}", e.offset, e.detail),
+                    e.reason,
+                ));
+                none
+            }
+            Ok(f) => {
+                facts.push(Fact::ok(
+                    "lineage",
+                    path,
+                    "the enrolled journal, append-only, verified",
+                    "verified",
+                ));
+                let frontier = format!("seq {} hash {}", f.last_seq, hex_short(&f.last_hash));
+                facts.push(Fact::ok("lineage-frontier", path, "recorded", &frontier));
+                let unknown = format!("{} unknown", f.unknown_ops.len());
+                facts.push(Fact::ok(
+                    "lineage-unknown",
+                    path,
+                    "carried into the grant",
+                    &unknown,
+                ));
+                self.predecessor(facts);
+                (f.last_seq, f.last_hash, f.unknown_ops)
+            }
+        }
+    }
+
+    fn predecessor(&self, facts: &mut Vec<Fact>) {
+        let Some(p) = self.manifest.lineage.predecessor else {
+            return;
+        };
+        let subject = format!("deployment {}", p.deployment);
+        let issuer = self.manifest.issuer_key;
+        match crate::store::Deployment::open(&self.layout, &issuer, p.deployment) {
+            Err(r) => facts.push(Fact::failed(
+                "predecessor",
+                &subject,
+                "readable",
+                &r.to_string(),
+                Reason::PredecessorMismatch,
+            )),
+            Ok(d) => {
+                let last = d.report().last_hash();
+                if d.report().problem.is_none() && last == Some(p.final_hash) {
+                    facts.push(Fact::ok(
+                        "predecessor",
+                        &subject,
+                        &format!("ends in {}", p.final_hash),
+                        "as linked",
+                    ));
+                } else {
+                    let observed = last.map_or("no record".into(), |h| format!("ends in {h}"));
+                    facts.push(Fact::failed(
+                        "predecessor",
+                        &subject,
+                        &format!("ends in {}", p.final_hash),
+                        &observed,
+                        Reason::PredecessorMismatch,
+                    ));
+                }
+            }
+        }
+    }
+
+    fn stores(&self, facts: &mut Vec<Fact>) {
+        for e in self.manifest.entries(Role::Store) {
+            let fact = match open_path(Path::new(&e.path), OFlags::RDONLY | OFlags::NONBLOCK, 0) {
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                    Fact::failed("store", &e.path, "present", "missing", Reason::StoreMissing)
+                }
+                Err(err) if is_eloop(&err) => Fact::failed(
+                    "store",
+                    &e.path,
+                    "no symlink",
+                    "a symlink",
+                    Reason::StoreReplaced,
+                ),
+                Err(err) => Fact::failed(
+                    "store",
+                    &e.path,
+                    "readable",
+                    &err.to_string(),
+                    Reason::ObserveFailed,
+                ),
+                Ok(fd) => match fstat_identity(&fd) {
+                    Ok(id) if id.same_object(&e.identity) => {
+                        Fact::ok("store", &e.path, "the enrolled inode", "the enrolled inode")
+                    }
+                    Ok(id) => Fact::failed(
+                        "store",
+                        &e.path,
+                        &format!("ino {}", e.identity.ino),
+                        &format!("ino {}", id.ino),
+                        Reason::StoreReplaced,
+                    ),
+                    Err(err) => Fact::failed(
+                        "store",
+                        &e.path,
+                        "stat",
+                        &err.to_string(),
+                        Reason::ObserveFailed,
+                    ),
+                },
+            };
+            facts.push(fact);
+        }
+    }
+
+    // ---- containment ----
+
+    fn units(&self, facts: &mut Vec<Fact>) {
+        const WANT: &str = "masked, inactive, MainPID 0, no reload pending";
+        for u in &self.manifest.containment.units {
+            let fact = match systemd::show(&self.systemctl, u) {
+                Err(e) => Fact::failed("unit", u, WANT, &e, Reason::ControllerUnknown),
+                Ok(s) => {
+                    let observed = format!(
+                        "{} {}/{} MainPID {} reload {}",
+                        s.load,
+                        s.active,
+                        s.sub,
+                        s.main_pid,
+                        if s.need_reload { "pending" } else { "no" }
+                    );
+                    if s.need_reload {
+                        Fact::failed("unit", u, WANT, &observed, Reason::UnitReloadPending)
+                    } else if s.load != "masked" {
+                        Fact::failed("unit", u, WANT, &observed, Reason::UnitNotMasked)
+                    } else if !matches!(s.active.as_str(), "inactive" | "failed") {
+                        Fact::failed("unit", u, WANT, &observed, Reason::UnitActive)
+                    } else if s.main_pid != 0 {
+                        Fact::failed("unit", u, WANT, &observed, Reason::UnitMainPid)
+                    } else {
+                        Fact::ok("unit", u, WANT, &format!("masked {}", s.active))
+                    }
+                }
+            };
+            facts.push(fact);
+        }
+    }
+
+    fn cgroups(&self, facts: &mut Vec<Fact>) {
+        const WANT: &str = "no process, no thread, not populated (recursively)";
+        if self.manifest.containment.cgroups.is_empty() {
+            return;
+        }
+        let root = match cgroup::mount_point() {
+            Ok(r) => r,
+            Err(e) => {
+                for c in &self.manifest.containment.cgroups {
+                    facts.push(Fact::failed(
+                        "cgroup",
+                        c,
+                        WANT,
+                        &e,
+                        Reason::ControllerUnknown,
+                    ));
+                }
+                return;
+            }
+        };
+        for c in &self.manifest.containment.cgroups {
+            facts.push(match cgroup::occupancy(&root, c) {
+                Err(e) => Fact::failed("cgroup", c, WANT, &e, Reason::ObserveFailed),
+                Ok(o) if !o.exists => Fact::ok("cgroup", c, WANT, "absent"),
+                Ok(o) if o.empty() => Fact::ok("cgroup", c, WANT, "empty"),
+                Ok(o) => {
+                    let observed = format!(
+                        "at {} populated {} procs {:?} threads {:?}",
+                        o.at.unwrap_or_default(),
+                        u8::from(o.populated),
+                        &o.procs[..o.procs.len().min(cgroup::TASKS_SHOWN_MAX)],
+                        &o.threads[..o.threads.len().min(cgroup::TASKS_SHOWN_MAX)]
+                    );
+                    Fact::failed("cgroup", c, WANT, &observed, Reason::CgroupPopulated)
+                }
+            });
+        }
+    }
+
+    fn listeners(&self, facts: &mut Vec<Fact>) {
+        for l in &self.manifest.containment.listeners {
+            let subject = l.to_string();
+            let bound = match l {
+                Listener::Unix(p) => net::unix_bound(p),
+                Listener::Tcp(p) => net::inet_bound(false, *p),
+                Listener::Udp(p) => net::inet_bound(true, *p),
+            };
+            facts.push(match bound {
+                Err(e) => Fact::failed(
+                    "listener",
+                    &subject,
+                    "nothing bound",
+                    &e,
+                    Reason::ObserveFailed,
+                ),
+                Ok(b) if b.is_empty() => {
+                    Fact::ok("listener", &subject, "nothing bound", "nothing bound")
+                }
+                Ok(b) => {
+                    let holders: Vec<u32> = b
+                        .iter()
+                        .flat_map(|s| net::socket_holders(s.inode))
+                        .collect();
+                    Fact::failed(
+                        "listener",
+                        &subject,
+                        "nothing bound",
+                        &format!("bound, held by pid {holders:?}"),
+                        Reason::ListenerPresent,
+                    )
+                }
+            });
+        }
+    }
+
+    fn executables(&self, facts: &mut Vec<Fact>) {
+        for exe in &self.manifest.containment.executables {
+            let (dev, ino) = match rustix::fs::stat(exe.as_str()) {
+                Ok(st) => (st.st_dev, st.st_ino),
+                // A removed executable can still run: match by its former path only.
+                Err(_) => (u64::MAX, u64::MAX),
+            };
+            facts.push(match proc::running(exe, dev, ino) {
+                Err(e) => Fact::failed(
+                    "process",
+                    exe,
+                    "no live task runs it",
+                    &e,
+                    Reason::ObserveFailed,
+                ),
+                Ok(r) if r.is_empty() => Fact::ok("process", exe, "no live task runs it", "none"),
+                Ok(r) => {
+                    let tasks: Vec<String> = r
+                        .iter()
+                        .take(cgroup::TASKS_SHOWN_MAX)
+                        .map(|t| {
+                            let cg = cgroup::of_pid(t.pid).unwrap_or_else(|_| "?".into());
+                            if t.tid == t.pid {
+                                format!("pid {} in {cg}", t.pid)
+                            } else {
+                                format!("pid {} tid {} in {cg}", t.pid, t.tid)
+                            }
+                        })
+                        .collect();
+                    Fact::failed(
+                        "process",
+                        exe,
+                        "no live task runs it",
+                        &tasks.join(", "),
+                        Reason::EscapedTask,
+                    )
+                }
+            });
+        }
+    }
+
+    // ---- fences ----
+
+    fn fences(&self, fences: &mut Fences, facts: &mut Vec<Fact>) {
+        const WANT: &str = "the enrolled inode, locked by us";
+        let first = fences.held.is_empty();
+        for (i, e) in self.manifest.entries(Role::Fence).enumerate() {
+            if first {
+                match acquire(&e.path, &e.identity) {
+                    Ok(h) => {
+                        fences.held.push(h);
+                    }
+                    Err(f) => {
+                        facts.push(f);
+                        continue;
+                    }
+                }
+            }
+            let Some(h) = fences.held.get(i) else {
+                facts.push(Fact::failed(
+                    "fence",
+                    &e.path,
+                    WANT,
+                    "not held",
+                    Reason::FenceCustody,
+                ));
+                continue;
+            };
+            facts.push(check_held(h).unwrap_or_else(|f| f));
+        }
+        // A fence set is all or nothing: a partial set is released, never kept.
+        if first && fences.held.len() != self.manifest.entries(Role::Fence).count() {
+            fences.held.clear();
+        }
+    }
+
+    // ---- target and consumer ----
+
+    fn ready(&mut self, facts: &mut Vec<Fact>) -> Hash {
+        let path = self.manifest.target.ready_path.clone();
+        let fd = match open_path(Path::new(&path), OFlags::RDONLY | OFlags::NONBLOCK, 0) {
+            Ok(fd) => fd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                facts.push(Fact::failed(
+                    "ready",
+                    &path,
+                    "present",
+                    "missing",
+                    Reason::ReadyMissing,
+                ));
+                return Hash::ZERO;
+            }
+            Err(e) if is_eloop(&e) => {
+                facts.push(Fact::failed(
+                    "ready",
+                    &path,
+                    "no symlink",
+                    "a symlink",
+                    Reason::ReadyUnprotected,
+                ));
+                return Hash::ZERO;
+            }
+            Err(e) => {
+                facts.push(Fact::failed(
+                    "ready",
+                    &path,
+                    "readable",
+                    &e.to_string(),
+                    Reason::ObserveFailed,
+                ));
+                return Hash::ZERO;
+            }
+        };
+        let st = match rustix::fs::fstat(&fd) {
+            Ok(s) => identity_of(&s),
+            Err(e) => {
+                facts.push(Fact::failed(
+                    "ready",
+                    &path,
+                    "stat",
+                    &e.to_string(),
+                    Reason::ObserveFailed,
+                ));
+                return Hash::ZERO;
+            }
+        };
+        if st.mode & 0o170000 != 0o100000 || st.uid != 0 || st.mode & 0o022 != 0 {
+            facts.push(Fact::failed(
+                "ready",
+                &path,
+                "a regular file, uid 0, not group/other writable",
+                &format!("uid {} mode {:o}", st.uid, st.mode),
+                Reason::ReadyUnprotected,
+            ));
+            return Hash::ZERO;
+        }
+        let digest = match sha256_fd(&fd, READY_BYTES_MAX) {
+            Ok(d) => d,
+            Err(e) => {
+                facts.push(Fact::failed(
+                    "ready",
+                    &path,
+                    "readable",
+                    &e,
+                    Reason::ObserveFailed,
+                ));
+                return Hash::ZERO;
+            }
+        };
+        match self.approved_ready {
+            None => {
+                self.approved_ready = Some(digest);
+                facts.push(Fact::ok(
+                    "ready",
+                    &path,
+                    &format!("sha256 {digest}"),
+                    &format!("sha256 {digest}"),
+                ));
+            }
+            Some(a) if a == digest => facts.push(Fact::ok(
+                "ready",
+                &path,
+                &format!("sha256 {a}"),
+                &format!("sha256 {digest}"),
+            )),
+            Some(a) => {
+                let reason = if self.operator_approved {
+                    Reason::ReadyUnapproved
+                } else {
+                    Reason::ReadyChanged
+                };
+                facts.push(Fact::failed(
+                    "ready",
+                    &path,
+                    &format!("sha256 {a}"),
+                    &format!("sha256 {digest}"),
+                    reason,
+                ));
+            }
+        }
+        digest
+    }
+
+    fn consumer_exe(&mut self, facts: &mut Vec<Fact>) {
+        let c = &self.manifest.consumer;
+        let path = c.executable.clone();
+        const WANT: &str = "root-owned, not writable by others, unchanged";
+        let fd = match open_path(Path::new(&path), OFlags::RDONLY, 0) {
+            Ok(fd) => fd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                facts.push(Fact::failed(
+                    "consumer-exe",
+                    &path,
+                    "present",
+                    "missing",
+                    Reason::ConsumerExeMissing,
+                ));
+                return;
+            }
+            Err(e) => {
+                facts.push(Fact::failed(
+                    "consumer-exe",
+                    &path,
+                    WANT,
+                    &e.to_string(),
+                    if is_eloop(&e) {
+                        Reason::ConsumerExeUnprotected
+                    } else {
+                        Reason::ObserveFailed
+                    },
+                ));
+                return;
+            }
+        };
+        let id = match fstat_identity(&fd) {
+            Ok(i) => i,
+            Err(e) => {
+                facts.push(Fact::failed(
+                    "consumer-exe",
+                    &path,
+                    WANT,
+                    &e.to_string(),
+                    Reason::ObserveFailed,
+                ));
+                return;
+            }
+        };
+        if id.uid != 0 || id.mode & 0o022 != 0 || id.mode & 0o170000 != 0o100000 {
+            facts.push(Fact::failed(
+                "consumer-exe",
+                &path,
+                WANT,
+                &format!("uid {} mode {:o}", id.uid, id.mode),
+                Reason::ConsumerExeUnprotected,
+            ));
+            return;
+        }
+        let digest = match sha256_fd(&fd, EXE_BYTES_MAX) {
+            Ok(d) => d,
+            Err(e) => {
+                facts.push(Fact::failed(
+                    "consumer-exe",
+                    &path,
+                    WANT,
+                    &e,
+                    Reason::ObserveFailed,
+                ));
+                return;
+            }
+        };
+        if let Some(pin) = c.executable_sha256 {
+            if pin != digest {
+                facts.push(Fact::failed(
+                    "consumer-exe",
+                    &path,
+                    &format!("sha256 {pin}"),
+                    &format!("sha256 {digest}"),
+                    Reason::ConsumerExeMismatch,
+                ));
+                return;
+            }
+        }
+        match self.consumer_exe {
+            None => self.consumer_exe = Some((id, digest)),
+            Some((i0, d0)) if i0 == id && d0 == digest => {}
+            Some((i0, d0)) => {
+                facts.push(Fact::failed(
+                    "consumer-exe",
+                    &path,
+                    &format!("ino {} sha256 {d0}", i0.ino),
+                    &format!("ino {} sha256 {digest}", id.ino),
+                    Reason::ConsumerExeChanged,
+                ));
+                return;
+            }
+        }
+        facts.push(Fact::ok(
+            "consumer-exe",
+            &path,
+            WANT,
+            &format!("sha256 {digest}"),
+        ));
+    }
+
+    /// The consumer executable's identity and digest as first observed.
+    pub fn consumer_exe_baseline(&self) -> Option<(Identity, Hash)> {
+        self.consumer_exe
+    }
+}
+
+/// Acquires one fence: open once without following symlinks, fstat against the enrolled
+/// identity, `flock` EX non-blocking, re-stat the path to catch a replacement during
+/// acquisition, then confirm kernel custody.
+fn acquire(path: &str, enrolled: &Identity) -> Result<HeldFence, Fact> {
+    const WANT: &str = "the enrolled inode, locked by us";
+    let fd = open_path(Path::new(path), OFlags::RDWR, 0).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => {
+            Fact::failed("fence", path, WANT, "missing", Reason::FenceMissing)
+        }
+        _ if is_eloop(&e) => Fact::failed("fence", path, WANT, "a symlink", Reason::FenceReplaced),
+        _ => Fact::failed("fence", path, WANT, &e.to_string(), Reason::ObserveFailed),
+    })?;
+    let id = fstat_identity(&fd)
+        .map_err(|e| Fact::failed("fence", path, WANT, &e.to_string(), Reason::ObserveFailed))?;
+    if !id.same_object(enrolled) {
+        return Err(Fact::failed(
+            "fence",
+            path,
+            &format!("ino {}", enrolled.ino),
+            &format!("ino {}", id.ino),
+            Reason::FenceReplaced,
+        ));
+    }
+    match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => {}
+        Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
+            return Err(Fact::failed(
+                "fence",
+                path,
+                WANT,
+                &crate::store::describe_holders("FLOCK", &id),
+                Reason::FenceBusy,
+            ));
+        }
+        Err(e) => {
+            return Err(Fact::failed(
+                "fence",
+                path,
+                WANT,
+                &e.to_string(),
+                Reason::ObserveFailed,
+            ))
+        }
+    }
+    let h = HeldFence {
+        path: path.to_owned(),
+        identity: id,
+        fd,
+    };
+    check_held(&h)?;
+    Ok(h)
+}
+
+/// Re-verifies a held fence: the path still names our inode, and the kernel shows our lock
+/// (`/proc/locks` for the device and inode, and our own fdinfo `lock:` line).
+fn check_held(h: &HeldFence) -> Result<Fact, Fact> {
+    const WANT: &str = "the enrolled inode, locked by us";
+    let now = open_path(Path::new(&h.path), OFlags::PATH, 0).and_then(|fd| fstat_identity(&fd));
+    match now {
+        Ok(id) if id.same_object(&h.identity) => {}
+        Ok(id) => {
+            return Err(Fact::failed(
+                "fence",
+                &h.path,
+                &format!("ino {}", h.identity.ino),
+                &format!("path now names ino {}", id.ino),
+                Reason::FenceReplaced,
+            ))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Fact::failed(
+                "fence",
+                &h.path,
+                WANT,
+                "path removed",
+                Reason::FenceReplaced,
+            ))
+        }
+        Err(e) => {
+            return Err(Fact::failed(
+                "fence",
+                &h.path,
+                WANT,
+                &e.to_string(),
+                Reason::ObserveFailed,
+            ))
+        }
+    }
+    let listed = procfs::locks_list("FLOCK", h.identity.dev, h.identity.ino).map_err(|e| {
+        Fact::failed(
+            "fence",
+            &h.path,
+            WANT,
+            &e.to_string(),
+            Reason::ObserveFailed,
+        )
+    })?;
+    use std::os::fd::AsRawFd as _;
+    let own = procfs::fdinfo_has_lock(
+        std::process::id(),
+        h.fd.as_raw_fd() as u32,
+        "FLOCK",
+        h.identity.dev,
+        h.identity.ino,
+    );
+    if listed.is_empty() || !own {
+        return Err(Fact::failed(
+            "fence",
+            &h.path,
+            WANT,
+            &format!(
+                "/proc/locks {} entries, own fdinfo lock {own}",
+                listed.len()
+            ),
+            Reason::FenceCustody,
+        ));
+    }
+    Ok(Fact::ok("fence", &h.path, WANT, "held"))
+}

@@ -1,0 +1,34 @@
+//! The one place the native tests need `unsafe`: the ext4 shutdown ioctl that simulates
+//! power loss. rustix has no safe wrapper for it.
+#![allow(unsafe_code)]
+
+use std::os::fd::AsFd;
+
+/// `EXT4_IOC_SHUTDOWN`, `_IOR('X', 125, __u32)`.
+const EXT4_IOC_SHUTDOWN: rustix::ioctl::Opcode = rustix::ioctl::opcode::read::<u32>(b'X', 125);
+/// Shut down without flushing the journal: what was not fsynced is lost, as at power loss.
+pub const EXT4_GOING_FLAGS_NOLOGFLUSH: u32 = 0x2;
+
+/// Cuts "power" to the ext4 file system holding `fd`.
+pub fn ext4_shutdown(fd: impl AsFd, flags: u32) -> std::io::Result<()> {
+    // SAFETY: EXT4_IOC_SHUTDOWN reads one u32 from the pointer that `Setter` passes, which
+    // points at `flags` for the duration of the call; the ioctl has no other memory effect.
+    unsafe {
+        rustix::ioctl::ioctl(
+            fd,
+            rustix::ioctl::Setter::<EXT4_IOC_SHUTDOWN, u32>::new(flags),
+        )?;
+    }
+    Ok(())
+}
+
+/// Ends only the calling thread (`exit(2)`, not `exit_group`): a thread-group leader that
+/// calls it becomes a zombie while its other threads live on.
+pub fn exit_this_thread_only() -> ! {
+    // SAFETY: SYS_exit terminates the calling thread and never returns; no Rust destructor
+    // of this thread runs, which is the point (the helper's main thread owns nothing).
+    unsafe {
+        libc::syscall(libc::SYS_exit, 0);
+    }
+    unreachable!("SYS_exit returned")
+}

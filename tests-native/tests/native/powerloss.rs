@@ -1,0 +1,268 @@
+//! Real power loss (DESIGN §10): the state root lives on a loop-mounted ext4 image; records
+//! are appended through the real store, and power is cut with `EXT4_IOC_SHUTDOWN`
+//! (`NOLOGFLUSH`) right after an append's fdatasync, or right before it. After unmount and
+//! remount, `repoch status` (the real binary) must show every fsynced record and exactly
+//! the classification the invariant implies.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use repoch_issuer::log::EpochLog;
+use repoch_issuer::storage::{Real, Storage};
+use repoch_issuer::store::Deployment;
+use repoch_protocol::epoch::{Contender, EpochBody, EpochRecord, SignedEpochRecord};
+use repoch_protocol::grant::{Challenge, ConsumerPeer};
+use repoch_protocol::{DeploymentId, Hash, Identity};
+use repoch_tests_native::sys::{ext4_shutdown, EXT4_GOING_FLAGS_NOLOGFLUSH};
+use repoch_tests_native::{mount_namespace_guard, require_root, Sandbox};
+
+fn sh(cmd: &str, args: &[&str]) -> String {
+    let o = Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    assert!(
+        o.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).trim().to_owned()
+}
+
+/// A loop-mounted ext4 image, unmounted and detached on drop.
+struct Ext4 {
+    image: PathBuf,
+    mnt: PathBuf,
+    dev: std::cell::RefCell<String>,
+    _dir: tempfile::TempDir,
+}
+
+impl Ext4 {
+    fn new() -> Ext4 {
+        let dir = tempfile::Builder::new()
+            .prefix("repoch-ext4-")
+            .tempdir()
+            .unwrap();
+        let image = dir.path().join("image");
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        std::fs::File::create(&image)
+            .unwrap()
+            .set_len(32 << 20)
+            .unwrap();
+        sh("mkfs.ext4", &["-q", "-F", image.to_str().unwrap()]);
+        let dev = sh("losetup", &["--find", "--show", image.to_str().unwrap()]);
+        let e = Ext4 {
+            image,
+            mnt,
+            dev: std::cell::RefCell::new(dev),
+            _dir: dir,
+        };
+        e.mount();
+        e
+    }
+    fn mount(&self) {
+        sh(
+            "mount",
+            &["-t", "ext4", &self.dev.borrow(), self.mnt.to_str().unwrap()],
+        );
+    }
+    fn umount(&self) {
+        sh("umount", &[self.mnt.to_str().unwrap()]);
+    }
+    fn cut_power(&self) {
+        let fd = std::fs::File::open(&self.mnt).unwrap();
+        ext4_shutdown(&fd, EXT4_GOING_FLAGS_NOLOGFLUSH).expect("EXT4_IOC_SHUTDOWN");
+    }
+    /// Unmounts and mounts again: a fresh superblock that reads only what reached the
+    /// image. (The same loop device keeps st_dev, so identities still match.)
+    fn remount_after_power_loss(&self) {
+        self.umount();
+        self.mount();
+    }
+}
+
+impl Drop for Ext4 {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.mnt).output();
+        let _ = Command::new("losetup")
+            .arg("-d")
+            .arg(&*self.dev.borrow())
+            .output();
+        let _ = std::fs::remove_file(&self.image);
+    }
+}
+
+/// Real storage whose `sync_data` cuts the power instead of syncing, at a chosen call.
+struct CutBeforeSync<'a> {
+    fs: &'a Ext4,
+}
+
+impl Storage for CutBeforeSync<'_> {
+    type Dir = std::os::fd::OwnedFd;
+    type File = std::os::fd::OwnedFd;
+    fn mkdir_at(&mut self, p: &Self::Dir, n: &str, m: u32) -> std::io::Result<()> {
+        Real.mkdir_at(p, n, m)
+    }
+    fn open_dir_at(&mut self, p: &Self::Dir, n: &str) -> std::io::Result<Self::Dir> {
+        Real.open_dir_at(p, n)
+    }
+    fn create_at(&mut self, d: &Self::Dir, n: &str, m: u32) -> std::io::Result<Self::File> {
+        Real.create_at(d, n, m)
+    }
+    fn write(&mut self, f: &Self::File, b: &[u8]) -> std::io::Result<usize> {
+        Real.write(f, b)
+    }
+    fn sync_data(&mut self, _f: &Self::File) -> std::io::Result<()> {
+        self.fs.cut_power();
+        Err(std::io::Error::other("power cut before fdatasync"))
+    }
+    fn sync_dir(&mut self, d: &Self::Dir) -> std::io::Result<()> {
+        Real.sync_dir(d)
+    }
+    fn read_all(&mut self, f: &Self::File, max: usize) -> std::io::Result<Vec<u8>> {
+        Real.read_all(f, max)
+    }
+    fn rename_at(&mut self, d: &Self::Dir, a: &str, b: &str) -> std::io::Result<()> {
+        Real.rename_at(d, a, b)
+    }
+}
+
+fn peer() -> ConsumerPeer {
+    ConsumerPeer {
+        pid: 1,
+        uid: 0,
+        gid: 0,
+        exe: Identity {
+            dev: 1,
+            ino: 1,
+            uid: 0,
+            gid: 0,
+            mode: 0o100755,
+        },
+        exe_sha256: Hash([1; 32]),
+        cgroup: "/".into(),
+    }
+}
+
+fn body(phase: usize, dep: DeploymentId) -> EpochBody {
+    match phase {
+        1 => EpochBody::Intent {
+            evidence: Hash([2; 32]),
+            facts: vec![],
+            contender: Contender {
+                pid: 1,
+                start_ticks: 1,
+                boot_id: "b".into(),
+            },
+            consumer: peer(),
+        },
+        2 => EpochBody::Consume {
+            consumer: peer(),
+            challenge: Challenge {
+                deployment: dep,
+                intent: Hash([3; 32]),
+                nonce: [4; 32],
+            },
+            custody: [5; 64],
+        },
+        _ => EpochBody::Receipt {
+            grant: vec![6; 300],
+        },
+    }
+}
+
+const PHASES: [&str; 4] = ["enrolled", "intended", "consumed", "receipted"];
+
+fn record(
+    log: &EpochLog<std::os::fd::OwnedFd>,
+    phase: usize,
+    key: &ed25519_dalek::SigningKey,
+) -> SignedEpochRecord {
+    let dep = log.deployment;
+    SignedEpochRecord::sign(
+        EpochRecord {
+            deployment: dep,
+            seq: log.next_seq(),
+            prev: log.last_hash(),
+            body: body(phase, dep),
+        },
+        key,
+    )
+}
+
+fn power_loss_at(phase: usize, before_sync: bool) {
+    let _no_netns = mount_namespace_guard();
+    let fs = Ext4::new();
+    let s = Sandbox::within(Some(&fs.mnt));
+    let id = s.enroll();
+    let layout = repoch_issuer::Layout::new(Some(&s.root));
+    let key = repoch_issuer::enroll::issuer_key(&layout, false).unwrap();
+    let issuer = repoch_issuer::store::issuer_public(&layout).unwrap();
+    let dep = DeploymentId::from_hex(&id).unwrap();
+    let mut d = Deployment::open(&layout, &issuer, dep).unwrap();
+    for p in 1..phase {
+        let r = record(&d.log, p, &key);
+        d.log.append(&mut Real, &r).unwrap();
+    }
+    let r = record(&d.log, phase, &key);
+    if before_sync {
+        let err = d
+            .log
+            .append(&mut CutBeforeSync { fs: &fs }, &r)
+            .unwrap_err();
+        assert!(d.log.poisoned(), "{err}");
+    } else {
+        d.log.append(&mut Real, &r).unwrap();
+        fs.cut_power();
+    }
+    drop(d);
+    fs.remount_after_power_loss();
+    let st = s.status(&id);
+    assert_eq!(st.code, 0, "{}{}", st.stdout, st.stderr);
+    let j = st.json();
+    let want = if before_sync {
+        PHASES[phase - 1]
+    } else {
+        PHASES[phase]
+    };
+    assert_eq!(
+        j["epoch"],
+        want,
+        "power cut {} the fdatasync of phase {phase}: {j}",
+        if before_sync { "before" } else { "after" }
+    );
+    drop(s);
+    let _ = Path::new(&fs.mnt);
+}
+
+#[test]
+fn power_loss_right_after_each_fsynced_append_keeps_it() {
+    require_root!();
+    for phase in 1..=3 {
+        power_loss_at(phase, false);
+    }
+}
+
+#[test]
+fn power_loss_right_before_each_fsync_loses_only_the_unsynced_record() {
+    require_root!();
+    for phase in 1..=3 {
+        power_loss_at(phase, true);
+    }
+}
+
+#[test]
+fn power_loss_right_after_enrollment_keeps_the_deployment() {
+    // enroll returns only after every file and directory is fsynced.
+    require_root!();
+    let _no_netns = mount_namespace_guard();
+    let fs = Ext4::new();
+    let s = Sandbox::within(Some(&fs.mnt));
+    let id = s.enroll();
+    fs.cut_power();
+    fs.remount_after_power_loss();
+    let j = s.status(&id).json();
+    assert_eq!(j["epoch"], "enrolled");
+    assert!(s.srv.join("journal").exists());
+}
