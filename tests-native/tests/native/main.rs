@@ -4,3 +4,4 @@
 mod observers;
 mod powerloss;
 mod store;
+mod units;
