@@ -1,1 +1,220 @@
-fn main() {}
+//! `repoch-consume`: the worker supervisor's CLI. See `repoch-consume --help`.
+#![forbid(unsafe_code)]
+
+use std::os::fd::AsRawFd as _;
+use std::os::unix::process::CommandExt as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use repoch_consumer::{Error, Options};
+use serde_json::json;
+
+const EXIT_CODES: &str = "\
+EXIT CODES:
+    0   granted (receive), verified (verify), created (keygen)
+    2   refused by repochd, or the grant does not verify
+    3   uncertain: the connection was lost, or the grant could not be persisted
+    64  usage: bad arguments or key files";
+
+/// repoch-consume: receive a deployment's single-use recovery grant.
+///
+/// `receive` connects to repochd's grant socket, waits for the operator's `repoch recover`,
+/// proves custody of the enrolled consumer key, receives the grant with the held lock
+/// fences, verifies it against the pinned issuer key, and persists it durably (O_EXCL,
+/// fsync, directory fsync) before reporting success. With `-- CMD...` it then executes the
+/// new root with the fence fds inherited, their numbers in REPOCH_FENCE_FDS (comma
+/// separated) and the grant's path in REPOCH_GRANT.
+#[derive(Parser, Debug)]
+#[command(name = "repoch-consume", version, after_help = EXIT_CODES, after_long_help = EXIT_CODES)]
+struct Args {
+    /// Machine-readable output: one JSON object on stdout.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Create a consumer key pair: KEYFILE (secret, 0600) and KEYFILE.pub; prints the public key.
+    Keygen { keyfile: PathBuf },
+    /// Receive the grant of DEPLOYMENT's recovery (waits for the operator).
+    Receive {
+        /// Deployment id or unique prefix (as `repoch list` prints it).
+        #[arg(long)]
+        deployment: String,
+        /// The consumer's secret key file.
+        #[arg(long)]
+        key: PathBuf,
+        /// The host issuer's public key, pinned.
+        #[arg(long)]
+        issuer_key: PathBuf,
+        /// Where to persist the grant (must not exist).
+        #[arg(long)]
+        out: PathBuf,
+        /// repochd's grant socket.
+        #[arg(
+            long,
+            default_value = "/run/repoch/grant.sock",
+            env = "REPOCH_GRANT_SOCKET"
+        )]
+        socket: PathBuf,
+        /// Longest wait for repochd at each step, in seconds.
+        #[arg(long, default_value_t = repoch_consumer::WAIT_SECONDS_DEFAULT)]
+        wait: u64,
+        /// The new root to execute with the fences inherited.
+        #[arg(last = true)]
+        cmd: Vec<String>,
+    },
+    /// Verify a persisted grant offline against the pinned issuer key.
+    Verify {
+        #[arg(long)]
+        issuer_key: PathBuf,
+        grant: PathBuf,
+    },
+}
+
+fn fail(json: bool, e: &Error) -> ExitCode {
+    if json {
+        println!(
+            "{}",
+            json!({"outcome": "failed", "exit": e.exit_code(), "message": e.to_string()})
+        );
+    } else {
+        eprintln!("repoch-consume: {e}");
+    }
+    ExitCode::from(e.exit_code())
+}
+
+fn summary(g: &repoch_protocol::grant::Grant, bytes: &[u8]) -> serde_json::Value {
+    json!({"deployment": g.deployment.to_hex(), "ready": g.ready_path, "ready_sha256": g.ready_sha256.to_hex(),
+           "fences": g.fences.iter().map(|f| f.path.clone()).collect::<Vec<_>>(),
+           "frontier": {"seq": g.frontier_seq, "hash": g.frontier_hash.to_hex()},
+           "unknown_ops": g.unknown_ops.iter().map(|u| json!({"op": u.op, "name": u.name})).collect::<Vec<_>>(),
+           "sha256": repoch_protocol::Hash::of(bytes).to_hex()})
+}
+
+fn main() -> ExitCode {
+    let args = match Args::try_parse() {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(
+                if matches!(
+                    e.kind(),
+                    clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+                ) {
+                    0
+                } else {
+                    64
+                },
+            );
+        }
+    };
+    let json = args.json;
+    match args.cmd {
+        Cmd::Keygen { keyfile } => match repoch_consumer::keygen(&keyfile) {
+            Ok(k) => {
+                if json {
+                    println!("{}", json!({"public_key": k.to_hex()}))
+                } else {
+                    println!("{k}")
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(json, &e),
+        },
+        Cmd::Verify { issuer_key, grant } => {
+            let r = repoch_consumer::read_public(&issuer_key).and_then(|k| {
+                let bytes = std::fs::read(&grant)
+                    .map_err(|e| Error::Usage(format!("{}: {e}", grant.display())))?;
+                repoch_consumer::verify(&bytes, &k, None).map(|g| (g, bytes))
+            });
+            match r {
+                Ok((g, bytes)) => {
+                    let s = summary(&g, &bytes);
+                    if json {
+                        println!("{}", json!({"outcome": "verified", "grant": s}))
+                    } else {
+                        println!(
+                            "verified: grant for deployment {} (sha256 {})",
+                            g.deployment,
+                            s["sha256"].as_str().unwrap_or("")
+                        )
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(json, &e),
+            }
+        }
+        Cmd::Receive {
+            deployment,
+            key,
+            issuer_key,
+            out,
+            socket,
+            wait,
+            cmd,
+        } => {
+            let opts = repoch_consumer::read_key(&key).and_then(|k| {
+                let issuer = repoch_consumer::read_public(&issuer_key)?;
+                let mut o = Options::new(socket, &deployment, k, issuer, out.clone());
+                o.wait = std::time::Duration::from_secs(wait);
+                Ok(o)
+            });
+            let opts = match opts {
+                Ok(o) => o,
+                Err(e) => return fail(json, &e),
+            };
+            let r = repoch_consumer::receive_with(&opts, &mut |step| {
+                if !json {
+                    eprintln!("repoch-consume: {step}");
+                }
+            });
+            let got = match r {
+                Ok(g) => g,
+                Err(e) => return fail(json, &e),
+            };
+            let s = summary(&got.grant, &got.bytes);
+            if json {
+                println!(
+                    "{}",
+                    json!({"outcome": "granted", "grant_file": out, "grant": s})
+                );
+            } else {
+                println!(
+                    "granted: deployment {} (grant {}, sha256 {})",
+                    got.grant.deployment,
+                    out.display(),
+                    s["sha256"].as_str().unwrap_or("")
+                );
+            }
+            let Some((prog, rest)) = cmd.split_first() else {
+                return ExitCode::SUCCESS;
+            };
+            // Hand the fences to the new root: clear close-on-exec and name their numbers.
+            let mut nums = Vec::new();
+            for fd in &got.fences {
+                if let Err(e) = rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()) {
+                    return fail(json, &Error::Io(format!("fence fd: {e}")));
+                }
+                nums.push(fd.as_raw_fd().to_string());
+            }
+            let err = std::process::Command::new(prog)
+                .args(rest)
+                .env("REPOCH_FENCE_FDS", nums.join(","))
+                .env("REPOCH_GRANT", &out)
+                .exec();
+            // exec only returns on failure; the grant is persisted and the fences are held
+            // by no one once we exit: say so.
+            fail(
+                json,
+                &Error::Io(format!(
+                    "exec {prog}: {err} (the grant is persisted at {})",
+                    out.display()
+                )),
+            )
+        }
+    }
+}

@@ -8,6 +8,7 @@ use repoch_issuer::store::{self, Deployment};
 use repoch_issuer::{Layout, Refusal};
 use repoch_protocol::epoch::EpochBody;
 use repoch_protocol::journal::{next_frame, verify_journal, JournalBody, JournalPins, Outcome};
+use repoch_protocol::wire::AdminEvent;
 use repoch_protocol::Reason;
 use rustix::fs::OFlags;
 use serde_json::json;
@@ -484,9 +485,129 @@ pub fn observe(ctx: &Ctx, prefix: &str, approve: Option<&str>) -> CmdResult {
     }
 }
 
-pub fn recover(_ctx: &Ctx, _prefix: &str, _approve: Option<&str>, _wait: u64) -> CmdResult {
-    Err(Failure::Internal("recover is not yet available".into()))
+/// Prints one admin event as a human line (or its JSON with --json).
+fn print_event(ctx: &Ctx, e: &AdminEvent) {
+    match e {
+        AdminEvent::Progress { step, detail } => ctx.out(
+            json!({"event": "progress", "step": step, "detail": detail}),
+            || format!("{step:<22} {detail}"),
+        ),
+        AdminEvent::Fact(f) => ctx.out(json!({"event": "fact", "fact": fact_json(f)}), || {
+            fact_line(f)
+        }),
+        AdminEvent::Record { kind, seq, hash } => ctx.out(
+            json!({"event": "record", "kind": kind, "seq": seq, "hash": hash.to_hex()}),
+            || format!("{:<22} #{seq} {kind} {hash} (fsynced)", "record"),
+        ),
+        AdminEvent::Outcome { .. } => {}
+    }
 }
+
+pub fn grant_json(bytes: &[u8]) -> serde_json::Value {
+    use repoch_protocol::cbor::Canonical as _;
+    match repoch_protocol::grant::SignedGrant::from_bytes(bytes) {
+        Ok(g) => {
+            let g = g.grant;
+            json!({"deployment": g.deployment.to_hex(), "intent": g.intent.to_hex(), "consume": g.consume.to_hex(), "evidence": g.evidence.to_hex(),
+                   "ready": g.ready_path, "ready_sha256": g.ready_sha256.to_hex(),
+                   "fences": g.fences.iter().map(|f| json!({"path": f.path, "ino": f.identity.ino})).collect::<Vec<_>>(),
+                   "frontier": {"seq": g.frontier_seq, "hash": g.frontier_hash.to_hex()},
+                   "unknown_ops": g.unknown_ops.iter().map(|u| json!({"op": u.op, "name": u.name})).collect::<Vec<_>>(),
+                   "sha256": repoch_protocol::Hash::of(bytes).to_hex()})
+        }
+        Err(e) => json!({"error": e.to_string()}),
+    }
+}
+
+pub fn recover(ctx: &Ctx, prefix: &str, approve: Option<&str>, wait: u64) -> CmdResult {
+    use repoch_protocol::wire::{read_msg, write_msg, AdminRequest};
+    let approve_ready = approve.map(parse_sha256).transpose()?;
+    let id = store::resolve(&ctx.layout, prefix)?;
+    let sock = ctx.layout.admin_socket();
+    let mut s = std::os::unix::net::UnixStream::connect(&sock).map_err(|e| {
+        Failure::refused(Refusal::new(
+            Reason::DaemonUnreachable,
+            sock.display().to_string(),
+            "repochd listening",
+            e.to_string(),
+        ))
+    })?;
+    // Bounded: the consumer wait, the observations and the appends, with a margin.
+    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(
+        wait + RECOVER_MARGIN_SECONDS,
+    )));
+    write_msg(
+        &mut s,
+        &AdminRequest::Recover {
+            deployment: id,
+            approve_ready,
+            consumer_wait_seconds: wait,
+        },
+    )
+    .map_err(|e| {
+        Failure::refused(Refusal::new(
+            Reason::DaemonUnreachable,
+            sock.display().to_string(),
+            "a request sent",
+            e.to_string(),
+        ))
+    })?;
+    ctx.out(json!({"event": "start", "deployment": id.to_hex()}), || {
+        format!("recover {id}")
+    });
+    loop {
+        let e: AdminEvent = match read_msg(&mut s) {
+            Ok(e) => e,
+            Err(e) => {
+                return Err(Failure::Internal(format!(
+                    "repochd stopped answering ({e}); check `repoch status {}`",
+                    &id.to_hex()[..8]
+                )))
+            }
+        };
+        let AdminEvent::Outcome {
+            outcome,
+            reasons,
+            detail,
+            grant,
+        } = &e
+        else {
+            print_event(ctx, &e);
+            continue;
+        };
+        let code = outcome.exit_code();
+        let g = grant.as_deref().map(grant_json);
+        ctx.out(
+            json!({"event": "outcome", "outcome": outcome.as_str(), "exit": code, "reasons": reasons.iter().map(|r| r.as_str()).collect::<Vec<_>>(), "detail": detail, "grant": g}),
+            || {
+                let mut t = format!("{:<22} {}", "outcome", outcome.as_str());
+                if let Some(g) = &g {
+                    t.push_str(&format!("\ngrant sha256 {}\n  READY {} sha256 {}\n  fences {}\n  journal frontier seq {} \n  unknown operations {}",
+                        g["sha256"].as_str().unwrap_or(""), g["ready"].as_str().unwrap_or(""), g["ready_sha256"].as_str().unwrap_or(""),
+                        g["fences"].as_array().map_or(0, Vec::len), g["frontier"]["seq"], g["unknown_ops"]));
+                } else {
+                    t.push_str(&format!(" ({})\n{detail}", reasons.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(", ")));
+                }
+                t
+            },
+        );
+        if code != 0 && !ctx.json {
+            eprintln!(
+                "repoch: {}: {}",
+                outcome.as_str(),
+                reasons
+                    .iter()
+                    .map(|r| r.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        return Ok(ExitCode::from(code));
+    }
+}
+
+/// Margin over the consumer wait for a recovery's observations and appends.
+pub const RECOVER_MARGIN_SECONDS: u64 = 120;
 
 pub fn demo(_ctx: &Ctx, _keep: bool) -> CmdResult {
     println!("repoch demo: not yet available");

@@ -1,7 +1,12 @@
 //! `repochd`, the recovery-epoch daemon, and `repoch`, the operator and auditor CLI.
 //! Only this crate knows about sockets, socket activation and `sd_notify`.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod audit;
 pub mod cli;
 pub mod exit;
+pub mod limits;
+pub mod link;
+pub mod notify;
+pub mod server;
+pub mod sys;

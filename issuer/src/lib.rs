@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod enroll;
+pub mod issuance;
 pub mod keys;
 pub mod layout;
 pub mod log;

@@ -71,6 +71,7 @@ reasons! {
     ConsumerRejected = "consumer-rejected", "A peer on the grant socket failed authentication (uid, gid, executable, cgroup or key).", "Only the enrolled consumer may receive the grant.";
     CustodyInvalid = "custody-invalid", "The consumer's custody signature does not verify against its enrolled key.", "Check the consumer's key file.";
     ConsumerLost = "consumer-lost", "The consumer went away after the intent.", "The epoch is uncertain and kept.";
+    DaemonUnreachable = "daemon-unreachable", "repoch could not reach repochd on its admin socket.", "Start repochd (or its socket unit) and retry; nothing was written.";
     AdminDenied = "admin-denied", "The admin socket peer is not root.", "Run as root.";
     ProtocolError = "protocol-error", "A peer sent a malformed, oversized or unexpected frame, or timed out.", "Check versions of repoch and the peer.";
     Internal = "internal", "A bug in repoch. Never a silent success.", "Report it with the log.";

@@ -35,6 +35,29 @@ pub fn frame_len(header: [u8; 4]) -> Result<usize, DecodeError> {
     Ok(len)
 }
 
+/// Reads one frame's payload from a blocking reader (the caller sets its timeouts). The
+/// length is checked before the buffer is allocated.
+pub fn read_frame(r: &mut impl std::io::Read) -> std::io::Result<Vec<u8>> {
+    let mut h = [0u8; 4];
+    r.read_exact(&mut h)?;
+    let len = frame_len(h).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    let mut buf = vec![0u8; len];
+    r.read_exact(&mut buf)?;
+    Ok(buf)
+}
+
+/// Reads and strictly decodes one message.
+pub fn read_msg<T: Canonical>(r: &mut impl std::io::Read) -> std::io::Result<T> {
+    let b = read_frame(r)?;
+    T::from_bytes(&b).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+/// Writes one message as a frame.
+pub fn write_msg<T: Canonical>(w: &mut impl std::io::Write, m: &T) -> std::io::Result<()> {
+    w.write_all(&frame(&m.to_bytes()))?;
+    w.flush()
+}
+
 /// The outcome of an issuance (DESIGN §6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -228,10 +251,8 @@ impl Canonical for AdminEvent {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum GrantMsg {
     /// Consumer to daemon, first: which deployment, and the key it will answer with.
-    Hello {
-        deployment: DeploymentId,
-        key: PublicKey,
-    },
+    /// (`deployment` is the id or a unique prefix of it, 1 to 32 lowercase hex digits.)
+    Hello { deployment: String, key: PublicKey },
     /// Daemon to consumer: authenticated at transport level, waiting for the operator.
     Accepted,
     /// Daemon to consumer: sign this.
@@ -249,7 +270,7 @@ impl Canonical for GrantMsg {
         match self {
             GrantMsg::Hello { deployment, key } => cbor::array(vec![
                 cbor::text("hello"),
-                cbor::bytes(&deployment.0),
+                cbor::text(deployment),
                 cbor::bytes(&key.0),
             ]),
             GrantMsg::Accepted => cbor::array(vec![cbor::text("accepted")]),
@@ -275,8 +296,16 @@ impl Canonical for GrantMsg {
             "hello" => {
                 let mut f = Fields::open(v, "hello", 3)?;
                 f.expect_text("hello")?;
+                let deployment = f.text(2 * DEPLOYMENT_ID_BYTES)?;
+                let hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
+                if deployment.is_empty() || !deployment.bytes().all(hex) {
+                    return Err(DecodeError::schema(
+                        "hello",
+                        "deployment must be 1 to 32 lowercase hex digits",
+                    ));
+                }
                 GrantMsg::Hello {
-                    deployment: DeploymentId(f.bytes()?),
+                    deployment,
                     key: PublicKey(f.bytes()?),
                 }
             }

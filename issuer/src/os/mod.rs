@@ -3,6 +3,7 @@
 
 pub mod cgroup;
 pub mod net;
+pub mod peer;
 pub mod proc;
 pub mod procfs;
 pub mod systemd;

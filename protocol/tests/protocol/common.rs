@@ -338,7 +338,7 @@ pub fn samples() -> Vec<(&'static str, Vec<u8>)> {
         (
             "grant-msg",
             GrantMsg::Hello {
-                deployment: DEP,
+                deployment: DEP.to_hex()[..8].to_owned(),
                 key: pk(&consumer()),
             }
             .to_bytes(),

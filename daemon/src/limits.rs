@@ -1,0 +1,20 @@
+//! The daemon's bounds, with the unit last.
+
+/// Concurrent admin connections (each may run one issuance).
+pub const ADMIN_CONNECTIONS_MAX: usize = 8;
+/// Concurrent grant-socket connections being read (handshakes).
+pub const GRANT_CONNECTIONS_MAX: usize = 32;
+/// Consumers connected and waiting for a recovery.
+pub const PENDING_CONSUMERS_MAX: usize = 16;
+/// How long a consumer may wait connected for a recovery before it is dropped.
+pub const PENDING_CONSUMER_SECONDS_MAX: u64 = 3600;
+/// Time a peer gets to send its first frame.
+pub const HANDSHAKE_SECONDS_MAX: u64 = 5;
+/// Time the consumer gets to answer the challenge, and to take the grant.
+pub const CUSTODY_SECONDS_MAX: u64 = 10;
+/// Longest consumer wait an operator may ask for.
+pub const CONSUMER_WAIT_SECONDS_MAX: u64 = 3600;
+/// Events buffered between an issuance and its admin connection.
+pub const EVENTS_BUFFERED_MAX: usize = 256;
+
+const _: () = assert!(PENDING_CONSUMERS_MAX <= GRANT_CONNECTIONS_MAX);

@@ -1,0 +1,227 @@
+//! The grant socket, on the issuance's (blocking) side: pending consumers waiting for a
+//! recovery, and the [`ConsumerLink`] over one of them.
+
+use std::collections::VecDeque;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use repoch_issuer::issuance::{ConsumerLink, Expected};
+use repoch_issuer::Refusal;
+use repoch_protocol::grant::{Challenge, ConsumerPeer};
+use repoch_protocol::wire::{read_msg, write_msg, AdminEvent, GrantMsg};
+use repoch_protocol::{PublicKey, Reason};
+
+use crate::limits::*;
+
+/// A consumer connected and described, waiting for a recovery of its deployment.
+#[derive(Debug)]
+pub struct Pending {
+    pub prefix: String,
+    pub key: PublicKey,
+    pub peer: ConsumerPeer,
+    pub pidfd: OwnedFd,
+    pub stream: UnixStream,
+    pub since: Instant,
+}
+
+/// Pending consumers, shared between the grant socket's acceptor and the issuances.
+#[derive(Debug, Default)]
+pub struct Registry {
+    pending: Mutex<VecDeque<Pending>>,
+    arrived: Condvar,
+}
+
+impl Registry {
+    /// Adds a consumer; refuses it when `PENDING_CONSUMERS_MAX` are already waiting.
+    pub fn push(&self, p: Pending) -> Result<(), Box<Pending>> {
+        let mut q = self
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        q.retain(|p| p.since.elapsed() < Duration::from_secs(PENDING_CONSUMER_SECONDS_MAX));
+        if q.len() >= PENDING_CONSUMERS_MAX {
+            return Err(Box::new(p));
+        }
+        q.push_back(p);
+        self.arrived.notify_all();
+        Ok(())
+    }
+
+    /// Takes the next pending consumer for `id` until `deadline`.
+    fn take(&self, id: &str, deadline: Instant) -> Option<Pending> {
+        let mut q = self
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        loop {
+            if let Some(i) = q.iter().position(|p| id.starts_with(&p.prefix)) {
+                return q.remove(i);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            // Wake at least once a second so the caller can report progress.
+            let wait = (deadline - now).min(Duration::from_secs(1));
+            let (guard, timeout) = self
+                .arrived
+                .wait_timeout(q, wait)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            q = guard;
+            if timeout.timed_out() {
+                return None;
+            }
+        }
+    }
+
+    /// Step 3 of an issuance: waits for the enrolled consumer until the deadline. Peers that
+    /// fail authentication are refused (`consumer-rejected`) and burn nothing; the wait goes on.
+    pub fn wait_for(
+        &self,
+        expected: &Expected,
+        wait: Duration,
+        progress: &mut dyn FnMut(AdminEvent),
+    ) -> Result<(SocketLink, ConsumerPeer), Refusal> {
+        let id = expected.deployment.to_hex();
+        let start = Instant::now();
+        let deadline = start + wait;
+        progress(AdminEvent::Progress {
+            step: "connect".into(),
+            detail: format!("waiting for the consumer (deadline {}s)", wait.as_secs()),
+        });
+        while Instant::now() < deadline {
+            let Some(mut p) = self.take(&id, deadline) else {
+                let e = start.elapsed().as_secs();
+                progress(AdminEvent::Progress {
+                    step: "connect".into(),
+                    detail: format!("waiting for the consumer: {e}s of {}s", wait.as_secs()),
+                });
+                continue;
+            };
+            // A consumer that went away while pending must not be taken: it would burn the
+            // epoch at the challenge.
+            if let Err(e) =
+                repoch_issuer::os::peer::alive(&p.pidfd).and_then(|_| hung_up(&p.stream))
+            {
+                progress(AdminEvent::Progress {
+                    step: "connect".into(),
+                    detail: format!("dropped a stale consumer (pid {}): {e}", p.peer.pid),
+                });
+                continue;
+            }
+            if let Err(r) = expected.authenticate(&p.peer, &p.key) {
+                let _ = write_msg(
+                    &mut p.stream,
+                    &GrantMsg::Refused {
+                        reason: r.reason,
+                        detail: r.to_string(),
+                    },
+                );
+                progress(AdminEvent::Progress {
+                    step: "connect".into(),
+                    detail: format!("rejected a peer: {r}"),
+                });
+                continue;
+            }
+            if write_msg(&mut p.stream, &GrantMsg::Accepted).is_err() {
+                progress(AdminEvent::Progress {
+                    step: "connect".into(),
+                    detail: format!("consumer pid {} went away", p.peer.pid),
+                });
+                continue;
+            }
+            let peer = p.peer.clone();
+            return Ok((
+                SocketLink {
+                    stream: p.stream,
+                    _pidfd: p.pidfd,
+                },
+                peer,
+            ));
+        }
+        Err(Refusal::new(
+            Reason::ConsumerAbsent,
+            "grant socket",
+            "the enrolled consumer",
+            format!("none within {}s; nothing written", wait.as_secs()),
+        ))
+    }
+}
+
+/// Whether the peer closed its end (poll reports HUP or readable EOF).
+fn hung_up(s: &UnixStream) -> Result<(), String> {
+    use rustix::event::{poll, PollFd, PollFlags};
+    let mut fds = [PollFd::new(s, PollFlags::IN | PollFlags::RDHUP)];
+    match poll(
+        &mut fds,
+        Some(&rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        }),
+    ) {
+        Ok(0) => Ok(()),
+        Ok(_) => Err("the consumer closed its connection or sent unexpected data".into()),
+        Err(e) => Err(format!("poll: {e}")),
+    }
+}
+
+/// The consumer link over a grant-socket connection; every wait bounded by a timeout.
+#[derive(Debug)]
+pub struct SocketLink {
+    stream: UnixStream,
+    _pidfd: OwnedFd,
+}
+
+impl ConsumerLink for SocketLink {
+    fn challenge(&mut self, c: &Challenge) -> Result<[u8; 64], String> {
+        self.stream
+            .set_read_timeout(Some(Duration::from_secs(CUSTODY_SECONDS_MAX)))
+            .map_err(|e| e.to_string())?;
+        write_msg(&mut self.stream, &GrantMsg::Challenge(c.clone()))
+            .map_err(|e| format!("sending the challenge: {e}"))?;
+        match read_msg::<GrantMsg>(&mut self.stream) {
+            Ok(GrantMsg::Custody(sig)) => Ok(sig),
+            Ok(other) => Err(format!("expected custody, got {other:?}")),
+            Err(e) => Err(format!("reading custody: {e}")),
+        }
+    }
+
+    fn dispatch(&mut self, grant: &[u8], fences: &[&OwnedFd]) -> Result<(), String> {
+        use repoch_protocol::cbor::Canonical as _;
+        use rustix::net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+        let payload = repoch_protocol::wire::frame(&GrantMsg::Grant(grant.to_vec()).to_bytes());
+        let fds: Vec<_> = fences.iter().map(|f| f.as_fd()).collect();
+        let mut space = vec![
+            std::mem::MaybeUninit::uninit();
+            rustix::cmsg_space!(ScmRights(repoch_protocol::limits::FENCES_MAX))
+        ];
+        let mut anc = SendAncillaryBuffer::new(&mut space);
+        if !fds.is_empty() && !anc.push(SendAncillaryMessage::ScmRights(&fds)) {
+            return Err("fence fds do not fit the control buffer".into());
+        }
+        self.stream
+            .set_write_timeout(Some(Duration::from_secs(CUSTODY_SECONDS_MAX)))
+            .map_err(|e| e.to_string())?;
+        // The fds ride on the first byte; the rest of the frame follows.
+        let n = sendmsg(
+            &self.stream,
+            &[std::io::IoSlice::new(&payload)],
+            &mut anc,
+            SendFlags::NOSIGNAL,
+        )
+        .map_err(|e| format!("sending the grant: {e}"))?;
+        use std::io::Write as _;
+        self.stream
+            .write_all(&payload[n..])
+            .map_err(|e| format!("sending the grant: {e}"))?;
+        self.stream.flush().map_err(|e| e.to_string())
+    }
+
+    fn refuse(&mut self, reason: Reason, detail: &str) {
+        let detail =
+            repoch_protocol::types::clip(detail, 4 * repoch_protocol::limits::TEXT_BYTES_MAX);
+        let _ = write_msg(&mut self.stream, &GrantMsg::Refused { reason, detail });
+    }
+}

@@ -1,0 +1,427 @@
+//! repochd: the admin and grant sockets, around the synchronous issuance.
+//!
+//! The async edge is thin: tokio accepts, checks peer credentials and reads the first frame
+//! of each connection under a timeout and a connection semaphore; an issuance then runs on
+//! a blocking thread, with the consumer's connection handed over as a blocking stream.
+
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixListener as StdListener;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use repoch_issuer::issuance::{self, Ended};
+use repoch_issuer::{Layout, Refusal};
+use repoch_protocol::cbor::Canonical;
+use repoch_protocol::epoch::Contender;
+use repoch_protocol::wire::{frame, frame_len, AdminEvent, AdminRequest, GrantMsg, Outcome};
+use repoch_protocol::Reason;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, Semaphore};
+
+use crate::limits::*;
+use crate::link::{Pending, Registry};
+
+#[derive(Debug)]
+pub struct Daemon {
+    pub layout: Layout,
+    registry: Registry,
+    /// Set when a write or fsync of an epoch log failed: no further issuance until restart.
+    poisoned: AtomicBool,
+}
+
+async fn read_frame_async(s: &mut UnixStream) -> Result<Vec<u8>, String> {
+    let mut h = [0u8; 4];
+    s.read_exact(&mut h).await.map_err(|e| e.to_string())?;
+    let len = frame_len(h).map_err(|e| e.to_string())?;
+    let mut buf = vec![0u8; len];
+    s.read_exact(&mut buf).await.map_err(|e| e.to_string())?;
+    Ok(buf)
+}
+
+async fn send<T: Canonical>(s: &mut UnixStream, m: &T) -> std::io::Result<()> {
+    s.write_all(&frame(&m.to_bytes())).await
+}
+
+/// The listening sockets: from systemd (`LISTEN_FDS`, named `admin` and `grant` by
+/// `LISTEN_FDNAMES`), else bound under the layout's run directory.
+pub fn listeners(layout: &Layout) -> Result<(StdListener, StdListener), String> {
+    let ours = std::env::var("LISTEN_PID")
+        .ok()
+        .and_then(|p| p.parse::<u32>().ok())
+        == Some(std::process::id());
+    if ours {
+        let n: usize = std::env::var("LISTEN_FDS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        let fds = crate::sys::adopt_listen_fds(n)?;
+        let names: Vec<String> = std::env::var("LISTEN_FDNAMES")
+            .unwrap_or_default()
+            .split(':')
+            .map(str::to_owned)
+            .collect();
+        let mut admin = None;
+        let mut grant = None;
+        for (i, fd) in fds.into_iter().enumerate() {
+            match names.get(i).map(String::as_str) {
+                Some("admin") => admin = Some(StdListener::from(fd)),
+                Some("grant") => grant = Some(StdListener::from(fd)),
+                other => {
+                    return Err(format!(
+                        "socket-activated fd {} has unknown name {other:?}",
+                        i + 3
+                    ))
+                }
+            }
+        }
+        return match (admin, grant) {
+            (Some(a), Some(g)) => Ok((a, g)),
+            _ => Err("socket activation must pass two sockets named admin and grant".into()),
+        };
+    }
+    std::fs::create_dir_all(&layout.run).map_err(|e| format!("{}: {e}", layout.run.display()))?;
+    let bind = |p: &Path, mode: u32| -> Result<StdListener, String> {
+        // A stale socket from a previous run is replaced; anything else is refused.
+        if let Ok(m) = std::fs::symlink_metadata(p) {
+            use std::os::unix::fs::FileTypeExt as _;
+            if !m.file_type().is_socket() {
+                return Err(format!("{} exists and is not a socket", p.display()));
+            }
+            std::fs::remove_file(p).map_err(|e| format!("{}: {e}", p.display()))?;
+        }
+        let l = StdListener::bind(p).map_err(|e| format!("bind {}: {e}", p.display()))?;
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| format!("{}: {e}", p.display()))?;
+        Ok(l)
+    };
+    // The admin socket is root's only; the grant socket is open to the consumer's uid,
+    // which is authenticated per connection.
+    Ok((
+        bind(&layout.admin_socket(), 0o600)?,
+        bind(&layout.grant_socket(), 0o666)?,
+    ))
+}
+
+impl Daemon {
+    pub fn new(layout: Layout) -> Daemon {
+        Daemon {
+            layout,
+            registry: Registry::default(),
+            poisoned: AtomicBool::new(false),
+        }
+    }
+
+    /// Serves until SIGTERM or SIGINT.
+    pub async fn serve(
+        self: Arc<Self>,
+        admin: StdListener,
+        grant: StdListener,
+    ) -> Result<(), String> {
+        admin.set_nonblocking(true).map_err(|e| e.to_string())?;
+        grant.set_nonblocking(true).map_err(|e| e.to_string())?;
+        let admin = UnixListener::from_std(admin).map_err(|e| e.to_string())?;
+        let grant = UnixListener::from_std(grant).map_err(|e| e.to_string())?;
+        let admin_slots = Arc::new(Semaphore::new(ADMIN_CONNECTIONS_MAX));
+        let grant_slots = Arc::new(Semaphore::new(GRANT_CONNECTIONS_MAX));
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(|e| e.to_string())?;
+        let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+            .map_err(|e| e.to_string())?;
+        crate::notify::notify("READY=1\nSTATUS=waiting for recoveries");
+        tracing::info!(admin = %self.layout.admin_socket().display(), grant = %self.layout.grant_socket().display(), "repochd ready");
+        loop {
+            tokio::select! {
+                r = admin.accept() => {
+                    let Ok((s, _)) = r else { continue };
+                    let Ok(permit) = admin_slots.clone().try_acquire_owned() else {
+                        tracing::warn!("admin connection refused: {ADMIN_CONNECTIONS_MAX} already open");
+                        continue;
+                    };
+                    let d = self.clone();
+                    tokio::spawn(async move { d.admin(s).await; drop(permit); });
+                }
+                r = grant.accept() => {
+                    let Ok((s, _)) = r else { continue };
+                    let Ok(permit) = grant_slots.clone().try_acquire_owned() else {
+                        tracing::warn!("grant connection refused: {GRANT_CONNECTIONS_MAX} already open");
+                        continue;
+                    };
+                    let d = self.clone();
+                    tokio::spawn(async move { d.grant(s).await; drop(permit); });
+                }
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+            }
+        }
+        crate::notify::notify("STOPPING=1");
+        tracing::info!("repochd stopping");
+        Ok(())
+    }
+
+    /// A consumer connection: credentials, pidfd, `hello`, then it waits in the registry.
+    async fn grant(self: Arc<Self>, mut s: UnixStream) {
+        let cred = match s.peer_cred() {
+            Ok(c) => c,
+            Err(e) => return tracing::warn!("grant peer credentials: {e}"),
+        };
+        let Some(pid) = cred.pid().and_then(|p| u32::try_from(p).ok()) else {
+            return;
+        };
+        let pidfd = match peer_pidfd(&s, pid) {
+            Ok(fd) => fd,
+            Err(e) => return tracing::warn!("grant peer pid {pid}: {e}"),
+        };
+        let hello = tokio::time::timeout(
+            Duration::from_secs(HANDSHAKE_SECONDS_MAX),
+            read_frame_async(&mut s),
+        )
+        .await;
+        let (prefix, key) = match hello
+            .map_err(|_| "timed out".to_owned())
+            .and_then(|r| r)
+            .and_then(|b| GrantMsg::from_bytes(&b).map_err(|e| e.to_string()))
+        {
+            Ok(GrantMsg::Hello { deployment, key }) => (deployment, key),
+            Ok(_) => return refuse_grant(&mut s, Reason::ProtocolError, "expected hello").await,
+            Err(e) => return refuse_grant(&mut s, Reason::ProtocolError, &e).await,
+        };
+        let (uid, gid) = (cred.uid(), cred.gid());
+        let std = match s.into_std() {
+            Ok(std) => std,
+            Err(e) => return tracing::warn!("grant socket: {e}"),
+        };
+        let d = self.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            let mut std = std;
+            let _ = std.set_nonblocking(false);
+            // Describe the peer from /proc, pinned by its pidfd.
+            let peer = match repoch_issuer::os::peer::describe(pid, uid, gid, &pidfd) {
+                Ok(p) => p,
+                Err(e) => {
+                    let _ = repoch_protocol::wire::write_msg(&mut std, &GrantMsg::Refused { reason: Reason::ConsumerRejected, detail: e });
+                    return;
+                }
+            };
+            tracing::info!(pid, uid, deployment = %prefix, "consumer connected, waiting for a recovery");
+            let p = Pending { prefix, key, peer, pidfd, stream: std, since: Instant::now() };
+            if let Err(mut p) = d.registry.push(p) {
+                let _ = repoch_protocol::wire::write_msg(&mut p.stream, &GrantMsg::Refused { reason: Reason::ProtocolError, detail: format!("{PENDING_CONSUMERS_MAX} consumers already waiting") });
+            }
+        })
+        .await;
+    }
+
+    /// An admin connection: root only; one `recover` request; progress streamed back.
+    async fn admin(self: Arc<Self>, mut s: UnixStream) {
+        let cred = match s.peer_cred() {
+            Ok(c) => c,
+            Err(e) => return tracing::warn!("admin peer credentials: {e}"),
+        };
+        if cred.uid() != 0 {
+            let r = Refusal::new(
+                Reason::AdminDenied,
+                "admin socket",
+                "uid 0",
+                format!("uid {}", cred.uid()),
+            );
+            tracing::warn!("{r}");
+            let _ = send(
+                &mut s,
+                &outcome_event(
+                    Outcome::Refused,
+                    vec![r],
+                    "the admin socket is root's only",
+                    None,
+                ),
+            )
+            .await;
+            return;
+        }
+        let req = tokio::time::timeout(
+            Duration::from_secs(HANDSHAKE_SECONDS_MAX),
+            read_frame_async(&mut s),
+        )
+        .await;
+        let req = match req
+            .map_err(|_| "timed out".to_owned())
+            .and_then(|r| r)
+            .and_then(|b| AdminRequest::from_bytes(&b).map_err(|e| e.to_string()))
+        {
+            Ok(r) => r,
+            Err(e) => {
+                let r = Refusal::new(
+                    Reason::ProtocolError,
+                    "admin request",
+                    "a recover request",
+                    e,
+                );
+                let _ = send(
+                    &mut s,
+                    &outcome_event(Outcome::Refused, vec![r], "bad request", None),
+                )
+                .await;
+                return;
+            }
+        };
+        let AdminRequest::Recover {
+            deployment,
+            approve_ready,
+            consumer_wait_seconds,
+        } = req;
+        if self.poisoned.load(Ordering::SeqCst) {
+            let r = Refusal::new(
+                Reason::StorePoisoned,
+                "repochd",
+                "a healthy store",
+                "an earlier write or fsync failed; restart repochd",
+            );
+            let _ = send(
+                &mut s,
+                &outcome_event(Outcome::Refused, vec![r], "issuance stopped", None),
+            )
+            .await;
+            return;
+        }
+        let wait = Duration::from_secs(consumer_wait_seconds.min(CONSUMER_WAIT_SECONDS_MAX));
+        let contender = Contender {
+            pid: cred.pid().and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
+            start_ticks: cred
+                .pid()
+                .and_then(|p| repoch_issuer::os::procfs::start_ticks(p as u32))
+                .unwrap_or(0),
+            boot_id: repoch_issuer::os::procfs::boot_id(),
+        };
+        let (tx, mut rx) = mpsc::channel::<AdminEvent>(EVENTS_BUFFERED_MAX);
+        let d = self.clone();
+        crate::notify::notify(&format!("STATUS=recovering {deployment}"));
+        tracing::info!(%deployment, "recovery requested");
+        let worker = tokio::task::spawn_blocking(move || {
+            let progress_tx = tx.clone();
+            let progress: issuance::Progress = Box::new(move |e: AdminEvent| {
+                log_event(&e);
+                let _ = progress_tx.blocking_send(e);
+            });
+            let key = match repoch_issuer::enroll::issuer_key(&d.layout, false) {
+                Ok(k) => k,
+                Err(e) => {
+                    let r = Refusal::new(Reason::Internal, "issuer key", "readable", e.to_string());
+                    let _ = tx.blocking_send(outcome_event(
+                        Outcome::Internal,
+                        vec![r],
+                        "no issuer key",
+                        None,
+                    ));
+                    return;
+                }
+            };
+            let registry = &d.registry;
+            let result = issuance::run(
+                &d.layout,
+                key,
+                deployment,
+                approve_ready,
+                contender,
+                progress,
+                |expected, progress| registry.wait_for(expected, wait, progress),
+            );
+            let event = match result {
+                Ok(done) => outcome_event(
+                    Outcome::Granted,
+                    vec![],
+                    "the grant was dispatched",
+                    Some(done.grant),
+                ),
+                Err(Ended {
+                    outcome,
+                    refusals,
+                    detail,
+                    poisoned,
+                }) => {
+                    if poisoned {
+                        d.poisoned.store(true, Ordering::SeqCst);
+                        tracing::error!(
+                            "the state store is poisoned: no further issuance until restart"
+                        );
+                    }
+                    outcome_event(outcome, refusals, &detail, None)
+                }
+            };
+            log_event(&event);
+            let _ = tx.blocking_send(event);
+        });
+        // Forward events; if the operator goes away the issuance still runs to its end.
+        let mut client = Some(s);
+        while let Some(e) = rx.recv().await {
+            if let Some(c) = client.as_mut() {
+                if send(c, &e).await.is_err() {
+                    client = None;
+                }
+            }
+        }
+        let _ = worker.await;
+        crate::notify::notify("STATUS=waiting for recoveries");
+    }
+}
+
+async fn refuse_grant(s: &mut UnixStream, reason: Reason, detail: &str) {
+    tracing::warn!("grant peer refused: {reason}: {detail}");
+    let _ = send(
+        s,
+        &GrantMsg::Refused {
+            reason,
+            detail: repoch_protocol::types::clip(detail, 1024),
+        },
+    )
+    .await;
+}
+
+fn outcome_event(
+    outcome: Outcome,
+    refusals: Vec<Refusal>,
+    detail: &str,
+    grant: Option<Vec<u8>>,
+) -> AdminEvent {
+    // The reasons travel as codes; subject/expected/observed go into the detail text.
+    let mut text = detail.to_owned();
+    for r in refusals.iter().map(ToString::to_string) {
+        if !text.contains(&r) {
+            text.push_str(&format!("\n{r}"));
+        }
+    }
+    AdminEvent::Outcome {
+        outcome,
+        reasons: refusals.iter().map(|r| r.reason).collect(),
+        detail: repoch_protocol::types::clip(&text, 4 * repoch_protocol::limits::TEXT_BYTES_MAX),
+        grant,
+    }
+}
+
+fn log_event(e: &AdminEvent) {
+    match e {
+        AdminEvent::Progress { step, detail } => tracing::info!(step, "{detail}"),
+        AdminEvent::Fact(f) if f.holds() => {
+            tracing::debug!(kind = %f.kind, subject = %f.subject, "fact holds")
+        }
+        AdminEvent::Fact(f) => {
+            tracing::warn!(kind = %f.kind, subject = %f.subject, reason = ?f.reason, expected = %f.expected, observed = %f.observed, "fact fails")
+        }
+        AdminEvent::Record { kind, seq, hash } => {
+            tracing::info!(kind, seq, %hash, "record appended and fsynced")
+        }
+        AdminEvent::Outcome {
+            outcome, reasons, ..
+        } => tracing::info!(outcome = outcome.as_str(), ?reasons, "issuance ended"),
+    }
+}
+
+/// The peer pinned by `SO_PEERPIDFD`, falling back to `pidfd_open` (older kernels).
+fn peer_pidfd(s: &UnixStream, pid: u32) -> Result<OwnedFd, String> {
+    match nix::sys::socket::getsockopt(s, nix::sys::socket::sockopt::PeerPidfd) {
+        Ok(fd) => Ok(fd),
+        Err(_) => repoch_issuer::os::peer::pidfd_open(pid),
+    }
+}

@@ -1,0 +1,640 @@
+//! The issuance state machine (DESIGN §5), synchronous and typed.
+//!
+//! `Reserved → Observed → Connected → Intended → Custodied → Consumed → Receipted →
+//! Dispatched`: each step takes the previous state by value. `consume` and `dispatch`
+//! require a [`FinalVerification`], a token with a private field that only
+//! [`verify_final`] returns, so skipping a final verification does not compile.
+//!
+//! Before the intent, a refusal writes nothing. From the intent on the epoch is used: a
+//! refusal appends a best-effort `withheld{reason}`, sends no grant, and the epoch is never
+//! issued again. A failed append (write or fsync) is never retried: the outcome is
+//! uncertain and the caller must stop issuing.
+#![allow(missing_debug_implementations)] // the states hold a boxed progress callback
+
+use std::os::fd::OwnedFd;
+
+use ed25519_dalek::SigningKey;
+use repoch_protocol::cbor::Canonical;
+use repoch_protocol::epoch::{Contender, EpochBody, EpochRecord, SignedEpochRecord};
+use repoch_protocol::grant::{Challenge, ConsumerPeer, Grant, SignedGrant};
+use repoch_protocol::manifest::Manifest;
+use repoch_protocol::wire::{AdminEvent, Outcome};
+use repoch_protocol::{DeploymentId, Hash, Identity, Reason};
+
+use crate::layout::Layout;
+use crate::log::AppendError;
+use crate::observe::{Fences, Observation, Observer};
+use crate::refusal::Refusal;
+use crate::storage::Real;
+use crate::store::Deployment;
+
+/// How an issuance ended when it did not grant.
+#[derive(Debug)]
+pub struct Ended {
+    pub outcome: Outcome,
+    pub refusals: Vec<Refusal>,
+    pub detail: String,
+    /// The store failed a write or sync: stop issuing until restarted.
+    pub poisoned: bool,
+}
+
+impl Ended {
+    fn refused(refusals: Vec<Refusal>, detail: impl Into<String>) -> Ended {
+        Ended {
+            outcome: Outcome::Refused,
+            refusals,
+            detail: detail.into(),
+            poisoned: false,
+        }
+    }
+    fn one(r: Refusal) -> Ended {
+        let outcome = if r.reason == Reason::IssuerBusy {
+            Outcome::Busy
+        } else {
+            Outcome::Refused
+        };
+        let detail = r.to_string();
+        Ended {
+            outcome,
+            refusals: vec![r],
+            detail,
+            poisoned: false,
+        }
+    }
+}
+
+/// The consumer connection, as the issuance needs it. The daemon implements it over the
+/// grant socket; every call is bounded by a timeout there.
+pub trait ConsumerLink {
+    /// Sends the challenge and returns the consumer's custody signature.
+    fn challenge(&mut self, c: &Challenge) -> Result<[u8; 64], String>;
+    /// Sends the signed grant with the fence fds (`SCM_RIGHTS`).
+    fn dispatch(&mut self, grant: &[u8], fences: &[&OwnedFd]) -> Result<(), String>;
+    /// Tells the consumer it gets nothing. Best effort.
+    fn refuse(&mut self, reason: Reason, detail: &str);
+}
+
+/// Where progress goes (the admin connection).
+pub type Progress = Box<dyn FnMut(AdminEvent) + Send>;
+
+struct Common {
+    dep: Deployment,
+    key: SigningKey,
+    observer: Observer,
+    fences: Fences,
+    progress: Progress,
+}
+
+impl Common {
+    fn say(&mut self, step: &str, detail: impl Into<String>) {
+        (self.progress)(AdminEvent::Progress {
+            step: step.into(),
+            detail: detail.into(),
+        });
+    }
+
+    fn facts(&mut self, o: &Observation) {
+        for f in &o.facts {
+            (self.progress)(AdminEvent::Fact(f.clone()));
+        }
+    }
+
+    /// Appends a record and reports it; any failure poisons the store (never retried).
+    fn append(&mut self, body: EpochBody) -> Result<Hash, AppendError> {
+        let kind = body.kind().as_str();
+        let log = &mut self.dep.log;
+        let rec = EpochRecord {
+            deployment: self.dep.id,
+            seq: log.next_seq(),
+            prev: log.last_hash(),
+            body,
+        };
+        let seq = rec.seq;
+        let signed = SignedEpochRecord::sign(rec, &self.key);
+        let hash = log.append(&mut Real, &signed)?;
+        (self.progress)(AdminEvent::Record {
+            kind: kind.into(),
+            seq,
+            hash,
+        });
+        Ok(hash)
+    }
+}
+
+/// After the intent: append `withheld`, refuse the consumer, end.
+fn withhold<C: ConsumerLink>(mut c: Common, consumer: &mut C, r: Refusal) -> Ended {
+    consumer.refuse(r.reason, &r.to_string());
+    let detail =
+        repoch_protocol::types::clip(&r.to_string(), repoch_protocol::limits::TEXT_BYTES_MAX);
+    match c.append(EpochBody::Withheld {
+        reason: r.reason,
+        detail,
+    }) {
+        Ok(_) => Ended {
+            outcome: Outcome::Refused,
+            detail: format!("withheld: {r}"),
+            refusals: vec![r],
+            poisoned: false,
+        },
+        Err(e) => Ended {
+            outcome: Outcome::Uncertain,
+            detail: format!("{r}; then the withheld record could not be written: {e}"),
+            refusals: vec![r],
+            poisoned: true,
+        },
+    }
+}
+
+fn uncertain(e: AppendError, what: &str) -> Ended {
+    Ended {
+        outcome: Outcome::Uncertain,
+        refusals: vec![Refusal::new(
+            Reason::StorePoisoned,
+            what,
+            "durable",
+            e.to_string(),
+        )],
+        detail: format!("{what}: {e}; the epoch is uncertain and preserved; issuance stopped"),
+        poisoned: true,
+    }
+}
+
+/// Step 1 done: the issuer lock is held and the epoch is `enrolled`.
+pub struct Reserved {
+    c: Common,
+}
+
+impl Reserved {
+    /// Takes the deployment's issuer lock (busy names the holder) and checks the epoch.
+    pub fn reserve(
+        layout: &Layout,
+        key: SigningKey,
+        id: DeploymentId,
+        approve_ready: Option<Hash>,
+        mut progress: Progress,
+    ) -> Result<Reserved, Ended> {
+        let issuer = repoch_protocol::PublicKey::from(&key.verifying_key());
+        let dep = Deployment::open(layout, &issuer, id).map_err(Ended::one)?;
+        dep.lock_issuer().map_err(Ended::one)?;
+        let class = dep.classification();
+        if let Some(reason) = class.refusal() {
+            let observed = match &dep.report().problem {
+                Some((at, why)) => format!("{} (offset {at}: {why})", class.as_str()),
+                None => class.as_str().to_owned(),
+            };
+            return Err(Ended::one(Refusal::new(
+                reason,
+                format!("deployment {id}"),
+                "enrolled",
+                observed,
+            )));
+        }
+        progress(AdminEvent::Progress {
+            step: "reserve".into(),
+            detail: format!("issuer lock held; epoch {}", class.as_str()),
+        });
+        let observer = Observer::new(dep.manifest.clone(), layout.clone(), approve_ready);
+        Ok(Reserved {
+            c: Common {
+                dep,
+                key,
+                observer,
+                fences: Fences::default(),
+                progress,
+            },
+        })
+    }
+
+    pub fn manifest(&self) -> &Manifest {
+        &self.c.dep.manifest
+    }
+
+    /// Step 2: observe everything; acquire and hold the fences. Any failed fact refuses.
+    pub fn observe(mut self) -> Result<Observed, Ended> {
+        self.c.say(
+            "observe",
+            "lineage, containment, fences, READY, consumer executable",
+        );
+        let first = self.c.observer.observe(&mut self.c.fences);
+        self.c.facts(&first);
+        if !first.holds() {
+            let refusals: Vec<Refusal> = first.failed().filter_map(Refusal::from_fact).collect();
+            return Err(Ended::refused(
+                refusals,
+                "observation failed; nothing written",
+            ));
+        }
+        self.c.say(
+            "evidence",
+            format!(
+                "digest {}; READY sha256 {}",
+                first.digest, first.ready_sha256
+            ),
+        );
+        Ok(Observed { c: self.c, first })
+    }
+}
+
+/// What the consumer must be: from the manifest and the first observation.
+#[derive(Debug, Clone)]
+pub struct Expected {
+    pub deployment: DeploymentId,
+    pub uid: u32,
+    pub gid: u32,
+    pub key: repoch_protocol::PublicKey,
+    pub exe: Option<(Identity, Hash)>,
+    pub cgroup: Option<String>,
+}
+
+impl Expected {
+    /// Transport authentication: credentials, executable identity and digest, cgroup, key.
+    pub fn authenticate(
+        &self,
+        peer: &ConsumerPeer,
+        key: &repoch_protocol::PublicKey,
+    ) -> Result<(), Refusal> {
+        let subject = format!("grant socket peer pid {}", peer.pid);
+        let fail = |what: &str, want: String, got: String| {
+            Err(Refusal::new(
+                Reason::ConsumerRejected,
+                &subject,
+                format!("{what} {want}"),
+                format!("{what} {got}"),
+            ))
+        };
+        if peer.uid != self.uid || peer.gid != self.gid {
+            return fail(
+                "uid/gid",
+                format!("{}/{}", self.uid, self.gid),
+                format!("{}/{}", peer.uid, peer.gid),
+            );
+        }
+        match &self.exe {
+            Some((id, sha)) if id.same_object(&peer.exe) && *sha == peer.exe_sha256 => {}
+            Some((id, sha)) => {
+                return fail(
+                    "executable",
+                    format!("ino {} sha256 {sha}", id.ino),
+                    format!("ino {} sha256 {}", peer.exe.ino, peer.exe_sha256),
+                )
+            }
+            None => return fail("executable", "observed".into(), "no baseline".into()),
+        }
+        if let Some(cg) = &self.cgroup {
+            if !crate::os::cgroup::is_within(&peer.cgroup, cg) {
+                return fail("cgroup", cg.clone(), peer.cgroup.clone());
+            }
+        }
+        if key != &self.key {
+            return fail("key", self.key.to_hex(), key.to_hex());
+        }
+        Ok(())
+    }
+}
+
+/// Step 2 done: every fact holds, the fences are held.
+pub struct Observed {
+    c: Common,
+    first: Observation,
+}
+
+impl Observed {
+    pub fn expected(&self) -> Expected {
+        let m = &self.c.dep.manifest;
+        Expected {
+            deployment: m.deployment,
+            uid: m.consumer.uid,
+            gid: m.consumer.gid,
+            key: m.consumer.key,
+            exe: self.c.observer.consumer_exe_baseline(),
+            cgroup: m.consumer.cgroup.clone(),
+        }
+    }
+
+    /// Step 3: wait (bounded, in `wait`) for an authenticated consumer. Nothing is written
+    /// if none comes: `consumer-absent`.
+    pub fn connect<C: ConsumerLink>(
+        mut self,
+        wait: impl FnOnce(&Expected, &mut dyn FnMut(AdminEvent)) -> Result<(C, ConsumerPeer), Refusal>,
+    ) -> Result<Connected<C>, Ended> {
+        let expected = self.expected();
+        let progress = &mut self.c.progress;
+        let (consumer, peer) = wait(&expected, &mut |e| progress(e)).map_err(Ended::one)?;
+        self.c.say(
+            "connect",
+            format!("consumer pid {} uid {} authenticated", peer.pid, peer.uid),
+        );
+        Ok(Connected {
+            c: self.c,
+            first: self.first,
+            consumer,
+            peer,
+        })
+    }
+}
+
+/// Step 3 done: the consumer is authenticated at transport level.
+pub struct Connected<C> {
+    c: Common,
+    first: Observation,
+    consumer: C,
+    peer: ConsumerPeer,
+}
+
+impl<C: ConsumerLink> Connected<C> {
+    /// Step 4: append and fsync the intent. From here the epoch is used.
+    pub fn intent(mut self, contender: Contender) -> Result<Intended<C>, Ended> {
+        let body = EpochBody::Intent {
+            evidence: self.first.digest,
+            facts: self.first.facts.clone(),
+            contender,
+            consumer: self.peer.clone(),
+        };
+        match self.c.append(body) {
+            Ok(h) => Ok(Intended {
+                c: self.c,
+                first: self.first,
+                consumer: self.consumer,
+                peer: self.peer,
+                intent: h,
+            }),
+            Err(e) => {
+                self.consumer
+                    .refuse(Reason::StorePoisoned, "the intent could not be written");
+                Err(uncertain(e, "intent"))
+            }
+        }
+    }
+}
+
+/// Step 4 done: the intent is durable.
+pub struct Intended<C> {
+    c: Common,
+    first: Observation,
+    consumer: C,
+    peer: ConsumerPeer,
+    intent: Hash,
+}
+
+impl<C: ConsumerLink> Intended<C> {
+    /// Step 5: challenge the consumer; its enrolled key must sign (strictly verified).
+    pub fn custody(mut self) -> Result<Custodied<C>, Ended> {
+        let nonce = match crate::keys::random() {
+            Ok(n) => n,
+            Err(e) => {
+                return Err(withhold(
+                    self.c,
+                    &mut self.consumer,
+                    Refusal::new(Reason::Internal, "getrandom", "a nonce", e.to_string()),
+                ))
+            }
+        };
+        let challenge = Challenge {
+            deployment: self.c.dep.id,
+            intent: self.intent,
+            nonce,
+        };
+        self.c.say("custody", "challenge sent");
+        let sig = match self.consumer.challenge(&challenge) {
+            Ok(s) => s,
+            Err(e) => {
+                return Err(withhold(
+                    self.c,
+                    &mut self.consumer,
+                    Refusal::new(Reason::ConsumerLost, "consumer", "a custody answer", e),
+                ))
+            }
+        };
+        if !challenge.check(&self.c.dep.manifest.consumer.key, &sig) {
+            let r = Refusal::new(
+                Reason::CustodyInvalid,
+                "custody signature",
+                "signed by the enrolled consumer key",
+                "does not verify",
+            );
+            return Err(withhold(self.c, &mut self.consumer, r));
+        }
+        Ok(Custodied {
+            c: self.c,
+            first: self.first,
+            consumer: self.consumer,
+            peer: self.peer,
+            intent: self.intent,
+            challenge,
+            custody: sig,
+        })
+    }
+}
+
+/// Proof that a final verification observed the same evidence digest as the first
+/// observation. Only [`verify_final`] makes one.
+#[derive(Debug)]
+pub struct FinalVerification {
+    _private: (),
+}
+
+/// Observes everything again; the digest must be identical.
+fn verify_final(
+    c: &mut Common,
+    first: &Observation,
+    which: &str,
+) -> Result<FinalVerification, Refusal> {
+    c.say(which, "observing again");
+    let again = c.observer.observe(&mut c.fences);
+    if again.digest == first.digest && again.holds() {
+        c.say(which, format!("digest {} unchanged", again.digest));
+        return Ok(FinalVerification { _private: () });
+    }
+    c.facts(&again);
+    let changed = again
+        .facts
+        .iter()
+        .zip(first.facts.iter())
+        .find(|(a, b)| a != b)
+        .map(|(a, _)| a.clone());
+    let failed = again.failed().next().cloned();
+    let (subject, observed) = match failed.or(changed) {
+        Some(f) => (
+            format!("{} {}", f.kind, f.subject),
+            format!(
+                "{} ({})",
+                f.observed,
+                f.reason.map_or("changed", |r| r.as_str())
+            ),
+        ),
+        None => ("evidence".into(), format!("digest {}", again.digest)),
+    };
+    Err(Refusal::new(
+        Reason::EvidenceChanged,
+        subject,
+        format!("digest {}", first.digest),
+        observed,
+    ))
+}
+
+/// Step 5 done: the consumer proved custody of its enrolled key.
+pub struct Custodied<C> {
+    c: Common,
+    first: Observation,
+    consumer: C,
+    peer: ConsumerPeer,
+    intent: Hash,
+    challenge: Challenge,
+    custody: [u8; 64],
+}
+
+impl<C: ConsumerLink> Custodied<C> {
+    /// Step 6: final verification #1.
+    pub fn verify(mut self) -> Result<(Custodied<C>, FinalVerification), Ended> {
+        match verify_final(&mut self.c, &self.first, "final-verification-1") {
+            Ok(t) => Ok((self, t)),
+            Err(r) => Err(withhold(self.c, &mut self.consumer, r)),
+        }
+    }
+
+    /// Step 7: append and fsync `consume`.
+    pub fn consume(mut self, _proof: FinalVerification) -> Result<Consumed<C>, Ended> {
+        let body = EpochBody::Consume {
+            consumer: self.peer.clone(),
+            challenge: self.challenge.clone(),
+            custody: self.custody,
+        };
+        match self.c.append(body) {
+            Ok(h) => Ok(Consumed {
+                c: self.c,
+                first: self.first,
+                consumer: self.consumer,
+                intent: self.intent,
+                consume: h,
+            }),
+            Err(e) => {
+                self.consumer.refuse(
+                    Reason::StorePoisoned,
+                    "the consume record could not be written",
+                );
+                Err(uncertain(e, "consume"))
+            }
+        }
+    }
+}
+
+/// Step 7 done.
+pub struct Consumed<C> {
+    c: Common,
+    first: Observation,
+    consumer: C,
+    intent: Hash,
+    consume: Hash,
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl<C: ConsumerLink> Consumed<C> {
+    /// Step 8: sign the grant and append it in the receipt; fsync.
+    pub fn receipt(mut self) -> Result<Receipted<C>, Ended> {
+        let m = &self.c.dep.manifest;
+        let grant = Grant {
+            deployment: m.deployment,
+            intent: self.intent,
+            consume: self.consume,
+            evidence: self.first.digest,
+            consumer_key: m.consumer.key,
+            ready_path: m.target.ready_path.clone(),
+            ready_sha256: self.first.ready_sha256,
+            fences: self.c.fences.grant_fences(),
+            frontier_seq: self.first.frontier_seq,
+            frontier_hash: self.first.frontier_hash,
+            unknown_ops: self.first.unknown_ops.clone(),
+            issued_at: now(),
+        };
+        let bytes = SignedGrant::sign(grant, &self.c.key).to_bytes();
+        match self.c.append(EpochBody::Receipt {
+            grant: bytes.clone(),
+        }) {
+            Ok(_) => Ok(Receipted {
+                c: self.c,
+                first: self.first,
+                consumer: self.consumer,
+                grant: bytes,
+            }),
+            Err(e) => {
+                self.consumer
+                    .refuse(Reason::StorePoisoned, "the receipt could not be written");
+                Err(uncertain(e, "receipt"))
+            }
+        }
+    }
+}
+
+/// Step 8 done: consume and receipt are durable.
+pub struct Receipted<C> {
+    c: Common,
+    first: Observation,
+    consumer: C,
+    grant: Vec<u8>,
+}
+
+impl<C: ConsumerLink> Receipted<C> {
+    /// Step 9: final verification #2.
+    pub fn verify(mut self) -> Result<(Receipted<C>, FinalVerification), Ended> {
+        match verify_final(&mut self.c, &self.first, "final-verification-2") {
+            Ok(t) => Ok((self, t)),
+            Err(r) => Err(withhold(self.c, &mut self.consumer, r)),
+        }
+    }
+
+    /// Step 10: send the grant and pass the held fence fds. A failure here is a lost reply:
+    /// the outcome is uncertain, and the epoch is preserved as receipted.
+    pub fn dispatch(mut self, _proof: FinalVerification) -> Result<Dispatched, Ended> {
+        self.c.say(
+            "dispatch",
+            format!(
+                "sending the grant with {} fence fd(s)",
+                self.c.fences.held.len()
+            ),
+        );
+        let fds: Vec<&OwnedFd> = self.c.fences.held.iter().map(|h| &h.fd).collect();
+        match self.consumer.dispatch(&self.grant, &fds) {
+            Ok(()) => Ok(Dispatched { grant: self.grant }),
+            Err(e) => Err(Ended {
+                outcome: Outcome::Uncertain,
+                refusals: vec![Refusal::new(Reason::ConsumerLost, "dispatch", "grant delivered", e.clone())],
+                detail: format!("the grant may not have reached the consumer ({e}); the epoch is receipted and preserved"),
+                poisoned: false,
+            }),
+        }
+    }
+}
+
+/// The end of a granted issuance: the grant bytes, for the operator's summary.
+#[derive(Debug)]
+pub struct Dispatched {
+    pub grant: Vec<u8>,
+}
+
+/// Runs all ten steps in order.
+pub fn run<C: ConsumerLink>(
+    layout: &Layout,
+    key: SigningKey,
+    id: DeploymentId,
+    approve_ready: Option<Hash>,
+    contender: Contender,
+    progress: Progress,
+    wait: impl FnOnce(&Expected, &mut dyn FnMut(AdminEvent)) -> Result<(C, ConsumerPeer), Refusal>,
+) -> Result<Dispatched, Ended> {
+    let reserved = Reserved::reserve(layout, key, id, approve_ready, progress)?;
+    let observed = reserved.observe()?;
+    let connected = observed.connect(wait)?;
+    let intended = connected.intent(contender)?;
+    let custodied = intended.custody()?;
+    let (custodied, proof) = custodied.verify()?;
+    let consumed = custodied.consume(proof)?;
+    let receipted = consumed.receipt()?;
+    let (receipted, proof) = receipted.verify()?;
+    receipted.dispatch(proof)
+}

@@ -1,0 +1,79 @@
+//! What a socket peer is, from `/proc`, pinned by a pidfd: its executable's identity and
+//! digest, and its cgroup.
+
+use std::os::fd::OwnedFd;
+
+use repoch_protocol::grant::ConsumerPeer;
+use repoch_protocol::Hash;
+use sha2::{Digest as _, Sha256};
+
+use super::cgroup;
+
+/// Largest peer executable hashed.
+pub const PEER_EXE_BYTES_MAX: u64 = 512 * 1024 * 1024;
+
+/// Reads the peer's executable and cgroup, then checks through the pidfd that the process
+/// read is still the one that connected (a pid reused meanwhile would be another process).
+pub fn describe(pid: u32, uid: u32, gid: u32, pidfd: &OwnedFd) -> Result<ConsumerPeer, String> {
+    alive(pidfd)?;
+    let exe_path = format!("/proc/{pid}/exe");
+    let f = std::fs::File::open(&exe_path).map_err(|e| format!("{exe_path}: {e}"))?;
+    let st = rustix::fs::fstat(&f).map_err(|e| format!("{exe_path}: {e}"))?;
+    let exe = crate::store::identity_of(&st);
+    let exe_sha256 = {
+        use std::io::Read as _;
+        let mut h = Sha256::new();
+        let mut r = f.take(PEER_EXE_BYTES_MAX + 1);
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut total = 0u64;
+        loop {
+            let n = r.read(&mut buf).map_err(|e| format!("{exe_path}: {e}"))?;
+            if n == 0 {
+                break;
+            }
+            total += n as u64;
+            if total > PEER_EXE_BYTES_MAX {
+                return Err(format!(
+                    "{exe_path}: larger than {PEER_EXE_BYTES_MAX} bytes"
+                ));
+            }
+            h.update(&buf[..n]);
+        }
+        Hash(h.finalize().into())
+    };
+    let cgroup = cgroup::of_pid(pid)?;
+    // Re-check after reading /proc: the pidfd still refers to a live process.
+    alive(pidfd)?;
+    Ok(ConsumerPeer {
+        pid,
+        uid,
+        gid,
+        exe,
+        exe_sha256,
+        cgroup,
+    })
+}
+
+/// A pidfd polls readable once its process has exited (its pid may then be reused).
+pub fn alive(pidfd: &OwnedFd) -> Result<(), String> {
+    use rustix::event::{poll, PollFd, PollFlags};
+    let mut fds = [PollFd::new(pidfd, PollFlags::IN)];
+    match poll(
+        &mut fds,
+        Some(&rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        }),
+    ) {
+        Ok(0) => Ok(()),
+        Ok(_) => Err("the peer process has exited".into()),
+        Err(e) => Err(format!("poll on the peer's pidfd: {e}")),
+    }
+}
+
+/// A pidfd for `pid` (the fallback when `SO_PEERPIDFD` is unavailable).
+pub fn pidfd_open(pid: u32) -> Result<OwnedFd, String> {
+    let p = rustix::process::Pid::from_raw(pid as i32).ok_or("pid 0")?;
+    rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty())
+        .map_err(|e| format!("pidfd_open({pid}): {e}"))
+}
