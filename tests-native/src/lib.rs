@@ -590,3 +590,123 @@ impl Drop for Container {
         let _ = self.nspawn.wait();
     }
 }
+
+/// A running `repochd` for one sandbox; stopped (SIGTERM) on drop. Its log is kept in the
+/// sandbox so tests can wait for named lines (barriers).
+#[derive(Debug)]
+pub struct Daemon {
+    pub child: std::process::Child,
+    pub log: PathBuf,
+}
+
+/// Longest wait for a daemon to listen or log a line.
+pub const DAEMON_WAIT_SECONDS_MAX: u64 = 20;
+
+impl Daemon {
+    /// Waits until the daemon's log contains `needle`.
+    pub fn wait_log(&self, needle: &str) -> String {
+        let start = std::time::Instant::now();
+        loop {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            if log.contains(needle) {
+                return log;
+            }
+            assert!(
+                start.elapsed().as_secs() < DAEMON_WAIT_SECONDS_MAX,
+                "repochd never logged {needle:?}:\n{log}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).unwrap();
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        for _ in 0..200 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Sandbox {
+    /// Starts repochd on this sandbox's root and waits until it is ready.
+    pub fn daemon(&self) -> Daemon {
+        let log = self.path("repochd.log");
+        let f = std::fs::File::create(&log).unwrap();
+        let child = self
+            .cmd("repochd")
+            .stderr(f)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("repochd");
+        let d = Daemon { child, log };
+        d.wait_log("repochd ready");
+        d
+    }
+
+    pub fn grant_socket(&self) -> PathBuf {
+        self.root.join("run/repoch/grant.sock")
+    }
+
+    pub fn issuer_pub(&self) -> PathBuf {
+        self.root.join("etc/repoch/issuer.pub")
+    }
+
+    /// `repoch-consume --json receive` for deployment `prefix`, persisting to `out`.
+    pub fn consumer(&self, prefix: &str, key: &str, out: &str, exec: &[&str]) -> Command {
+        let mut c = self.cmd("repoch-consume");
+        c.args(["--json", "receive", "--deployment", prefix, "--key"])
+            .arg(self.path(key))
+            .arg("--issuer-key")
+            .arg(self.issuer_pub())
+            .arg("--out")
+            .arg(self.path(out))
+            .arg("--socket")
+            .arg(self.grant_socket())
+            .args(["--wait", "30"]);
+        if !exec.is_empty() {
+            c.arg("--").args(exec);
+        }
+        c
+    }
+
+    /// `repoch --json recover PREFIX --consumer-wait SECONDS`.
+    pub fn recover(&self, prefix: &str, wait: u64, extra: &[&str]) -> Command {
+        let mut c = self.cmd("repoch");
+        c.args([
+            "--json",
+            "recover",
+            prefix,
+            "--consumer-wait",
+            &wait.to_string(),
+        ])
+        .args(extra);
+        c
+    }
+}
+
+impl Run {
+    /// The final `outcome` line of `repoch --json recover`.
+    pub fn outcome(&self) -> serde_json::Value {
+        self.json_lines()
+            .into_iter()
+            .rev()
+            .find(|j| j["event"] == "outcome")
+            .unwrap_or_else(|| panic!("no outcome:\n{}\n{}", self.stdout, self.stderr))
+    }
+    pub fn reasons(&self) -> Vec<String> {
+        self.outcome()["reasons"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_str().unwrap().to_owned())
+            .collect()
+    }
+}

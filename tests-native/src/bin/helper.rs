@@ -11,6 +11,7 @@
 #![deny(unsafe_code)]
 
 use std::io::Write as _;
+
 use std::os::fd::AsRawFd;
 use std::process::Command;
 
@@ -58,6 +59,61 @@ fn main() {
             std::mem::forget(child);
         }
         Some("sleep") => sleep_forever(),
+        Some("hold-fences") => {
+            // Exec'd by repoch-consume: report the inherited fence fds, then hold them.
+            let fds = std::env::var("REPOCH_FENCE_FDS").unwrap_or_default();
+            let mut out = format!("{}", std::process::id());
+            for n in fds.split(',').filter(|s| !s.is_empty()) {
+                let st =
+                    rustix::fs::stat(format!("/proc/self/fd/{n}")).expect("inherited fence fd");
+                out.push_str(&format!(" {n}:{}:{}", st.st_dev, st.st_ino));
+            }
+            std::fs::write(&args[2], out + "\n").unwrap();
+            sleep_forever();
+        }
+        Some("rogue-consumer") => {
+            // Speaks the consumer protocol correctly, then vanishes right after answering
+            // the challenge: the grant's dispatch meets a closed socket (a lost reply).
+            use repoch_protocol::wire::{read_msg, write_msg, GrantMsg};
+            let key = repoch_protocol::sign::signing_key_from_hex(
+                &std::fs::read_to_string(&args[4]).unwrap(),
+            )
+            .unwrap();
+            let mut s = std::os::unix::net::UnixStream::connect(&args[2]).expect("connect");
+            write_msg(
+                &mut s,
+                &GrantMsg::Hello {
+                    deployment: args[3].clone(),
+                    key: repoch_protocol::PublicKey::from(&key.verifying_key()),
+                },
+            )
+            .unwrap();
+            ready();
+            loop {
+                match read_msg::<GrantMsg>(&mut s) {
+                    Ok(GrantMsg::Challenge(c)) => {
+                        write_msg(&mut s, &GrantMsg::Custody(c.answer(&key))).unwrap();
+                        std::process::exit(0);
+                    }
+                    Ok(_) => continue,
+                    Err(e) => {
+                        eprintln!("rogue-consumer: {e}");
+                        std::process::exit(1);
+                    }
+                }
+            }
+        }
+        Some("serve-garbage") => {
+            // A fake repochd that answers any request with a well-framed, malformed message.
+            let _ = std::fs::remove_file(&args[2]);
+            let l = std::os::unix::net::UnixListener::bind(&args[2]).expect("bind");
+            ready();
+            let (mut c, _) = l.accept().unwrap();
+            let _ = repoch_protocol::wire::read_frame(&mut c);
+            c.write_all(&repoch_protocol::wire::frame(&[0xa1, 0x01, 0x02]))
+                .unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
         Some("listen-unix") => {
             let _l = std::os::unix::net::UnixListener::bind(&args[2]).expect("bind");
             ready();

@@ -1,0 +1,409 @@
+//! Issuance end to end: repochd, repoch recover and repoch-consume as real processes
+//! against real files, locks, sockets and processes. Oracles are read independently: the
+//! epoch log (status and audit), the consumer's persisted grant, and the fence held by the
+//! process the consumer exec'd.
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::process::CommandExt as _;
+use std::process::{Command, Stdio};
+
+use repoch_tests_native::*;
+
+fn run(mut c: Command) -> Run {
+    c.stdin(Stdio::null()).output().expect("spawn").into()
+}
+
+fn records(s: &Sandbox, id: &str) -> Vec<String> {
+    s.status(id).json()["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Starts a recovery in the background (its wait covers consumers started afterwards).
+fn recover_bg(s: &Sandbox, prefix: &str, wait: u64) -> std::process::Child {
+    s.recover(prefix, wait, &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn finish(c: std::process::Child) -> Run {
+    c.wait_with_output().unwrap().into()
+}
+
+#[test]
+fn a_recovery_grants_once_and_the_new_root_holds_the_fences() {
+    // Enroll; start repochd; the consumer connects (6-digit prefix) and exec's a helper
+    // that reports and holds its inherited fence fds; recover runs with a 5-digit prefix.
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let _d = s.daemon();
+    let held = s.path("held.txt");
+    let consumer = s.consumer(
+        &id[..6],
+        "consumer.key",
+        "grant.cbor",
+        &[
+            bin("repoch-test-helper").to_str().unwrap(),
+            "hold-fences",
+            held.to_str().unwrap(),
+        ],
+    );
+    let mut c = consumer;
+    let child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let r = run(s.recover(&id[..5], 20, &[]));
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let out = r.outcome();
+    assert_eq!(out["outcome"], "granted");
+    // The progress stream shows each durable record as it is fsynced, in order.
+    let kinds: Vec<String> = r
+        .json_lines()
+        .iter()
+        .filter(|j| j["event"] == "record")
+        .map(|j| j["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(kinds, ["intent", "consume", "receipt"]);
+    // Oracle 1: the epoch log, through status (8-digit prefix) and audit.
+    assert_eq!(
+        records(&s, &id[..8]),
+        ["genesis", "intent", "consume", "receipt"]
+    );
+    assert_eq!(s.status(&id).json()["epoch"], "receipted");
+    let a = s.repoch(&["--json", "audit", s.state_dir(&id).to_str().unwrap()]);
+    assert_eq!(a.code, 0, "{}", a.stdout);
+    assert_eq!(a.json()["verified"], true);
+    // Oracle 2: the consumer's persisted grant verifies offline and is the receipted one.
+    let g = s.path("grant.cbor");
+    let v = s.run(
+        "repoch-consume",
+        &[
+            "--json",
+            "verify",
+            "--issuer-key",
+            s.issuer_pub().to_str().unwrap(),
+            g.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(v.code, 0, "{}", v.stdout);
+    assert_eq!(v.json()["grant"]["sha256"], out["grant"]["sha256"]);
+    assert_eq!(v.json()["grant"]["deployment"], id.as_str());
+    // Oracle 3: the exec'd new root holds the fence: its fd is the enrolled inode, and no
+    // one else can lock it.
+    let start = std::time::Instant::now();
+    while !held.exists() {
+        assert!(start.elapsed().as_secs() < 10, "the new root never started");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let line = std::fs::read_to_string(&held).unwrap();
+    let st = std::fs::metadata(s.srv.join("lock")).unwrap();
+    use std::os::unix::fs::MetadataExt as _;
+    assert!(
+        line.contains(&format!(":{}:{}", st.dev(), st.ino())),
+        "{line}"
+    );
+    let o = helper(&["flock", s.srv.join("lock").to_str().unwrap()])
+        .stderr(Stdio::null())
+        .stdout(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        !o.status.success(),
+        "the fence was free while the new root runs"
+    );
+    let root_pid: u32 = line.split_whitespace().next().unwrap().parse().unwrap();
+    kill_pid(root_pid);
+    let _ = child.wait_with_output();
+    // A second recovery is refused and writes nothing.
+    let again = run(s.recover(&id[..5], 1, &[]));
+    assert_eq!(again.code, 2, "{}", again.stdout);
+    assert_eq!(again.reasons(), ["epoch-consumed"]);
+    assert_eq!(records(&s, &id).len(), 4);
+}
+
+#[test]
+fn no_consumer_refuses_consumer_absent_and_writes_nothing() {
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let _d = s.daemon();
+    let r = run(s.recover(&id, 1, &[]));
+    assert_eq!(r.code, 2, "{}", r.stdout);
+    assert_eq!(r.reasons(), ["consumer-absent"]);
+    assert_eq!(records(&s, &id), ["genesis"]);
+    assert_eq!(s.status(&id).json()["epoch"], "enrolled");
+}
+
+#[test]
+fn a_failed_observation_refuses_with_every_reason_and_writes_nothing() {
+    // The fence is busy and READY is missing: both reasons, nothing written.
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let _d = s.daemon();
+    let _h = spawn_ready(helper(&["flock", s.srv.join("lock").to_str().unwrap()]));
+    std::fs::remove_file(s.srv.join("READY")).unwrap();
+    let r = run(s.recover(&id, 1, &[]));
+    assert_eq!(r.code, 2);
+    let mut reasons = r.reasons();
+    reasons.sort();
+    assert_eq!(reasons, ["fence-busy", "ready-missing"]);
+    assert_eq!(records(&s, &id), ["genesis"]);
+}
+
+fn open_to_all(s: &Sandbox) {
+    // Let an unprivileged process reach the sandbox's sockets and binaries.
+    std::fs::set_permissions(s.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    for p in ["root", "root/run", "root/run/repoch"] {
+        std::fs::set_permissions(s.dir.path().join(p), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+    }
+}
+
+#[test]
+fn the_admin_socket_refuses_a_non_root_peer() {
+    // By default the socket's mode keeps others out; with the mode opened, repochd itself
+    // refuses the peer by SO_PEERCRED (admin-denied).
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let _d = s.daemon();
+    open_to_all(&s);
+    let mut c = s.recover(&id, 1, &[]);
+    c.uid(65534).gid(65534);
+    let r = run(c);
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(
+        r.json()["refusals"][0]["reason"],
+        "daemon-unreachable",
+        "{}",
+        r.stdout
+    );
+    std::fs::set_permissions(
+        s.root.join("run/repoch/admin.sock"),
+        std::fs::Permissions::from_mode(0o666),
+    )
+    .unwrap();
+    let mut c = s.recover(&id, 1, &[]);
+    c.uid(65534).gid(65534);
+    let r = run(c);
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.reasons(), ["admin-denied"]);
+    assert_eq!(records(&s, &id), ["genesis"]);
+}
+
+#[test]
+fn a_wrong_uid_peer_is_rejected_burns_nothing_and_the_real_consumer_succeeds() {
+    // An impostor (uid 65534, same executable) connects first and is taken first; it is
+    // refused consumer-rejected, then the real consumer gets the grant.
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let d = s.daemon();
+    open_to_all(&s);
+    let key = s.path("consumer.key");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::set_permissions(s.issuer_pub(), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut imp = s.consumer(&id[..8], "consumer.key", "impostor.cbor", &[]);
+    imp.uid(65534).gid(65534);
+    std::fs::set_permissions(s.dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let imp = imp
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    d.wait_log(&format!("pid={}", imp.id()));
+    let rec = recover_bg(&s, &id[..8], 20);
+    let imp = finish(imp);
+    assert_eq!(imp.code, 2, "{}{}", imp.stdout, imp.stderr);
+    assert!(imp.stdout.contains("consumer-rejected"), "{}", imp.stdout);
+    assert!(!s.path("impostor.cbor").exists());
+    assert_eq!(
+        records(&s, &id),
+        ["genesis"],
+        "the impostor burned the epoch"
+    );
+    let real = finish(
+        s.consumer(&id[..8], "consumer.key", "grant.cbor", &[])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    assert_eq!(real.code, 0, "{}{}", real.stdout, real.stderr);
+    let r = finish(rec);
+    assert_eq!(r.code, 0, "{}", r.stdout);
+    assert!(r.stdout.contains("rejected a peer"), "{}", r.stdout);
+    assert_eq!(records(&s, &id).len(), 4);
+}
+
+#[test]
+fn a_peer_with_the_wrong_key_is_rejected_and_the_real_consumer_succeeds() {
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let d = s.daemon();
+    s.keygen("stranger");
+    let imp = s
+        .consumer(&id, "stranger.key", "impostor.cbor", &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    d.wait_log(&format!("pid={}", imp.id()));
+    let rec = recover_bg(&s, &id, 20);
+    let imp = finish(imp);
+    assert_eq!(imp.code, 2, "{}", imp.stdout);
+    assert!(
+        imp.stdout.contains("consumer-rejected") && imp.stdout.contains("key"),
+        "{}",
+        imp.stdout
+    );
+    let real = run(s.consumer(&id, "consumer.key", "grant.cbor", &[]));
+    assert_eq!(real.code, 0, "{}{}", real.stdout, real.stderr);
+    assert_eq!(finish(rec).code, 0);
+    assert_eq!(records(&s, &id).len(), 4);
+}
+
+#[test]
+fn the_consumer_refuses_a_grant_signed_by_another_key() {
+    // The consumer pins an issuer key that is not the host's: it receives the grant and
+    // refuses it, persisting nothing.
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let _d = s.daemon();
+    s.keygen("other");
+    let mut c = s.cmd("repoch-consume");
+    c.args(["--json", "receive", "--deployment", &id, "--key"])
+        .arg(s.path("consumer.key"))
+        .arg("--issuer-key")
+        .arg(s.path("other.key.pub"))
+        .arg("--out")
+        .arg(s.path("grant.cbor"))
+        .arg("--socket")
+        .arg(s.grant_socket());
+    let c = c.stdout(Stdio::piped()).spawn().unwrap();
+    let r = run(s.recover(&id, 20, &[]));
+    let c = finish(c);
+    assert_eq!(c.code, 2, "{}", c.stdout);
+    assert!(
+        c.stdout.contains("not signed by the pinned issuer key"),
+        "{}",
+        c.stdout
+    );
+    assert!(!s.path("grant.cbor").exists());
+    // repochd dispatched: from its side the grant left; the epoch is receipted.
+    assert_eq!(r.code, 0, "{}", r.stdout);
+}
+
+#[test]
+fn a_lost_reply_after_the_receipt_is_uncertain_and_preserved() {
+    // A consumer (enrolled as the helper binary) answers the challenge and vanishes: the
+    // dispatch meets a closed socket. Exit 3; the epoch stays receipted, never reissued.
+    require_root!();
+    let s = Sandbox::new();
+    let m = s.manifest("").replace(
+        &bin("repoch-consume").display().to_string(),
+        &bin("repoch-test-helper").display().to_string(),
+    );
+    let id = s.enroll_with(&m);
+    let d = s.daemon();
+    let rogue = spawn_ready(helper(&[
+        "rogue-consumer",
+        s.grant_socket().to_str().unwrap(),
+        &id[..4],
+        s.path("consumer.key").to_str().unwrap(),
+    ]));
+    d.wait_log(&format!("pid={}", rogue.pid()));
+    let r = run(s.recover(&id, 10, &[]));
+    assert_eq!(r.code, 3, "{}", r.stdout);
+    assert_eq!(r.outcome()["outcome"], "uncertain");
+    assert_eq!(
+        records(&s, &id),
+        ["genesis", "intent", "consume", "receipt"]
+    );
+    let again = run(s.recover(&id, 1, &[]));
+    assert_eq!(again.code, 2);
+    assert_eq!(again.reasons(), ["epoch-consumed"]);
+}
+
+#[test]
+fn a_held_issuer_lock_is_busy_and_names_the_holder() {
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let _d = s.daemon();
+    let h = spawn_ready(helper(&[
+        "flock",
+        s.state_dir(&id).join("issuer.lock").to_str().unwrap(),
+    ]));
+    let r = run(s.recover(&id, 1, &[]));
+    assert_eq!(r.code, 4, "{}", r.stdout);
+    assert_eq!(r.reasons(), ["issuer-busy"]);
+    assert!(
+        r.outcome()["detail"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("pid {} ", h.pid())),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
+fn usage_errors_exit_64_and_a_malformed_daemon_reply_exits_70() {
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let r = run(s.recover(&id, 1, &["--approve-ready", "not-a-digest"]));
+    assert_eq!(r.code, 64, "{}", r.stdout);
+    let r = s.repoch(&["recover"]);
+    assert_eq!(r.code, 64);
+    // A fake repochd that answers with a malformed message.
+    std::fs::create_dir_all(s.root.join("run/repoch")).unwrap();
+    let _fake = spawn_ready(helper(&[
+        "serve-garbage",
+        s.root.join("run/repoch/admin.sock").to_str().unwrap(),
+    ]));
+    let r = run(s.recover(&id, 1, &[]));
+    assert_eq!(r.code, 70, "{}{}", r.stdout, r.stderr);
+}
+
+#[test]
+fn an_ambiguous_prefix_is_refused_with_the_candidates() {
+    require_root!();
+    let s = Sandbox::new();
+    let mut ids: Vec<String> = Vec::new();
+    // Enroll until two ids share their first digit (a few tries).
+    let shared = loop {
+        repoch_tests_native::clear_append_only(&s.srv);
+        let _ = std::fs::remove_file(s.srv.join("journal"));
+        let id = s.enroll();
+        if let Some(other) = ids.iter().find(|o| o[..1] == id[..1]) {
+            break (other.clone(), id);
+        }
+        ids.push(id);
+        assert!(ids.len() <= 17, "pigeonhole");
+    };
+    let r = s.status(&shared.0[..1]);
+    assert_eq!(r.code, 2, "{}", r.stdout);
+    let j = r.json();
+    assert_eq!(j["refusals"][0]["reason"], "deployment-ambiguous");
+    let observed = j["refusals"][0]["observed"].as_str().unwrap();
+    assert!(
+        observed.contains(&shared.0) && observed.contains(&shared.1),
+        "{observed}"
+    );
+    // The full id, and a unique longer prefix, still work.
+    assert_eq!(s.status(&shared.1).code, 0);
+    let r = run(s.recover("zz", 1, &[]));
+    assert_eq!(r.code, 2);
+}
