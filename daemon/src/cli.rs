@@ -609,7 +609,6 @@ pub fn recover(ctx: &Ctx, prefix: &str, approve: Option<&str>, wait: u64) -> Cmd
 /// Margin over the consumer wait for a recovery's observations and appends.
 pub const RECOVER_MARGIN_SECONDS: u64 = 120;
 
-pub fn demo(_ctx: &Ctx, _keep: bool) -> CmdResult {
-    println!("repoch demo: not yet available");
-    Ok(ExitCode::SUCCESS)
+pub fn demo(ctx: &Ctx, keep: bool) -> CmdResult {
+    crate::demo::demo(ctx, keep)
 }

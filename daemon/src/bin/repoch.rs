@@ -96,7 +96,19 @@ enum Cmd {
     /// Producer journal records, for roots not written in Rust.
     #[command(subcommand)]
     Journal(JournalCmd),
+    /// The demo's stand-in old root (internal).
+    #[command(hide = true)]
+    DemoOldRoot {
+        #[arg(long)]
+        fence: PathBuf,
+        #[arg(long)]
+        socket: PathBuf,
+    },
     /// Run a complete sandboxed recovery, end to end, and clean up.
+    ///
+    /// Needs root for the recovery itself (root-owned state, READY and consumer executable,
+    /// a real cgroup); as another user it runs the offline parts and says what it skipped.
+    /// Needs repochd and repoch-consume built next to repoch (`cargo build --release`).
     Demo {
         /// Keep the sandbox directory and print its path.
         #[arg(long)]
@@ -152,6 +164,9 @@ fn main() -> ExitCode {
             record,
         }) => cli::journal_append(&ctx, &journal, &key, &deployment, record),
         Cmd::Demo { keep } => cli::demo(&ctx, keep),
+        Cmd::DemoOldRoot { fence, socket } => {
+            return repoch_daemon::demo::old_root(&fence, &socket)
+        }
     };
     match r {
         Ok(code) => code,

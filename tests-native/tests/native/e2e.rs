@@ -407,3 +407,37 @@ fn an_ambiguous_prefix_is_refused_with_the_candidates() {
     let r = run(s.recover("zz", 1, &[]));
     assert_eq!(r.code, 2);
 }
+
+#[test]
+fn the_demo_runs_a_granted_recovery_and_cleans_up() {
+    // The README's first command: a whole sandboxed recovery with the real binaries.
+    require_root!();
+    let before: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    let r: Run = Command::new(bin("repoch"))
+        .args(["--json", "demo"])
+        .env_remove("REPOCH_ROOT")
+        .output()
+        .unwrap()
+        .into();
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let last = r.json();
+    assert_eq!(last["demo"], "ok", "{last}");
+    assert_eq!(last["refused_while_old_root_lived"], true);
+    assert_eq!(last["granted"], true);
+    assert_eq!(last["second_recovery_refused"], true);
+    assert_eq!(last["audit_verified"], true);
+    let after: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    let leaked: Vec<_> = after
+        .iter()
+        .filter(|n| !before.contains(n) && n.to_string_lossy().starts_with("repoch-demo-"))
+        .collect();
+    assert!(leaked.is_empty(), "the demo left {leaked:?}");
+}

@@ -1,0 +1,392 @@
+//! `repoch demo`: a complete recovery in a sandbox, end to end, with the real binaries.
+//!
+//! Sets up fixture objects (a lock fence, a store, a producer journal with an operation of
+//! unknown outcome, a READY file; as root also a real cgroup and a unix listener held by a
+//! stand-in "old root" that also holds the fence), enrolls, starts repochd on sandbox
+//! sockets, shows the recovery refused while the old root lives, contains it, recovers
+//! with a real repoch-consume process, shows that a second recovery is refused and that
+//! `repoch audit` verifies the chain. Cleans up unless `--keep`.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use repoch_protocol::journal::{next_frame, JournalBody, Outcome};
+use serde_json::json;
+
+use crate::cli::{self, Ctx};
+use crate::exit::Failure;
+
+/// Longest wait for repochd to come up, or for the old root to stop.
+pub const DEMO_WAIT_SECONDS_MAX: u64 = 15;
+
+fn step(ctx: &Ctx, title: &str) {
+    if !ctx.json {
+        println!("\n== {title}");
+    }
+}
+
+fn sibling(name: &str) -> Result<PathBuf, Failure> {
+    let me = std::env::current_exe().map_err(|e| Failure::Internal(format!("current_exe: {e}")))?;
+    let p = me.parent().unwrap_or(Path::new(".")).join(name);
+    if !p.exists() {
+        return Err(Failure::Usage(format!(
+            "{} is not built next to repoch; build everything first: cargo build --release",
+            p.display()
+        )));
+    }
+    Ok(p)
+}
+
+struct Cleanup {
+    dir: Option<tempfile::TempDir>,
+    keep: bool,
+    children: Vec<Child>,
+    cgroup: Option<PathBuf>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            if let Some(pid) = rustix::process::Pid::from_raw(c.id() as i32) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            }
+            let _ = c.wait();
+        }
+        if let Some(cg) = &self.cgroup {
+            let _ = std::fs::write(cg.join("cgroup.kill"), "1");
+            for _ in 0..100 {
+                if std::fs::remove_dir(cg).is_ok() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        if let Some(dir) = self.dir.take() {
+            clear_append_only(dir.path());
+            if self.keep {
+                let p = dir.keep();
+                eprintln!("repoch demo: kept the sandbox at {}", p.display());
+            }
+        }
+    }
+}
+
+fn clear_append_only(dir: &Path) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        match e.file_type() {
+            Ok(t) if t.is_dir() => clear_append_only(&p),
+            Ok(t) if t.is_file() => {
+                if let Ok(f) = std::fs::File::open(&p) {
+                    if let Ok(fl) = rustix::fs::ioctl_getflags(&f) {
+                        let _ = rustix::fs::ioctl_setflags(&f, fl - rustix::fs::IFlags::APPEND);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn wait_for(what: &str, mut ok: impl FnMut() -> bool) -> Result<(), Failure> {
+    let start = Instant::now();
+    while !ok() {
+        if start.elapsed() > Duration::from_secs(DEMO_WAIT_SECONDS_MAX) {
+            return Err(Failure::Internal(format!(
+                "demo: {what} did not happen within {DEMO_WAIT_SECONDS_MAX}s"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// The stand-in old root (hidden subcommand): holds the fence and a listener, sleeps.
+pub fn old_root(fence: &Path, socket: &Path) -> ExitCode {
+    let Ok(f) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(fence)
+    else {
+        return ExitCode::from(70);
+    };
+    if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+        return ExitCode::from(4);
+    }
+    let Ok(_l) = std::os::unix::net::UnixListener::bind(socket) else {
+        return ExitCode::from(70);
+    };
+    println!("{}", std::process::id());
+    let _ = std::io::stdout().flush();
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+pub fn demo(ctx0: &Ctx, keep: bool) -> cli::CmdResult {
+    let root_user = rustix::process::geteuid().is_root();
+    let dir = tempfile::Builder::new()
+        .prefix("repoch-demo-")
+        .tempdir()
+        .map_err(|e| Failure::Internal(format!("tempdir: {e}")))?;
+    let base = dir.path().to_path_buf();
+    let mut guard = Cleanup {
+        dir: Some(dir),
+        keep,
+        children: vec![],
+        cgroup: None,
+    };
+    let ctx = Ctx::new(Some(&base.join("root")), ctx0.json);
+    let srv = base.join("srv");
+    std::fs::create_dir_all(&srv).map_err(|e| Failure::Internal(e.to_string()))?;
+    step(&ctx, &format!("sandbox {}", base.display()));
+    for (name, content) in [
+        ("lock", &b""[..]),
+        ("store", b"ledger v41\n"),
+        ("READY", b"billing-root v42\n"),
+    ] {
+        std::fs::write(srv.join(name), content).map_err(|e| Failure::Internal(e.to_string()))?;
+    }
+    let producer = repoch_issuer::keys::generate().map_err(|e| Failure::Internal(e.to_string()))?;
+    let consumer_key = base.join("consumer.key");
+    repoch_issuer::keys::write_pair(
+        &consumer_key,
+        &base.join("consumer.key.pub"),
+        &repoch_issuer::keys::generate().map_err(|e| Failure::Internal(e.to_string()))?,
+    )
+    .map_err(|e| Failure::Internal(e.to_string()))?;
+    if !root_user {
+        step(&ctx, "not root: the offline parts only");
+        let ok = repoch_protocol::journal::verify_journal(
+            &[],
+            repoch_protocol::journal::JournalPins {
+                deployment: repoch_protocol::DeploymentId([0; 16]),
+                issuer: &repoch_protocol::PublicKey::from(&producer.verifying_key()),
+                producer: &repoch_protocol::PublicKey::from(&producer.verifying_key()),
+                genesis: None,
+            },
+        );
+        ctx.out(json!({"demo": "skipped", "why": "needs root", "skipped": ["enroll", "repochd", "recover", "cgroup", "listener"]}), || {
+            format!(
+                "keys created; an empty journal is refused as {}.\nskipped (need root): enrollment (root-owned state), repochd, the recovery (READY and the consumer\nexecutable must be root-owned), the cgroup and listener to contain. Run `sudo repoch demo`.",
+                ok.map(|_| "valid".to_owned()).unwrap_or_else(|e| e.reason.to_string())
+            )
+        });
+        return Ok(ExitCode::SUCCESS);
+    }
+    let repochd = sibling("repochd")?;
+    let consume = sibling("repoch-consume")?;
+
+    // A real cgroup and a listener for the old controller, which also holds the fence.
+    let cg_rel = format!("/repoch-demo-{}", std::process::id());
+    let cg_root = repoch_issuer::os::cgroup::mount_point().map_err(Failure::Internal)?;
+    let cg = cg_root.join(cg_rel.trim_start_matches('/'));
+    std::fs::create_dir(&cg).map_err(|e| Failure::Internal(format!("{}: {e}", cg.display())))?;
+    guard.cgroup = Some(cg.clone());
+    let sock = base.join("old-root.sock");
+    let manifest = format!(
+        "label = \"billing-root (demo)\"\nfences = [\"{s}/lock\"]\nstores = [\"{s}/store\"]\nready = \"{s}/READY\"\n\n\
+         [journal]\npath = \"{s}/journal\"\nproducer_key = \"{pk}\"\n\n\
+         [containment]\ncgroups = [\"{cg_rel}\"]\nlisteners = [\"unix:{sock}\"]\n\n\
+         [consumer]\nuid = 0\ngid = 0\nexecutable = \"{exe}\"\nkey_file = \"{b}/consumer.key.pub\"\n",
+        s = srv.display(),
+        pk = hex::encode(producer.verifying_key().to_bytes()),
+        sock = sock.display(),
+        exe = consume.display(),
+        b = base.display(),
+    );
+    let mpath = base.join("billing.toml");
+    std::fs::write(&mpath, &manifest).map_err(|e| Failure::Internal(e.to_string()))?;
+    step(&ctx, "enroll (once per deployment)");
+    let v =
+        repoch_issuer::enroll::validate(&manifest).map_err(|e| Failure::Internal(e.to_string()))?;
+    let e = repoch_issuer::enroll::enroll(&ctx.layout, &v, 0)
+        .map_err(|e| Failure::Internal(e.to_string()))?;
+    let id = e.id.to_hex();
+    ctx.out(json!({"event": "enrolled", "deployment": id}), || {
+        format!("deployment {id}\nmanifest   {}", mpath.display())
+    });
+
+    step(
+        &ctx,
+        "the old root runs, writes its journal, and loses its exclusion mid-operation",
+    );
+    let mut frontier = {
+        let b = std::fs::read(srv.join("journal")).map_err(|e| Failure::Internal(e.to_string()))?;
+        let issuer = repoch_issuer::store::issuer_public(&ctx.layout)?;
+        let pk = repoch_protocol::PublicKey::from(&producer.verifying_key());
+        let f = repoch_protocol::journal::verify_journal(
+            &b,
+            repoch_protocol::journal::JournalPins {
+                deployment: e.id,
+                issuer: &issuer,
+                producer: &pk,
+                genesis: None,
+            },
+        )
+        .map_err(|e| Failure::Internal(e.detail))?;
+        (f.last_seq, f.last_hash)
+    };
+    let mut journal = std::fs::OpenOptions::new()
+        .append(true)
+        .open(srv.join("journal"))
+        .map_err(|e| Failure::Internal(e.to_string()))?;
+    for body in [
+        JournalBody::RootStart { pid: 4242 },
+        JournalBody::OpBegin {
+            op: 0,
+            name: "rotate ledger".into(),
+        },
+        JournalBody::OpEnd {
+            op: 0,
+            outcome: Outcome::Succeeded,
+        },
+        JournalBody::OpBegin {
+            op: 1,
+            name: "charge batch 17".into(),
+        },
+        JournalBody::OpEnd {
+            op: 1,
+            outcome: Outcome::Unknown,
+        },
+    ] {
+        let kind = body.kind();
+        let (frame, hash) = next_frame(e.id, Some(frontier), body, &producer);
+        journal
+            .write_all(&frame)
+            .and_then(|_| journal.sync_data())
+            .map_err(|e| Failure::Internal(e.to_string()))?;
+        frontier = (frontier.0 + 1, hash);
+        ctx.out(json!({"event": "journal", "kind": kind}), || {
+            format!("journal    {kind}")
+        });
+    }
+    let me = std::env::current_exe().map_err(|e| Failure::Internal(e.to_string()))?;
+    let mut old = Command::new(&me)
+        .args(["demo-old-root", "--fence"])
+        .arg(srv.join("lock"))
+        .arg("--socket")
+        .arg(&sock)
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| Failure::Internal(e.to_string()))?;
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(old.stdout.take().expect("piped")),
+        &mut line,
+    )
+    .map_err(|e| Failure::Internal(e.to_string()))?;
+    std::fs::write(cg.join("cgroup.procs"), line.trim())
+        .map_err(|e| Failure::Internal(format!("moving the old root into its cgroup: {e}")))?;
+    guard.children.push(old);
+    ctx.out(json!({"event": "old-root", "pid": line.trim()}), || {
+        format!(
+            "old root   pid {} in cgroup {cg_rel}, holding the fence and {}",
+            line.trim(),
+            sock.display()
+        )
+    });
+
+    step(&ctx, "repochd starts on the sandbox's sockets");
+    let log = std::fs::File::create(base.join("repochd.log"))
+        .map_err(|e| Failure::Internal(e.to_string()))?;
+    let d = Command::new(&repochd)
+        .arg("--root")
+        .arg(base.join("root"))
+        .stderr(log)
+        .stdout(Stdio::null())
+        .spawn()
+        .map_err(|e| Failure::Internal(e.to_string()))?;
+    guard.children.push(d);
+    let admin = ctx.layout.admin_socket();
+    wait_for("repochd listening", || {
+        std::os::unix::net::UnixStream::connect(&admin).is_ok()
+    })?;
+    ctx.out(json!({"event": "repochd", "admin": admin}), || {
+        format!("listening  {}", admin.display())
+    });
+
+    step(
+        &ctx,
+        "recovery while the old root still lives: refused, nothing written",
+    );
+    let first = cli::recover(&ctx, &id[..6], None, 1);
+    let refused_first = matches!(&first, Ok(code) if *code == ExitCode::from(2));
+
+    step(
+        &ctx,
+        "contain the old root (cgroup.kill), then recover with a real repoch-consume",
+    );
+    std::fs::write(cg.join("cgroup.kill"), "1").map_err(|e| Failure::Internal(e.to_string()))?;
+    wait_for("the old root's cgroup to empty", || {
+        std::fs::read_to_string(cg.join("cgroup.events")).is_ok_and(|s| s.contains("populated 0"))
+    })?;
+    let _ = std::fs::remove_file(&sock);
+    let grant = base.join("grant.cbor");
+    let consumer = Command::new(&consume)
+        .args(["--json", "receive", "--deployment", &id[..8], "--key"])
+        .arg(&consumer_key)
+        .arg("--issuer-key")
+        .arg(ctx.layout.issuer_pub())
+        .arg("--out")
+        .arg(&grant)
+        .arg("--socket")
+        .arg(ctx.layout.grant_socket())
+        .args(["--wait", "30"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| Failure::Internal(e.to_string()))?;
+    let granted = cli::recover(&ctx, &id[..6], None, 20);
+    let out = consumer
+        .wait_with_output()
+        .map_err(|e| Failure::Internal(e.to_string()))?;
+    let consumer_said: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or(json!({}));
+    let granted_ok =
+        matches!(&granted, Ok(code) if *code == ExitCode::SUCCESS) && out.status.success();
+    ctx.out(json!({"event": "consumer", "result": consumer_said}), || {
+        format!(
+            "repoch-consume: {} grant persisted at {}\n  unknown operations carried to the new root: {}",
+            consumer_said["outcome"].as_str().unwrap_or("failed"),
+            grant.display(),
+            consumer_said["grant"]["unknown_ops"]
+        )
+    });
+
+    step(&ctx, "a second recovery of the same deployment");
+    let second = cli::recover(&ctx, &id[..6], None, 1);
+    let refused_second = matches!(&second, Ok(code) if *code == ExitCode::from(2));
+
+    step(&ctx, "the auditor verifies the epoch log offline");
+    let audit = cli::audit(
+        &ctx,
+        Some(&ctx.layout.issuer_pub()),
+        &[ctx.layout.state_dir(&e.id)],
+    );
+    let audited = matches!(&audit, Ok(code) if *code == ExitCode::SUCCESS);
+
+    let ok = refused_first && granted_ok && refused_second && audited;
+    step(&ctx, "summary");
+    ctx.out(
+        json!({"demo": if ok { "ok" } else { "failed" }, "deployment": id, "refused_while_old_root_lived": refused_first, "granted": granted_ok, "second_recovery_refused": refused_second, "audit_verified": audited}),
+        || {
+            let mark = |b: bool| if b { "yes" } else { "NO" };
+            format!(
+                "refused while the old root lived: {}\ngranted once, grant persisted:      {}\nsecond recovery refused:            {}\naudit verified:                     {}",
+                mark(refused_first), mark(granted_ok), mark(refused_second), mark(audited)
+            )
+        },
+    );
+    if ok {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        Err(Failure::Internal(
+            "the demo did not behave as designed (see above)".into(),
+        ))
+    }
+}
