@@ -441,3 +441,101 @@ fn the_demo_runs_a_granted_recovery_and_cleans_up() {
         .collect();
     assert!(leaked.is_empty(), "the demo left {leaked:?}");
 }
+
+#[test]
+fn repochd_serves_socket_activated_sockets_notifies_systemd_and_stops_on_sigterm() {
+    // systemd-socket-activate listens on both paths and execs repochd on the first
+    // connection with LISTEN_FDS/LISTEN_FDNAMES: the recovery runs through the inherited
+    // sockets. NOTIFY_SOCKET receives READY=1, then STOPPING=1 on SIGTERM; exit 0.
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let run_dir = s.root.join("run/repoch");
+    std::fs::create_dir_all(&run_dir).unwrap();
+    let notify_path = s.path("notify.sock");
+    let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).unwrap();
+    notify
+        .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let mut act = Command::new("systemd-socket-activate");
+    act.arg("-l")
+        .arg(run_dir.join("admin.sock"))
+        .arg("-l")
+        .arg(run_dir.join("grant.sock"))
+        .arg("--fdname=admin:grant");
+    act.arg("-E")
+        .arg(format!("REPOCH_ROOT={}", s.root.display()))
+        .arg("-E")
+        .arg(format!("NOTIFY_SOCKET={}", notify_path.display()));
+    act.arg(bin("repochd"));
+    let mut daemon = act
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("systemd-socket-activate");
+    let start = std::time::Instant::now();
+    while !run_dir.join("grant.sock").exists() {
+        assert!(
+            start.elapsed().as_secs() < 10,
+            "systemd-socket-activate did not listen"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let c = s
+        .consumer(&id[..7], "consumer.key", "grant.cbor", &[])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let r = run(s.recover(&id[..7], 20, &[]));
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(finish(c).code, 0);
+    let mut buf = [0u8; 256];
+    let n = notify.recv(&mut buf).unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).contains("READY=1"));
+    // The daemon bound nothing itself: the sockets are the ones systemd-socket-activate made.
+    let pid = rustix::process::Pid::from_raw(daemon.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let mut stopping = false;
+    while let Ok(n) = notify.recv(&mut buf) {
+        if String::from_utf8_lossy(&buf[..n]).contains("STOPPING=1") {
+            stopping = true;
+            break;
+        }
+    }
+    assert!(stopping, "no STOPPING=1");
+    let status = daemon.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "repochd did not stop cleanly");
+    let _ = daemon.stderr.take();
+}
+
+#[test]
+fn the_shipped_example_manifest_enrolls() {
+    // docs/examples/billing.toml, with its paths moved into the sandbox, enrolls as is.
+    require_root!();
+    let s = Sandbox::new();
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/examples/billing.toml"
+    ))
+    .unwrap();
+    let m = text
+        .replace(
+            "/srv/billing/data",
+            &s.srv.join("data").display().to_string(),
+        )
+        .replace("/srv/billing/", &format!("{}/", s.srv.display()))
+        .replace(
+            "/etc/billing/producer.key.pub",
+            &s.path("producer.key.pub").display().to_string(),
+        )
+        .replace(
+            "/etc/billing/consumer.key.pub",
+            &s.path("consumer.key.pub").display().to_string(),
+        )
+        .replace(
+            "/usr/local/bin/repoch-consume",
+            &bin("repoch-consume").display().to_string(),
+        );
+    let id = s.enroll_with(&m);
+    assert_eq!(s.status(&id).json()["label"], "billing-root");
+}
