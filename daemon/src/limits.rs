@@ -14,6 +14,8 @@ pub const HANDSHAKE_SECONDS_MAX: u64 = 5;
 pub const CUSTODY_SECONDS_MAX: u64 = 10;
 /// Longest consumer wait an operator may ask for.
 pub const CONSUMER_WAIT_SECONDS_MAX: u64 = 3600;
+/// Longest wait to write one event to the admin client before it is dropped.
+pub const ADMIN_WRITE_SECONDS_MAX: u64 = 5;
 /// Events buffered between an issuance and its admin connection.
 pub const EVENTS_BUFFERED_MAX: usize = 256;
 

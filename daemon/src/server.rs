@@ -357,7 +357,14 @@ impl Daemon {
         let mut client = Some(s);
         while let Some(e) = rx.recv().await {
             if let Some(c) = client.as_mut() {
-                if send(c, &e).await.is_err() {
+                // A client that stops reading must not stall the issuance: drop it.
+                let sent =
+                    tokio::time::timeout(Duration::from_secs(ADMIN_WRITE_SECONDS_MAX), send(c, &e))
+                        .await;
+                if !matches!(sent, Ok(Ok(()))) {
+                    tracing::warn!(
+                        "the admin client stopped reading; the issuance continues without it"
+                    );
                     client = None;
                 }
             }

@@ -1,0 +1,66 @@
+//! repoch-consume's CLI surface: help, keygen, offline verify. (Its presence also makes
+//! `cargo test --workspace` build the binary the native tests run.)
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::process::Command;
+
+fn consume(args: &[&str]) -> (i32, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_repoch-consume"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn help_names_the_commands_and_exit_codes() {
+    let (code, out) = consume(&["--help"]);
+    assert_eq!(code, 0);
+    for w in ["keygen", "receive", "verify", "REPOCH_FENCE_FDS", "64"] {
+        assert!(out.contains(w), "--help lacks {w}");
+    }
+    assert_eq!(consume(&["receive"]).0, 64);
+}
+
+#[test]
+fn keygen_writes_a_private_key_once() {
+    let d = tempfile::tempdir().unwrap();
+    let k = d.path().join("c.key");
+    let (code, out) = consume(&["keygen", k.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert_eq!(out.trim().len(), 64);
+    assert_eq!(
+        std::fs::metadata(&k).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.path().join("c.key.pub"))
+            .unwrap()
+            .trim(),
+        out.trim()
+    );
+    // Never over an existing key.
+    assert_eq!(consume(&["keygen", k.to_str().unwrap()]).0, 64);
+}
+
+#[test]
+fn verify_refuses_a_malformed_grant() {
+    let d = tempfile::tempdir().unwrap();
+    let k = d.path().join("i.key");
+    let (_, public) = consume(&["keygen", k.to_str().unwrap()]);
+    let g = d.path().join("grant.cbor");
+    std::fs::write(&g, b"\x82\x01\x02").unwrap();
+    let pubf = d.path().join("i.key.pub");
+    let (code, out) = consume(&[
+        "--json",
+        "verify",
+        "--issuer-key",
+        pubf.to_str().unwrap(),
+        g.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{out}");
+    assert!(!public.is_empty());
+}
