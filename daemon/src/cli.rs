@@ -536,33 +536,43 @@ pub fn recover(ctx: &Ctx, prefix: &str, approve: Option<&str>, wait: u64) -> Cmd
     let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(
         wait + RECOVER_MARGIN_SECONDS,
     )));
-    write_msg(
+    // repochd may refuse before reading (a non-root peer): a failed write is reported only
+    // if no answer can be read either.
+    let sent = write_msg(
         &mut s,
         &AdminRequest::Recover {
             deployment: id,
             approve_ready,
             consumer_wait_seconds: wait,
         },
-    )
-    .map_err(|e| {
-        Failure::refused(Refusal::new(
-            Reason::DaemonUnreachable,
-            sock.display().to_string(),
-            "a request sent",
-            e.to_string(),
-        ))
-    })?;
+    );
     ctx.out(json!({"event": "start", "deployment": id.to_hex()}), || {
         format!("recover {id}")
     });
     loop {
         let e: AdminEvent = match read_msg(&mut s) {
             Ok(e) => e,
-            Err(e) => {
+            Err(_) if sent.is_err() => {
+                let e = sent.err().map(|e| e.to_string()).unwrap_or_default();
+                return Err(Failure::refused(Refusal::new(
+                    Reason::DaemonUnreachable,
+                    sock.display().to_string(),
+                    "a request sent",
+                    e,
+                )));
+            }
+            // A peer that speaks something else is a bug on one side.
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
                 return Err(Failure::Internal(format!(
-                    "repochd stopped answering ({e}); check `repoch status {}`",
-                    &id.to_hex()[..8]
+                    "repochd sent a malformed message: {e}"
                 )))
+            }
+            // Lost mid-issuance: the epoch may have been used; only its log can tell.
+            Err(e) => {
+                return Err(Failure::Uncertain(format!(
+                "repochd stopped answering ({e}); the outcome is unknown: read `repoch status {}`",
+                &id.to_hex()[..8]
+            )))
             }
         };
         let AdminEvent::Outcome {

@@ -150,20 +150,14 @@ impl Registry {
     }
 }
 
-/// Whether the peer closed its end (poll reports HUP or readable EOF).
+/// Whether the peer closed its end (poll reports HUP, or readable EOF or stray data).
 fn hung_up(s: &UnixStream) -> Result<(), String> {
-    use rustix::event::{poll, PollFd, PollFlags};
-    let mut fds = [PollFd::new(s, PollFlags::IN | PollFlags::RDHUP)];
-    match poll(
-        &mut fds,
-        Some(&rustix::event::Timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        }),
-    ) {
-        Ok(0) => Ok(()),
-        Ok(_) => Err("the consumer closed its connection or sent unexpected data".into()),
-        Err(e) => Err(format!("poll: {e}")),
+    match repoch_issuer::os::peer::ready_now(
+        s,
+        rustix::event::PollFlags::IN | rustix::event::PollFlags::RDHUP,
+    )? {
+        false => Ok(()),
+        true => Err("the consumer closed its connection or sent unexpected data".into()),
     }
 }
 

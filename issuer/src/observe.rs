@@ -87,10 +87,6 @@ pub struct Observer {
     consumer_exe: Option<(Identity, Hash)>,
 }
 
-fn hex_short(h: &Hash) -> String {
-    h.to_hex()
-}
-
 fn sha256_fd(fd: &OwnedFd, max: u64) -> Result<Hash, String> {
     use std::io::Read as _;
     let mut f = std::fs::File::from(fd.try_clone().map_err(|e| e.to_string())?);
@@ -157,134 +153,20 @@ impl Observer {
     // ---- lineage ----
 
     fn lineage(&self, facts: &mut Vec<Fact>) -> (u64, Hash, Vec<UnknownOp>) {
-        let m = &self.manifest;
-        let path = &m.lineage.journal_path;
-        let none = (0, Hash::ZERO, vec![]);
-        let Some(enrolled) = m.entry(Role::Journal).map(|e| e.identity) else {
-            facts.push(Fact::failed(
-                "lineage",
-                path,
-                "an enrolled journal",
-                "none in the manifest",
-                Reason::LineageMissing,
-            ));
-            return none;
-        };
-        let fd = match open_path(Path::new(path), OFlags::RDONLY, 0) {
-            Ok(fd) => fd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                facts.push(Fact::failed(
-                    "lineage",
-                    path,
-                    "present",
-                    "missing",
-                    Reason::LineageMissing,
-                ));
-                return none;
-            }
-            Err(e) if is_eloop(&e) => {
-                facts.push(Fact::failed(
-                    "lineage",
-                    path,
-                    "no symlink",
-                    "a symlink",
-                    Reason::LineageUnprotected,
-                ));
-                return none;
-            }
-            Err(e) => {
-                facts.push(Fact::failed(
-                    "lineage",
-                    path,
-                    "readable",
-                    &e.to_string(),
-                    Reason::ObserveFailed,
-                ));
-                return none;
-            }
-        };
-        let id = match fstat_identity(&fd) {
-            Ok(i) => i,
-            Err(e) => {
-                facts.push(Fact::failed(
-                    "lineage",
-                    path,
-                    "stat",
-                    &e.to_string(),
-                    Reason::ObserveFailed,
-                ));
-                return none;
-            }
-        };
-        if !id.same_object(&enrolled) {
-            facts.push(Fact::failed(
-                "lineage",
-                path,
-                &format!("ino {}", enrolled.ino),
-                &format!("ino {}", id.ino),
-                Reason::LineageReplaced,
-            ));
-            return none;
-        }
-        let append_only = crate::enroll::is_append_only(&fd);
-        if id.uid != enrolled.uid || id.mode != enrolled.mode || append_only != Ok(true) {
-            let observed = format!(
-                "uid {} mode {:o} append-only {}",
-                id.uid,
-                id.mode & 0o7777,
-                append_only.map_or_else(|e| e, |b| b.to_string())
-            );
-            facts.push(Fact::failed(
-                "lineage",
-                path,
-                &format!(
-                    "uid {} mode {:o} append-only true",
-                    enrolled.uid,
-                    enrolled.mode & 0o7777
-                ),
-                &observed,
-                Reason::LineageUnprotected,
-            ));
-            return none;
-        }
-        let bytes = match read_all_fd(&fd, JOURNAL_BYTES_MAX) {
-            Ok(b) => b,
-            Err(e) => {
-                facts.push(Fact::failed(
-                    "lineage",
-                    path,
-                    "readable",
-                    &e.to_string(),
-                    Reason::ObserveFailed,
-                ));
-                return none;
-            }
-        };
-        let pins = JournalPins {
-            deployment: m.deployment,
-            issuer: &m.issuer_key,
-            producer: &m.lineage.producer_key,
-            genesis: Some(m.lineage.journal_genesis),
-        };
-        match verify_journal(&bytes, pins) {
-            Err(e) => {
-                facts.push(Fact::failed(
-                    "lineage",
-                    path,
-                    "an unbroken, signed journal of this deployment",
-                    &format!("offset {}: {}", e.offset, e.detail),
-                    e.reason,
-                ));
-                none
+        match self.journal() {
+            Err(f) => {
+                facts.push(f);
+                (0, Hash::ZERO, vec![])
             }
             Ok(f) => {
+                let path = &self.manifest.lineage.journal_path;
                 facts.push(Fact::ok(
                     "lineage",
                     path,
                     "the enrolled journal, append-only, verified",
                     "verified",
                 ));
-                let frontier = format!("seq {} hash {}", f.last_seq, hex_short(&f.last_hash));
+                let frontier = format!("seq {} hash {}", f.last_seq, f.last_hash);
                 facts.push(Fact::ok("lineage-frontier", path, "recorded", &frontier));
                 let unknown = format!("{} unknown", f.unknown_ops.len());
                 facts.push(Fact::ok(
@@ -297,6 +179,67 @@ impl Observer {
                 (f.last_seq, f.last_hash, f.unknown_ops)
             }
         }
+    }
+
+    /// The journal: the enrolled inode, still protected, verified. The first failure is
+    /// the fact returned.
+    fn journal(&self) -> Result<repoch_protocol::journal::Frontier, Fact> {
+        let m = &self.manifest;
+        let path = m.lineage.journal_path.as_str();
+        let fail = |expected: &str, observed: &str, reason| {
+            Fact::failed("lineage", path, expected, observed, reason)
+        };
+        let enrolled = m.entry(Role::Journal).map(|e| e.identity).ok_or_else(|| {
+            fail(
+                "an enrolled journal",
+                "none in the manifest",
+                Reason::LineageMissing,
+            )
+        })?;
+        let fd = open_path(Path::new(path), OFlags::RDONLY, 0).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => fail("present", "missing", Reason::LineageMissing),
+            _ if is_eloop(&e) => fail("no symlink", "a symlink", Reason::LineageUnprotected),
+            _ => fail("readable", &e.to_string(), Reason::ObserveFailed),
+        })?;
+        let id =
+            fstat_identity(&fd).map_err(|e| fail("stat", &e.to_string(), Reason::ObserveFailed))?;
+        if !id.same_object(&enrolled) {
+            return Err(fail(
+                &format!("ino {}", enrolled.ino),
+                &format!("ino {}", id.ino),
+                Reason::LineageReplaced,
+            ));
+        }
+        let append_only = crate::enroll::is_append_only(&fd);
+        if id.uid != enrolled.uid || id.mode != enrolled.mode || append_only != Ok(true) {
+            let expected = format!(
+                "uid {} mode {:o} append-only true",
+                enrolled.uid,
+                enrolled.mode & 0o7777
+            );
+            let observed = format!(
+                "uid {} mode {:o} append-only {}",
+                id.uid,
+                id.mode & 0o7777,
+                append_only.map_or_else(|e| e, |b| b.to_string())
+            );
+            return Err(fail(&expected, &observed, Reason::LineageUnprotected));
+        }
+        let bytes = read_all_fd(&fd, JOURNAL_BYTES_MAX)
+            .map_err(|e| fail("readable", &e.to_string(), Reason::ObserveFailed))?;
+        let pins = JournalPins {
+            deployment: m.deployment,
+            issuer: &m.issuer_key,
+            producer: &m.lineage.producer_key,
+            genesis: Some(m.lineage.journal_genesis),
+        };
+        verify_journal(&bytes, pins).map_err(|e| {
+            fail(
+                "an unbroken, signed journal of this deployment",
+                &format!("offset {}: {}", e.offset, e.detail),
+                e.reason,
+            )
+        })
     }
 
     fn predecessor(&self, facts: &mut Vec<Fact>) {

@@ -498,6 +498,8 @@ pub fn nspawn_rootfs() -> PathBuf {
 pub struct Container {
     pub nspawn: std::process::Child,
     pub leader: u32,
+    /// nspawn makes a mount namespace: see [`mount_namespace_guard`].
+    _guard: std::sync::MutexGuard<'static, ()>,
 }
 
 /// Longest wait for a container's systemd to come up.
@@ -506,6 +508,7 @@ pub const CONTAINER_BOOT_SECONDS_MAX: u64 = 60;
 impl Container {
     pub fn boot(tag: &str) -> Container {
         let rootfs = nspawn_rootfs();
+        let guard = mount_namespace_guard();
         let nspawn = Command::new("systemd-nspawn")
             .args([
                 "-q",
@@ -528,7 +531,11 @@ impl Container {
             .spawn()
             .expect("systemd-nspawn (apt-get install systemd-container)");
         let start = std::time::Instant::now();
-        let mut c = Container { leader: 0, nspawn };
+        let mut c = Container {
+            leader: 0,
+            nspawn,
+            _guard: guard,
+        };
         loop {
             assert!(
                 start.elapsed().as_secs() < CONTAINER_BOOT_SECONDS_MAX,

@@ -54,20 +54,29 @@ pub fn describe(pid: u32, uid: u32, gid: u32, pidfd: &OwnedFd) -> Result<Consume
     })
 }
 
-/// A pidfd polls readable once its process has exited (its pid may then be reused).
-pub fn alive(pidfd: &OwnedFd) -> Result<(), String> {
-    use rustix::event::{poll, PollFd, PollFlags};
-    let mut fds = [PollFd::new(pidfd, PollFlags::IN)];
-    match poll(
+/// Whether `fd` reports any of `flags` right now (a poll with a zero timeout).
+pub fn ready_now(
+    fd: impl std::os::fd::AsFd,
+    flags: rustix::event::PollFlags,
+) -> Result<bool, String> {
+    use rustix::event::{poll, PollFd, Timespec};
+    let mut fds = [PollFd::new(&fd, flags)];
+    poll(
         &mut fds,
-        Some(&rustix::event::Timespec {
+        Some(&Timespec {
             tv_sec: 0,
             tv_nsec: 0,
         }),
-    ) {
-        Ok(0) => Ok(()),
-        Ok(_) => Err("the peer process has exited".into()),
-        Err(e) => Err(format!("poll on the peer's pidfd: {e}")),
+    )
+    .map(|n| n > 0)
+    .map_err(|e| format!("poll: {e}"))
+}
+
+/// A pidfd polls readable once its process has exited (its pid may then be reused).
+pub fn alive(pidfd: &OwnedFd) -> Result<(), String> {
+    match ready_now(pidfd, rustix::event::PollFlags::IN)? {
+        false => Ok(()),
+        true => Err("the peer process has exited".into()),
     }
 }
 

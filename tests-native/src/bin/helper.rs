@@ -4,6 +4,7 @@
 //! * `flock-fork PATH` — takes the flock, hands the locked fd to a child (`sleep`) that
 //!   inherits it, prints the child's pid and exits: `/proc/locks` then names a dead pid
 //!   and only fdinfo names the real holder.
+//! * `try-flock PATH` — one attempt: exit 0 if the lock was free, 4 if it is held.
 //! * `sleep` — sleeps until killed.
 //! * `listen-unix PATH`, `listen-tcp PORT`, `listen-udp PORT` — binds, prints its pid, sleeps.
 //! * `zombie-leader` — spawns a thread, then the leader thread exits alone.
@@ -15,14 +16,25 @@ use std::io::Write as _;
 use std::os::fd::AsRawFd;
 use std::process::Command;
 
+/// Attempts to take a lock, 10 ms apart.
+const LOCK_TRIES_MAX: u32 = 300;
+
 fn lock(path: &str, cloexec: bool) -> std::os::fd::OwnedFd {
     let mut flags = rustix::fs::OFlags::RDWR;
     if cloexec {
         flags |= rustix::fs::OFlags::CLOEXEC;
     }
     let fd = rustix::fs::open(path, flags, rustix::fs::Mode::empty()).expect("open");
-    rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive).expect("flock");
-    fd
+    // A lock the test process just released can stay held for a moment by a child another
+    // test thread forked before its exec closed the inherited fd: retry, bounded.
+    for _ in 0..LOCK_TRIES_MAX {
+        if rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok() {
+            return fd;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    eprintln!("repoch-test-helper: {path} stayed locked");
+    std::process::exit(4);
 }
 
 fn ready() {
@@ -44,6 +56,18 @@ fn main() {
             println!("{}", std::process::id());
             std::io::stdout().flush().unwrap();
             sleep_forever();
+        }
+        Some("try-flock") => {
+            // One attempt: exit 0 if the lock was free (then released), 4 if held.
+            let fd = rustix::fs::open(
+                args[2].as_str(),
+                rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .expect("open");
+            let free = rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+                .is_ok();
+            std::process::exit(if free { 0 } else { 4 });
         }
         Some("flock-fork") => {
             let fd = lock(&args[2], false);

@@ -110,7 +110,7 @@ fn a_recovery_grants_once_and_the_new_root_holds_the_fences() {
         line.contains(&format!(":{}:{}", st.dev(), st.ino())),
         "{line}"
     );
-    let o = helper(&["flock", s.srv.join("lock").to_str().unwrap()])
+    let o = helper(&["try-flock", s.srv.join("lock").to_str().unwrap()])
         .stderr(Stdio::null())
         .stdout(Stdio::null())
         .output()

@@ -541,7 +541,7 @@ fn fences_are_held_by_the_observer_and_replacement_after_acquisition_is_caught()
     assert!(first.holds(), "{:?}", first.failed().collect::<Vec<_>>());
     assert_eq!(fences.held.len(), 1);
     // Another process cannot take it now.
-    let o = helper(&["flock", s.srv.join("lock").to_str().unwrap()])
+    let o = helper(&["try-flock", s.srv.join("lock").to_str().unwrap()])
         .stderr(std::process::Stdio::piped())
         .output()
         .unwrap();

@@ -29,6 +29,9 @@ fn sh(cmd: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).trim().to_owned()
 }
 
+/// Attempts to unmount, 20 ms apart.
+const UMOUNT_TRIES_MAX: u32 = 250;
+
 /// A loop-mounted ext4 image, unmounted and detached on drop.
 struct Ext4 {
     image: PathBuf,
@@ -67,7 +70,16 @@ impl Ext4 {
             &["-t", "ext4", &self.dev.borrow(), self.mnt.to_str().unwrap()],
         );
     }
+    /// Unmounts. A child that another test thread forked while this one had files open on
+    /// the mount keeps them until its exec: "target is busy" for a moment. Retry, bounded.
     fn umount(&self) {
+        for _ in 0..UMOUNT_TRIES_MAX {
+            let o = Command::new("umount").arg(&self.mnt).output().unwrap();
+            if o.status.success() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
         sh("umount", &[self.mnt.to_str().unwrap()]);
     }
     fn cut_power(&self) {
