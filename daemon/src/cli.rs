@@ -80,21 +80,21 @@ pub fn enroll(ctx: &Ctx, manifest: &Path) -> CmdResult {
             e.to_string(),
         )]),
     })?;
-    let append_only = e.journal_append_only.clone().err();
+    let journal_err = e.journal_append_only.clone().err();
+    let log_err = e.log_append_only.clone().err();
+    // stdout is the id alone (`ID=$(repoch enroll m.toml)`); warnings go to stderr.
     ctx.out(
         json!({"outcome": "enrolled", "deployment": e.id.to_hex(), "state_dir": e.state_dir, "manifest_sha256": e.manifest_hash.to_hex(),
-               "journal_append_only": append_only.is_none(), "journal_append_only_error": append_only}),
-        || {
-            let mut s = e.id.to_hex();
-            if let Some(w) = &append_only {
-                s.push_str(&format!("\nwarning: the journal is not append-only on this file system: {w}"));
-            }
-            s
-        },
+               "journal_append_only": journal_err.is_none(), "journal_append_only_error": journal_err,
+               "log_append_only": log_err.is_none(), "log_append_only_error": log_err}),
+        || e.id.to_hex(),
     );
-    if let Some(w) = append_only {
-        if !ctx.json {
-            eprintln!("repoch: journal append-only flag not set: {w}");
+    if !ctx.json {
+        if let Some(w) = &journal_err {
+            eprintln!("repoch: warning: the producer journal is not append-only ({w}); lineage verification will refuse it (lineage-unprotected)");
+        }
+        if let Some(w) = &log_err {
+            eprintln!("repoch: warning: the epoch log is not append-only ({w}); only its owner and mode protect it");
         }
     }
     Ok(ExitCode::SUCCESS)

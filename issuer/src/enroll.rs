@@ -323,6 +323,8 @@ pub struct Enrolled {
     pub id: DeploymentId,
     pub state_dir: PathBuf,
     pub journal_append_only: Result<(), String>,
+    /// Whether the epoch log could be made append-only.
+    pub log_append_only: Result<(), String>,
     pub manifest_hash: Hash,
 }
 
@@ -533,13 +535,14 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
         )));
     }
     // The epoch log is append-only too, where the file system allows it.
-    if let Ok(fd) = open_path(&state_dir.join(crate::layout::LOG_FILE), OFlags::RDONLY, 0) {
-        let _ = set_append_only(&fd);
-    }
+    let log_append_only = open_path(&state_dir.join(crate::layout::LOG_FILE), OFlags::RDONLY, 0)
+        .map_err(|e| e.to_string())
+        .and_then(|fd| set_append_only(&fd));
     Ok(Enrolled {
         id,
         state_dir,
         journal_append_only: append_only,
+        log_append_only,
         manifest_hash,
     })
 }
