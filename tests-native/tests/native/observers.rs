@@ -637,3 +637,36 @@ fn consumer_executable_must_be_protected_and_match_its_pin() {
     std::fs::remove_file(&exe2).unwrap();
     assert_refused(&s2.observe(&id2), "consumer-exe-missing");
 }
+
+#[test]
+fn a_consumer_executable_replaced_between_observations_is_consumer_exe_changed() {
+    // One issuance observes the consumer executable twice; a new release renamed over it in
+    // between (same content, new inode) is a change, not "the same file".
+    require_root!();
+    let s = Sandbox::new();
+    let exe = s.srv.join("consume");
+    std::fs::copy(bin("repoch-consume"), &exe).unwrap();
+    let id = s.enroll_with(&s.manifest("").replace(
+        &bin("repoch-consume").display().to_string(),
+        &exe.display().to_string(),
+    ));
+    let layout = repoch_issuer::Layout::new(Some(&s.root));
+    let issuer = repoch_issuer::store::issuer_public(&layout).unwrap();
+    let d = repoch_issuer::store::Deployment::open(
+        &layout,
+        &issuer,
+        repoch_protocol::DeploymentId::from_hex(&id).unwrap(),
+    )
+    .unwrap();
+    let mut obs = repoch_issuer::observe::Observer::new(d.manifest.clone(), layout, None);
+    let mut fences = repoch_issuer::observe::Fences::default();
+    assert!(obs.observe(&mut fences).holds());
+    let new = s.srv.join("consume.new");
+    std::fs::copy(&exe, &new).unwrap();
+    std::fs::rename(&new, &exe).unwrap();
+    let o = obs.observe(&mut fences);
+    assert_eq!(
+        o.failed().map(|f| f.reason.unwrap()).collect::<Vec<_>>(),
+        vec![repoch_protocol::Reason::ConsumerExeChanged]
+    );
+}
