@@ -161,23 +161,7 @@ pub fn demo(ctx0: &Ctx, keep: bool) -> cli::CmdResult {
     )
     .map_err(|e| Failure::Internal(e.to_string()))?;
     if !root_user {
-        step(&ctx, "not root: the offline parts only");
-        let ok = repoch_protocol::journal::verify_journal(
-            &[],
-            repoch_protocol::journal::JournalPins {
-                deployment: repoch_protocol::DeploymentId([0; 16]),
-                issuer: &repoch_protocol::PublicKey::from(&producer.verifying_key()),
-                producer: &repoch_protocol::PublicKey::from(&producer.verifying_key()),
-                genesis: None,
-            },
-        );
-        ctx.out(json!({"demo": "skipped", "why": "needs root", "skipped": ["enroll", "repochd", "recover", "cgroup", "listener"]}), || {
-            format!(
-                "keys created; an empty journal is refused as {}.\nskipped (need root): enrollment (root-owned state), repochd, the recovery (READY and the consumer\nexecutable must be root-owned), the cgroup and listener to contain. Run `sudo repoch demo`.",
-                ok.map(|_| "valid".to_owned()).unwrap_or_else(|e| e.reason.to_string())
-            )
-        });
-        return Ok(ExitCode::SUCCESS);
+        return offline_demo(&ctx, &producer);
     }
     let repochd = sibling("repochd")?;
     let consume = sibling("repoch-consume")?;
@@ -387,6 +371,98 @@ pub fn demo(ctx0: &Ctx, keep: bool) -> cli::CmdResult {
     } else {
         Err(Failure::Internal(
             "the demo did not behave as designed (see above)".into(),
+        ))
+    }
+}
+
+/// Without root: the parts that need no privilege. A producer journal written through the
+/// journal writer and verified (frontier, the operation of unknown outcome carried
+/// forward), then one flipped byte refused, and a checkpoint signed and verified.
+fn offline_demo(ctx: &Ctx, producer: &ed25519_dalek::SigningKey) -> cli::CmdResult {
+    use repoch_protocol::journal::{verify_journal, JournalPins};
+    let err = |e: String| Failure::Internal(e);
+    step(
+        ctx,
+        "not root: the offline parts (journal, verification, checkpoint)",
+    );
+    let issuer = repoch_issuer::keys::generate().map_err(|e| err(e.to_string()))?;
+    let issuer_pk = repoch_protocol::PublicKey::from(&issuer.verifying_key());
+    let producer_pk = repoch_protocol::PublicKey::from(&producer.verifying_key());
+    let dep = repoch_protocol::DeploymentId(
+        repoch_issuer::keys::random().map_err(|e| err(e.to_string()))?,
+    );
+    let mut bytes = Vec::new();
+    let mut frontier = None;
+    let bodies = [
+        JournalBody::Genesis {
+            producer_key: producer_pk,
+        },
+        JournalBody::RootStart { pid: 4242 },
+        JournalBody::OpBegin {
+            op: 0,
+            name: "charge batch 17".into(),
+        },
+        JournalBody::OpEnd {
+            op: 0,
+            outcome: Outcome::Unknown,
+        },
+    ];
+    for body in bodies {
+        let key = if matches!(body, JournalBody::Genesis { .. }) {
+            &issuer
+        } else {
+            producer
+        };
+        let (frame, hash) = next_frame(dep, frontier, body, key);
+        bytes.extend_from_slice(&frame);
+        frontier = Some((frontier.map_or(0, |(s, _)| s + 1), hash));
+    }
+    let pins = JournalPins {
+        deployment: dep,
+        issuer: &issuer_pk,
+        producer: &producer_pk,
+        genesis: None,
+    };
+    let f = verify_journal(&bytes, pins).map_err(|e| err(e.detail))?;
+    let mut flipped = bytes.clone();
+    // One bit of the operation's name, inside a signed record.
+    let at = flipped.windows(6).position(|w| w == b"charge").unwrap_or(0);
+    flipped[at] ^= 1;
+    let refused = verify_journal(&flipped, pins)
+        .err()
+        .map(|e| e.reason.as_str())
+        .unwrap_or("accepted (a bug)");
+    let note = repoch_protocol::checkpoint::Checkpoint {
+        origin: format!("repoch/{dep}"),
+        size: f.records,
+        head: f.last_hash,
+    }
+    .sign("repoch-issuer", &issuer);
+    let checked =
+        repoch_protocol::checkpoint::Checkpoint::verify(&note, "repoch-issuer", &issuer_pk).is_ok();
+    ctx.out(
+        json!({"demo": "offline", "why": "not root", "journal_records": f.records, "unknown_ops": f.unknown_ops.len(), "flipped_byte": refused, "checkpoint_verified": checked,
+               "skipped": ["enroll", "repochd", "recover", "cgroup", "listener"]}),
+        || {
+            format!(
+                "journal    {} records verified; frontier seq {}; unknown operations carried: {:?}\n\
+                 tampered   one flipped byte is refused as {refused}\n\
+                 checkpoint {}\n\
+                 skipped (need root): enrollment (root-owned state), repochd, the recovery (READY and\n\
+                 the consumer executable must be root-owned), the cgroup and listener to contain.\n\
+                 Run `sudo repoch demo` for the whole recovery.",
+                f.records,
+                f.last_seq,
+                f.unknown_ops.iter().map(|u| u.name.as_str()).collect::<Vec<_>>(),
+                if checked { "signed and verified (C2SP signed note)" } else { "NOT verified" }
+            )
+        },
+    );
+    if checked && refused != "accepted (a bug)" {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        Err(Failure::Internal(
+            "the offline demo did not behave as designed".into(),
         ))
     }
 }

@@ -539,3 +539,24 @@ fn the_shipped_example_manifest_enrolls() {
     let id = s.enroll_with(&m);
     assert_eq!(s.status(&id).json()["label"], "billing-root");
 }
+
+#[test]
+fn the_demo_as_another_user_runs_the_offline_parts_and_says_what_it_skipped() {
+    require_root!();
+    let mut c = Command::new(bin("repoch"));
+    c.args(["--json", "demo"])
+        .env_remove("REPOCH_ROOT")
+        .uid(65534)
+        .gid(65534);
+    let r = run(c);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let j = r.json();
+    assert_eq!(j["demo"], "offline");
+    assert_eq!(j["flipped_byte"], "lineage-mutated");
+    assert_eq!(j["checkpoint_verified"], true);
+    assert!(j["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s == "recover"));
+}
