@@ -20,7 +20,7 @@ use sha2::{Digest as _, Sha256};
 use crate::layout::Layout;
 use crate::os::{cgroup, net, proc, procfs, systemd};
 use crate::storage::{open_path, read_all_fd};
-use crate::store::{fstat_identity, identity_of};
+use crate::store::fstat_identity;
 
 /// Largest READY file hashed.
 pub const READY_BYTES_MAX: u64 = 1024 * 1024;
@@ -510,209 +510,108 @@ impl Observer {
     // ---- target and consumer ----
 
     fn ready(&mut self, facts: &mut Vec<Fact>) -> Hash {
-        let path = self.manifest.target.ready_path.clone();
-        let fd = match open_path(Path::new(&path), OFlags::RDONLY | OFlags::NONBLOCK, 0) {
-            Ok(fd) => fd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                facts.push(Fact::failed(
-                    "ready",
-                    &path,
-                    "present",
-                    "missing",
-                    Reason::ReadyMissing,
-                ));
-                return Hash::ZERO;
-            }
-            Err(e) if is_eloop(&e) => {
-                facts.push(Fact::failed(
-                    "ready",
-                    &path,
-                    "no symlink",
-                    "a symlink",
-                    Reason::ReadyUnprotected,
-                ));
-                return Hash::ZERO;
-            }
-            Err(e) => {
-                facts.push(Fact::failed(
-                    "ready",
-                    &path,
-                    "readable",
-                    &e.to_string(),
-                    Reason::ObserveFailed,
-                ));
-                return Hash::ZERO;
-            }
+        let (digest, fact) = match self.ready_fact() {
+            Ok((d, f)) => (d, f),
+            Err(f) => (Hash::ZERO, f),
         };
-        let st = match rustix::fs::fstat(&fd) {
-            Ok(s) => identity_of(&s),
-            Err(e) => {
-                facts.push(Fact::failed(
-                    "ready",
-                    &path,
-                    "stat",
-                    &e.to_string(),
-                    Reason::ObserveFailed,
-                ));
-                return Hash::ZERO;
-            }
-        };
-        if st.mode & 0o170000 != 0o100000 || st.uid != 0 || st.mode & 0o022 != 0 {
-            facts.push(Fact::failed(
-                "ready",
-                &path,
-                "a regular file, uid 0, not group/other writable",
-                &format!("uid {} mode {:o}", st.uid, st.mode),
-                Reason::ReadyUnprotected,
-            ));
-            return Hash::ZERO;
-        }
-        let digest = match sha256_fd(&fd, READY_BYTES_MAX) {
-            Ok(d) => d,
-            Err(e) => {
-                facts.push(Fact::failed(
-                    "ready",
-                    &path,
-                    "readable",
-                    &e,
-                    Reason::ObserveFailed,
-                ));
-                return Hash::ZERO;
-            }
-        };
-        match self.approved_ready {
-            None => {
-                self.approved_ready = Some(digest);
-                facts.push(Fact::ok(
-                    "ready",
-                    &path,
-                    &format!("sha256 {digest}"),
-                    &format!("sha256 {digest}"),
-                ));
-            }
-            Some(a) if a == digest => facts.push(Fact::ok(
-                "ready",
-                &path,
-                &format!("sha256 {a}"),
-                &format!("sha256 {digest}"),
-            )),
-            Some(a) => {
-                let reason = if self.operator_approved {
-                    Reason::ReadyUnapproved
-                } else {
-                    Reason::ReadyChanged
-                };
-                facts.push(Fact::failed(
-                    "ready",
-                    &path,
-                    &format!("sha256 {a}"),
-                    &format!("sha256 {digest}"),
-                    reason,
-                ));
-            }
-        }
+        facts.push(fact);
         digest
     }
 
+    /// READY: present, no symlink, a root-owned regular file not writable by group or
+    /// others, its digest the approved one (or, without approval, the first observation's).
+    fn ready_fact(&mut self) -> Result<(Hash, Fact), Fact> {
+        let path = self.manifest.target.ready_path.clone();
+        let fail = |expected: &str, observed: &str, reason| {
+            Fact::failed("ready", &path, expected, observed, reason)
+        };
+        let fd = open_path(Path::new(&path), OFlags::RDONLY | OFlags::NONBLOCK, 0).map_err(
+            |e| match e.kind() {
+                std::io::ErrorKind::NotFound => fail("present", "missing", Reason::ReadyMissing),
+                _ if is_eloop(&e) => fail("no symlink", "a symlink", Reason::ReadyUnprotected),
+                _ => fail("readable", &e.to_string(), Reason::ObserveFailed),
+            },
+        )?;
+        let st =
+            fstat_identity(&fd).map_err(|e| fail("stat", &e.to_string(), Reason::ObserveFailed))?;
+        if st.mode & 0o170000 != 0o100000 || st.uid != 0 || st.mode & 0o022 != 0 {
+            let observed = format!("uid {} mode {:o}", st.uid, st.mode);
+            return Err(fail(
+                "a regular file, uid 0, not group/other writable",
+                &observed,
+                Reason::ReadyUnprotected,
+            ));
+        }
+        let digest = sha256_fd(&fd, READY_BYTES_MAX)
+            .map_err(|e| fail("readable", &e, Reason::ObserveFailed))?;
+        let observed = format!("sha256 {digest}");
+        let approved = *self.approved_ready.get_or_insert(digest);
+        if approved != digest {
+            let reason = if self.operator_approved {
+                Reason::ReadyUnapproved
+            } else {
+                Reason::ReadyChanged
+            };
+            return Err(fail(&format!("sha256 {approved}"), &observed, reason));
+        }
+        Ok((
+            digest,
+            Fact::ok("ready", &path, &format!("sha256 {approved}"), &observed),
+        ))
+    }
+
     fn consumer_exe(&mut self, facts: &mut Vec<Fact>) {
+        facts.push(self.consumer_exe_fact().unwrap_or_else(|f| f));
+    }
+
+    /// The consumer executable: present, a root-owned regular file not writable by group or
+    /// others, matching its pin, with the same identity and digest at every observation.
+    fn consumer_exe_fact(&mut self) -> Result<Fact, Fact> {
+        const WANT: &str = "root-owned, not writable by others, unchanged";
         let c = &self.manifest.consumer;
         let path = c.executable.clone();
-        const WANT: &str = "root-owned, not writable by others, unchanged";
-        let fd = match open_path(Path::new(&path), OFlags::RDONLY, 0) {
-            Ok(fd) => fd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                facts.push(Fact::failed(
-                    "consumer-exe",
-                    &path,
-                    "present",
-                    "missing",
-                    Reason::ConsumerExeMissing,
-                ));
-                return;
-            }
-            Err(e) => {
-                facts.push(Fact::failed(
-                    "consumer-exe",
-                    &path,
-                    WANT,
-                    &e.to_string(),
-                    if is_eloop(&e) {
-                        Reason::ConsumerExeUnprotected
-                    } else {
-                        Reason::ObserveFailed
-                    },
-                ));
-                return;
-            }
+        let fail = |expected: &str, observed: &str, reason| {
+            Fact::failed("consumer-exe", &path, expected, observed, reason)
         };
-        let id = match fstat_identity(&fd) {
-            Ok(i) => i,
-            Err(e) => {
-                facts.push(Fact::failed(
-                    "consumer-exe",
-                    &path,
-                    WANT,
-                    &e.to_string(),
-                    Reason::ObserveFailed,
-                ));
-                return;
-            }
-        };
+        let fd = open_path(Path::new(&path), OFlags::RDONLY, 0).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => fail("present", "missing", Reason::ConsumerExeMissing),
+            _ if is_eloop(&e) => fail(WANT, "a symlink", Reason::ConsumerExeUnprotected),
+            _ => fail(WANT, &e.to_string(), Reason::ObserveFailed),
+        })?;
+        let id =
+            fstat_identity(&fd).map_err(|e| fail(WANT, &e.to_string(), Reason::ObserveFailed))?;
         if id.uid != 0 || id.mode & 0o022 != 0 || id.mode & 0o170000 != 0o100000 {
-            facts.push(Fact::failed(
-                "consumer-exe",
-                &path,
+            return Err(fail(
                 WANT,
                 &format!("uid {} mode {:o}", id.uid, id.mode),
                 Reason::ConsumerExeUnprotected,
             ));
-            return;
         }
-        let digest = match sha256_fd(&fd, EXE_BYTES_MAX) {
-            Ok(d) => d,
-            Err(e) => {
-                facts.push(Fact::failed(
-                    "consumer-exe",
-                    &path,
-                    WANT,
-                    &e,
-                    Reason::ObserveFailed,
-                ));
-                return;
-            }
-        };
+        let digest =
+            sha256_fd(&fd, EXE_BYTES_MAX).map_err(|e| fail(WANT, &e, Reason::ObserveFailed))?;
         if let Some(pin) = c.executable_sha256 {
             if pin != digest {
-                facts.push(Fact::failed(
-                    "consumer-exe",
-                    &path,
+                return Err(fail(
                     &format!("sha256 {pin}"),
                     &format!("sha256 {digest}"),
                     Reason::ConsumerExeMismatch,
                 ));
-                return;
             }
         }
-        match self.consumer_exe {
-            None => self.consumer_exe = Some((id, digest)),
-            Some((i0, d0)) if i0 == id && d0 == digest => {}
-            Some((i0, d0)) => {
-                facts.push(Fact::failed(
-                    "consumer-exe",
-                    &path,
-                    &format!("ino {} sha256 {d0}", i0.ino),
-                    &format!("ino {} sha256 {digest}", id.ino),
-                    Reason::ConsumerExeChanged,
-                ));
-                return;
-            }
+        let (i0, d0) = *self.consumer_exe.get_or_insert((id, digest));
+        if i0 != id || d0 != digest {
+            return Err(fail(
+                &format!("ino {} sha256 {d0}", i0.ino),
+                &format!("ino {} sha256 {digest}", id.ino),
+                Reason::ConsumerExeChanged,
+            ));
         }
-        facts.push(Fact::ok(
+        Ok(Fact::ok(
             "consumer-exe",
             &path,
             WANT,
             &format!("sha256 {digest}"),
-        ));
+        ))
     }
 
     /// The consumer executable's identity and digest as first observed.
