@@ -159,6 +159,23 @@ fn uncertain(e: AppendError, what: &str) -> Ended {
     }
 }
 
+/// Appends a publication record (intent, consume, receipt). A failure is never retried:
+/// the consumer is told, and the outcome is uncertain.
+fn publish<C: ConsumerLink>(
+    c: &mut Common,
+    consumer: &mut C,
+    body: EpochBody,
+) -> Result<Hash, Ended> {
+    let kind = body.kind().as_str();
+    c.append(body).map_err(|e| {
+        consumer.refuse(
+            Reason::StorePoisoned,
+            &format!("the {kind} record could not be written"),
+        );
+        uncertain(e, kind)
+    })
+}
+
 /// Step 1 done: the issuer lock is held and the epoch is `enrolled`.
 pub struct Reserved {
     c: Common,
@@ -350,20 +367,14 @@ impl<C: ConsumerLink> Connected<C> {
             contender,
             consumer: self.peer.clone(),
         };
-        match self.c.append(body) {
-            Ok(h) => Ok(Intended {
-                c: self.c,
-                first: self.first,
-                consumer: self.consumer,
-                peer: self.peer,
-                intent: h,
-            }),
-            Err(e) => {
-                self.consumer
-                    .refuse(Reason::StorePoisoned, "the intent could not be written");
-                Err(uncertain(e, "intent"))
-            }
-        }
+        let h = publish(&mut self.c, &mut self.consumer, body)?;
+        Ok(Intended {
+            c: self.c,
+            first: self.first,
+            consumer: self.consumer,
+            peer: self.peer,
+            intent: h,
+        })
     }
 }
 
@@ -499,22 +510,14 @@ impl<C: ConsumerLink> Custodied<C> {
             challenge: self.challenge.clone(),
             custody: self.custody,
         };
-        match self.c.append(body) {
-            Ok(h) => Ok(Consumed {
-                c: self.c,
-                first: self.first,
-                consumer: self.consumer,
-                intent: self.intent,
-                consume: h,
-            }),
-            Err(e) => {
-                self.consumer.refuse(
-                    Reason::StorePoisoned,
-                    "the consume record could not be written",
-                );
-                Err(uncertain(e, "consume"))
-            }
-        }
+        let h = publish(&mut self.c, &mut self.consumer, body)?;
+        Ok(Consumed {
+            c: self.c,
+            first: self.first,
+            consumer: self.consumer,
+            intent: self.intent,
+            consume: h,
+        })
     }
 }
 
@@ -553,21 +556,19 @@ impl<C: ConsumerLink> Consumed<C> {
             issued_at: now(),
         };
         let bytes = SignedGrant::sign(grant, &self.c.key).to_bytes();
-        match self.c.append(EpochBody::Receipt {
-            grant: bytes.clone(),
-        }) {
-            Ok(_) => Ok(Receipted {
-                c: self.c,
-                first: self.first,
-                consumer: self.consumer,
-                grant: bytes,
-            }),
-            Err(e) => {
-                self.consumer
-                    .refuse(Reason::StorePoisoned, "the receipt could not be written");
-                Err(uncertain(e, "receipt"))
-            }
-        }
+        publish(
+            &mut self.c,
+            &mut self.consumer,
+            EpochBody::Receipt {
+                grant: bytes.clone(),
+            },
+        )?;
+        Ok(Receipted {
+            c: self.c,
+            first: self.first,
+            consumer: self.consumer,
+            grant: bytes,
+        })
     }
 }
 
