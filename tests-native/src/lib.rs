@@ -717,3 +717,99 @@ impl Run {
             .collect()
     }
 }
+
+// ---- loop-mounted ext4 and real power loss ----
+
+pub fn sh(cmd: &str, args: &[&str]) -> String {
+    let o = Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    assert!(
+        o.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).trim().to_owned()
+}
+
+/// Attempts to unmount, 20 ms apart.
+const UMOUNT_TRIES_MAX: u32 = 250;
+
+/// A loop-mounted ext4 image, unmounted and detached on drop.
+#[derive(Debug)]
+pub struct Ext4 {
+    pub image: PathBuf,
+    pub mnt: PathBuf,
+    dev: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Ext4 {
+    pub fn new() -> Ext4 {
+        let dir = tempfile::Builder::new()
+            .prefix("repoch-ext4-")
+            .tempdir()
+            .unwrap();
+        let image = dir.path().join("image");
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        std::fs::File::create(&image)
+            .unwrap()
+            .set_len(32 << 20)
+            .unwrap();
+        sh("mkfs.ext4", &["-q", "-F", image.to_str().unwrap()]);
+        let dev = sh("losetup", &["--find", "--show", image.to_str().unwrap()]);
+        let e = Ext4 {
+            image,
+            mnt,
+            dev,
+            _dir: dir,
+        };
+        e.mount();
+        e
+    }
+    pub fn mount(&self) {
+        sh(
+            "mount",
+            &["-t", "ext4", &self.dev, self.mnt.to_str().unwrap()],
+        );
+    }
+    /// Unmounts. A child that another test thread forked while this one had files open on
+    /// the mount keeps them until its exec: "target is busy" for a moment. Retry, bounded.
+    pub fn umount(&self) {
+        for _ in 0..UMOUNT_TRIES_MAX {
+            let o = Command::new("umount").arg(&self.mnt).output().unwrap();
+            if o.status.success() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        sh("umount", &[self.mnt.to_str().unwrap()]);
+    }
+    pub fn cut_power(&self) {
+        let fd = std::fs::File::open(&self.mnt).unwrap();
+        crate::sys::ext4_shutdown(&fd, crate::sys::EXT4_GOING_FLAGS_NOLOGFLUSH)
+            .expect("EXT4_IOC_SHUTDOWN");
+    }
+    /// Unmounts and mounts again: a fresh superblock that reads only what reached the
+    /// image. (The same loop device keeps st_dev, so identities still match.)
+    pub fn remount_after_power_loss(&self) {
+        self.umount();
+        self.mount();
+    }
+}
+
+impl Drop for Ext4 {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.mnt).output();
+        let _ = Command::new("losetup").arg("-d").arg(&self.dev).output();
+        let _ = std::fs::remove_file(&self.image);
+    }
+}
+
+impl Default for Ext4 {
+    fn default() -> Self {
+        Ext4::new()
+    }
+}
