@@ -546,3 +546,85 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
         manifest_hash,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = "3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29";
+
+    fn manifest(extra: &str) -> String {
+        format!(
+            "label = \"x\"\nfences = [\"/srv/lock\"]\nready = \"/srv/READY\"\n{extra}\n[journal]\npath = \"/srv/journal\"\nproducer_key = \"{KEY}\"\n\
+             [consumer]\nuid = 0\ngid = 0\nexecutable = \"/usr/bin/c\"\nkey = \"{KEY}\"\n"
+        )
+    }
+
+    fn field_of(text: &str) -> String {
+        match validate(text).unwrap_err() {
+            EnrollError::Manifest { field, .. } => field,
+            other => panic!("{other}"),
+        }
+    }
+
+    #[test]
+    fn a_minimal_manifest_validates() {
+        let v = validate(&manifest("")).unwrap();
+        assert_eq!(v.fences, ["/srv/lock"]);
+        assert!(v.containment.units.is_empty());
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        assert_eq!(
+            field_of(&manifest("").replace("/srv/lock", "srv/lock")),
+            "fences[0]"
+        );
+        assert_eq!(
+            field_of(&manifest("").replace("fences = [\"/srv/lock\"]", "fences = []")),
+            "fences"
+        );
+        assert_eq!(field_of(&manifest("stores = [\"/srv/lock\"]")), "stores[0]");
+        assert_eq!(
+            field_of(&manifest("[containment]\ncgroups = [\"/\"]")),
+            "containment.cgroups[0]"
+        );
+        assert_eq!(
+            field_of(&manifest("[containment]\nunits = [\"a/b.service\"]")),
+            "containment.units[0]"
+        );
+        assert_eq!(
+            field_of(&manifest("").replace(&format!("\nkey = \"{KEY}\""), "\nkey = \"00\"")),
+            "consumer.key"
+        );
+        assert_eq!(
+            field_of(&manifest("").replace("/usr/bin/c", "/usr/../c")),
+            "consumer.executable"
+        );
+    }
+
+    #[test]
+    fn lists_are_bounded() {
+        let many: Vec<String> = (0..=FENCES_MAX).map(|i| format!("\"/srv/l{i}\"")).collect();
+        let text = manifest("").replace(
+            "fences = [\"/srv/lock\"]",
+            &format!("fences = [{}]", many.join(", ")),
+        );
+        assert_eq!(field_of(&text), "fences");
+    }
+
+    #[test]
+    fn listeners_parse_or_say_why() {
+        assert_eq!(parse_listener("tcp:7070"), Ok(Listener::Tcp(7070)));
+        assert_eq!(parse_listener("udp:53"), Ok(Listener::Udp(53)));
+        assert_eq!(
+            parse_listener("unix:/run/x.sock"),
+            Ok(Listener::Unix("/run/x.sock".into()))
+        );
+        assert!(parse_listener("tcp:70000").is_err());
+        assert!(parse_listener("sctp:1")
+            .unwrap_err()
+            .contains("unknown listener kind"));
+        assert!(parse_listener("unix:relative").is_err());
+    }
+}

@@ -154,3 +154,33 @@ pub fn lock_holders(kind: &str, dev: u64, ino: u64) -> Vec<Holder> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::parse_lock_line;
+
+    #[test]
+    fn lock_lines_parse_from_proc_locks_and_fdinfo() {
+        // /proc/locks: device in hex.
+        assert_eq!(
+            parse_lock_line("1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"),
+            Some(("FLOCK".into(), 1234, 0xfd, 1, 5678))
+        );
+        // fdinfo: the same with a `lock:` prefix and a tab.
+        assert_eq!(
+            parse_lock_line("lock:\t1: FLOCK  ADVISORY  WRITE 99 08:02:17 0 EOF"),
+            Some(("FLOCK".into(), 99, 8, 2, 17))
+        );
+        // OFD locks name pid -1.
+        assert_eq!(
+            parse_lock_line("2: OFDLCK ADVISORY  WRITE -1 08:02:17 0 EOF").map(|l| l.1),
+            Some(-1)
+        );
+        // A blocked waiter is not a holder; garbage is nothing.
+        assert_eq!(
+            parse_lock_line("1: -> FLOCK  ADVISORY  WRITE 1 08:02:17 0 EOF"),
+            None
+        );
+        assert_eq!(parse_lock_line("nonsense"), None);
+    }
+}
