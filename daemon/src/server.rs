@@ -84,11 +84,15 @@ pub fn listeners(layout: &Layout) -> Result<(StdListener, StdListener), String> 
     }
     std::fs::create_dir_all(&layout.run).map_err(|e| format!("{}: {e}", layout.run.display()))?;
     let bind = |p: &Path, mode: u32| -> Result<StdListener, String> {
-        // A stale socket from a previous run is replaced; anything else is refused.
+        // A stale socket from a previous run is replaced; a live one (another repochd on
+        // the same root) or anything else is refused.
         if let Ok(m) = std::fs::symlink_metadata(p) {
             use std::os::unix::fs::FileTypeExt as _;
             if !m.file_type().is_socket() {
                 return Err(format!("{} exists and is not a socket", p.display()));
+            }
+            if std::os::unix::net::UnixStream::connect(p).is_ok() {
+                return Err(format!("{}: another repochd is listening", p.display()));
             }
             std::fs::remove_file(p).map_err(|e| format!("{}: {e}", p.display()))?;
         }
@@ -132,7 +136,7 @@ impl Daemon {
         let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
             .map_err(|e| e.to_string())?;
         crate::notify::notify("READY=1\nSTATUS=waiting for recoveries");
-        tracing::info!(admin = %self.layout.admin_socket().display(), grant = %self.layout.grant_socket().display(), "repochd ready");
+        tracing::info!(admin = %self.layout.admin_socket().display(), grant = %self.layout.grant_socket().display(), barriers = repoch_issuer::barrier::ENABLED, "repochd ready");
         loop {
             tokio::select! {
                 r = admin.accept() => {

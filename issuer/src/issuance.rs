@@ -628,14 +628,26 @@ pub fn run<C: ConsumerLink>(
     progress: Progress,
     wait: impl FnOnce(&Expected, &mut dyn FnMut(AdminEvent)) -> Result<(C, ConsumerPeer), Refusal>,
 ) -> Result<Dispatched, Ended> {
+    use crate::barrier::reach;
     let reserved = Reserved::reserve(layout, key, id, approve_ready, progress)?;
+    reach("after-reserve");
     let observed = reserved.observe()?;
+    reach("after-observe");
     let connected = observed.connect(wait)?;
+    reach("after-connect");
     let intended = connected.intent(contender)?;
+    reach("after-intent");
     let custodied = intended.custody()?;
+    reach("after-custody");
     let (custodied, proof) = custodied.verify()?;
+    reach("after-final-1");
     let consumed = custodied.consume(proof)?;
+    reach("after-consume");
     let receipted = consumed.receipt()?;
+    reach("after-receipt");
     let (receipted, proof) = receipted.verify()?;
-    receipted.dispatch(proof)
+    reach("after-final-2");
+    let dispatched = receipted.dispatch(proof)?;
+    reach("after-dispatch");
+    Ok(dispatched)
 }

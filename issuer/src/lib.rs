@@ -2,6 +2,7 @@
 //! issuance state machine. Synchronous; the daemon drives it.
 #![forbid(unsafe_code)]
 
+pub mod barrier;
 pub mod enroll;
 pub mod issuance;
 pub mod keys;

@@ -605,3 +605,160 @@ fn a_failed_append_is_uncertain_never_retried_and_repochd_stops_issuing() {
     drop(d);
     drop(s);
 }
+
+/// Whether `pid` is stopped (state T in /proc/PID/stat).
+fn stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('T'))
+    })
+}
+
+/// `kill -9` of repochd stopped at `barrier` (a named publication point), then the oracles:
+/// the client and the consumer learn no grant; the log holds exactly `kept`; a restarted
+/// repochd recovers again only if nothing was written, else refuses epoch-consumed and
+/// appends nothing.
+fn crash_at(barrier: &str, kept: &[&str]) {
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let log = s.path("repochd.log");
+    let mut daemon = s
+        .cmd("repochd")
+        .env("REPOCH_BARRIER", barrier)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let ready = || std::fs::read_to_string(&log).unwrap_or_default();
+    let start = std::time::Instant::now();
+    while !ready().contains("repochd ready") {
+        assert!(start.elapsed().as_secs() < 10, "repochd did not start");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(ready().contains("barriers=true"), "this repochd was built without barriers: build it with `cargo test --workspace` (a plain `cargo build` leaves one without)");
+    let consumer = s
+        .consumer(&id[..6], "consumer.key", "grant.cbor", &[])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rec = recover_bg(&s, &id[..6], 20);
+    // The barrier: repochd logged it and is stopped there.
+    let start = std::time::Instant::now();
+    while !(ready().contains(&format!("barrier {barrier} reached")) && stopped(daemon.id())) {
+        assert!(
+            start.elapsed().as_secs() < 20,
+            "repochd never stopped at {barrier}:\n{}",
+            ready()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    daemon.kill().unwrap(); // SIGKILL
+    daemon.wait().unwrap();
+    let r = finish(rec);
+    assert_eq!(
+        r.code, 3,
+        "{barrier}: the client must report uncertain: {}",
+        r.stdout
+    );
+    let c = finish(consumer);
+    assert_ne!(
+        c.code, 0,
+        "{barrier}: the consumer reported a grant: {}",
+        c.stdout
+    );
+    assert!(
+        !s.path("grant.cbor").exists(),
+        "{barrier}: a grant was persisted"
+    );
+    assert_eq!(records(&s, &id), kept, "{barrier}");
+    // Restart: the epoch is used once anything was written; never repaired, never reissued.
+    let _d = s.daemon();
+    let c2 = s
+        .consumer(&id[..6], "consumer.key", "grant2.cbor", &[])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let again = run(s.recover(&id[..6], if kept.len() == 1 { 20 } else { 1 }, &[]));
+    if kept.len() == 1 {
+        assert_eq!(
+            again.code, 0,
+            "{barrier}: nothing was written, the recovery may run: {}",
+            again.stdout
+        );
+        assert_eq!(finish(c2).code, 0);
+    } else {
+        assert_eq!(again.code, 2, "{barrier}: {}", again.stdout);
+        assert_eq!(again.reasons(), ["epoch-consumed"]);
+        assert_eq!(
+            records(&s, &id),
+            kept,
+            "{barrier}: a refused recovery appended"
+        );
+        let mut c2 = c2;
+        let _ = c2.kill();
+        let _ = c2.wait();
+    }
+}
+
+#[test]
+fn kill_after_connect_writes_nothing_and_the_epoch_stays_recoverable() {
+    require_root!();
+    crash_at("after-connect", &["genesis"]);
+}
+
+#[test]
+fn kill_after_intent_leaves_the_epoch_intended() {
+    require_root!();
+    crash_at("after-intent", &["genesis", "intent"]);
+}
+
+#[test]
+fn kill_after_custody_leaves_the_epoch_intended() {
+    require_root!();
+    crash_at("after-custody", &["genesis", "intent"]);
+}
+
+#[test]
+fn kill_after_the_first_final_verification_leaves_the_epoch_intended() {
+    require_root!();
+    crash_at("after-final-1", &["genesis", "intent"]);
+}
+
+#[test]
+fn kill_after_consume_leaves_the_epoch_consumed() {
+    require_root!();
+    crash_at("after-consume", &["genesis", "intent", "consume"]);
+}
+
+#[test]
+fn kill_after_receipt_leaves_the_epoch_receipted_without_a_grant_sent() {
+    require_root!();
+    crash_at(
+        "after-receipt",
+        &["genesis", "intent", "consume", "receipt"],
+    );
+}
+
+#[test]
+fn kill_after_the_second_final_verification_leaves_the_epoch_receipted() {
+    require_root!();
+    crash_at(
+        "after-final-2",
+        &["genesis", "intent", "consume", "receipt"],
+    );
+}
+
+#[test]
+fn a_second_repochd_on_the_same_root_refuses_to_start() {
+    // It must not take over the live daemon's sockets.
+    require_root!();
+    let s = Sandbox::new();
+    let _d = s.daemon();
+    let r = s.run("repochd", &[]);
+    assert_eq!(r.code, 70, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("another repochd is listening"),
+        "{}",
+        r.stderr
+    );
+}

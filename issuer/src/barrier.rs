@@ -1,0 +1,47 @@
+//! Named publication barriers, for the native acceptance tests only.
+//!
+//! Built with the `barriers` feature (enabled by `tests-native` as a dev-dependency, so
+//! `cargo build --release` never includes it): when `REPOCH_BARRIER` names a barrier
+//! (comma separated), the issuing process logs `barrier NAME reached` and stops itself
+//! with SIGSTOP, so a test can observe it stopped at exactly that point, then kill it
+//! (`kill -9`: a crash at that boundary) or continue it (SIGCONT: overlap with a contender).
+//! Without the feature, [`reach`] does nothing.
+
+/// Every barrier, in issuance order: each is reached right after the named step.
+pub const BARRIERS: &[&str] = &[
+    "after-reserve",
+    "after-observe",
+    "after-connect",
+    "after-intent",
+    "after-custody",
+    "after-final-1",
+    "after-consume",
+    "after-receipt",
+    "after-final-2",
+    "after-dispatch",
+];
+
+/// Whether this build stops at barriers (the `barriers` feature).
+pub const ENABLED: bool = cfg!(feature = "barriers");
+
+#[cfg(feature = "barriers")]
+pub fn reach(name: &str) {
+    debug_assert!(BARRIERS.contains(&name), "unknown barrier {name}");
+    let Ok(list) = std::env::var("REPOCH_BARRIER") else {
+        return;
+    };
+    if list.split(',').any(|b| b.trim() == name) {
+        tracing::warn!(
+            barrier = name,
+            "barrier {name} reached; stopping until SIGCONT"
+        );
+        // raise(3) is thread-directed (tgkill): this very thread has the stop pending when
+        // the call returns, so it cannot run one more step. kill(2) on the process lets the
+        // kernel pick another thread and this one may race ahead.
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
+    }
+}
+
+#[cfg(not(feature = "barriers"))]
+#[inline(always)]
+pub fn reach(_name: &str) {}
