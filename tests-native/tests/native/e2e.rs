@@ -615,6 +615,70 @@ fn stopped(pid: u32) -> bool {
     })
 }
 
+/// repochd started with `REPOCH_BARRIER`: it stops itself right after the named step.
+struct AtBarrier {
+    daemon: std::process::Child,
+    log: std::path::PathBuf,
+    barrier: String,
+}
+
+impl AtBarrier {
+    fn start(s: &Sandbox, barrier: &str) -> AtBarrier {
+        let log = s.path("repochd.log");
+        let daemon = s
+            .cmd("repochd")
+            .env("REPOCH_BARRIER", barrier)
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let d = AtBarrier {
+            daemon,
+            log,
+            barrier: barrier.to_owned(),
+        };
+        d.wait_for(|t| t.contains("repochd ready"), "start");
+        assert!(d.text().contains("barriers=true"), "this repochd was built without barriers: build it with `cargo test --workspace` (a plain `cargo build` leaves one without)");
+        d
+    }
+    fn text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+    fn wait_for(&self, ok: impl Fn(&str) -> bool, what: &str) {
+        let start = std::time::Instant::now();
+        while !ok(&self.text()) {
+            assert!(
+                start.elapsed().as_secs() < DAEMON_WAIT_SECONDS_MAX,
+                "repochd did not {what}:\n{}",
+                self.text()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+    /// The barrier: logged, and the process stopped there.
+    fn reached(&self) {
+        let line = format!("barrier {} reached", self.barrier);
+        let pid = self.daemon.id();
+        self.wait_for(
+            |t| t.contains(&line) && stopped(pid),
+            &format!("stop at {}", self.barrier),
+        );
+    }
+    fn signal(&self, sig: rustix::process::Signal) {
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(self.daemon.id() as i32).unwrap(),
+            sig,
+        )
+        .unwrap();
+    }
+}
+
+impl Drop for AtBarrier {
+    fn drop(&mut self) {
+        let _ = self.daemon.kill();
+        let _ = self.daemon.wait();
+    }
+}
+
 /// `kill -9` of repochd stopped at `barrier` (a named publication point), then the oracles:
 /// the client and the consumer learn no grant; the log holds exactly `kept`; a restarted
 /// repochd recovers again only if nothing was written, else refuses epoch-consumed and
@@ -622,38 +686,15 @@ fn stopped(pid: u32) -> bool {
 fn crash_at(barrier: &str, kept: &[&str]) {
     let s = Sandbox::new();
     let id = s.enroll();
-    let log = s.path("repochd.log");
-    let mut daemon = s
-        .cmd("repochd")
-        .env("REPOCH_BARRIER", barrier)
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let ready = || std::fs::read_to_string(&log).unwrap_or_default();
-    let start = std::time::Instant::now();
-    while !ready().contains("repochd ready") {
-        assert!(start.elapsed().as_secs() < 10, "repochd did not start");
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    assert!(ready().contains("barriers=true"), "this repochd was built without barriers: build it with `cargo test --workspace` (a plain `cargo build` leaves one without)");
+    let d = AtBarrier::start(&s, barrier);
     let consumer = s
         .consumer(&id[..6], "consumer.key", "grant.cbor", &[])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
     let rec = recover_bg(&s, &id[..6], 20);
-    // The barrier: repochd logged it and is stopped there.
-    let start = std::time::Instant::now();
-    while !(ready().contains(&format!("barrier {barrier} reached")) && stopped(daemon.id())) {
-        assert!(
-            start.elapsed().as_secs() < 20,
-            "repochd never stopped at {barrier}:\n{}",
-            ready()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-    daemon.kill().unwrap(); // SIGKILL
-    daemon.wait().unwrap();
+    d.reached();
+    drop(d); // SIGKILL
     let r = finish(rec);
     assert_eq!(
         r.code, 3,
@@ -673,13 +714,14 @@ fn crash_at(barrier: &str, kept: &[&str]) {
     assert_eq!(records(&s, &id), kept, "{barrier}");
     // Restart: the epoch is used once anything was written; never repaired, never reissued.
     let _d = s.daemon();
-    let c2 = s
+    let mut c2 = s
         .consumer(&id[..6], "consumer.key", "grant2.cbor", &[])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let again = run(s.recover(&id[..6], if kept.len() == 1 { 20 } else { 1 }, &[]));
-    if kept.len() == 1 {
+    let fresh = kept.len() == 1;
+    let again = run(s.recover(&id[..6], if fresh { 20 } else { 1 }, &[]));
+    if fresh {
         assert_eq!(
             again.code, 0,
             "{barrier}: nothing was written, the recovery may run: {}",
@@ -694,7 +736,6 @@ fn crash_at(barrier: &str, kept: &[&str]) {
             kept,
             "{barrier}: a refused recovery appended"
         );
-        let mut c2 = c2;
         let _ = c2.kill();
         let _ = c2.wait();
     }
@@ -745,6 +786,95 @@ fn kill_after_the_second_final_verification_leaves_the_epoch_receipted() {
     crash_at(
         "after-final-2",
         &["genesis", "intent", "consume", "receipt"],
+    );
+}
+
+/// repochd stopped at `barrier`; the world changes (`mutate`); repochd continues. The next
+/// final verification must see it: `withheld{evidence-changed}` appended after `kept`,
+/// nothing granted, the consumer refused; `naming` appears in the refusal.
+fn late_mutation(
+    s: &Sandbox,
+    id: &str,
+    barrier: &str,
+    mutate: impl FnOnce(),
+    kept: &[&str],
+    naming: &str,
+) {
+    let d = AtBarrier::start(s, barrier);
+    let consumer = s
+        .consumer(&id[..6], "consumer.key", "grant.cbor", &[])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rec = recover_bg(s, &id[..6], 20);
+    d.reached();
+    mutate();
+    d.signal(rustix::process::Signal::CONT);
+    let r = finish(rec);
+    assert_eq!(r.code, 2, "{barrier}: {}", r.stdout);
+    assert_eq!(r.reasons(), ["evidence-changed"], "{barrier}");
+    assert!(
+        r.outcome()["detail"].as_str().unwrap().contains(naming),
+        "{}",
+        r.stdout
+    );
+    let c = finish(consumer);
+    assert_eq!(c.code, 2, "{barrier}: {}", c.stdout);
+    assert!(c.stdout.contains("evidence-changed"), "{}", c.stdout);
+    assert!(!s.path("grant.cbor").exists());
+    let mut want: Vec<&str> = kept.to_vec();
+    want.push("withheld");
+    assert_eq!(records(s, id), want, "{barrier}");
+    assert_eq!(
+        s.status(id).json()["records"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()["reason"],
+        "evidence-changed"
+    );
+}
+
+#[test]
+fn ready_changed_after_the_intent_is_withheld_at_the_first_final_verification() {
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let ready = s.srv.join("READY");
+    late_mutation(
+        &s,
+        &id,
+        "after-intent",
+        || std::fs::write(&ready, b"tampered\n").unwrap(),
+        &["genesis", "intent"],
+        "ready",
+    );
+}
+
+#[test]
+fn a_listener_appearing_after_the_receipt_is_withheld_at_the_second_final_verification() {
+    // The old controller binds its socket between the receipt and the second verification:
+    // the grant is recorded but never dispatched.
+    require_root!();
+    let s = Sandbox::new();
+    let sock = s.path("old.sock");
+    let id = s.enroll_with(&s.manifest(&format!(
+        "[containment]\nlisteners = [\"unix:{}\"]",
+        sock.display()
+    )));
+    let mut old = None;
+    late_mutation(
+        &s,
+        &id,
+        "after-receipt",
+        || {
+            old = Some(spawn_ready(helper(&[
+                "listen-unix",
+                sock.to_str().unwrap(),
+            ])))
+        },
+        &["genesis", "intent", "consume", "receipt"],
+        "listener",
     );
 }
 
