@@ -429,6 +429,35 @@ impl Sandbox {
         c.args(["--json", "observe", id]).args(extra);
         c
     }
+    /// The deployment, opened through the library as repochd opens it.
+    pub fn deployment(&self, id: &str) -> repoch_issuer::store::Deployment {
+        let layout = repoch_issuer::Layout::new(Some(&self.root));
+        let issuer = repoch_issuer::store::issuer_public(&layout).unwrap();
+        repoch_issuer::store::Deployment::open(
+            &layout,
+            &issuer,
+            repoch_protocol::DeploymentId::from_hex(id).unwrap(),
+        )
+        .unwrap()
+    }
+
+    /// An in-process observer of the deployment (one issuance's view), with its fences.
+    pub fn observer(
+        &self,
+        id: &str,
+    ) -> (
+        repoch_issuer::observe::Observer,
+        repoch_issuer::observe::Fences,
+    ) {
+        let d = self.deployment(id);
+        let obs = repoch_issuer::observe::Observer::new(
+            d.manifest.clone(),
+            repoch_issuer::Layout::new(Some(&self.root)),
+            None,
+        );
+        (obs, repoch_issuer::observe::Fences::default())
+    }
+
     pub fn observe(&self, id: &str) -> Run {
         self.observe_cmd(id, &[]).output().unwrap().into()
     }

@@ -249,15 +249,9 @@ fn predecessor_link_is_verified_against_the_predecessors_log() {
     require_root!();
     let s = Sandbox::new();
     let a = s.enroll();
-    let layout = repoch_issuer::Layout::new(Some(&s.root));
-    let key = repoch_issuer::enroll::issuer_key(&layout, false).unwrap();
-    let issuer = repoch_issuer::store::issuer_public(&layout).unwrap();
-    let mut d = repoch_issuer::store::Deployment::open(
-        &layout,
-        &issuer,
-        repoch_protocol::DeploymentId::from_hex(&a).unwrap(),
-    )
-    .unwrap();
+    let key = repoch_issuer::enroll::issuer_key(&repoch_issuer::Layout::new(Some(&s.root)), false)
+        .unwrap();
+    let mut d = s.deployment(&a);
     for body in [
         repoch_protocol::epoch::EpochBody::Intent {
             evidence: repoch_protocol::Hash([1; 32]),
@@ -527,16 +521,7 @@ fn fences_are_held_by_the_observer_and_replacement_after_acquisition_is_caught()
     require_root!();
     let s = Sandbox::new();
     let id = s.enroll();
-    let layout = repoch_issuer::Layout::new(Some(&s.root));
-    let issuer = repoch_issuer::store::issuer_public(&layout).unwrap();
-    let d = repoch_issuer::store::Deployment::open(
-        &layout,
-        &issuer,
-        repoch_protocol::DeploymentId::from_hex(&id).unwrap(),
-    )
-    .unwrap();
-    let mut obs = repoch_issuer::observe::Observer::new(d.manifest.clone(), layout, None);
-    let mut fences = repoch_issuer::observe::Fences::default();
+    let (mut obs, mut fences) = s.observer(&id);
     let first = obs.observe(&mut fences);
     assert!(first.holds(), "{:?}", first.failed().collect::<Vec<_>>());
     assert_eq!(fences.held.len(), 1);
@@ -583,16 +568,7 @@ fn ready_is_checked_against_the_approved_digest_and_between_observations() {
         "ready-unapproved",
     );
     // Changed between two observations of one issuance (no approval given).
-    let layout = repoch_issuer::Layout::new(Some(&s.root));
-    let issuer = repoch_issuer::store::issuer_public(&layout).unwrap();
-    let d = repoch_issuer::store::Deployment::open(
-        &layout,
-        &issuer,
-        repoch_protocol::DeploymentId::from_hex(&id).unwrap(),
-    )
-    .unwrap();
-    let mut obs = repoch_issuer::observe::Observer::new(d.manifest.clone(), layout, None);
-    let mut fences = repoch_issuer::observe::Fences::default();
+    let (mut obs, mut fences) = s.observer(&id);
     assert!(obs.observe(&mut fences).holds());
     std::fs::write(s.srv.join("READY"), b"v2\n").unwrap();
     let o = obs.observe(&mut fences);
@@ -650,16 +626,7 @@ fn a_consumer_executable_replaced_between_observations_is_consumer_exe_changed()
         &bin("repoch-consume").display().to_string(),
         &exe.display().to_string(),
     ));
-    let layout = repoch_issuer::Layout::new(Some(&s.root));
-    let issuer = repoch_issuer::store::issuer_public(&layout).unwrap();
-    let d = repoch_issuer::store::Deployment::open(
-        &layout,
-        &issuer,
-        repoch_protocol::DeploymentId::from_hex(&id).unwrap(),
-    )
-    .unwrap();
-    let mut obs = repoch_issuer::observe::Observer::new(d.manifest.clone(), layout, None);
-    let mut fences = repoch_issuer::observe::Fences::default();
+    let (mut obs, mut fences) = s.observer(&id);
     assert!(obs.observe(&mut fences).holds());
     let new = s.srv.join("consume.new");
     std::fs::copy(&exe, &new).unwrap();

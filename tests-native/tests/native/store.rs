@@ -290,15 +290,7 @@ fn busy_issuer_lock_names_the_holder_even_after_fork_and_exit() {
             parent.wait().unwrap();
             assert_ne!(holder, parent.id());
         }
-        let issuer =
-            repoch_issuer::store::issuer_public(&repoch_issuer::Layout::new(Some(&s.root)))
-                .unwrap();
-        let d = repoch_issuer::store::Deployment::open(
-            &repoch_issuer::Layout::new(Some(&s.root)),
-            &issuer,
-            repoch_protocol::DeploymentId::from_hex(&id).unwrap(),
-        )
-        .unwrap();
+        let d = s.deployment(&id);
         let r = d.lock_issuer().unwrap_err();
         assert_eq!(r.reason, repoch_protocol::Reason::IssuerBusy);
         assert!(
