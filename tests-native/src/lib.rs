@@ -697,7 +697,21 @@ impl Sandbox {
 
     /// `repoch-consume --json receive` for deployment `prefix`, persisting to `out`.
     pub fn consumer(&self, prefix: &str, key: &str, out: &str, exec: &[&str]) -> Command {
-        let mut c = self.cmd("repoch-consume");
+        self.consumer_from(&bin("repoch-consume"), prefix, key, out, exec)
+    }
+
+    /// The same, run from another copy of the consumer executable.
+    pub fn consumer_from(
+        &self,
+        program: &Path,
+        prefix: &str,
+        key: &str,
+        out: &str,
+        exec: &[&str],
+    ) -> Command {
+        let mut c = Command::new(program);
+        c.env("REPOCH_ROOT", &self.root)
+            .env_remove("JOURNAL_STREAM");
         c.args(["--json", "receive", "--deployment", prefix, "--key"])
             .arg(self.path(key))
             .arg("--issuer-key")

@@ -800,9 +800,21 @@ fn late_mutation(
     kept: &[&str],
     naming: &str,
 ) {
+    late_mutation_with(s, id, barrier, mutate, kept, naming, &bin("repoch-consume"));
+}
+
+fn late_mutation_with(
+    s: &Sandbox,
+    id: &str,
+    barrier: &str,
+    mutate: impl FnOnce(),
+    kept: &[&str],
+    naming: &str,
+    consumer_exe: &std::path::Path,
+) {
     let d = AtBarrier::start(s, barrier);
     let consumer = s
-        .consumer(&id[..6], "consumer.key", "grant.cbor", &[])
+        .consumer_from(consumer_exe, &id[..6], "consumer.key", "grant.cbor", &[])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -890,5 +902,154 @@ fn a_second_repochd_on_the_same_root_refuses_to_start() {
         r.stderr.contains("another repochd is listening"),
         "{}",
         r.stderr
+    );
+}
+
+#[test]
+fn a_fence_replaced_after_the_intent_is_withheld() {
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let (new, lock) = (s.srv.join("lock.new"), s.srv.join("lock"));
+    let swap = || {
+        std::fs::write(&new, b"").unwrap();
+        std::fs::rename(&new, &lock).unwrap();
+    };
+    late_mutation(
+        &s,
+        &id,
+        "after-intent",
+        swap,
+        &["genesis", "intent"],
+        "fence",
+    );
+}
+
+#[test]
+fn a_store_replaced_after_custody_is_withheld() {
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let (new, data) = (s.srv.join("data.new"), s.srv.join("data"));
+    let swap = || {
+        std::fs::write(&new, b"the store").unwrap();
+        std::fs::rename(&new, &data).unwrap();
+    };
+    late_mutation(
+        &s,
+        &id,
+        "after-custody",
+        swap,
+        &["genesis", "intent"],
+        "store",
+    );
+}
+
+#[test]
+fn the_old_root_appending_to_its_journal_after_the_intent_is_withheld() {
+    // The old root is still acting: its journal's frontier moved.
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let j = s.srv.join("journal");
+    let key = s.path("producer.key");
+    let append = || {
+        let r = s.repoch(&[
+            "journal",
+            "append",
+            "--journal",
+            j.to_str().unwrap(),
+            "--key",
+            key.to_str().unwrap(),
+            "--deployment",
+            &id,
+            "op-begin",
+            "late write",
+        ]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+    };
+    late_mutation(
+        &s,
+        &id,
+        "after-intent",
+        append,
+        &["genesis", "intent"],
+        "lineage",
+    );
+}
+
+#[test]
+fn a_contained_executable_started_after_the_intent_is_withheld() {
+    require_root!();
+    let s = Sandbox::new();
+    let exe = s.srv.join("old-root");
+    std::fs::copy(bin("repoch-test-helper"), &exe).unwrap();
+    let id = s.enroll_with(&s.manifest(&format!(
+        "[containment]\nexecutables = [\"{}\"]",
+        exe.display()
+    )));
+    let mut old = None;
+    let start = || {
+        let mut c = Command::new(&exe);
+        c.arg("threads");
+        old = Some(spawn_ready(c));
+    };
+    late_mutation(
+        &s,
+        &id,
+        "after-intent",
+        start,
+        &["genesis", "intent"],
+        "process",
+    );
+}
+
+#[test]
+fn a_process_entering_the_contained_cgroup_after_consume_is_withheld_after_the_receipt() {
+    require_root!();
+    let s = Sandbox::new();
+    let name = format!("repoch-test-{}", s.tag);
+    let cg = Cgroup::new(&name);
+    let id = s.enroll_with(&s.manifest(&format!("[containment]\ncgroups = [\"{}\"]", cg.rel)));
+    let mut old = None;
+    let enter = || {
+        let p = spawn_ready(helper(&["threads"]));
+        cg.add(p.pid());
+        old = Some(p);
+    };
+    late_mutation(
+        &s,
+        &id,
+        "after-consume",
+        enter,
+        &["genesis", "intent", "consume", "receipt"],
+        "cgroup",
+    );
+}
+
+#[test]
+fn the_consumer_executable_replaced_after_the_intent_is_withheld() {
+    require_root!();
+    let s = Sandbox::new();
+    let exe = s.srv.join("consume");
+    std::fs::copy(bin("repoch-consume"), &exe).unwrap();
+    let id = s.enroll_with(&s.manifest("").replace(
+        &bin("repoch-consume").display().to_string(),
+        &exe.display().to_string(),
+    ));
+    let new = s.srv.join("consume.new");
+    let swap = || {
+        std::fs::copy(&exe, &new).unwrap();
+        std::fs::rename(&new, &exe).unwrap();
+    };
+    // The consumer process runs the old inode (authenticated before the intent).
+    late_mutation_with(
+        &s,
+        &id,
+        "after-intent",
+        swap,
+        &["genesis", "intent"],
+        "consumer-exe",
+        &exe,
     );
 }
