@@ -856,3 +856,18 @@ impl Default for Ext4 {
         Ext4::new()
     }
 }
+
+/// Replaces `path` with a new inode holding `content` (written beside it, then renamed
+/// over it): "the same name, another object".
+pub fn rename_over(path: &Path, content: &[u8]) {
+    let new = path.with_extension("repoch-new");
+    std::fs::write(&new, content).unwrap();
+    std::fs::rename(&new, path).unwrap();
+}
+
+/// Replaces `path` with a byte-identical copy (same content and mode, another inode).
+pub fn rename_copy_over(path: &Path) {
+    let new = path.with_extension("repoch-new");
+    std::fs::copy(path, &new).unwrap();
+    std::fs::rename(&new, path).unwrap();
+}

@@ -910,11 +910,8 @@ fn a_fence_replaced_after_the_intent_is_withheld() {
     require_root!();
     let s = Sandbox::new();
     let id = s.enroll();
-    let (new, lock) = (s.srv.join("lock.new"), s.srv.join("lock"));
-    let swap = || {
-        std::fs::write(&new, b"").unwrap();
-        std::fs::rename(&new, &lock).unwrap();
-    };
+    let lock = s.srv.join("lock");
+    let swap = || rename_over(&lock, b"");
     late_mutation(
         &s,
         &id,
@@ -930,11 +927,8 @@ fn a_store_replaced_after_custody_is_withheld() {
     require_root!();
     let s = Sandbox::new();
     let id = s.enroll();
-    let (new, data) = (s.srv.join("data.new"), s.srv.join("data"));
-    let swap = || {
-        std::fs::write(&new, b"the store").unwrap();
-        std::fs::rename(&new, &data).unwrap();
-    };
+    let data = s.srv.join("data");
+    let swap = || rename_over(&data, b"the store");
     late_mutation(
         &s,
         &id,
@@ -1037,11 +1031,7 @@ fn the_consumer_executable_replaced_after_the_intent_is_withheld() {
         &bin("repoch-consume").display().to_string(),
         &exe.display().to_string(),
     ));
-    let new = s.srv.join("consume.new");
-    let swap = || {
-        std::fs::copy(&exe, &new).unwrap();
-        std::fs::rename(&new, &exe).unwrap();
-    };
+    let swap = || rename_copy_over(&exe);
     // The consumer process runs the old inode (authenticated before the intent).
     late_mutation_with(
         &s,

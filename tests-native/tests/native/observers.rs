@@ -118,10 +118,7 @@ fn replaced_journal_is_lineage_replaced() {
     let id = s.enroll();
     let j = s.srv.join("journal");
     unset_append_only(&j);
-    let copy = s.srv.join("journal.copy");
-    std::fs::copy(&j, &copy).unwrap();
-    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o600)).unwrap();
-    std::fs::rename(&copy, &j).unwrap();
+    rename_copy_over(&j);
     set_append_only(&j);
     assert_refused(&s.observe(&id), "lineage-replaced");
 }
@@ -235,8 +232,7 @@ fn missing_or_replaced_store_is_refused() {
     let s = Sandbox::new();
     let id = s.enroll();
     let data = s.srv.join("data");
-    std::fs::write(s.srv.join("data.new"), b"the store").unwrap();
-    std::fs::rename(s.srv.join("data.new"), &data).unwrap();
+    rename_over(&data, b"the store");
     assert_refused(&s.observe(&id), "store-replaced");
     std::fs::remove_file(&data).unwrap();
     assert_refused(&s.observe(&id), "store-missing");
@@ -501,8 +497,7 @@ fn replaced_or_missing_fence_is_refused() {
     let s = Sandbox::new();
     let id = s.enroll();
     let fence = s.srv.join("lock");
-    std::fs::write(s.srv.join("lock.new"), b"").unwrap();
-    std::fs::rename(s.srv.join("lock.new"), &fence).unwrap();
+    rename_over(&fence, b"");
     assert_refused(&s.observe(&id), "fence-replaced");
     std::fs::remove_file(&fence).unwrap();
     assert_refused(&s.observe(&id), "fence-missing");
@@ -536,8 +531,7 @@ fn fences_are_held_by_the_observer_and_replacement_after_acquisition_is_caught()
         first.digest, again.digest,
         "an unchanged world changed the digest"
     );
-    std::fs::write(s.srv.join("lock.new"), b"").unwrap();
-    std::fs::rename(s.srv.join("lock.new"), s.srv.join("lock")).unwrap();
+    rename_over(&s.srv.join("lock"), b"");
     let third = obs.observe(&mut fences);
     let reasons: Vec<_> = third.failed().map(|f| f.reason.unwrap()).collect();
     assert_eq!(reasons, vec![repoch_protocol::Reason::FenceReplaced]);
@@ -628,9 +622,7 @@ fn a_consumer_executable_replaced_between_observations_is_consumer_exe_changed()
     ));
     let (mut obs, mut fences) = s.observer(&id);
     assert!(obs.observe(&mut fences).holds());
-    let new = s.srv.join("consume.new");
-    std::fs::copy(&exe, &new).unwrap();
-    std::fs::rename(&new, &exe).unwrap();
+    rename_copy_over(&exe);
     let o = obs.observe(&mut fences);
     assert_eq!(
         o.failed().map(|f| f.reason.unwrap()).collect::<Vec<_>>(),

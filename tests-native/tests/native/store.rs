@@ -170,10 +170,7 @@ fn log_replaced_by_rename_is_refused() {
     let id = s.enroll();
     let log = s.log(&id);
     unset_append_only(&log);
-    let copy = s.state_dir(&id).join("copy");
-    std::fs::copy(&log, &copy).unwrap();
-    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o600)).unwrap();
-    std::fs::rename(&copy, &log).unwrap();
+    repoch_tests_native::rename_copy_over(&log);
     assert_eq!(refusal(&s, &id), (2, "state-replaced".into()));
 }
 
