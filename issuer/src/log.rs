@@ -18,6 +18,10 @@ pub enum AppendError {
     Poisoned,
     #[error("record of {0} bytes exceeds RECORD_BYTES_MAX")]
     TooLarge(usize),
+    #[error("the record would not read back ({0}); nothing was written")]
+    Undecodable(String),
+    #[error("reserving the record's blocks failed (nothing was written): {0}")]
+    Reserve(io::Error),
     #[error("write of the record failed: {0}")]
     Write(io::Error),
     #[error("short write: {written} of {len} bytes")]
@@ -86,6 +90,11 @@ impl<F> EpochLog<F> {
         if payload.len() > RECORD_BYTES_MAX {
             return Err(AppendError::TooLarge(payload.len()));
         }
+        // What is written must read back: a field over a decoder bound (a peer's cgroup path,
+        // say) would otherwise become an unreadable, fsynced record.
+        if let Err(e) = SignedEpochRecord::from_bytes(&payload) {
+            return Err(AppendError::Undecodable(e.to_string()));
+        }
         // Crossing the disk boundary: the record is what we think it is, right before writing.
         assert_eq!(rec.record.seq, self.next_seq(), "appending out of sequence");
         assert_eq!(rec.record.prev, self.last_hash(), "appending off the chain");
@@ -96,6 +105,8 @@ impl<F> EpochLog<F> {
         let hash = Hash::of(&payload);
         let frame = repoch_protocol::wire::frame(&payload);
         self.poisoned = true;
+        s.reserve(&self.file, self.len as u64, frame.len() as u64)
+            .map_err(AppendError::Reserve)?;
         let written = s.write(&self.file, &frame).map_err(AppendError::Write)?;
         if written != frame.len() {
             return Err(AppendError::ShortWrite {

@@ -18,6 +18,14 @@ pub trait Storage {
     fn open_dir_at(&mut self, parent: &Self::Dir, name: &str) -> io::Result<Self::Dir>;
     /// Creates a new file (`O_EXCL`, no symlink), open for appending and reading.
     fn create_at(&mut self, dir: &Self::Dir, name: &str, mode: u32) -> io::Result<Self::File>;
+    /// Reserves the blocks that `len` bytes written at offset `at` will need, without
+    /// changing the file's size (`fallocate(FALLOC_FL_KEEP_SIZE)`), so that a full disk
+    /// fails an append before any byte of it is written (the page cache otherwise writes
+    /// the part that fits and returns a short count: a partial record). The default
+    /// reserves nothing: a storage without blocks to run out of.
+    fn reserve(&mut self, _f: &Self::File, _at: u64, _len: u64) -> io::Result<()> {
+        Ok(())
+    }
     fn write(&mut self, f: &Self::File, bytes: &[u8]) -> io::Result<usize>;
     fn sync_data(&mut self, f: &Self::File) -> io::Result<()>;
     fn sync_dir(&mut self, d: &Self::Dir) -> io::Result<()>;
@@ -80,6 +88,14 @@ impl Storage for Real {
         // The umask may have narrowed the mode; set it exactly.
         fs::fchmod(&fd, Mode::from_raw_mode(mode))?;
         Ok(fd)
+    }
+    fn reserve(&mut self, f: &OwnedFd, at: u64, len: u64) -> io::Result<()> {
+        match fs::fallocate(f, fs::FallocateFlags::KEEP_SIZE, at, len) {
+            // A file system that cannot reserve (no fallocate) still fails closed: a short
+            // write poisons the log.
+            Err(e) if e == rustix::io::Errno::OPNOTSUPP => Ok(()),
+            r => Ok(r?),
+        }
     }
     fn write(&mut self, f: &OwnedFd, bytes: &[u8]) -> io::Result<usize> {
         Ok(rustix::io::write(f, bytes)?)

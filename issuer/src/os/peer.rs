@@ -4,6 +4,7 @@
 use std::os::fd::OwnedFd;
 
 use repoch_protocol::grant::ConsumerPeer;
+use repoch_protocol::limits::PATH_BYTES_MAX;
 use repoch_protocol::Hash;
 use sha2::{Digest as _, Sha256};
 
@@ -42,6 +43,14 @@ pub fn describe(pid: u32, uid: u32, gid: u32, pidfd: &OwnedFd) -> Result<Consume
         Hash(h.finalize().into())
     };
     let cgroup = cgroup::of_pid(pid)?;
+    // The cgroup goes into the intent and consume records, whose decoder bounds it: a
+    // deeper one is refused here, before anything is written.
+    if cgroup.len() > PATH_BYTES_MAX {
+        return Err(format!(
+            "cgroup path of {} bytes, over the bound of {PATH_BYTES_MAX}",
+            cgroup.len()
+        ));
+    }
     // Re-check after reading /proc: the pidfd still refers to a live process.
     alive(pidfd)?;
     Ok(ConsumerPeer {

@@ -9,11 +9,11 @@ use std::process::{Command, Stdio};
 
 use repoch_tests_native::*;
 
-fn run(mut c: Command) -> Run {
+pub(crate) fn run(mut c: Command) -> Run {
     c.stdin(Stdio::null()).output().expect("spawn").into()
 }
 
-fn records(s: &Sandbox, id: &str) -> Vec<String> {
+pub(crate) fn records(s: &Sandbox, id: &str) -> Vec<String> {
     s.status(id).json()["records"]
         .as_array()
         .unwrap()
@@ -23,7 +23,7 @@ fn records(s: &Sandbox, id: &str) -> Vec<String> {
 }
 
 /// Starts a recovery in the background (its wait covers consumers started afterwards).
-fn recover_bg(s: &Sandbox, prefix: &str, wait: u64) -> std::process::Child {
+pub(crate) fn recover_bg(s: &Sandbox, prefix: &str, wait: u64) -> std::process::Child {
     s.recover(prefix, wait, &[])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -31,7 +31,7 @@ fn recover_bg(s: &Sandbox, prefix: &str, wait: u64) -> std::process::Child {
         .unwrap()
 }
 
-fn finish(c: std::process::Child) -> Run {
+pub(crate) fn finish(c: std::process::Child) -> Run {
     c.wait_with_output().unwrap().into()
 }
 
@@ -616,14 +616,14 @@ fn stopped(pid: u32) -> bool {
 }
 
 /// repochd started with `REPOCH_BARRIER`: it stops itself right after the named step.
-struct AtBarrier {
+pub(crate) struct AtBarrier {
     daemon: std::process::Child,
     log: std::path::PathBuf,
     barrier: String,
 }
 
 impl AtBarrier {
-    fn start(s: &Sandbox, barrier: &str) -> AtBarrier {
+    pub(crate) fn start(s: &Sandbox, barrier: &str) -> AtBarrier {
         let log = s.path("repochd.log");
         let daemon = s
             .cmd("repochd")
@@ -640,7 +640,7 @@ impl AtBarrier {
         assert!(d.text().contains("barriers=true"), "this repochd was built without barriers: build it with `cargo test --workspace` (a plain `cargo build` leaves one without)");
         d
     }
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
     fn wait_for(&self, ok: impl Fn(&str) -> bool, what: &str) {
@@ -655,7 +655,7 @@ impl AtBarrier {
         }
     }
     /// The barrier: logged, and the process stopped there.
-    fn reached(&self) {
+    pub(crate) fn reached(&self) {
         let line = format!("barrier {} reached", self.barrier);
         let pid = self.daemon.id();
         self.wait_for(
@@ -663,7 +663,7 @@ impl AtBarrier {
             &format!("stop at {}", self.barrier),
         );
     }
-    fn signal(&self, sig: rustix::process::Signal) {
+    pub(crate) fn signal(&self, sig: rustix::process::Signal) {
         rustix::process::kill_process(
             rustix::process::Pid::from_raw(self.daemon.id() as i32).unwrap(),
             sig,

@@ -1,7 +1,9 @@
 //! Native tests: the real binaries as real processes against real files, locks, sockets,
 //! cgroups and file systems. One binary, one module per area; a fresh sandbox per test.
 
+mod disks;
 mod e2e;
+mod inputs;
 mod observers;
 mod powerloss;
 mod store;
