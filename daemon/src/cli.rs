@@ -64,9 +64,34 @@ fn now() -> u64 {
         .unwrap_or(0)
 }
 
+/// Reads a manifest: a regular file (a FIFO or device would block or never end: opened
+/// non-blocking, its type checked), at most `MANIFEST_TOML_BYTES_MAX` bytes, UTF-8.
+fn read_manifest(path: &Path) -> Result<String, String> {
+    use repoch_protocol::limits::MANIFEST_TOML_BYTES_MAX;
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| std::io::Error::from(e).to_string())?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| std::io::Error::from(e).to_string())?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err("not a regular file".into());
+    }
+    if st.st_size as u64 > MANIFEST_TOML_BYTES_MAX as u64 {
+        return Err(format!(
+            "{} bytes, over the bound of {MANIFEST_TOML_BYTES_MAX}",
+            st.st_size
+        ));
+    }
+    let bytes = repoch_issuer::storage::read_all_fd(&fd, MANIFEST_TOML_BYTES_MAX)
+        .map_err(|e| e.to_string())?;
+    String::from_utf8(bytes).map_err(|_| "not UTF-8 text".into())
+}
+
 pub fn enroll(ctx: &Ctx, manifest: &Path) -> CmdResult {
     require_root("enroll")?;
-    let text = std::fs::read_to_string(manifest)
+    let text = read_manifest(manifest)
         .map_err(|e| Failure::Usage(format!("{}: {e}", manifest.display())))?;
     let v = repoch_issuer::enroll::validate(&text)
         .map_err(|e| Failure::Usage(format!("{}: {e}", manifest.display())))?;

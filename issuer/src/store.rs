@@ -92,6 +92,8 @@ pub struct Deployment {
     pub dir: OwnedFd,
     pub lock: OwnedFd,
     pub log: EpochLog<OwnedFd>,
+    /// The state is on a read-only file system: readable, never issued from.
+    pub read_only: bool,
 }
 
 impl Deployment {
@@ -165,15 +167,24 @@ impl Deployment {
                 format!("uid {} mode {:o}", mf_id.uid, mf_id.mode & 0o7777),
             ));
         }
-        let log_fd = open_at(&dir, LOG_FILE, OFlags::RDWR | OFlags::APPEND, 0)
-            .map_err(|e| open_failed(LOG_FILE, e))?;
+        // A read-only file system (a forensic copy, a disk remounted read-only after errors)
+        // still reads: `status` and `observe` change nothing. Issuance is refused at the
+        // issuer lock (`state-read-only`), before anything is observed or written.
+        let (log_fd, read_only) = match open_at(&dir, LOG_FILE, OFlags::RDWR | OFlags::APPEND, 0) {
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::ROFS.raw_os_error()) => (
+                open_at(&dir, LOG_FILE, OFlags::RDONLY, 0).map_err(|e| open_failed(LOG_FILE, e))?,
+                true,
+            ),
+            r => (r.map_err(|e| open_failed(LOG_FILE, e))?, false),
+        };
         check_state_identity(
             LOG_FILE,
             &enrolled(Role::EpochLog)?,
             &fstat_identity(&log_fd).map_err(|e| open_failed(LOG_FILE, e))?,
         )?;
+        // flock needs no write access.
         let lock =
-            open_at(&dir, LOCK_FILE, OFlags::RDWR, 0).map_err(|e| open_failed(LOCK_FILE, e))?;
+            open_at(&dir, LOCK_FILE, OFlags::RDONLY, 0).map_err(|e| open_failed(LOCK_FILE, e))?;
         check_state_identity(
             LOCK_FILE,
             &enrolled(Role::IssuerLock)?,
@@ -199,6 +210,7 @@ impl Deployment {
             dir,
             lock,
             log,
+            read_only,
         })
     }
 
@@ -212,6 +224,14 @@ impl Deployment {
 
     /// Takes the issuer lock (`flock` EX, non-blocking). Busy names the holder(s).
     pub fn lock_issuer(&self) -> Result<(), Refusal> {
+        if self.read_only {
+            return Err(Refusal::new(
+                Reason::StateReadOnly,
+                LOG_FILE,
+                "writable",
+                "on a read-only file system (Read-only file system)",
+            ));
+        }
         match rustix::fs::flock(&self.lock, FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => Ok(()),
             Err(e) if e == rustix::io::Errno::WOULDBLOCK => {

@@ -38,6 +38,10 @@ pub const OP_NAME_BYTES_MAX: usize = 128;
 /// Longest absolute path in a manifest. Keeps every fact and the grant within one frame.
 pub const PATH_BYTES_MAX: usize = 256;
 
+/// Largest TOML manifest read by `repoch enroll`. Every list and text in it is bounded far
+/// below this; a larger file is refused before it is read into memory.
+pub const MANIFEST_TOML_BYTES_MAX: usize = 256 * 1024;
+
 /// Longest free text (labels, unit names, refusal details).
 pub const TEXT_BYTES_MAX: usize = 256;
 

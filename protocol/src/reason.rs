@@ -28,6 +28,7 @@ reasons! {
     EpochMissing = "epoch-missing", "The deployment has no epoch log, or its log has no genesis.", "Check the deployment id; a failed enrollment leaves no deployment.";
     StateReplaced = "state-replaced", "The state directory, manifest, epoch log or issuer lock is not the enrolled inode.", "Treat as tampering. Do not recover from this state.";
     StateUnprotected = "state-unprotected", "A state object has the wrong owner or mode, or is a symlink.", "Restore root ownership and 0700/0600 modes only if you know why they changed.";
+    StateReadOnly = "state-read-only", "The deployment's state is on a read-only file system: it can be read, never issued from.", "Remount it read-write if it is the live state; a read-only copy is for auditors.";
     ManifestInvalid = "manifest-invalid", "The manifest fails validation (the message names the field).", "Fix the manifest and enroll again.";
     ManifestForged = "manifest-forged", "The enrolled manifest's signature or hash does not match the issuer key or the genesis.", "Treat as tampering.";
     DeploymentUnknown = "deployment-unknown", "No enrolled deployment matches the id or prefix.", "Run `repoch list`.";

@@ -7,6 +7,40 @@ use repoch_tests_native::*;
 
 use super::e2e::{finish, records, recover_bg};
 
+/// How long a refusal of a bad input may take: it must come at once, never hang.
+const COMMAND_SECONDS_MAX: u64 = 20;
+
+/// Runs `c` to its end; a command still running after `seconds` is killed and fails the test.
+fn run_within(mut c: std::process::Command, seconds: u64) -> Run {
+    let child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let start = std::time::Instant::now();
+    let p = std::path::PathBuf::from(format!("/proc/{pid}/stat"));
+    loop {
+        // A zombie (state Z) has exited; reap it through wait_with_output below.
+        let state = std::fs::read_to_string(&p).unwrap_or_default();
+        if state.is_empty()
+            || state
+                .rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        {
+            break;
+        }
+        if start.elapsed().as_secs() >= seconds {
+            kill_pid(pid);
+            panic!("{c:?} still ran after {seconds}s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    finish(child)
+}
+
 #[test]
 fn a_consumer_in_a_cgroup_path_over_the_bound_is_rejected_and_nothing_is_written() {
     // The consumer's cgroup path goes into the intent and consume records, whose decoder
@@ -51,4 +85,214 @@ fn a_consumer_in_a_cgroup_path_over_the_bound_is_rejected_and_nothing_is_written
     assert_eq!(records(&s, &id), ["genesis"]);
     drop(d);
     assert!(!s.path("grant.cbor").exists());
+}
+
+#[test]
+fn a_manifest_that_is_a_fifo_huge_or_not_text_is_refused_at_once_as_usage() {
+    // `repoch enroll` reads an operator's file, but the path may name anything: a FIFO
+    // (read would block forever), a sparse file of a gigabyte (read whole into memory), a
+    // directory, binary bytes. Each is a usage error (exit 64) naming why, before anything
+    // is created. (Before: the FIFO hung; a 3 GB file took 41 s and 6 GB of memory.)
+    require_root!();
+    let s = Sandbox::new();
+    let fifo = s.path("fifo.toml");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let huge = s.path("huge.toml");
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(1 << 30)
+        .unwrap();
+    let binary = s.path("binary.toml");
+    std::fs::write(&binary, [0xff, 0xfe, 0x00, 0x80]).unwrap();
+    for (path, why) in [
+        (&fifo, "not a regular file"),
+        (&huge, "over the bound of"),
+        (&s.path(""), "not a regular file"),
+        (&binary, "not UTF-8"),
+    ] {
+        let mut c = s.cmd("repoch");
+        c.args(["--json", "enroll"]).arg(path);
+        let r = run_within(c, COMMAND_SECONDS_MAX);
+        assert_eq!(r.code, 64, "{}: {}{}", path.display(), r.stdout, r.stderr);
+        assert!(
+            r.stdout.contains(why),
+            "{}: expected {why:?}: {}",
+            path.display(),
+            r.stdout
+        );
+    }
+    assert!(
+        std::fs::read_dir(s.root.join("var/lib/repoch/deployments"))
+            .map_or(true, |mut d| d.next().is_none()),
+        "a refused enrollment left a deployment"
+    );
+}
+
+/// Appends `bytes` to the deployment's journal (O_APPEND works on an append-only file).
+fn append_to_journal(s: &Sandbox, bytes: &[u8]) {
+    use std::io::Write as _;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(s.srv.join("journal"))
+        .unwrap()
+        .write_all(bytes)
+        .unwrap();
+}
+
+/// The lineage fact's reason from `repoch observe`, which must end on its own, promptly.
+fn lineage_reason(s: &Sandbox, id: &str) -> String {
+    let r = run_within(s.observe_cmd(id, &[]), COMMAND_SECONDS_MAX);
+    assert!(
+        r.code == 0 || r.code == 2,
+        "observe must refuse, never crash: exit {}: {}",
+        r.code,
+        r.stderr
+    );
+    r.json()["facts"]
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["kind"] == "lineage"))
+        .and_then(|f| f["reason"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| panic!("no failed lineage fact: {}", r.stdout))
+}
+
+#[test]
+fn a_journal_with_hostile_frames_is_refused_with_a_reason_never_a_crash() {
+    // The old root writes its journal: its bytes are adversarial. After a valid genesis,
+    // a frame of deeply nested CBOR arrays, a frame that declares 4 GiB, a frame of NUL
+    // bytes, and one of a 4 KiB text each read as a lineage refusal (torn where a crash
+    // could have produced it, mutated otherwise), promptly, never a crash.
+    require_root!();
+    let nested = {
+        let body = [vec![0x81u8; 100_000], vec![0x00]].concat();
+        let len = (body.len() as u32).to_be_bytes();
+        [len.to_vec(), body].concat()
+    };
+    let text = {
+        let mut body = vec![0x79, 0x10, 0x00];
+        body.extend(std::iter::repeat_n(b'a', 4096));
+        let len = (body.len() as u32).to_be_bytes();
+        [len.to_vec(), body].concat()
+    };
+    let cases: [(&str, Vec<u8>); 4] = [
+        ("nested", nested),
+        ("declares 4 GiB", vec![0xff, 0xff, 0xff, 0xff, 0x81]),
+        ("NUL bytes", vec![0u8; 64]),
+        ("a 4 KiB text", text),
+    ];
+    for (what, bytes) in cases {
+        let s = Sandbox::new();
+        let id = s.enroll();
+        append_to_journal(&s, &bytes);
+        let reason = lineage_reason(&s, &id);
+        assert!(
+            reason == "lineage-torn" || reason == "lineage-mutated",
+            "{what}: {reason}"
+        );
+    }
+}
+
+#[test]
+fn a_state_directory_made_group_writable_after_enrollment_is_refused() {
+    // A group-writable state directory lets that group swap the epoch log or the manifest:
+    // every command that opens the deployment refuses it (state-unprotected), naming the mode.
+    require_root!();
+    use std::os::unix::fs::PermissionsExt as _;
+    let s = Sandbox::new();
+    let id = s.enroll();
+    std::fs::set_permissions(s.state_dir(&id), std::fs::Permissions::from_mode(0o770)).unwrap();
+    let r = s.status(&id);
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("state-unprotected"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("770"),
+        "the refusal names the mode: {}",
+        r.stdout
+    );
+    let _d = s.daemon();
+    let rec = super::e2e::run(s.recover(&id[..6], 1, &[]));
+    assert_eq!(rec.code, 2, "{}", rec.stdout);
+    assert_eq!(rec.reasons(), ["state-unprotected"]);
+    std::fs::set_permissions(s.state_dir(&id), std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!(records(&s, &id), ["genesis"]);
+}
+
+#[test]
+fn a_symlink_in_any_component_of_an_enrolled_path_is_refused_at_enrollment() {
+    // The inventory is opened without following symlinks in any component: a fence, store
+    // or READY reached through a symlinked directory is refused at enrollment (exit 64 or 2,
+    // naming the path), so no later swap of that link can redirect an observation.
+    require_root!();
+    let s = Sandbox::new();
+    let real = s.path("real");
+    std::fs::create_dir(&real).unwrap();
+    std::fs::write(real.join("lock"), b"").unwrap();
+    std::os::unix::fs::symlink(&real, s.path("link")).unwrap();
+    let link_lock = s.path("link").join("lock");
+    let m = s.manifest("").replacen(
+        &format!("fences = [\"{}/lock\"]", s.srv.display()),
+        &format!("fences = [\"{}\"]", link_lock.display()),
+        1,
+    );
+    let p = s.path("m.toml");
+    std::fs::write(&p, m).unwrap();
+    let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(
+        r.stdout.contains("symlink") || r.stdout.contains("Too many levels"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("link/lock"), "{}", r.stdout);
+}
+
+#[test]
+fn a_read_only_state_directory_is_refused_before_anything_is_written() {
+    // The state root's file system remounted read-only: `status` still reads the epoch
+    // (before: `observe-failed`, the log was opened for writing), and a recovery is refused
+    // `state-read-only` with the cause named, exit 2, before any observation or write.
+    require_root!();
+    let _no_netns = mount_namespace_guard();
+    let fs = Ext4::new();
+    let s = Sandbox::within(Some(&fs.mnt));
+    let id = s.enroll();
+    let d = s.daemon();
+    let st = std::process::Command::new("mount")
+        .args(["-o", "remount,ro"])
+        .arg(&fs.mnt)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let r = s.status(&id);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.json()["epoch"], "enrolled");
+    let rec = super::e2e::run(s.recover(&id[..6], 1, &[]));
+    assert_eq!(rec.code, 2, "{}{}", rec.stdout, rec.stderr);
+    assert_eq!(rec.reasons(), ["state-read-only"]);
+    assert!(
+        rec.stdout.contains("Read-only file system"),
+        "the cause must be named: {}",
+        rec.stdout
+    );
+    drop(d);
+    let st = std::process::Command::new("mount")
+        .args(["-o", "remount,rw"])
+        .arg(&fs.mnt)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert_eq!(records(&s, &id), ["genesis"]);
+}
+
+#[test]
+fn repochd_without_a_usable_run_directory_says_why_and_exits() {
+    // The run directory's parent is a regular file: repochd cannot bind its sockets. It
+    // must exit non-zero at once with the path and the cause, not hang or panic.
+    require_root!();
+    let s = Sandbox::new();
+    std::fs::create_dir_all(s.root.join("run")).unwrap();
+    std::fs::write(s.root.join("run/repoch"), b"not a directory").unwrap();
+    let r = run_within(s.cmd("repochd"), COMMAND_SECONDS_MAX);
+    assert_ne!(r.code, 0);
+    assert_ne!(r.code, 134, "repochd aborted: {}", r.stderr);
+    assert!(r.stderr.contains("run/repoch"), "{}", r.stderr);
 }
