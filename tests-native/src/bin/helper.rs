@@ -9,6 +9,8 @@
 //! * `listen-unix PATH`, `listen-tcp PORT`, `listen-udp PORT` — binds, prints its pid, sleeps.
 //! * `zombie-leader` — spawns a thread, then the leader thread exits alone.
 //! * `threads` — spawns two threads, prints `PID TID,TID,TID`, sleeps.
+//! * `drip-consumer SOCKET PREFIX KEY MILLIS` — speaks the consumer protocol with the
+//!   enrolled key, then sends its custody frame one byte every MILLIS ms (a slow peer).
 #![deny(unsafe_code)]
 
 use std::io::Write as _;
@@ -122,6 +124,45 @@ fn main() {
                     Ok(_) => continue,
                     Err(e) => {
                         eprintln!("rogue-consumer: {e}");
+                        std::process::exit(1);
+                    }
+                }
+            }
+        }
+        Some("drip-consumer") => {
+            // A correct consumer that drip-feeds its custody answer: each byte arrives well
+            // within any per-read timeout, the whole frame takes far longer than any deadline.
+            use repoch_protocol::cbor::Canonical as _;
+            use repoch_protocol::wire::{frame, read_msg, write_msg, GrantMsg};
+            let key = repoch_protocol::sign::signing_key_from_hex(
+                &std::fs::read_to_string(&args[4]).unwrap(),
+            )
+            .unwrap();
+            let every = std::time::Duration::from_millis(args[5].parse().unwrap());
+            let mut s = std::os::unix::net::UnixStream::connect(&args[2]).expect("connect");
+            write_msg(
+                &mut s,
+                &GrantMsg::Hello {
+                    deployment: args[3].clone(),
+                    key: repoch_protocol::PublicKey::from(&key.verifying_key()),
+                },
+            )
+            .unwrap();
+            ready();
+            loop {
+                match read_msg::<GrantMsg>(&mut s) {
+                    Ok(GrantMsg::Challenge(c)) => {
+                        let bytes = frame(&GrantMsg::Custody(c.answer(&key)).to_bytes());
+                        for b in bytes {
+                            if s.write_all(&[b]).is_err() {
+                                std::process::exit(3);
+                            }
+                            std::thread::sleep(every);
+                        }
+                    }
+                    Ok(_) => continue,
+                    Err(e) => {
+                        eprintln!("drip-consumer: {e}");
                         std::process::exit(1);
                     }
                 }
