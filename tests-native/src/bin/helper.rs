@@ -11,6 +11,10 @@
 //! * `threads` — spawns two threads, prints `PID TID,TID,TID`, sleeps.
 //! * `drip-consumer SOCKET PREFIX KEY MILLIS` — speaks the consumer protocol with the
 //!   enrolled key, then sends its custody frame one byte every MILLIS ms (a slow peer).
+//! * `serve-long-refusal SOCKET` — a fake repochd: reads a hello, answers a refusal
+//!   (consumer-rejected) whose detail is longer than receivers accept.
+//! * `serve-drip SOCKET` — a fake repochd: reads a hello, declares a 64 KiB frame and sends
+//!   one byte a second.
 #![deny(unsafe_code)]
 
 use std::io::Write as _;
@@ -165,6 +169,37 @@ fn main() {
                         eprintln!("drip-consumer: {e}");
                         std::process::exit(1);
                     }
+                }
+            }
+        }
+        Some("serve-long-refusal") => {
+            use repoch_protocol::cbor::Canonical as _;
+            use repoch_protocol::wire::{frame, read_frame, GrantMsg};
+            let _ = std::fs::remove_file(&args[2]);
+            let l = std::os::unix::net::UnixListener::bind(&args[2]).expect("bind");
+            ready();
+            let (mut c, _) = l.accept().unwrap();
+            let _ = read_frame(&mut c);
+            let m = GrantMsg::Refused {
+                reason: repoch_protocol::Reason::ConsumerRejected,
+                detail: format!("cgroup /{}", "x/".repeat(1000)),
+            };
+            c.write_all(&frame(&m.to_bytes())).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        Some("serve-drip") => {
+            let _ = std::fs::remove_file(&args[2]);
+            let l = std::os::unix::net::UnixListener::bind(&args[2]).expect("bind");
+            ready();
+            let (mut c, _) = l.accept().unwrap();
+            let _ = repoch_protocol::wire::read_frame(&mut c);
+            if c.write_all(&(64u32 * 1024).to_be_bytes()).is_err() {
+                return;
+            }
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+                if c.write_all(&[0]).is_err() {
+                    return;
                 }
             }
         }

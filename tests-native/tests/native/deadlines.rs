@@ -454,3 +454,50 @@ fn an_admin_connection_past_the_bound_is_told_busy_naming_the_bound() {
     );
     drop(idle);
 }
+
+/// `repoch-consume receive` against a fake repochd at `socket`, waiting `wait` seconds.
+fn consume_from_fake(s: &Sandbox, socket: &std::path::Path, wait: u64) -> Command {
+    let mut c = Command::new(bin("repoch-consume"));
+    c.args(["--json", "receive", "--deployment", "ab12", "--key"])
+        .arg(s.path("consumer.key"))
+        .arg("--issuer-key")
+        .arg(s.path("producer.key.pub"))
+        .arg("--out")
+        .arg(s.path("grant.cbor"))
+        .arg("--socket")
+        .arg(socket)
+        .args(["--wait", &wait.to_string()]);
+    c
+}
+
+#[test]
+fn the_consumer_reads_the_reason_of_an_over_long_refusal_and_exits_refused() {
+    // A sender that does not clip (an older repochd) refuses with a 2 KiB detail: the
+    // consumer still reads the reason and exits 2 (refused), never 3 (uncertain).
+    let s = Sandbox::new();
+    let socket = s.path("fake.sock");
+    let _fake = spawn_ready(helper(&["serve-long-refusal", socket.to_str().unwrap()]));
+    let mut c = Child::spawn(consume_from_fake(&s, &socket, 10));
+    let r = c
+        .finish_within(Duration::from_secs(DAEMON_WAIT_SECONDS_MAX))
+        .expect("the consumer never ended");
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("consumer-rejected"), "{}", r.stdout);
+}
+
+#[test]
+fn a_frame_drip_fed_to_the_consumer_fails_at_its_wait_for_the_whole_message() {
+    // A fake repochd declares a 64 KiB frame and sends a byte a second: each read makes
+    // progress, so only a deadline for the whole message ends the wait. With --wait 3 the
+    // consumer must give up (uncertain: connection lost, exit 3) within 3 s + margin.
+    let s = Sandbox::new();
+    let socket = s.path("fake.sock");
+    let _fake = spawn_ready(helper(&["serve-drip", socket.to_str().unwrap()]));
+    let mut c = Child::spawn(consume_from_fake(&s, &socket, 3));
+    let limit = Duration::from_secs(3 + MARGIN_SECONDS);
+    let r = c
+        .finish_within(limit)
+        .unwrap_or_else(|| panic!("the consumer still waits after {limit:?}"));
+    assert_eq!(r.code, 3, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("deadline"), "{}", r.stdout);
+}
