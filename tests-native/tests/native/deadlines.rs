@@ -16,6 +16,8 @@ const CUSTODY_SECONDS: u64 = 10;
 const HANDSHAKE_SECONDS: u64 = 5;
 /// repochd's `ADMIN_CONNECTIONS_MAX`.
 const ADMIN_CONNECTIONS: usize = 8;
+/// repochd's `GRANT_CONNECTIONS_MAX`.
+const GRANT_CONNECTIONS: usize = 32;
 /// Slack over a deadline for scheduling on a loaded 2-core machine.
 const MARGIN_SECONDS: u64 = 8;
 /// Longest wait for an observation that must not block.
@@ -500,4 +502,38 @@ fn a_frame_drip_fed_to_the_consumer_fails_at_its_wait_for_the_whole_message() {
         .unwrap_or_else(|| panic!("the consumer still waits after {limit:?}"));
     assert_eq!(r.code, 3, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("deadline"), "{}", r.stdout);
+}
+
+#[test]
+fn a_grant_connection_past_the_bound_is_refused_naming_the_bound() {
+    // 32 (GRANT_CONNECTIONS_MAX) peers connect to the grant socket and send nothing: every
+    // handshake slot is taken. The next peer must read a refusal naming the bound before
+    // the close, not a bare reset.
+    require_root!();
+    let s = Sandbox::new();
+    let d = s.daemon();
+    let idle: Vec<UnixStream> = (0..GRANT_CONNECTIONS)
+        .map(|_| UnixStream::connect(s.grant_socket()).unwrap())
+        .collect();
+    let start = Instant::now();
+    let mut c = UnixStream::connect(s.grant_socket()).unwrap();
+    d.wait_log("grant connection refused");
+    c.set_read_timeout(Some(Duration::from_secs(HANDSHAKE_SECONDS)))
+        .unwrap();
+    let mut got = Vec::new();
+    let _ = c.read_to_end(&mut got);
+    assert!(
+        start.elapsed().as_secs() < HANDSHAKE_SECONDS,
+        "the idle peers may have timed out; the test proves nothing"
+    );
+    assert!(got.len() > 4, "reset without a word");
+    let m = repoch_protocol::wire::GrantMsg::from_bytes(&got[4..]).expect("a refusal frame");
+    let repoch_protocol::wire::GrantMsg::Refused { detail, .. } = m else {
+        panic!("not a refusal: {m:?}")
+    };
+    assert!(
+        detail.contains(&format!("{GRANT_CONNECTIONS} grant connections")),
+        "{detail}"
+    );
+    drop(idle);
 }
