@@ -58,11 +58,15 @@ async fn send(s: &mut UnixStream, e: &AdminEvent) -> std::io::Result<()> {
     s.write_all(&frame(&bounded(e.clone()).to_bytes())).await
 }
 
-/// A connection past a bound: one frame saying so, written without waiting (a fresh
-/// socket's buffer takes it), then closed. The peer reads a refusal, not a reset.
+/// A connection past a bound: one frame saying so, sent without waiting (`MSG_DONTWAIT`:
+/// a fresh socket's buffer takes it; no task is spawned past the bound), then closed. The
+/// peer reads a refusal, not a reset.
 fn refuse_over_bound(s: &UnixStream, bytes: &[u8]) {
-    if let Err(e) = s.try_write(bytes) {
-        tracing::warn!("could not tell a connection past the bound: {e}");
+    use rustix::net::{send, SendFlags};
+    match send(s, bytes, SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
+        Ok(n) if n == bytes.len() => {}
+        Ok(n) => tracing::warn!("told a connection past the bound only {n} bytes"),
+        Err(e) => tracing::warn!("could not tell a connection past the bound: {e}"),
     }
 }
 
