@@ -19,18 +19,19 @@ use std::io::Write as _;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ed25519_dalek::SigningKey;
 use repoch_protocol::cbor::Canonical;
 use repoch_protocol::grant::{Grant, SignedGrant};
 use repoch_protocol::limits::{FENCES_MAX, FRAME_BYTES_MAX};
-use repoch_protocol::wire::{frame_len, write_msg, GrantMsg};
+use repoch_protocol::wire::{frame_len, read_exact_by, write_msg, GrantMsg, WIRE_TEXT_BYTES_MAX};
 use repoch_protocol::{PublicKey, Reason};
 use rustix::fs::{Mode, OFlags};
 
-/// Longest wait for repochd to answer at each step (an operator must start the recovery
-/// within this time after `receive` connects).
+/// Longest wait for each whole message from repochd (an operator must start the recovery
+/// within this time after `receive` connects). It bounds the message, not each read: a
+/// peer dripping bytes cannot stretch it.
 pub const WAIT_SECONDS_DEFAULT: u64 = 600;
 
 #[derive(Debug, thiserror::Error)]
@@ -110,6 +111,7 @@ pub fn receive(o: &Options) -> Result<Received, Error> {
 pub fn receive_with(o: &Options, progress: Observer<'_>) -> Result<Received, Error> {
     let mut s = UnixStream::connect(&o.socket).map_err(io(&o.socket.display().to_string()))?;
     s.set_read_timeout(Some(o.wait)).map_err(io("socket"))?;
+    s.set_write_timeout(Some(o.wait)).map_err(io("socket"))?;
     let key = PublicKey::from(&o.key.verifying_key());
     write_msg(
         &mut s,
@@ -123,7 +125,7 @@ pub fn receive_with(o: &Options, progress: Observer<'_>) -> Result<Received, Err
     let mut challenged = None;
     loop {
         // The grant frame carries the fence fds: read it with recvmsg.
-        let (msg, fds) = recv_msg(&s)?;
+        let (msg, fds) = recv_msg(&s, Instant::now() + o.wait)?;
         match msg {
             GrantMsg::Accepted => progress("accepted"),
             GrantMsg::Challenge(c) => {
@@ -162,13 +164,20 @@ pub fn receive_with(o: &Options, progress: Observer<'_>) -> Result<Received, Err
     }
 }
 
-/// Reads one frame, collecting any fds passed with it (at most `FENCES_MAX`).
-fn recv_msg(s: &UnixStream) -> Result<(GrantMsg, Vec<OwnedFd>), Error> {
+/// Reads one frame, the whole of it before `deadline`, collecting any fds passed with it
+/// (at most `FENCES_MAX`).
+fn recv_msg(s: &UnixStream, deadline: Instant) -> Result<(GrantMsg, Vec<OwnedFd>), Error> {
     use rustix::net::{recvmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    let late = || Error::Io("repochd did not send a whole message before the deadline".into());
     let mut fds = Vec::new();
     let mut header = [0u8; 4];
     let mut got = 0;
     while got < 4 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(late());
+        }
+        s.set_read_timeout(Some(left)).map_err(io("socket"))?;
         let mut space =
             vec![std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(FENCES_MAX))];
         let mut anc = RecvAncillaryBuffer::new(&mut space);
@@ -177,8 +186,12 @@ fn recv_msg(s: &UnixStream) -> Result<(GrantMsg, Vec<OwnedFd>), Error> {
             &mut [std::io::IoSliceMut::new(&mut header[got..])],
             &mut anc,
             RecvFlags::CMSG_CLOEXEC,
-        )
-        .map_err(|e| Error::Io(format!("reading from repochd: {e}")))?;
+        );
+        let r = match r {
+            Ok(r) => r,
+            Err(e) if e == rustix::io::Errno::AGAIN || e == rustix::io::Errno::INTR => continue,
+            Err(e) => return Err(Error::Io(format!("reading from repochd: {e}"))),
+        };
         if r.bytes == 0 {
             return Err(Error::Io("repochd closed the connection".into()));
         }
@@ -195,10 +208,36 @@ fn recv_msg(s: &UnixStream) -> Result<(GrantMsg, Vec<OwnedFd>), Error> {
     let len = frame_len(header).map_err(|e| Error::Io(e.to_string()))?;
     let mut body = vec![0u8; len.min(FRAME_BYTES_MAX)];
     let mut r = s;
-    std::io::Read::read_exact(&mut r, &mut body).map_err(io("reading from repochd"))?;
-    let msg =
-        GrantMsg::from_bytes(&body).map_err(|e| Error::Io(format!("malformed message: {e}")))?;
+    read_exact_by(&mut r, &mut body, deadline, &mut |s: &&UnixStream, left| {
+        s.set_read_timeout(Some(left))
+    })
+    .map_err(io("reading from repochd"))?;
+    let msg = match GrantMsg::from_bytes(&body) {
+        Ok(m) => m,
+        Err(e) => refusal_of(&body).ok_or_else(|| Error::Io(format!("malformed message: {e}")))?,
+    };
     Ok((msg, fds))
+}
+
+/// A refusal whose only fault is an over-long detail (an older or careless sender): its
+/// reason is still read, and the detail clipped, so a clean refusal stays a refusal (exit 2)
+/// rather than "uncertain".
+fn refusal_of(body: &[u8]) -> Option<GrantMsg> {
+    use ciborium::value::Value;
+    use repoch_protocol::cbor::decode_strict;
+    let Ok(Value::Array(items)) = decode_strict(body, FRAME_BYTES_MAX) else {
+        return None;
+    };
+    let mut items = items.into_iter();
+    match (items.next(), items.next(), items.next(), items.next()) {
+        (Some(Value::Text(k)), Some(reason), Some(Value::Text(detail)), None) if k == "refused" => {
+            Some(GrantMsg::Refused {
+                reason: Reason::from_value(reason).ok()?,
+                detail: repoch_protocol::types::clip(&detail, WIRE_TEXT_BYTES_MAX),
+            })
+        }
+        _ => None,
+    }
 }
 
 /// Verifies a grant's issuer signature (strictly) and, when given, that it names our key.

@@ -4,6 +4,7 @@
 
 pub mod audit;
 pub mod cli;
+pub mod conn;
 pub mod demo;
 pub mod exit;
 pub mod limits;

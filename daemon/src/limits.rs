@@ -8,10 +8,13 @@ pub const GRANT_CONNECTIONS_MAX: usize = 32;
 pub const PENDING_CONSUMERS_MAX: usize = 16;
 /// How long a consumer may wait connected for a recovery before it is dropped.
 pub const PENDING_CONSUMER_SECONDS_MAX: u64 = 3600;
-/// Time a peer gets to send its first frame.
+/// Time a peer gets to send its whole first frame (hello, or an admin request).
 pub const HANDSHAKE_SECONDS_MAX: u64 = 5;
-/// Time the consumer gets to answer the challenge, and to take the grant.
+/// Time the consumer gets for its whole custody answer (every byte of the frame, however
+/// it is dripped), and to take the whole grant.
 pub const CUSTODY_SECONDS_MAX: u64 = 10;
+/// Time a peer gets to take a whole refusal or `accepted` frame before it is dropped.
+pub const REFUSAL_WRITE_SECONDS_MAX: u64 = 5;
 /// Longest consumer wait an operator may ask for.
 pub const CONSUMER_WAIT_SECONDS_MAX: u64 = 3600;
 /// Longest wait to write one event to the admin client before it is dropped.

@@ -10,9 +10,10 @@ use std::time::{Duration, Instant};
 use repoch_issuer::issuance::{ConsumerLink, Expected};
 use repoch_issuer::Refusal;
 use repoch_protocol::grant::{Challenge, ConsumerPeer};
-use repoch_protocol::wire::{read_msg, write_msg, AdminEvent, GrantMsg};
+use repoch_protocol::wire::{AdminEvent, GrantMsg};
 use repoch_protocol::{PublicKey, Reason};
 
+use crate::conn::Connection;
 use crate::limits::*;
 
 /// A consumer connected and described, waiting for a recovery of its deployment.
@@ -92,7 +93,7 @@ impl Registry {
             detail: format!("waiting for the consumer (deadline {}s)", wait.as_secs()),
         });
         while Instant::now() < deadline {
-            let Some(mut p) = self.take(&id, deadline) else {
+            let Some(p) = self.take(&id, deadline) else {
                 let e = start.elapsed().as_secs();
                 progress(AdminEvent::Progress {
                     step: "connect".into(),
@@ -111,21 +112,17 @@ impl Registry {
                 });
                 continue;
             }
+            let mut conn = Connection::new(p.stream);
             if let Err(r) = expected.authenticate(&p.peer, &p.key) {
-                let _ = write_msg(
-                    &mut p.stream,
-                    &GrantMsg::Refused {
-                        reason: r.reason,
-                        detail: r.to_string(),
-                    },
-                );
+                conn.refuse(r.reason, &r.to_string());
                 progress(AdminEvent::Progress {
                     step: "connect".into(),
                     detail: format!("rejected a peer: {r}"),
                 });
                 continue;
             }
-            if write_msg(&mut p.stream, &GrantMsg::Accepted).is_err() {
+            let by = Instant::now() + Duration::from_secs(REFUSAL_WRITE_SECONDS_MAX);
+            if conn.write_msg(&GrantMsg::Accepted, by).is_err() {
                 progress(AdminEvent::Progress {
                     step: "connect".into(),
                     detail: format!("consumer pid {} went away", p.peer.pid),
@@ -135,7 +132,7 @@ impl Registry {
             let peer = p.peer.clone();
             return Ok((
                 SocketLink {
-                    stream: p.stream,
+                    conn,
                     _pidfd: p.pidfd,
                 },
                 peer,
@@ -161,24 +158,27 @@ fn hung_up(s: &UnixStream) -> Result<(), String> {
     }
 }
 
-/// The consumer link over a grant-socket connection; every wait bounded by a timeout.
+/// The consumer link over a grant-socket connection; every message bounded by a deadline
+/// for the whole of it.
 #[derive(Debug)]
 pub struct SocketLink {
-    stream: UnixStream,
+    conn: Connection,
     _pidfd: OwnedFd,
 }
 
 impl ConsumerLink for SocketLink {
+    /// The challenge out and the whole custody answer back within `CUSTODY_SECONDS_MAX`.
     fn challenge(&mut self, c: &Challenge) -> Result<[u8; 64], String> {
-        self.stream
-            .set_read_timeout(Some(Duration::from_secs(CUSTODY_SECONDS_MAX)))
-            .map_err(|e| e.to_string())?;
-        write_msg(&mut self.stream, &GrantMsg::Challenge(c.clone()))
+        let deadline = Instant::now() + Duration::from_secs(CUSTODY_SECONDS_MAX);
+        self.conn
+            .write_msg(&GrantMsg::Challenge(c.clone()), deadline)
             .map_err(|e| format!("sending the challenge: {e}"))?;
-        match read_msg::<GrantMsg>(&mut self.stream) {
+        match self.conn.read_msg::<GrantMsg>(deadline) {
             Ok(GrantMsg::Custody(sig)) => Ok(sig),
             Ok(other) => Err(format!("expected custody, got {other:?}")),
-            Err(e) => Err(format!("reading custody: {e}")),
+            Err(e) => Err(format!(
+                "reading custody (deadline {CUSTODY_SECONDS_MAX}s for the whole answer): {e}"
+            )),
         }
     }
 
@@ -195,27 +195,25 @@ impl ConsumerLink for SocketLink {
         if !fds.is_empty() && !anc.push(SendAncillaryMessage::ScmRights(&fds)) {
             return Err("fence fds do not fit the control buffer".into());
         }
-        self.stream
+        let deadline = Instant::now() + Duration::from_secs(CUSTODY_SECONDS_MAX);
+        self.conn
+            .stream()
             .set_write_timeout(Some(Duration::from_secs(CUSTODY_SECONDS_MAX)))
             .map_err(|e| e.to_string())?;
         // The fds ride on the first byte; the rest of the frame follows.
         let n = sendmsg(
-            &self.stream,
+            self.conn.stream(),
             &[std::io::IoSlice::new(&payload)],
             &mut anc,
             SendFlags::NOSIGNAL,
         )
         .map_err(|e| format!("sending the grant: {e}"))?;
-        use std::io::Write as _;
-        self.stream
-            .write_all(&payload[n..])
-            .map_err(|e| format!("sending the grant: {e}"))?;
-        self.stream.flush().map_err(|e| e.to_string())
+        self.conn
+            .write_bytes(&payload[n..], deadline)
+            .map_err(|e| format!("sending the grant: {e}"))
     }
 
     fn refuse(&mut self, reason: Reason, detail: &str) {
-        let detail =
-            repoch_protocol::types::clip(detail, 4 * repoch_protocol::limits::TEXT_BYTES_MAX);
-        let _ = write_msg(&mut self.stream, &GrantMsg::Refused { reason, detail });
+        self.conn.refuse(reason, detail);
     }
 }

@@ -15,12 +15,15 @@ use repoch_issuer::issuance::{self, Ended};
 use repoch_issuer::{Layout, Refusal};
 use repoch_protocol::cbor::Canonical;
 use repoch_protocol::epoch::Contender;
-use repoch_protocol::wire::{frame, frame_len, AdminEvent, AdminRequest, GrantMsg, Outcome};
+use repoch_protocol::wire::{
+    bounded, frame, frame_len, refused, AdminEvent, AdminRequest, GrantMsg, Outcome,
+};
 use repoch_protocol::Reason;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, Semaphore};
 
+use crate::conn::Connection;
 use crate::limits::*;
 use crate::link::{Pending, Registry};
 
@@ -32,17 +35,39 @@ pub struct Daemon {
     poisoned: AtomicBool,
 }
 
-async fn read_frame_async(s: &mut UnixStream) -> Result<Vec<u8>, String> {
-    let mut h = [0u8; 4];
-    s.read_exact(&mut h).await.map_err(|e| e.to_string())?;
-    let len = frame_len(h).map_err(|e| e.to_string())?;
-    let mut buf = vec![0u8; len];
-    s.read_exact(&mut buf).await.map_err(|e| e.to_string())?;
-    Ok(buf)
+/// Reads a peer's first frame, the WHOLE of it within `HANDSHAKE_SECONDS_MAX` (not per
+/// read: a peer dripping a byte at a time is cut off at the deadline).
+async fn read_first_frame(s: &mut UnixStream) -> Result<Vec<u8>, String> {
+    let whole = async {
+        let mut h = [0u8; 4];
+        s.read_exact(&mut h).await.map_err(|e| e.to_string())?;
+        let len = frame_len(h).map_err(|e| e.to_string())?;
+        let mut buf = vec![0u8; len];
+        s.read_exact(&mut buf).await.map_err(|e| e.to_string())?;
+        Ok(buf)
+    };
+    tokio::time::timeout(Duration::from_secs(HANDSHAKE_SECONDS_MAX), whole)
+        .await
+        .map_err(|_| {
+            format!("the whole first frame did not arrive within {HANDSHAKE_SECONDS_MAX}s")
+        })?
 }
 
-async fn send<T: Canonical>(s: &mut UnixStream, m: &T) -> std::io::Result<()> {
-    s.write_all(&frame(&m.to_bytes())).await
+/// Sends an admin event, its texts clipped to the receiver's bounds ([`bounded`]).
+async fn send(s: &mut UnixStream, e: &AdminEvent) -> std::io::Result<()> {
+    s.write_all(&frame(&bounded(e.clone()).to_bytes())).await
+}
+
+/// A connection past a bound: one frame saying so, sent without waiting (`MSG_DONTWAIT`:
+/// a fresh socket's buffer takes it; no task is spawned past the bound), then closed. The
+/// peer reads a refusal, not a reset.
+fn refuse_over_bound(s: &UnixStream, bytes: &[u8]) {
+    use rustix::net::{send, SendFlags};
+    match send(s, bytes, SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
+        Ok(n) if n == bytes.len() => {}
+        Ok(n) => tracing::warn!("told a connection past the bound only {n} bytes"),
+        Err(e) => tracing::warn!("could not tell a connection past the bound: {e}"),
+    }
 }
 
 /// The listening sockets: from systemd (`LISTEN_FDS`, named `admin` and `grant` by
@@ -143,6 +168,14 @@ impl Daemon {
                     let Ok((s, _)) = r else { continue };
                     let Ok(permit) = admin_slots.clone().try_acquire_owned() else {
                         tracing::warn!("admin connection refused: {ADMIN_CONNECTIONS_MAX} already open");
+                        let r = Refusal::new(
+                            Reason::IssuerBusy,
+                            "admin socket",
+                            format!("fewer than {ADMIN_CONNECTIONS_MAX} admin connections (ADMIN_CONNECTIONS_MAX)"),
+                            format!("{ADMIN_CONNECTIONS_MAX} admin connections open"),
+                        );
+                        let e = outcome_event(Outcome::Busy, vec![r], &format!("repochd is busy: {ADMIN_CONNECTIONS_MAX} admin connections open (ADMIN_CONNECTIONS_MAX); retry later"), None);
+                        refuse_over_bound(&s, &frame(&bounded(e).to_bytes()));
                         continue;
                     };
                     let d = self.clone();
@@ -152,6 +185,8 @@ impl Daemon {
                     let Ok((s, _)) = r else { continue };
                     let Ok(permit) = grant_slots.clone().try_acquire_owned() else {
                         tracing::warn!("grant connection refused: {GRANT_CONNECTIONS_MAX} already open");
+                        let m = refused(Reason::ProtocolError, &format!("repochd is busy: {GRANT_CONNECTIONS_MAX} grant connections open (GRANT_CONNECTIONS_MAX)"));
+                        refuse_over_bound(&s, &frame(&m.to_bytes()));
                         continue;
                     };
                     let d = self.clone();
@@ -179,14 +214,8 @@ impl Daemon {
             Ok(fd) => fd,
             Err(e) => return tracing::warn!("grant peer pid {pid}: {e}"),
         };
-        let hello = tokio::time::timeout(
-            Duration::from_secs(HANDSHAKE_SECONDS_MAX),
-            read_frame_async(&mut s),
-        )
-        .await;
+        let hello = read_first_frame(&mut s).await;
         let (prefix, key) = match hello
-            .map_err(|_| "timed out".to_owned())
-            .and_then(|r| r)
             .and_then(|b| GrantMsg::from_bytes(&b).map_err(|e| e.to_string()))
         {
             Ok(GrantMsg::Hello { deployment, key }) => (deployment, key),
@@ -200,20 +229,19 @@ impl Daemon {
         };
         let d = self.clone();
         let _ = tokio::task::spawn_blocking(move || {
-            let mut std = std;
             let _ = std.set_nonblocking(false);
             // Describe the peer from /proc, pinned by its pidfd.
             let peer = match repoch_issuer::os::peer::describe(pid, uid, gid, &pidfd) {
                 Ok(p) => p,
                 Err(e) => {
-                    let _ = repoch_protocol::wire::write_msg(&mut std, &GrantMsg::Refused { reason: Reason::ConsumerRejected, detail: e });
+                    Connection::new(std).refuse(Reason::ConsumerRejected, &e);
                     return;
                 }
             };
             tracing::info!(pid, uid, deployment = %prefix, "consumer connected, waiting for a recovery");
             let p = Pending { prefix, key, peer, pidfd, stream: std, since: Instant::now() };
-            if let Err(mut p) = d.registry.push(p) {
-                let _ = repoch_protocol::wire::write_msg(&mut p.stream, &GrantMsg::Refused { reason: Reason::ProtocolError, detail: format!("{PENDING_CONSUMERS_MAX} consumers already waiting") });
+            if let Err(p) = d.registry.push(p) {
+                Connection::new(p.stream).refuse(Reason::ProtocolError, &format!("{PENDING_CONSUMERS_MAX} consumers already waiting (PENDING_CONSUMERS_MAX)"));
             }
         })
         .await;
@@ -245,16 +273,8 @@ impl Daemon {
             .await;
             return;
         }
-        let req = tokio::time::timeout(
-            Duration::from_secs(HANDSHAKE_SECONDS_MAX),
-            read_frame_async(&mut s),
-        )
-        .await;
-        let req = match req
-            .map_err(|_| "timed out".to_owned())
-            .and_then(|r| r)
-            .and_then(|b| AdminRequest::from_bytes(&b).map_err(|e| e.to_string()))
-        {
+        let req = read_first_frame(&mut s).await;
+        let req = match req.and_then(|b| AdminRequest::from_bytes(&b).map_err(|e| e.to_string())) {
             Ok(r) => r,
             Err(e) => {
                 let r = Refusal::new(
@@ -380,14 +400,9 @@ impl Daemon {
 
 async fn refuse_grant(s: &mut UnixStream, reason: Reason, detail: &str) {
     tracing::warn!("grant peer refused: {reason}: {detail}");
-    let _ = send(
-        s,
-        &GrantMsg::Refused {
-            reason,
-            detail: repoch_protocol::types::clip(detail, 1024),
-        },
-    )
-    .await;
+    let _ = s
+        .write_all(&frame(&refused(reason, detail).to_bytes()))
+        .await;
 }
 
 fn outcome_event(

@@ -9,6 +9,7 @@
 
 /// Every barrier, in issuance order: each is reached right after the named step.
 pub const BARRIERS: &[&str] = &[
+    "after-open",
     "after-reserve",
     "after-observe",
     "after-connect",

@@ -182,7 +182,8 @@ pub struct Reserved {
 }
 
 impl Reserved {
-    /// Takes the deployment's issuer lock (busy names the holder) and checks the epoch.
+    /// Takes the deployment's issuer lock (busy names the holder), then reads and checks
+    /// the epoch under it: never a classification read before the lock.
     pub fn reserve(
         layout: &Layout,
         key: SigningKey,
@@ -191,8 +192,7 @@ impl Reserved {
         mut progress: Progress,
     ) -> Result<Reserved, Ended> {
         let issuer = repoch_protocol::PublicKey::from(&key.verifying_key());
-        let dep = Deployment::open(layout, &issuer, id).map_err(Ended::one)?;
-        dep.lock_issuer().map_err(Ended::one)?;
+        let dep = Deployment::open_locked(layout, &issuer, id).map_err(Ended::one)?;
         let class = dep.classification();
         if let Some(reason) = class.refusal() {
             let observed = match &dep.report().problem {

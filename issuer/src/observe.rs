@@ -19,7 +19,7 @@ use sha2::{Digest as _, Sha256};
 
 use crate::layout::Layout;
 use crate::os::{cgroup, net, proc, procfs, systemd};
-use crate::storage::{open_path, read_all_fd};
+use crate::storage::{not_regular, open_path, read_all_fd};
 use crate::store::fstat_identity;
 
 /// Largest READY file hashed.
@@ -196,13 +196,28 @@ impl Observer {
                 Reason::LineageMissing,
             )
         })?;
-        let fd = open_path(Path::new(path), OFlags::RDONLY, 0).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => fail("present", "missing", Reason::LineageMissing),
-            _ if is_eloop(&e) => fail("no symlink", "a symlink", Reason::LineageUnprotected),
-            _ => fail("readable", &e.to_string(), Reason::ObserveFailed),
-        })?;
+        // O_NONBLOCK: a FIFO at the journal path must not block the open.
+        let fd =
+            open_path(Path::new(path), OFlags::RDONLY | OFlags::NONBLOCK, 0).map_err(
+                |e| match e.kind() {
+                    std::io::ErrorKind::NotFound => {
+                        fail("present", "missing", Reason::LineageMissing)
+                    }
+                    _ if is_eloop(&e) => {
+                        fail("no symlink", "a symlink", Reason::LineageUnprotected)
+                    }
+                    _ => fail("readable", &e.to_string(), Reason::ObserveFailed),
+                },
+            )?;
         let id =
             fstat_identity(&fd).map_err(|e| fail("stat", &e.to_string(), Reason::ObserveFailed))?;
+        if let Some(kind) = not_regular(id.mode) {
+            return Err(fail(
+                "the enrolled regular file",
+                kind,
+                Reason::LineageReplaced,
+            ));
+        }
         if !id.same_object(&enrolled) {
             return Err(fail(
                 &format!("ino {}", enrolled.ino),
@@ -534,7 +549,10 @@ impl Observer {
         )?;
         let st =
             fstat_identity(&fd).map_err(|e| fail("stat", &e.to_string(), Reason::ObserveFailed))?;
-        if st.mode & 0o170000 != 0o100000 || st.uid != 0 || st.mode & 0o022 != 0 {
+        if let Some(kind) = not_regular(st.mode) {
+            return Err(fail("a regular file", kind, Reason::ReadyUnprotected));
+        }
+        if st.uid != 0 || st.mode & 0o022 != 0 {
             let observed = format!("uid {} mode {:o}", st.uid, st.mode);
             return Err(fail(
                 "a regular file, uid 0, not group/other writable",
@@ -573,14 +591,22 @@ impl Observer {
         let fail = |expected: &str, observed: &str, reason| {
             Fact::failed("consumer-exe", &path, expected, observed, reason)
         };
-        let fd = open_path(Path::new(&path), OFlags::RDONLY, 0).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => fail("present", "missing", Reason::ConsumerExeMissing),
-            _ if is_eloop(&e) => fail(WANT, "a symlink", Reason::ConsumerExeUnprotected),
-            _ => fail(WANT, &e.to_string(), Reason::ObserveFailed),
-        })?;
+        // O_NONBLOCK: a FIFO at the executable's path must not block the open.
+        let fd = open_path(Path::new(&path), OFlags::RDONLY | OFlags::NONBLOCK, 0).map_err(
+            |e| match e.kind() {
+                std::io::ErrorKind::NotFound => {
+                    fail("present", "missing", Reason::ConsumerExeMissing)
+                }
+                _ if is_eloop(&e) => fail(WANT, "a symlink", Reason::ConsumerExeUnprotected),
+                _ => fail(WANT, &e.to_string(), Reason::ObserveFailed),
+            },
+        )?;
         let id =
             fstat_identity(&fd).map_err(|e| fail(WANT, &e.to_string(), Reason::ObserveFailed))?;
-        if id.uid != 0 || id.mode & 0o022 != 0 || id.mode & 0o170000 != 0o100000 {
+        if let Some(kind) = not_regular(id.mode) {
+            return Err(fail(WANT, kind, Reason::ConsumerExeUnprotected));
+        }
+        if id.uid != 0 || id.mode & 0o022 != 0 {
             return Err(fail(
                 WANT,
                 &format!("uid {} mode {:o}", id.uid, id.mode),

@@ -41,6 +41,22 @@ pub struct Real;
 pub const OPEN_NOFOLLOW: ResolveFlags =
     ResolveFlags::NO_SYMLINKS.union(ResolveFlags::NO_MAGICLINKS);
 
+/// What a non-regular file is, for an `observed` text ("a fifo"); `None` for a regular file.
+/// Observed paths are opened with `O_NONBLOCK` and checked with this before any read, so a
+/// FIFO or device put in a file's place refuses at once instead of blocking.
+pub fn not_regular(mode: u32) -> Option<&'static str> {
+    Some(match mode & 0o170000 {
+        0o100000 => return None,
+        0o010000 => "a fifo",
+        0o140000 => "a socket",
+        0o040000 => "a directory",
+        0o020000 => "a character device",
+        0o060000 => "a block device",
+        0o120000 => "a symlink",
+        _ => "an unknown file type",
+    })
+}
+
 /// Opens an absolute path without following any symlink in any component.
 pub fn open_path(path: &std::path::Path, flags: OFlags, mode: u32) -> io::Result<OwnedFd> {
     Ok(fs::openat2(

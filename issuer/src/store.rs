@@ -96,15 +96,51 @@ pub struct Deployment {
     pub read_only: bool,
 }
 
+/// A deployment's objects opened and checked, its log not yet read.
+struct Opened {
+    id: DeploymentId,
+    manifest: Manifest,
+    bytes: Vec<u8>,
+    dir: OwnedFd,
+    lock: OwnedFd,
+    log_fd: OwnedFd,
+    read_only: bool,
+}
+
 impl Deployment {
     /// Opens deployment `id`: every object through the state directory's fd without
     /// following symlinks, each identity checked against the signed manifest, the log
-    /// read and verified.
+    /// read and verified. Takes no lock: for reading (status, audit, a predecessor).
     pub fn open(
         layout: &Layout,
         issuer: &PublicKey,
         id: DeploymentId,
     ) -> Result<Deployment, Refusal> {
+        Deployment::read_log(Deployment::open_objects(layout, issuer, id)?, issuer)
+    }
+
+    /// Opens deployment `id` for issuance: the objects, then the issuer lock (busy names
+    /// the holder), and only then the log is read and classified. A contender that paused
+    /// after opening cannot act on a classification read before another issuance finished.
+    pub fn open_locked(
+        layout: &Layout,
+        issuer: &PublicKey,
+        id: DeploymentId,
+    ) -> Result<Deployment, Refusal> {
+        let o = Deployment::open_objects(layout, issuer, id)?;
+        crate::barrier::reach("after-open");
+        if o.read_only {
+            return Err(read_only_refusal());
+        }
+        lock_issuer(&o.lock)?;
+        Deployment::read_log(o, issuer)
+    }
+
+    fn open_objects(
+        layout: &Layout,
+        issuer: &PublicKey,
+        id: DeploymentId,
+    ) -> Result<Opened, Refusal> {
         let state = layout.state_dir(&id);
         let subject = state.display().to_string();
         let deps = open_path(&layout.deployments(), OFlags::RDONLY | OFlags::DIRECTORY, 0)
@@ -117,7 +153,8 @@ impl Deployment {
                 _ => open_failed(&subject, e),
             },
         )?;
-        let mf = open_at(&dir, MANIFEST_FILE, OFlags::RDONLY, 0)
+        // O_NONBLOCK: a FIFO put in its place must not block the open.
+        let mf = open_at(&dir, MANIFEST_FILE, OFlags::RDONLY | OFlags::NONBLOCK, 0)
             .map_err(|e| open_failed(MANIFEST_FILE, e))?;
         let bytes =
             read_all_fd(&mf, MANIFEST_BYTES_MAX).map_err(|e| open_failed(MANIFEST_FILE, e))?;
@@ -190,6 +227,28 @@ impl Deployment {
             &enrolled(Role::IssuerLock)?,
             &fstat_identity(&lock).map_err(|e| open_failed(LOCK_FILE, e))?,
         )?;
+        Ok(Opened {
+            id,
+            manifest,
+            bytes,
+            dir,
+            lock,
+            log_fd,
+            read_only,
+        })
+    }
+
+    /// Reads and verifies the epoch log of opened objects.
+    fn read_log(o: Opened, issuer: &PublicKey) -> Result<Deployment, Refusal> {
+        let Opened {
+            id,
+            manifest,
+            bytes,
+            dir,
+            lock,
+            log_fd,
+            read_only,
+        } = o;
         let log =
             EpochLog::open(&mut Real, log_fd, *issuer, id).map_err(|e| open_failed(LOG_FILE, e))?;
         let manifest_hash = Hash::of(&bytes);
@@ -223,33 +282,12 @@ impl Deployment {
     }
 
     /// Takes the issuer lock (`flock` EX, non-blocking). Busy names the holder(s).
+    /// An issuance uses [`Deployment::open_locked`], which locks before reading the log.
     pub fn lock_issuer(&self) -> Result<(), Refusal> {
         if self.read_only {
-            return Err(Refusal::new(
-                Reason::StateReadOnly,
-                LOG_FILE,
-                "writable",
-                "on a read-only file system (Read-only file system)",
-            ));
+            return Err(read_only_refusal());
         }
-        match rustix::fs::flock(&self.lock, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => Ok(()),
-            Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
-                let id = fstat_identity(&self.lock).map_err(|e| open_failed(LOCK_FILE, e))?;
-                Err(Refusal::new(
-                    Reason::IssuerBusy,
-                    LOCK_FILE,
-                    "unlocked",
-                    describe_holders("FLOCK", &id),
-                ))
-            }
-            Err(e) => Err(Refusal::new(
-                Reason::ObserveFailed,
-                LOCK_FILE,
-                "lockable",
-                e.to_string(),
-            )),
-        }
+        lock_issuer(&self.lock)
     }
 
     /// The predecessor link of this deployment's genesis, if any.
@@ -258,6 +296,37 @@ impl Deployment {
             EpochBody::Genesis { predecessor, .. } => *predecessor,
             _ => None,
         }
+    }
+}
+
+/// The state is on a read-only file system: it reads, it is never issued from.
+fn read_only_refusal() -> Refusal {
+    Refusal::new(
+        Reason::StateReadOnly,
+        LOG_FILE,
+        "writable",
+        "on a read-only file system (Read-only file system)",
+    )
+}
+
+fn lock_issuer(lock: &OwnedFd) -> Result<(), Refusal> {
+    match rustix::fs::flock(lock, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(()),
+        Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
+            let id = fstat_identity(lock).map_err(|e| open_failed(LOCK_FILE, e))?;
+            Err(Refusal::new(
+                Reason::IssuerBusy,
+                LOCK_FILE,
+                "unlocked",
+                describe_holders("FLOCK", &id),
+            ))
+        }
+        Err(e) => Err(Refusal::new(
+            Reason::ObserveFailed,
+            LOCK_FILE,
+            "lockable",
+            e.to_string(),
+        )),
     }
 }
 

@@ -58,6 +58,148 @@ pub fn write_msg<T: Canonical>(w: &mut impl std::io::Write, m: &T) -> std::io::R
     w.flush()
 }
 
+/// Arms the stream's next wait (read or write) to end within the given time, e.g. with
+/// `set_read_timeout`: the caller's I/O, so this crate stays free of it.
+pub type Arm<'a, S> = &'a mut dyn FnMut(&S, std::time::Duration) -> std::io::Result<()>;
+
+fn timed_out(what: &str) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("the whole {what} did not arrive within its deadline"),
+    )
+}
+
+/// Fills `buf` before `deadline`: the remaining time is armed before every read, so a peer
+/// that sends a byte at a time cannot stretch the wait beyond the deadline.
+pub fn read_exact_by<S: std::io::Read>(
+    s: &mut S,
+    buf: &mut [u8],
+    deadline: std::time::Instant,
+    arm: Arm<'_, S>,
+) -> std::io::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(timed_out("message"));
+        }
+        arm(s, left)?;
+        match s.read(&mut buf[got..]) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            // An armed wait that ran out: the loop checks the deadline.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::Interrupted
+                        | std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Reads one frame's payload, the whole of it before `deadline` (length checked before the
+/// buffer is allocated).
+pub fn read_frame_by<S: std::io::Read>(
+    s: &mut S,
+    deadline: std::time::Instant,
+    arm: Arm<'_, S>,
+) -> std::io::Result<Vec<u8>> {
+    let mut h = [0u8; 4];
+    read_exact_by(s, &mut h, deadline, arm)?;
+    let len = frame_len(h).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    let mut buf = vec![0u8; len];
+    read_exact_by(s, &mut buf, deadline, arm)?;
+    Ok(buf)
+}
+
+/// Reads and strictly decodes one message, the whole of it before `deadline`.
+pub fn read_msg_by<T: Canonical, S: std::io::Read>(
+    s: &mut S,
+    deadline: std::time::Instant,
+    arm: Arm<'_, S>,
+) -> std::io::Result<T> {
+    let b = read_frame_by(s, deadline, arm)?;
+    T::from_bytes(&b).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+/// Writes all of `bytes` before `deadline` (armed before every write): a peer that reads a
+/// byte at a time cannot hold the writer beyond it.
+pub fn write_all_by<S: std::io::Write>(
+    s: &mut S,
+    bytes: &[u8],
+    deadline: std::time::Instant,
+    arm: Arm<'_, S>,
+) -> std::io::Result<()> {
+    let mut sent = 0;
+    while sent < bytes.len() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the peer did not take the whole message within its deadline",
+            ));
+        }
+        arm(s, left)?;
+        match s.write(&bytes[sent..]) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => sent += n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::Interrupted
+                        | std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    s.flush()
+}
+
+/// Longest refusal, progress or outcome text a receiver accepts (the decoders' bound).
+/// Senders clip to it with [`refused`] and [`bounded`], so a long observation (a deep
+/// cgroup path) never turns a clean refusal into a malformed frame.
+pub const WIRE_TEXT_BYTES_MAX: usize = 4 * TEXT_BYTES_MAX;
+
+/// Longest progress step name a receiver accepts.
+pub const STEP_BYTES_MAX: usize = 64;
+
+/// The one way to build a grant-socket refusal: the detail clipped to the receiver's bound.
+pub fn refused(reason: Reason, detail: &str) -> GrantMsg {
+    GrantMsg::Refused {
+        reason,
+        detail: crate::types::clip(detail, WIRE_TEXT_BYTES_MAX),
+    }
+}
+
+/// An admin event with every free text clipped to the receiver's bounds; applied to every
+/// event before it is sent.
+pub fn bounded(e: AdminEvent) -> AdminEvent {
+    use crate::types::clip;
+    match e {
+        AdminEvent::Progress { step, detail } => AdminEvent::Progress {
+            step: clip(&step, STEP_BYTES_MAX),
+            detail: clip(&detail, WIRE_TEXT_BYTES_MAX),
+        },
+        AdminEvent::Outcome {
+            outcome,
+            reasons,
+            detail,
+            grant,
+        } => AdminEvent::Outcome {
+            outcome,
+            reasons,
+            detail: clip(&detail, WIRE_TEXT_BYTES_MAX),
+            grant,
+        },
+        other => other,
+    }
+}
+
 /// The outcome of an issuance (DESIGN §6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {

@@ -3,6 +3,7 @@ mod cddl;
 mod chain;
 mod common;
 mod corpus;
+mod deadline;
 mod golden;
 mod props;
 mod reasons;

@@ -9,6 +9,12 @@
 //! * `listen-unix PATH`, `listen-tcp PORT`, `listen-udp PORT` — binds, prints its pid, sleeps.
 //! * `zombie-leader` — spawns a thread, then the leader thread exits alone.
 //! * `threads` — spawns two threads, prints `PID TID,TID,TID`, sleeps.
+//! * `drip-consumer SOCKET PREFIX KEY MILLIS` — speaks the consumer protocol with the
+//!   enrolled key, then sends its custody frame one byte every MILLIS ms (a slow peer).
+//! * `serve-long-refusal SOCKET` — a fake repochd: reads a hello, answers a refusal
+//!   (consumer-rejected) whose detail is longer than receivers accept.
+//! * `serve-drip SOCKET` — a fake repochd: reads a hello, declares a 64 KiB frame and sends
+//!   one byte a second.
 #![deny(unsafe_code)]
 
 use std::io::Write as _;
@@ -124,6 +130,76 @@ fn main() {
                         eprintln!("rogue-consumer: {e}");
                         std::process::exit(1);
                     }
+                }
+            }
+        }
+        Some("drip-consumer") => {
+            // A correct consumer that drip-feeds its custody answer: each byte arrives well
+            // within any per-read timeout, the whole frame takes far longer than any deadline.
+            use repoch_protocol::cbor::Canonical as _;
+            use repoch_protocol::wire::{frame, read_msg, write_msg, GrantMsg};
+            let key = repoch_protocol::sign::signing_key_from_hex(
+                &std::fs::read_to_string(&args[4]).unwrap(),
+            )
+            .unwrap();
+            let every = std::time::Duration::from_millis(args[5].parse().unwrap());
+            let mut s = std::os::unix::net::UnixStream::connect(&args[2]).expect("connect");
+            write_msg(
+                &mut s,
+                &GrantMsg::Hello {
+                    deployment: args[3].clone(),
+                    key: repoch_protocol::PublicKey::from(&key.verifying_key()),
+                },
+            )
+            .unwrap();
+            ready();
+            loop {
+                match read_msg::<GrantMsg>(&mut s) {
+                    Ok(GrantMsg::Challenge(c)) => {
+                        let bytes = frame(&GrantMsg::Custody(c.answer(&key)).to_bytes());
+                        for b in bytes {
+                            if s.write_all(&[b]).is_err() {
+                                std::process::exit(3);
+                            }
+                            std::thread::sleep(every);
+                        }
+                    }
+                    Ok(_) => continue,
+                    Err(e) => {
+                        eprintln!("drip-consumer: {e}");
+                        std::process::exit(1);
+                    }
+                }
+            }
+        }
+        Some("serve-long-refusal") => {
+            use repoch_protocol::cbor::Canonical as _;
+            use repoch_protocol::wire::{frame, read_frame, GrantMsg};
+            let _ = std::fs::remove_file(&args[2]);
+            let l = std::os::unix::net::UnixListener::bind(&args[2]).expect("bind");
+            ready();
+            let (mut c, _) = l.accept().unwrap();
+            let _ = read_frame(&mut c);
+            let m = GrantMsg::Refused {
+                reason: repoch_protocol::Reason::ConsumerRejected,
+                detail: format!("cgroup /{}", "x/".repeat(1000)),
+            };
+            c.write_all(&frame(&m.to_bytes())).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        Some("serve-drip") => {
+            let _ = std::fs::remove_file(&args[2]);
+            let l = std::os::unix::net::UnixListener::bind(&args[2]).expect("bind");
+            ready();
+            let (mut c, _) = l.accept().unwrap();
+            let _ = repoch_protocol::wire::read_frame(&mut c);
+            if c.write_all(&(64u32 * 1024).to_be_bytes()).is_err() {
+                return;
+            }
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+                if c.write_all(&[0]).is_err() {
+                    return;
                 }
             }
         }
