@@ -483,10 +483,15 @@ impl Observer {
                         .take(cgroup::TASKS_SHOWN_MAX)
                         .map(|t| {
                             let cg = cgroup::of_pid(t.pid).unwrap_or_else(|_| "?".into());
-                            if t.tid == t.pid {
-                                format!("pid {} in {cg}", t.pid)
+                            let how = if t.mapped {
+                                " (mapped, not its exe)"
                             } else {
-                                format!("pid {} tid {} in {cg}", t.pid, t.tid)
+                                ""
+                            };
+                            if t.tid == t.pid {
+                                format!("pid {}{how} in {cg}", t.pid)
+                            } else {
+                                format!("pid {} tid {}{how} in {cg}", t.pid, t.tid)
                             }
                         })
                         .collect();

@@ -284,3 +284,71 @@ fn recover_is_refused_listener_present_for_a_relative_path_listener() {
     let records = s.status(&id).json()["records"].as_array().unwrap().len();
     assert_eq!(records, 1, "only the genesis record");
 }
+
+// ---- item 2: executables by identity, mapped or exec'd ----
+
+/// The dynamic loader this test binary was started by, from its own maps.
+fn dynamic_loader() -> Option<std::path::PathBuf> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| {
+            let name = p.rsplit('/').next().unwrap_or_default();
+            name.starts_with("ld-linux") || name.starts_with("ld-musl") || name == "ld.so"
+        })
+        .map(std::path::PathBuf::from)
+}
+
+#[test]
+fn a_contained_executable_started_through_the_dynamic_loader_is_an_escaped_task() {
+    // `ld-linux-x86-64.so.2 /srv/old-root 600`: the task's exe is the loader, the
+    // contained executable is only mapped into it. It is an escaped task all the same.
+    require_root!();
+    let Some(loader) = dynamic_loader() else {
+        eprintln!("SKIPPED: this test binary has no dynamic loader mapped");
+        return;
+    };
+    let s = Sandbox::new();
+    let exe = s.srv.join("old-root");
+    std::fs::copy("/bin/sleep", &exe).unwrap();
+    let id = s.enroll_with(&s.manifest(&format!(
+        "[containment]\nexecutables = [\"{}\"]",
+        exe.display()
+    )));
+    assert_holds(&s.observe(&id));
+    // sh prints its pid, then exec()s the loader in place.
+    let p = spawn_ready({
+        let mut c = Command::new("sh");
+        c.args([
+            "-c",
+            "echo $$; exec \"$0\" \"$1\" 600",
+            loader.to_str().unwrap(),
+            exe.to_str().unwrap(),
+        ]);
+        c
+    });
+    let pid = p.pid();
+    // Bounded wait until the loader has mapped the program.
+    let mapped = (0..500).any(|_| {
+        let m = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        m.contains(exe.to_str().unwrap()) || {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            false
+        }
+    });
+    assert!(mapped, "the loader never mapped {}", exe.display());
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{pid}/exe")).unwrap(),
+        std::fs::canonicalize(&loader).unwrap(),
+        "its exe is the loader"
+    );
+    let r = s.observe(&id);
+    assert_refused(&r, "escaped-task");
+    assert!(
+        observed(&r, "process").contains(&format!("pid {pid}")),
+        "{}",
+        r.stdout
+    );
+    drop(p);
+    assert_holds(&s.observe(&id));
+}
