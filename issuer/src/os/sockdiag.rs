@@ -583,6 +583,10 @@ mod tests {
         );
         assert!(s.vfs.unwrap().is(0xfe00, (1 << 32) | 4242));
         assert_eq!(s.peer, Some(99));
+        // Minors over 255 and majors over 255 land where stat() puts them.
+        let kdev = (259u32 << 20) | 300;
+        let d = dev_from_kernel(kdev);
+        assert_eq!((rustix::fs::major(d), rustix::fs::minor(d)), (259, 300));
     }
 
     #[test]

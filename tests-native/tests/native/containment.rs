@@ -188,6 +188,35 @@ fn a_listener_in_a_namespace_no_process_is_in_is_found_by_connecting() {
 }
 
 #[test]
+fn a_network_namespace_the_observer_cannot_enter_is_observe_failed() {
+    // The socket file at the enrolled path is bound in another network namespace; the
+    // observer runs without CAP_SYS_ADMIN (setpriv drops it from the bounding set), so
+    // setns() into that namespace is refused. Unknown is never fine: observe-failed,
+    // naming the namespace, never "nothing bound".
+    require_root!();
+    let s = Sandbox::new();
+    let sock = s.path("old.sock");
+    let id = enroll_listener(&s, &sock);
+    let ns = Netns::new(&s.tag);
+    let _l = spawn_ready(ns.wrap(&helper(&["listen-unix", sock.to_str().unwrap()])));
+    let obs = s.observe_cmd(&id, &[]);
+    let mut c = Command::new("setpriv");
+    c.args(["--bounding-set", "-sys_admin", "--"])
+        .arg(obs.get_program())
+        .args(obs.get_args());
+    for (k, v) in obs.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    let r: Run = c.output().unwrap().into();
+    assert_refused(&r, "observe-failed");
+    let o = observed(&r, "listener");
+    assert!(o.contains("network namespace net:["), "{o}");
+}
+
+#[test]
 fn an_enrolled_unix_path_with_a_space_is_seen_when_bound() {
     // /proc/net/unix is split on whitespace: a path with a space was never matched.
     require_root!();
