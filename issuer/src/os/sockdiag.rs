@@ -38,6 +38,8 @@ pub const DIAG_SOCKETS_MAX: usize = 1 << 20;
 pub const DIAG_RECV_SECONDS_MAX: i64 = 5;
 /// Distinct network namespaces examined.
 pub const NETNS_MAX: usize = 4096;
+/// Tasks whose network namespace is looked at, over all processes.
+pub const NETNS_TASKS_MAX: usize = 1 << 20;
 /// Handles (`/proc/PID/task/TID/ns/net` paths) kept per namespace, tried in turn when the
 /// task behind one has exited.
 pub const NETNS_HANDLES_MAX: usize = 4;
@@ -365,6 +367,14 @@ pub fn peer_of(inode: u64) -> Result<Option<u64>, String> {
     Ok(unix_socket(inode, None)?.and_then(|s| s.peer))
 }
 
+/// The inode of a socket fd (the `N` of `socket:[N]`), as [`peer_of`] and
+/// [`unix_socket`] take it.
+pub fn inode_of(fd: impl std::os::fd::AsFd) -> Result<u64, String> {
+    rustix::fs::fstat(fd)
+        .map(|st| st.st_ino)
+        .map_err(|e| format!("fstat socket: {e}"))
+}
+
 /// A network namespace: its nsfs identity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct NetnsId {
@@ -403,10 +413,14 @@ pub fn own_netns() -> Result<NetnsId, String> {
 /// may be in another one than its leader) or that `ip netns` names (`/run/netns/*`).
 /// A namespace kept alive only by a socket or an fd is not found here.
 pub fn network_namespaces() -> Result<Vec<Netns>, String> {
+    // Every namespace lives on the one nsfs: its device is our own namespace's. Anything
+    // else (an `ip netns` name being added or deleted is a plain file for a moment) is
+    // not a namespace.
+    let nsfs = own_netns()?.dev;
     let mut found: BTreeMap<NetnsId, Vec<PathBuf>> = BTreeMap::new();
     let mut add = |p: PathBuf| -> Result<(), String> {
-        let Some(id) = ns_identity(&p) else {
-            return Ok(()); // the task exited meanwhile
+        let Some(id) = ns_identity(&p).filter(|id| id.dev == nsfs) else {
+            return Ok(()); // the task exited meanwhile, or not a namespace
         };
         if !found.contains_key(&id) && found.len() == NETNS_MAX {
             return Err(format!("more than {NETNS_MAX} network namespaces"));
@@ -417,18 +431,27 @@ pub fn network_namespaces() -> Result<Vec<Netns>, String> {
         }
         Ok(())
     };
+    let mut tasks_seen = 0usize;
     for pid in pids().map_err(|e| format!("/proc: {e}"))? {
         let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
             continue; // exited
         };
         for t in tasks.take(TASKS_PER_PROC_MAX).flatten() {
+            tasks_seen += 1;
+            if tasks_seen > NETNS_TASKS_MAX {
+                return Err(format!("more than {NETNS_TASKS_MAX} tasks"));
+            }
             add(t.path().join("ns/net"))?;
         }
     }
-    if let Ok(named) = std::fs::read_dir("/run/netns") {
-        for e in named.take(NETNS_MAX).flatten() {
-            add(e.path())?;
+    match std::fs::read_dir("/run/netns") {
+        Ok(named) => {
+            for e in named.take(NETNS_MAX) {
+                add(e.map_err(|e| format!("/run/netns: {e}"))?.path())?;
+            }
         }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("/run/netns: {e}")),
     }
     Ok(found
         .into_iter()

@@ -79,15 +79,18 @@ fn sock_diag_names_the_peer_of_a_connected_socket() {
     // A connected pair: the peer of each end is the other end's socket inode.
     require_root!();
     use repoch_issuer::os::sockdiag;
-    use std::os::unix::fs::MetadataExt as _;
     let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
-    let ino = |fd: i32| {
-        std::fs::metadata(format!("/proc/self/fd/{fd}"))
-            .unwrap()
-            .ino()
-    };
-    use std::os::fd::AsRawFd as _;
-    let (ia, ib) = (ino(a.as_raw_fd()), ino(b.as_raw_fd()));
+    let (ia, ib) = (
+        sockdiag::inode_of(&a).unwrap(),
+        sockdiag::inode_of(&b).unwrap(),
+    );
+    // The same number /proc shows as socket:[N].
+    let link = std::fs::read_link(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&a)
+    ))
+    .unwrap();
+    assert_eq!(link.to_str().unwrap(), format!("socket:[{ia}]"));
     assert_eq!(sockdiag::peer_of(ia).unwrap(), Some(ib));
     assert_eq!(sockdiag::peer_of(ib).unwrap(), Some(ia));
     // A socket inode nobody has is no socket, not an error.
