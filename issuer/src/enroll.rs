@@ -408,6 +408,40 @@ fn remove_journal(path: &str) {
     let _ = std::fs::remove_file(path);
 }
 
+/// Refuses a second successor of `predecessor`: each successor could recover once, so two
+/// would fork its lineage (docs/THREAT-MODEL.md). Every enrolled deployment is read; one
+/// that cannot be read might be a successor, so it refuses too (fail closed). Bounded by
+/// the deployments `store::list` returns.
+fn only_successor(
+    layout: &Layout,
+    issuer: &PublicKey,
+    predecessor: DeploymentId,
+) -> Result<(), EnrollError> {
+    let ids = store::list(layout).map_err(|e| {
+        field(
+            "predecessor",
+            format!("cannot list the enrolled deployments: {e}"),
+        )
+    })?;
+    for id in ids {
+        let d = store::Deployment::open(layout, issuer, id).map_err(|r| {
+            field(
+                "predecessor",
+                format!(
+                    "deployment {id} cannot be read, it may already succeed {predecessor}: {r}"
+                ),
+            )
+        })?;
+        if d.predecessor().is_some_and(|p| p.deployment == predecessor) {
+            return Err(field(
+                "predecessor",
+                format!("{predecessor} already has a successor, {id}: a lineage has one successor"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Enrolls a validated manifest. Root only (checked by the caller's CLI too).
 pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, EnrollError> {
     let key = issuer_key(layout, true)?;
@@ -435,6 +469,7 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
                     "its epoch is unused (enrolled): recover it, do not replace it",
                 ));
             }
+            only_successor(layout, &issuer, pid)?;
             Some(Predecessor {
                 deployment: pid,
                 final_hash: rep.last_hash().expect("a verified log has a genesis"),

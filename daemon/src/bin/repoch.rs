@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use repoch_daemon::cli::{self, Ctx};
+use repoch_daemon::limits;
 
 const EXIT_CODES: &str = "\
 EXIT CODES:
@@ -58,8 +59,10 @@ enum Cmd {
         /// observation's digest is shown and used.
         #[arg(long, value_name = "SHA256")]
         approve_ready: Option<String>,
-        /// How long repochd waits for the consumer to connect, in seconds.
-        #[arg(long, default_value_t = cli::CONSUMER_WAIT_SECONDS_DEFAULT, value_name = "SECONDS")]
+        /// How long repochd waits for the consumer to connect, in seconds (1..=3600).
+        #[arg(long, default_value_t = cli::CONSUMER_WAIT_SECONDS_DEFAULT, value_name = "SECONDS",
+              value_parser = clap::value_parser!(u64).range(
+                  limits::CONSUMER_WAIT_SECONDS_MIN..=limits::CONSUMER_WAIT_SECONDS_MAX))]
         consumer_wait: u64,
     },
     /// Observe lineage, containment, fences, READY and the consumer executable now, and

@@ -5,11 +5,14 @@
 fn committed_fuzz_corpus_replays_without_panic() {
     let base = concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/corpus");
     type Target = (&'static str, fn(&[u8]));
-    let targets: [Target; 4] = [
+    let targets: [Target; 7] = [
         ("epoch_log", repoch_protocol::fuzz::epoch_log),
         ("journal", repoch_protocol::fuzz::journal),
         ("grant", repoch_protocol::fuzz::grant),
         ("wire", repoch_protocol::fuzz::wire),
+        ("signed_journal", repoch_protocol::fuzz::signed_journal),
+        ("signed_epoch", repoch_protocol::fuzz::signed_epoch),
+        ("signed_grant", repoch_protocol::fuzz::signed_grant),
     ];
     let mut n = 0;
     for (t, f) in targets {
