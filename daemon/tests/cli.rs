@@ -181,3 +181,45 @@ fn a_consumer_wait_beyond_its_bound_is_a_usage_error() {
         assert!(err.contains("3600"), "{v}: {err}");
     }
 }
+
+#[test]
+fn audit_of_a_torn_log_exits_2_with_epoch_torn_and_a_log_given_twice_counts_once() {
+    // Proves: a log cut inside its last record audits as epoch-torn (exit 2); the same
+    // valid log given twice is one log, not a duplicate (exit 0).
+    let key = ed25519_dalek::SigningKey::from_bytes(&[3; 32]);
+    let log = genesis_log(&key, DeploymentId([0xa; 16]), None);
+    let (_d, args) = audit_dir(&key, &[("torn.log", &log[..log.len() - 5])]);
+    let (code, reason, out) = audit_reason(&args);
+    assert_eq!((code, reason.as_str()), (2, "epoch-torn"), "{out}");
+    let (_d, args) = audit_dir(&key, &[("one.log", &log), ("same.log", &log)]);
+    let (code, _, out) = audit_reason(&args);
+    assert_eq!(code, 0, "{out}");
+}
+
+#[test]
+fn audit_of_a_link_to_another_final_hash_is_predecessor_mismatch() {
+    // Proves: a successor whose link names a hash its predecessor does not end in audits
+    // as predecessor-mismatch (exit 2).
+    let key = ed25519_dalek::SigningKey::from_bytes(&[3; 32]);
+    let a = DeploymentId([0xa; 16]);
+    let link = Predecessor {
+        deployment: a,
+        final_hash: Hash([9; 32]),
+    };
+    let (_d, args) = audit_dir(
+        &key,
+        &[
+            ("a.log", &genesis_log(&key, a, None)),
+            (
+                "b.log",
+                &genesis_log(&key, DeploymentId([0xb; 16]), Some(link)),
+            ),
+        ],
+    );
+    let (code, reason, out) = audit_reason(&args);
+    assert_eq!(
+        (code, reason.as_str()),
+        (2, "predecessor-mismatch"),
+        "{out}"
+    );
+}

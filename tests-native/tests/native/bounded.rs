@@ -518,3 +518,97 @@ fn a_second_successor_of_one_predecessor_is_refused_at_enrollment() {
         "a refused enrollment keeps nothing"
     );
 }
+
+#[test]
+fn enroll_as_non_root_is_admin_denied() {
+    // Proves: a non-root enroll is refused admin-denied (exit 2) and creates nothing.
+    require_root!();
+    let s = Sandbox::new();
+    std::fs::set_permissions(s.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let p = s.path("m.toml");
+    std::fs::write(&p, s.manifest("")).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut c = s.cmd("repoch");
+    c.args(["--json", "enroll", p.to_str().unwrap()])
+        .uid(65534)
+        .gid(65534);
+    let r = run(c);
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(refusal_reason(&r), "admin-denied");
+    assert!(!s.srv.join("journal").exists());
+}
+
+#[test]
+fn enroll_that_cannot_write_its_files_is_enroll_failed_exit_2() {
+    // Proves: when the host cannot create the deployments directory (a file is in the
+    // way), enroll refuses enroll-failed (exit 2), not manifest-invalid, and keeps nothing.
+    require_root!();
+    let s = Sandbox::new();
+    std::fs::create_dir_all(s.root.join("var/lib")).unwrap();
+    std::fs::write(s.root.join("var/lib/repoch"), b"in the way").unwrap();
+    let p = s.path("m.toml");
+    std::fs::write(&p, s.manifest("")).unwrap();
+    let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(refusal_reason(&r), "enroll-failed");
+    assert!(!s.srv.join("journal").exists());
+}
+
+#[test]
+fn journal_append_exits_0_and_on_a_mutated_journal_2_with_its_lineage_reason() {
+    // Proves: `repoch journal append` appends (0); on a journal whose record was altered
+    // it refuses with the lineage reason (2) and appends nothing.
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let journal = s.srv.join("journal");
+    let key = s.path("producer.key");
+    let append = |rec: &[&str]| {
+        let mut a = vec!["--json", "journal", "append", "--journal"];
+        a.push(journal.to_str().unwrap());
+        a.extend(["--key", key.to_str().unwrap(), "--deployment", &id]);
+        a.extend(rec);
+        s.repoch(&a)
+    };
+    let r = append(&["root-start", "--pid", "1"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    unset_append_only(&journal);
+    let mut bytes = std::fs::read(&journal).unwrap();
+    let n = bytes.len() - 70; // inside the last record's signed body or signature
+    bytes[n] ^= 1;
+    std::fs::write(&journal, &bytes).unwrap();
+    let r = append(&["root-stop"]);
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert!(refusal_reason(&r).starts_with("lineage-"), "{}", r.stdout);
+    assert_eq!(std::fs::read(&journal).unwrap(), bytes);
+}
+
+#[test]
+fn consumer_verify_exits_2_for_a_grant_that_does_not_verify_and_64_for_a_missing_file() {
+    // Proves: `repoch-consume verify` follows the rule: bytes that are no grant signed by
+    // the pinned key are refused (2); a grant file that cannot be read is usage (64).
+    let s = Sandbox::new();
+    let bad = s.path("bad.grant");
+    std::fs::write(&bad, b"not a grant").unwrap();
+    let key = s.path("producer.key.pub");
+    let r = s.run(
+        "repoch-consume",
+        &[
+            "verify",
+            "--issuer-key",
+            key.to_str().unwrap(),
+            bad.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    let r = s.run(
+        "repoch-consume",
+        &[
+            "verify",
+            "--issuer-key",
+            key.to_str().unwrap(),
+            "/nonexistent/grant",
+        ],
+    );
+    assert_eq!(r.code, 64, "{}{}", r.stdout, r.stderr);
+}
