@@ -612,3 +612,90 @@ fn consumer_verify_exits_2_for_a_grant_that_does_not_verify_and_64_for_a_missing
     );
     assert_eq!(r.code, 64, "{}{}", r.stdout, r.stderr);
 }
+
+/// A child process killed (and reaped) on drop unless it was waited for.
+struct Child(Option<std::process::Child>);
+
+impl Child {
+    fn pid(&self) -> u32 {
+        self.0.as_ref().map_or(0, std::process::Child::id)
+    }
+    fn finish(mut self) -> Run {
+        self.0.take().unwrap().wait_with_output().unwrap().into()
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Whether `pid` is stopped (state T in /proc/PID/stat).
+fn stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('T'))
+    })
+}
+
+#[test]
+fn two_concurrent_enrollments_of_successors_of_one_predecessor_admit_one() {
+    // Proves: the one-successor check and the creation of the successor are atomic with
+    // respect to another enrollment. B stops (barrier) right after its check passed; C,
+    // another successor of A, is enrolled meanwhile; B continues. Exactly one succeeds
+    // (0), the other is refused (64): never two successors of A.
+    require_root!();
+    let s = Sandbox::new();
+    let a = s.enroll();
+    use_epoch(&s, &a);
+    let pred = format!("predecessor = \"{a}\"");
+    let (pb, pc) = (s.path("b.toml"), s.path("c.toml"));
+    std::fs::write(&pb, manifest_with_journal(&s, &pred, "journal2")).unwrap();
+    std::fs::write(&pc, manifest_with_journal(&s, &pred, "journal3")).unwrap();
+    let b = Child(Some(
+        s.cmd("repoch")
+            .args(["--json", "enroll", pb.to_str().unwrap()])
+            .env("REPOCH_BARRIER", "enroll-after-successor-check")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    let start = std::time::Instant::now();
+    while !stopped(b.pid()) {
+        assert!(
+            start.elapsed().as_secs() < DAEMON_WAIT_SECONDS_MAX,
+            "enroll never reached its barrier (built without barriers? run `cargo test --workspace`)"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let c = Child(Some(
+        s.cmd("repoch")
+            .args(["--json", "enroll", pc.to_str().unwrap()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    // C either finishes now (no serialization) or waits for B.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let pid = rustix::process::Pid::from_raw(b.pid() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
+    let (rb, rc) = (b.finish(), c.finish());
+    let mut codes = [rb.code, rc.code];
+    codes.sort();
+    assert_eq!(
+        codes,
+        [0, 64],
+        "B: {}{}\nC: {}{}",
+        rb.stdout,
+        rb.stderr,
+        rc.stdout,
+        rc.stderr
+    );
+}
