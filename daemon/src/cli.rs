@@ -490,11 +490,13 @@ pub fn journal_append(
     }
     rustix::fs::fdatasync(&fd)
         .map_err(|e| Failure::Uncertain(format!("fdatasync failed (not retried): {e}")))?;
+    // A verified journal has at most JOURNAL_RECORDS_MAX records: never u64::MAX.
+    let seq = f.last_seq.saturating_add(1);
     ctx.out(
-        json!({"seq": f.last_seq + 1, "kind": kind, "hash": hash.to_hex(), "op": op}),
+        json!({"seq": seq, "kind": kind, "hash": hash.to_hex(), "op": op}),
         || match op {
             Some(op) => op.to_string(),
-            None => format!("appended {kind} as record {}", f.last_seq + 1),
+            None => format!("appended {kind} as record {seq}"),
         },
     );
     Ok(ExitCode::SUCCESS)
