@@ -13,9 +13,28 @@ use serde_json::json;
 const EXIT_CODES: &str = "\
 EXIT CODES:
     0   granted (receive), verified (verify), created (keygen)
-    2   refused by repochd, or the grant does not verify
-    3   uncertain: the connection was lost, or the grant could not be persisted
+    2   refused by repochd, the grant does not verify, or nothing was used: repochd is not
+        there, or the wait ended before repochd challenged this consumer
+    3   uncertain: the connection was lost after the challenge, or the grant could not be
+        persisted
     64  usage: bad arguments or key files";
+
+/// Longest `receive --wait` (seconds): a day.
+const RECEIVE_WAIT_SECONDS_MAX: u64 = 86_400;
+
+/// Writes one line to stdout; an output error (EPIPE) never aborts nor changes the exit
+/// code (`println!` panics, and a panic aborts).
+fn say(line: &str) {
+    use std::io::Write as _;
+    let mut o = std::io::stdout().lock();
+    let _ = writeln!(o, "{line}").and_then(|()| o.flush());
+}
+
+/// [`say`] for stderr.
+fn warn(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
 
 /// repoch-consume: receive a deployment's single-use recovery grant.
 ///
@@ -60,8 +79,9 @@ enum Cmd {
             env = "REPOCH_GRANT_SOCKET"
         )]
         socket: PathBuf,
-        /// Longest wait for repochd at each step, in seconds.
-        #[arg(long, default_value_t = repoch_consumer::WAIT_SECONDS_DEFAULT)]
+        /// Longest wait for repochd at each step, in seconds (1..=86400).
+        #[arg(long, default_value_t = repoch_consumer::WAIT_SECONDS_DEFAULT,
+              value_parser = clap::value_parser!(u64).range(1..=RECEIVE_WAIT_SECONDS_MAX))]
         wait: u64,
         /// The new root to execute with the fences inherited.
         #[arg(last = true)]
@@ -76,15 +96,28 @@ enum Cmd {
 }
 
 fn fail(json: bool, e: &Error) -> ExitCode {
+    fail_with(json, e, e.exit_code())
+}
+
+fn fail_with(json: bool, e: &Error, code: u8) -> ExitCode {
     if json {
-        println!(
-            "{}",
-            json!({"outcome": "failed", "exit": e.exit_code(), "message": e.to_string()})
-        );
+        say(&json!({"outcome": "failed", "exit": code, "message": e.to_string()}).to_string());
     } else {
-        eprintln!("repoch-consume: {e}");
+        warn(&format!("repoch-consume: {e}"));
     }
-    ExitCode::from(e.exit_code())
+    ExitCode::from(code)
+}
+
+/// docs/EXIT-CODES.md: a connection that failed, timed out or ended before repochd
+/// challenged this consumer leaves nothing uncertain for it: repochd signs a grant only
+/// after the consumer proves custody in answer to the challenge, so none exists: 2 (not
+/// granted). After the challenge a grant may have been signed and lost: the library's
+/// code (3, uncertain).
+fn receive_exit(e: &Error, challenged: bool) -> u8 {
+    match e {
+        Error::Io(_) if !challenged => 2,
+        _ => e.exit_code(),
+    }
 }
 
 fn summary(g: &repoch_protocol::grant::Grant, bytes: &[u8]) -> serde_json::Value {
@@ -117,9 +150,9 @@ fn main() -> ExitCode {
         Cmd::Keygen { keyfile } => match repoch_consumer::keygen(&keyfile) {
             Ok(k) => {
                 if json {
-                    println!("{}", json!({"public_key": k.to_hex()}))
+                    say(&format!("{}", json!({"public_key": k.to_hex()})))
                 } else {
-                    println!("{k}")
+                    say(&format!("{k}"))
                 }
                 ExitCode::SUCCESS
             }
@@ -135,13 +168,13 @@ fn main() -> ExitCode {
                 Ok((g, bytes)) => {
                     let s = summary(&g, &bytes);
                     if json {
-                        println!("{}", json!({"outcome": "verified", "grant": s}))
+                        say(&format!("{}", json!({"outcome": "verified", "grant": s})))
                     } else {
-                        println!(
+                        say(&format!(
                             "verified: grant for deployment {} (sha256 {})",
                             g.deployment,
                             s["sha256"].as_str().unwrap_or("")
-                        )
+                        ))
                     }
                     ExitCode::SUCCESS
                 }
@@ -167,28 +200,30 @@ fn main() -> ExitCode {
                 Ok(o) => o,
                 Err(e) => return fail(json, &e),
             };
+            let mut challenged = false;
             let r = repoch_consumer::receive_with(&opts, &mut |step| {
+                challenged |= step == "challenge";
                 if !json {
-                    eprintln!("repoch-consume: {step}");
+                    warn(&format!("repoch-consume: {step}"));
                 }
             });
             let got = match r {
                 Ok(g) => g,
-                Err(e) => return fail(json, &e),
+                Err(e) => return fail_with(json, &e, receive_exit(&e, challenged)),
             };
             let s = summary(&got.grant, &got.bytes);
             if json {
-                println!(
+                say(&format!(
                     "{}",
                     json!({"outcome": "granted", "grant_file": out, "grant": s})
-                );
+                ));
             } else {
-                println!(
+                say(&format!(
                     "granted: deployment {} (grant {}, sha256 {})",
                     got.grant.deployment,
                     out.display(),
                     s["sha256"].as_str().unwrap_or("")
-                );
+                ));
             }
             let Some((prog, rest)) = cmd.split_first() else {
                 return ExitCode::SUCCESS;

@@ -28,8 +28,8 @@ pub fn read_log(path: &Path) -> Result<Vec<u8>, String> {
         .map_err(|e| format!("{}: {e}", p.display()))
 }
 
-/// The deployments in chain order, or why the links do not verify.
-pub type ChainResult = Result<Vec<String>, String>;
+/// The deployments in chain order, or why the links do not verify (with its reason).
+pub type ChainResult = Result<Vec<String>, (repoch_protocol::Reason, String)>;
 
 /// Verifies each log and the links between them.
 pub fn audit(paths: &[PathBuf], issuer: &PublicKey) -> Result<(Vec<Audited>, ChainResult), String> {
@@ -50,6 +50,6 @@ pub fn audit(paths: &[PathBuf], issuer: &PublicKey) -> Result<(Vec<Audited>, Cha
     let reports: Vec<LogReport> = out.iter().map(|a| a.report.clone()).collect();
     let chain = verify_chain(&reports)
         .map(|ids| ids.iter().map(|d| d.to_hex()).collect())
-        .map_err(|e| e.to_string());
+        .map_err(|e| (e.reason(), e.to_string()));
     Ok((out, chain))
 }

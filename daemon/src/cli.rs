@@ -35,14 +35,30 @@ impl Ctx {
             json,
         }
     }
-    /// Prints a JSON value (with --json) or the human text.
+    /// Prints a JSON value (with --json) or the human text, through [`say`].
     pub fn out(&self, v: serde_json::Value, human: impl FnOnce() -> String) {
         if self.json {
-            println!("{v}");
+            say(&v.to_string());
         } else {
-            println!("{}", human());
+            say(&human());
         }
     }
+}
+
+/// Writes one line to stdout. An output error never aborts (`println!` panics, and a
+/// panic aborts) and never changes the outcome: a reader that went away (EPIPE; Rust
+/// leaves SIGPIPE ignored) or a full disk only loses the text. The command goes on to its
+/// end (a recovery still reads repochd's outcome) and exits with its documented code.
+pub fn say(line: &str) {
+    use std::io::Write as _;
+    let mut o = std::io::stdout().lock();
+    let _ = writeln!(o, "{line}").and_then(|()| o.flush());
+}
+
+/// [`say`] for stderr: diagnostics, with the same guarantee.
+pub fn warn(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
 fn require_root(what: &str) -> Result<(), Failure> {
@@ -93,15 +109,25 @@ pub fn enroll(ctx: &Ctx, manifest: &Path) -> CmdResult {
     require_root("enroll")?;
     let text = read_manifest(manifest)
         .map_err(|e| Failure::Usage(format!("{}: {e}", manifest.display())))?;
-    let v = repoch_issuer::enroll::validate(&text)
-        .map_err(|e| Failure::Usage(format!("{}: {e}", manifest.display())))?;
-    let e = repoch_issuer::enroll::enroll(&ctx.layout, &v, now()).map_err(|e| match e {
-        repoch_issuer::enroll::EnrollError::Manifest { .. } => Failure::Usage(e.to_string()),
-        repoch_issuer::enroll::EnrollError::Refused { .. }
-        | repoch_issuer::enroll::EnrollError::Io(_) => Failure::Refused(vec![Refusal::new(
+    let invalid = |e: &repoch_issuer::enroll::EnrollError| {
+        Failure::Manifest(Refusal::new(
             Reason::ManifestInvalid,
             manifest.display().to_string(),
-            "enrollable",
+            "an enrollable manifest",
+            e.to_string(),
+        ))
+    };
+    let v = repoch_issuer::enroll::validate(&text).map_err(|e| invalid(&e))?;
+    // docs/EXIT-CODES.md: a manifest the host cannot enroll as written (a field, an object
+    // that exists or is missing, a predecessor that already has a successor) is 64; the
+    // host failing to write its files is a refusal (2) that kept nothing.
+    let e = repoch_issuer::enroll::enroll(&ctx.layout, &v, now()).map_err(|e| match e {
+        repoch_issuer::enroll::EnrollError::Manifest { .. }
+        | repoch_issuer::enroll::EnrollError::Refused { .. } => invalid(&e),
+        repoch_issuer::enroll::EnrollError::Io(_) => Failure::Refused(vec![Refusal::new(
+            Reason::EnrollFailed,
+            manifest.display().to_string(),
+            "enrolled",
             e.to_string(),
         )]),
     })?;
@@ -116,10 +142,10 @@ pub fn enroll(ctx: &Ctx, manifest: &Path) -> CmdResult {
     );
     if !ctx.json {
         if let Some(w) = &journal_err {
-            eprintln!("repoch: warning: the producer journal is not append-only ({w}); lineage verification will refuse it (lineage-unprotected)");
+            warn(&format!("repoch: warning: the producer journal is not append-only ({w}); lineage verification will refuse it (lineage-unprotected)"));
         }
         if let Some(w) = &log_err {
-            eprintln!("repoch: warning: the epoch log is not append-only ({w}); only its owner and mode protect it");
+            warn(&format!("repoch: warning: the epoch log is not append-only ({w}); only its owner and mode protect it"));
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -182,8 +208,36 @@ pub fn status(ctx: &Ctx, prefix: &str) -> CmdResult {
         }
         s.trim_end().to_owned()
     });
-    // status never fails for a readable deployment: the classification is the answer.
-    Ok(ExitCode::SUCCESS)
+    Ok(epoch_exit(&d))
+}
+
+/// docs/EXIT-CODES.md: a log that verifies (enrolled or used, whatever its phase) is 0; one
+/// that does not (torn, corrupt, forged, foreign, empty) is 2 with its reason on stderr.
+fn epoch_exit(d: &Deployment) -> ExitCode {
+    match integrity_refusal(d) {
+        None => ExitCode::SUCCESS,
+        Some(r) => {
+            warn(&format!("repoch: refused: {r}"));
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// The refusal of a deployment whose log does not verify; `None` for a verified log.
+fn integrity_refusal(d: &Deployment) -> Option<Refusal> {
+    let rep = d.report();
+    match rep.classification.refusal() {
+        None | Some(Reason::EpochConsumed) => None,
+        Some(reason) => Some(Refusal::new(
+            reason,
+            d.id.to_hex(),
+            "a verified epoch log",
+            rep.problem.as_ref().map_or_else(
+                || rep.classification.as_str().to_owned(),
+                |(at, why)| format!("{} at offset {at}: {why}", rep.classification.as_str()),
+            ),
+        )),
+    }
 }
 
 pub fn list(ctx: &Ctx) -> CmdResult {
@@ -195,6 +249,7 @@ pub fn list(ctx: &Ctx) -> CmdResult {
         Some(store::issuer_public(&ctx.layout)?)
     };
     let mut rows = Vec::new();
+    let mut unverified = 0usize;
     for id in ids {
         let row = match Deployment::open(
             &ctx.layout,
@@ -202,31 +257,42 @@ pub fn list(ctx: &Ctx) -> CmdResult {
             id,
         ) {
             Ok(d) => {
-                json!({"deployment": id.to_hex(), "label": d.manifest.label, "epoch": d.classification().as_str()})
+                let refusal = integrity_refusal(&d);
+                unverified = unverified.saturating_add(usize::from(refusal.is_some()));
+                json!({"deployment": id.to_hex(), "label": d.manifest.label, "epoch": d.classification().as_str(),
+                       "refusal": refusal.as_ref().map(crate::exit::refusal_json)})
             }
             Err(r) => {
+                unverified = unverified.saturating_add(1);
                 json!({"deployment": id.to_hex(), "label": null, "epoch": "unreadable", "refusal": crate::exit::refusal_json(&r)})
             }
         };
         rows.push(row);
     }
     if ctx.json {
-        println!("{}", json!({"deployments": rows}));
+        say(&json!({"deployments": rows}).to_string());
     } else if rows.is_empty() {
-        println!(
+        say(&format!(
             "no deployments enrolled under {}",
             ctx.layout.deployments().display()
-        );
+        ));
     } else {
-        println!("{:<32}  {:<10}  LABEL", "DEPLOYMENT", "EPOCH");
+        say(&format!("{:<32}  {:<10}  LABEL", "DEPLOYMENT", "EPOCH"));
         for r in rows {
-            println!(
+            say(&format!(
                 "{:<32}  {:<10}  {}",
                 r["deployment"].as_str().unwrap_or(""),
                 r["epoch"].as_str().unwrap_or(""),
                 r["label"].as_str().unwrap_or("-")
-            );
+            ));
         }
+    }
+    // docs/EXIT-CODES.md: 2 when a deployment's state or log does not verify.
+    if unverified > 0 {
+        warn(&format!(
+            "repoch: refused: {unverified} deployment(s) do not verify (see their refusal)"
+        ));
+        return Ok(ExitCode::from(2));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -254,7 +320,7 @@ pub fn audit(ctx: &Ctx, issuer_key: Option<&Path>, paths: &[std::path::PathBuf])
         })
         .collect();
     let verified = bad.is_empty() && chain.is_ok();
-    ctx.out(json!({"verified": verified, "logs": rows, "chain": chain.as_ref().ok(), "chain_error": chain.as_ref().err()}), || {
+    ctx.out(json!({"verified": verified, "logs": rows, "chain": chain.as_ref().ok(), "chain_error": chain.as_ref().err().map(|(r, e)| json!({"reason": r.as_str(), "detail": e}))}), || {
         let mut s = format!("{:<32}  {:<10}  {:>7}  {:<16}  PREDECESSOR\n", "DEPLOYMENT", "EPOCH", "RECORDS", "HEAD");
         for a in &logs {
             let r = &a.report;
@@ -272,7 +338,7 @@ pub fn audit(ctx: &Ctx, issuer_key: Option<&Path>, paths: &[std::path::PathBuf])
         }
         match &chain {
             Ok(order) => s.push_str(&format!("chain: verified ({} deployment{})", order.len(), if order.len() == 1 { "" } else { "s" })),
-            Err(e) => s.push_str(&format!("chain: NOT verified: {e}")),
+            Err((r, e)) => s.push_str(&format!("chain: NOT verified: {r}: {e}")),
         }
         if verified {
             s.push_str("\naudit: verified");
@@ -289,7 +355,7 @@ pub fn audit(ctx: &Ctx, issuer_key: Option<&Path>, paths: &[std::path::PathBuf])
                 .report
                 .classification
                 .refusal()
-                .unwrap_or(Reason::EpochCorrupt);
+                .unwrap_or(Reason::EpochMissing);
             Refusal::new(
                 reason,
                 a.path.display().to_string(),
@@ -301,12 +367,10 @@ pub fn audit(ctx: &Ctx, issuer_key: Option<&Path>, paths: &[std::path::PathBuf])
             )
         });
         let r = first.unwrap_or_else(|| {
-            Refusal::new(
-                Reason::PredecessorMismatch,
-                "chain",
-                "verified links",
-                chain.err().unwrap_or_default(),
-            )
+            let (reason, why) = chain
+                .err()
+                .unwrap_or((Reason::Internal, "no chain error".into()));
+            Refusal::new(reason, "chain", "verified links", why)
         });
         Err(Failure::Refused(vec![r]))
     }
@@ -317,13 +381,20 @@ pub fn audit(ctx: &Ctx, issuer_key: Option<&Path>, paths: &[std::path::PathBuf])
 pub enum JournalRecordArg {
     /// The root started (records this process's parent pid unless --pid).
     RootStart {
-        #[arg(long)]
+        /// 1..=4194304 (the kernel's PID_MAX_LIMIT).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=crate::limits::PID_MAX))]
         pid: Option<u32>,
     },
     /// An operation begins; prints its op id (use it with op-end).
     OpBegin { name: String },
     /// An operation ended: succeeded, failed or unknown.
-    OpEnd { op: u64, outcome: String },
+    OpEnd {
+        /// The op id op-begin printed (below 18446744073709551615: the largest id leaves
+        /// no next one).
+        #[arg(value_parser = clap::value_parser!(u64).range(..=crate::limits::OP_ID_MAX))]
+        op: u64,
+        outcome: String,
+    },
     /// The root stopped cleanly.
     RootStop,
 }
@@ -444,11 +515,13 @@ pub fn journal_append(
     }
     rustix::fs::fdatasync(&fd)
         .map_err(|e| Failure::Uncertain(format!("fdatasync failed (not retried): {e}")))?;
+    // A verified journal has at most JOURNAL_RECORDS_MAX records: never u64::MAX.
+    let seq = f.last_seq.saturating_add(1);
     ctx.out(
-        json!({"seq": f.last_seq + 1, "kind": kind, "hash": hash.to_hex(), "op": op}),
+        json!({"seq": seq, "kind": kind, "hash": hash.to_hex(), "op": op}),
         || match op {
             Some(op) => op.to_string(),
-            None => format!("appended {kind} as record {}", f.last_seq + 1),
+            None => format!("appended {kind} as record {seq}"),
         },
     );
     Ok(ExitCode::SUCCESS)
@@ -481,8 +554,24 @@ pub fn observe(ctx: &Ctx, prefix: &str, approve: Option<&str>) -> CmdResult {
         repoch_issuer::observe::Observer::new(d.manifest.clone(), ctx.layout.clone(), approve);
     let mut fences = repoch_issuer::observe::Fences::default();
     let o = obs.observe(&mut fences);
+    let rep = d.report();
+    let epoch = rep.classification.refusal().map(|reason| {
+        Refusal::new(
+            reason,
+            d.id.to_hex(),
+            "an unused epoch (enrolled)",
+            rep.classification.as_str(),
+        )
+    });
+    let refusals: Vec<Refusal> = epoch
+        .iter()
+        .cloned()
+        .chain(o.failed().filter_map(Refusal::from_fact))
+        .collect();
     ctx.out(
         json!({"deployment": d.id.to_hex(), "digest": o.digest.to_hex(), "holds": o.holds(), "ready_sha256": o.ready_sha256.to_hex(),
+               "epoch": rep.classification.as_str(),
+               "refusals": refusals.iter().map(crate::exit::refusal_json).collect::<Vec<_>>(),
                "frontier": {"seq": o.frontier_seq, "hash": o.frontier_hash.to_hex()},
                "unknown_ops": o.unknown_ops.iter().map(|u| json!({"op": u.op, "name": u.name})).collect::<Vec<_>>(),
                "facts": o.facts.iter().map(fact_json).collect::<Vec<_>>()}),
@@ -497,13 +586,14 @@ pub fn observe(ctx: &Ctx, prefix: &str, approve: Option<&str>) -> CmdResult {
             s
         },
     );
-    if o.holds() {
+    // docs/EXIT-CODES.md: observe is a recovery's preflight: 0 only if a recovery now
+    // would be admitted (every fact holds and the epoch is unused), else 2 with each reason.
+    if o.holds() && epoch.is_none() {
         Ok(ExitCode::SUCCESS)
     } else {
-        let refusals: Vec<Refusal> = o.failed().filter_map(Refusal::from_fact).collect();
         if !ctx.json {
             for r in &refusals {
-                eprintln!("repoch: refused: {r}");
+                warn(&format!("repoch: refused: {r}"));
             }
         }
         Ok(ExitCode::from(2))
@@ -550,16 +640,22 @@ pub fn recover(ctx: &Ctx, prefix: &str, approve: Option<&str>, wait: u64) -> Cmd
     let id = store::resolve(&ctx.layout, prefix)?;
     let sock = ctx.layout.admin_socket();
     let mut s = std::os::unix::net::UnixStream::connect(&sock).map_err(|e| {
+        // The socket's mode keeps non-root peers out: that is a denial, not an absence.
+        let reason = match e.kind() {
+            std::io::ErrorKind::PermissionDenied => Reason::AdminDenied,
+            _ => Reason::DaemonUnreachable,
+        };
         Failure::refused(Refusal::new(
-            Reason::DaemonUnreachable,
+            reason,
             sock.display().to_string(),
-            "repochd listening",
+            "repochd listening, and a root peer",
             e.to_string(),
         ))
     })?;
-    // Bounded: the consumer wait, the observations and the appends, with a margin.
+    // Bounded: the consumer wait (at most CONSUMER_WAIT_SECONDS_MAX, by the parser), the
+    // observations and the appends, with a margin.
     let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(
-        wait + RECOVER_MARGIN_SECONDS,
+        wait.saturating_add(RECOVER_MARGIN_SECONDS),
     )));
     // repochd may refuse before reading (a non-root peer): a failed write is reported only
     // if no answer can be read either.
@@ -627,7 +723,7 @@ pub fn recover(ctx: &Ctx, prefix: &str, approve: Option<&str>, wait: u64) -> Cmd
             },
         );
         if code != 0 && !ctx.json {
-            eprintln!(
+            warn(&format!(
                 "repoch: {}: {}",
                 outcome.as_str(),
                 reasons
@@ -635,7 +731,7 @@ pub fn recover(ctx: &Ctx, prefix: &str, approve: Option<&str>, wait: u64) -> Cmd
                     .map(|r| r.as_str())
                     .collect::<Vec<_>>()
                     .join(", ")
-            );
+            ));
         }
         return Ok(ExitCode::from(code));
     }

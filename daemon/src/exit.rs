@@ -14,8 +14,10 @@ pub enum Failure {
     Uncertain(String),
     /// Another issuer holds the epoch now (exit 4).
     Busy(Refusal),
-    /// Bad arguments or manifest (exit 64).
+    /// Bad arguments (exit 64).
     Usage(String),
+    /// A manifest the host cannot enroll as written, with its reason (exit 64).
+    Manifest(Refusal),
     /// A bug (exit 70).
     Internal(String),
 }
@@ -32,7 +34,7 @@ impl Failure {
             Failure::Refused(_) => 2,
             Failure::Uncertain(_) => 3,
             Failure::Busy(_) => 4,
-            Failure::Usage(_) => 64,
+            Failure::Usage(_) | Failure::Manifest(_) => 64,
             Failure::Internal(_) => 70,
         }
     }
@@ -41,14 +43,14 @@ impl Failure {
             Failure::Refused(_) => "refused",
             Failure::Uncertain(_) => "uncertain",
             Failure::Busy(_) => "busy",
-            Failure::Usage(_) => "usage",
+            Failure::Usage(_) | Failure::Manifest(_) => "usage",
             Failure::Internal(_) => "internal",
         }
     }
     pub fn refusals(&self) -> Vec<&Refusal> {
         match self {
             Failure::Refused(v) => v.iter().collect(),
-            Failure::Busy(r) => vec![r],
+            Failure::Busy(r) | Failure::Manifest(r) => vec![r],
             _ => vec![],
         }
     }
@@ -59,7 +61,7 @@ impl Failure {
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
                 .join("\n"),
-            Failure::Busy(r) => r.to_string(),
+            Failure::Busy(r) | Failure::Manifest(r) => r.to_string(),
             Failure::Uncertain(s) | Failure::Usage(s) | Failure::Internal(s) => s.clone(),
         }
     }
@@ -74,9 +76,9 @@ impl Failure {
     /// Prints the failure (to stderr, or as JSON on stdout) and returns the exit code.
     pub fn report(&self, json: bool) -> ExitCode {
         if json {
-            println!("{}", self.to_json());
+            crate::cli::say(&self.to_json().to_string());
         } else {
-            eprintln!("repoch: {}: {}", self.outcome(), self.message());
+            crate::cli::warn(&format!("repoch: {}: {}", self.outcome(), self.message()));
         }
         ExitCode::from(self.code())
     }

@@ -15,8 +15,15 @@ pub const HANDSHAKE_SECONDS_MAX: u64 = 5;
 pub const CUSTODY_SECONDS_MAX: u64 = 10;
 /// Time a peer gets to take a whole refusal or `accepted` frame before it is dropped.
 pub const REFUSAL_WRITE_SECONDS_MAX: u64 = 5;
-/// Longest consumer wait an operator may ask for.
+/// Longest consumer wait an operator may ask for (`repoch recover --consumer-wait`).
 pub const CONSUMER_WAIT_SECONDS_MAX: u64 = 3600;
+/// Shortest consumer wait an operator may ask for.
+pub const CONSUMER_WAIT_SECONDS_MIN: u64 = 1;
+/// Largest pid a journal `root-start` may name (the kernel's `PID_MAX_LIMIT`).
+pub const PID_MAX: i64 = 4_194_304;
+/// Largest op id `journal append op-end` accepts: a journal naming `u64::MAX` is refused
+/// (lineage-mutated), the largest id leaving no next one.
+pub const OP_ID_MAX: u64 = u64::MAX - 1;
 /// Longest wait to write one event to the admin client before it is dropped.
 pub const ADMIN_WRITE_SECONDS_MAX: u64 = 5;
 /// Events buffered between an issuance and its admin connection.

@@ -59,3 +59,167 @@ fn audit_of_a_missing_file_is_a_usage_error() {
     ]);
     assert_eq!(code, 64, "{out}");
 }
+
+// ---- audit: forks and duplicate ids (offline, no root) ----
+
+use repoch_protocol::cbor::Canonical as _;
+use repoch_protocol::epoch::{EpochBody, EpochRecord, SignedEpochRecord};
+use repoch_protocol::manifest::Predecessor;
+use repoch_protocol::{DeploymentId, Hash, PublicKey};
+
+/// A one-record log (genesis) of deployment `dep` signed by `key`, naming `pred`.
+fn genesis_log(
+    key: &ed25519_dalek::SigningKey,
+    dep: DeploymentId,
+    pred: Option<Predecessor>,
+) -> Vec<u8> {
+    SignedEpochRecord::sign(
+        EpochRecord {
+            deployment: dep,
+            seq: 0,
+            prev: Hash::ZERO,
+            body: EpochBody::Genesis {
+                manifest: Hash([1; 32]),
+                issuer_key: PublicKey::from(&key.verifying_key()),
+                predecessor: pred,
+            },
+        },
+        key,
+    )
+    .to_frame()
+}
+
+/// Writes the issuer public key and the given logs into a temp dir; returns it and the
+/// audit arguments.
+fn audit_dir(
+    key: &ed25519_dalek::SigningKey,
+    logs: &[(&str, &[u8])],
+) -> (tempfile::TempDir, Vec<String>) {
+    let dir = tempfile::tempdir().unwrap();
+    let pubf = dir.path().join("issuer.pub");
+    std::fs::write(
+        &pubf,
+        format!("{}\n", hex::encode(key.verifying_key().to_bytes())),
+    )
+    .unwrap();
+    let mut args = vec![
+        "--json".to_owned(),
+        "audit".into(),
+        "--issuer-key".into(),
+        pubf.display().to_string(),
+    ];
+    for (name, bytes) in logs {
+        let p = dir.path().join(name);
+        std::fs::write(&p, bytes).unwrap();
+        args.push(p.display().to_string());
+    }
+    (dir, args)
+}
+
+fn audit_reason(args: &[String]) -> (i32, String, String) {
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, out, err) = repoch(&a);
+    let j: serde_json::Value = serde_json::from_str(out.lines().last().unwrap_or("{}"))
+        .unwrap_or_else(|e| panic!("{e}: {out}{err}"));
+    let reason = j["refusals"][0]["reason"].as_str().unwrap_or("").to_owned();
+    (code, reason, out)
+}
+
+#[test]
+fn audit_reports_two_successors_of_one_predecessor_as_a_fork() {
+    // Proves: two logs whose geneses both name A (at its final hash) as predecessor are a
+    // fork: audit exits 2 with chain-fork naming A, instead of keeping one of them.
+    let key = ed25519_dalek::SigningKey::from_bytes(&[3; 32]);
+    let (a, b, c) = (
+        DeploymentId([0xa; 16]),
+        DeploymentId([0xb; 16]),
+        DeploymentId([0xc; 16]),
+    );
+    let log_a = genesis_log(&key, a, None);
+    let link = Predecessor {
+        deployment: a,
+        final_hash: Hash::of(&log_a[4..]),
+    };
+    let (_d, args) = audit_dir(
+        &key,
+        &[
+            ("a.log", &log_a),
+            ("b.log", &genesis_log(&key, b, Some(link))),
+            ("c.log", &genesis_log(&key, c, Some(link))),
+        ],
+    );
+    let (code, reason, out) = audit_reason(&args);
+    assert_eq!((code, reason.as_str()), (2, "chain-fork"), "{out}");
+    assert!(out.contains(&a.to_hex()), "{out}");
+}
+
+#[test]
+fn audit_reports_two_logs_with_one_deployment_id_as_a_duplicate() {
+    // Proves: two different logs claiming the same deployment id are not silently
+    // collapsed to the last one: audit exits 2 with chain-duplicate naming the id.
+    let key = ed25519_dalek::SigningKey::from_bytes(&[3; 32]);
+    let a = DeploymentId([0xa; 16]);
+    let one = genesis_log(&key, a, None);
+    let mut other_rec = SignedEpochRecord::from_bytes(&one[4..]).unwrap().record;
+    if let EpochBody::Genesis { manifest, .. } = &mut other_rec.body {
+        *manifest = Hash([2; 32]);
+    }
+    let two = SignedEpochRecord::sign(other_rec, &key).to_frame();
+    let (_d, args) = audit_dir(&key, &[("one.log", &one), ("two.log", &two)]);
+    let (code, reason, out) = audit_reason(&args);
+    assert_eq!((code, reason.as_str()), (2, "chain-duplicate"), "{out}");
+    assert!(out.contains(&a.to_hex()), "{out}");
+}
+
+#[test]
+fn a_consumer_wait_beyond_its_bound_is_a_usage_error() {
+    // Proves: --consumer-wait is range-checked by the parser (1..=3600), exit 64 naming
+    // the bound, before any deployment or daemon is touched.
+    for v in ["0", "3601", "18446744073709551615"] {
+        let (code, _, err) = repoch(&["recover", "00", "--consumer-wait", v]);
+        assert_eq!(code, 64, "{v}: {err}");
+        assert!(err.contains("3600"), "{v}: {err}");
+    }
+}
+
+#[test]
+fn audit_of_a_torn_log_exits_2_with_epoch_torn_and_a_log_given_twice_counts_once() {
+    // Proves: a log cut inside its last record audits as epoch-torn (exit 2); the same
+    // valid log given twice is one log, not a duplicate (exit 0).
+    let key = ed25519_dalek::SigningKey::from_bytes(&[3; 32]);
+    let log = genesis_log(&key, DeploymentId([0xa; 16]), None);
+    let (_d, args) = audit_dir(&key, &[("torn.log", &log[..log.len() - 5])]);
+    let (code, reason, out) = audit_reason(&args);
+    assert_eq!((code, reason.as_str()), (2, "epoch-torn"), "{out}");
+    let (_d, args) = audit_dir(&key, &[("one.log", &log), ("same.log", &log)]);
+    let (code, _, out) = audit_reason(&args);
+    assert_eq!(code, 0, "{out}");
+}
+
+#[test]
+fn audit_of_a_link_to_another_final_hash_is_predecessor_mismatch() {
+    // Proves: a successor whose link names a hash its predecessor does not end in audits
+    // as predecessor-mismatch (exit 2).
+    let key = ed25519_dalek::SigningKey::from_bytes(&[3; 32]);
+    let a = DeploymentId([0xa; 16]);
+    let link = Predecessor {
+        deployment: a,
+        final_hash: Hash([9; 32]),
+    };
+    let (_d, args) = audit_dir(
+        &key,
+        &[
+            ("a.log", &genesis_log(&key, a, None)),
+            (
+                "b.log",
+                &genesis_log(&key, DeploymentId([0xb; 16]), Some(link)),
+            ),
+        ],
+    );
+    let (code, reason, out) = audit_reason(&args);
+    assert_eq!(
+        (code, reason.as_str()),
+        (2, "predecessor-mismatch"),
+        "{out}"
+    );
+}

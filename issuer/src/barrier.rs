@@ -20,6 +20,8 @@ pub const BARRIERS: &[&str] = &[
     "after-receipt",
     "after-final-2",
     "after-dispatch",
+    // Enrollment (repoch enroll): right after the one-successor check passed.
+    "enroll-after-successor-check",
 ];
 
 /// Whether this build stops at barriers (the `barriers` feature).

@@ -408,10 +408,85 @@ fn remove_journal(path: &str) {
     let _ = std::fs::remove_file(path);
 }
 
+/// Longest wait for another enrollment on the same state root to finish.
+pub const ENROLL_LOCK_SECONDS_MAX: u64 = 30;
+/// Pause between attempts to take the enrollment lock.
+const ENROLL_LOCK_POLL_MILLISECONDS: u64 = 20;
+
+/// Serializes enrollments on one state root: an exclusive flock on the deployments
+/// directory, held until the returned fd drops. The one-successor check and the creation
+/// of the successor are then atomic with respect to another enrollment. Bounded by
+/// `ENROLL_LOCK_SECONDS_MAX`; past it, a clear refusal naming the wait.
+fn lock_enrollments(layout: &Layout) -> Result<std::os::fd::OwnedFd, EnrollError> {
+    let deployments = layout.deployments();
+    std::fs::create_dir_all(&deployments)
+        .map_err(|e| EnrollError::Io(format!("{}: {e}", deployments.display())))?;
+    let fd = open_path(&deployments, OFlags::RDONLY | OFlags::DIRECTORY, 0)
+        .map_err(|e| EnrollError::Io(format!("{}: {e}", deployments.display())))?;
+    let start = std::time::Instant::now();
+    loop {
+        match rustix::fs::flock(&fd, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(fd),
+            Err(rustix::io::Errno::WOULDBLOCK) => {}
+            Err(e) => {
+                return Err(EnrollError::Io(format!(
+                    "{}: flock: {e}",
+                    deployments.display()
+                )))
+            }
+        }
+        if start.elapsed() >= std::time::Duration::from_secs(ENROLL_LOCK_SECONDS_MAX) {
+            return Err(EnrollError::Io(format!(
+                "another enrollment held {} for over {ENROLL_LOCK_SECONDS_MAX} s",
+                deployments.display()
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(
+            ENROLL_LOCK_POLL_MILLISECONDS,
+        ));
+    }
+}
+
+/// Refuses a second successor of `predecessor`: each successor could recover once, so two
+/// would fork its lineage (docs/THREAT-MODEL.md). Every enrolled deployment is read; one
+/// that cannot be read might be a successor, so it refuses too (fail closed). Bounded by
+/// the deployments `store::list` returns.
+fn only_successor(
+    layout: &Layout,
+    issuer: &PublicKey,
+    predecessor: DeploymentId,
+) -> Result<(), EnrollError> {
+    let ids = store::list(layout).map_err(|e| {
+        field(
+            "predecessor",
+            format!("cannot list the enrolled deployments: {e}"),
+        )
+    })?;
+    for id in ids {
+        let d = store::Deployment::open(layout, issuer, id).map_err(|r| {
+            field(
+                "predecessor",
+                format!(
+                    "deployment {id} cannot be read, it may already succeed {predecessor}: {r}"
+                ),
+            )
+        })?;
+        if d.predecessor().is_some_and(|p| p.deployment == predecessor) {
+            return Err(field(
+                "predecessor",
+                format!("{predecessor} already has a successor, {id}: a lineage has one successor"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Enrolls a validated manifest. Root only (checked by the caller's CLI too).
 pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, EnrollError> {
     let key = issuer_key(layout, true)?;
     let issuer = PublicKey::from(&key.verifying_key());
+    // One enrollment at a time, from the successor check until the deployment exists.
+    let _enrolling = lock_enrollments(layout)?;
     // Predecessor: an enrolled deployment whose epoch is used (never a live `enrolled` one).
     let predecessor = match &v.predecessor {
         None => None,
@@ -435,6 +510,8 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
                     "its epoch is unused (enrolled): recover it, do not replace it",
                 ));
             }
+            only_successor(layout, &issuer, pid)?;
+            crate::barrier::reach("enroll-after-successor-check");
             Some(Predecessor {
                 deployment: pid,
                 final_hash: rep.last_hash().expect("a verified log has a genesis"),

@@ -31,7 +31,7 @@ pub enum CheckpointError {
 }
 
 fn key_id(name: &str, key: &PublicKey) -> [u8; 4] {
-    let mut m = Vec::with_capacity(name.len() + 2 + 32);
+    let mut m = Vec::with_capacity(name.len().saturating_add(2 + 32));
     m.extend_from_slice(name.as_bytes());
     m.push(b'\n');
     m.push(0x01);

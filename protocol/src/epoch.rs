@@ -298,9 +298,16 @@ pub enum Classification {
     /// Grant dispatched or lost: uncertain.
     Receipted,
     Withheld,
-    /// Bytes after the last valid record that do not form a whole record.
+    /// After the last valid record, what a crash can leave: a record cut short, zeros, or
+    /// bytes that form no valid record (see [`verify_log`]).
     Torn,
+    /// A record no crash explains: undecodable with a valid record after it, or signed by
+    /// the issuer but out of sequence, chain or order.
     Corrupt,
+    /// A well-formed record whose signature does not verify under the issuer key.
+    Forged,
+    /// A record validly signed by the issuer for another deployment.
+    Foreign,
     /// No record at all.
     Empty,
 }
@@ -315,6 +322,8 @@ impl Classification {
             Classification::Withheld => "withheld",
             Classification::Torn => "torn",
             Classification::Corrupt => "corrupt",
+            Classification::Forged => "forged",
+            Classification::Foreign => "foreign",
             Classification::Empty => "empty",
         }
     }
@@ -337,6 +346,8 @@ impl Classification {
             | Classification::Withheld => Some(Reason::EpochConsumed),
             Classification::Torn => Some(Reason::EpochTorn),
             Classification::Corrupt => Some(Reason::EpochCorrupt),
+            Classification::Forged => Some(Reason::EpochForged),
+            Classification::Foreign => Some(Reason::EpochForeign),
             Classification::Empty => Some(Reason::EpochMissing),
         }
     }
@@ -395,7 +406,7 @@ pub(crate) fn frames(
             return None;
         }
         let at = off as u64;
-        let rest = &bytes[off..];
+        let rest = bytes.get(off..).unwrap_or_default();
         if rest.len() < 4 {
             done = true;
             return Some((
@@ -417,19 +428,71 @@ pub(crate) fn frames(
                 )),
             ));
         }
-        if rest.len() < 4 + len {
+        // `len <= max_record`, far below usize::MAX: the sum cannot overflow; checked anyway.
+        let end = len.saturating_add(4);
+        let Some(payload) = rest.get(4..end) else {
             done = true;
             return Some((
                 at,
                 Err((
                     true,
-                    format!("record of {len} bytes, only {} present", rest.len() - 4),
+                    format!(
+                        "record of {len} bytes, only {} present",
+                        rest.len().saturating_sub(4)
+                    ),
                 )),
             ));
-        }
-        off += 4 + len;
-        Some((at, Ok(&rest[4..4 + len])))
+        };
+        off = off.saturating_add(end);
+        Some((at, Ok(payload)))
     })
+}
+
+/// Sector size assumed for out-of-order loss: a crash may zero the file from any
+/// multiple of it to the end.
+pub const SECTOR_BYTES: usize = 512;
+
+/// What is wrong with the first record that fails, before crash tails are told apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Problem {
+    /// The frame is cut short or its length is impossible: framing is lost here.
+    Torn,
+    /// The frame is whole but its payload is not a strictly encoded signed record.
+    Undecodable,
+    /// Decodes, but the issuer signature does not verify.
+    Forged,
+    /// Validly signed by the issuer, for another deployment.
+    Foreign,
+    /// Validly signed by the issuer, but out of sequence, chain or phase order.
+    Corrupt,
+}
+
+/// Whether everything from the problem at `at` to the end is zeros a crash can leave:
+/// from `at` itself, or from a sector boundary within or after the problem record.
+fn zero_tail(bytes: &[u8], at: usize) -> bool {
+    let zeros = bytes.iter().rev().take_while(|b| **b == 0).count();
+    let z = bytes.len().saturating_sub(zeros);
+    if zeros == 0 {
+        return false;
+    }
+    if z <= at {
+        return true;
+    }
+    // The first sector boundary at or after `z`, if it is before the end.
+    let aligned = z.div_ceil(SECTOR_BYTES).saturating_mul(SECTOR_BYTES);
+    aligned < bytes.len()
+}
+
+/// Whether any whole frame after the one at `at` is a record signed by the issuer: then an
+/// undecodable record at `at` is damage inside the log, not a crash tail. Bounded by
+/// `LOG_RECORDS_MAX` frames.
+fn valid_record_after(bytes: &[u8], at: usize, issuer: &PublicKey) -> bool {
+    let rest = bytes.get(at..).unwrap_or_default();
+    frames(rest, RECORD_BYTES_MAX)
+        .skip(1)
+        .take(LOG_RECORDS_MAX)
+        .map_while(|(_, f)| f.ok())
+        .any(|p| SignedEpochRecord::from_bytes(p).is_ok_and(|r| r.verify(issuer)))
 }
 
 /// Reads and verifies an epoch log. Never panics, whatever the bytes.
@@ -437,29 +500,55 @@ pub(crate) fn frames(
 /// `expected` pins the deployment id when known. Every record must decode strictly, carry a
 /// valid issuer signature, the genesis's deployment id, the next sequence number, the hash of
 /// the previous record, and follow the phase order.
+///
+/// The first failing record is classified so that what a crash can produce is never read
+/// as tampering (docs/REASONS.md): `torn` for a record cut short, an impossible length
+/// (framing lost), zeros from the record's start or from a sector boundary to the end, or
+/// an undecodable record with no valid record after it; `forged` for a well-formed record
+/// whose signature fails; `foreign` for an issuer-signed record of another deployment;
+/// `corrupt` for everything else (damage followed by valid records, issuer-signed records
+/// out of order, a log over its bound).
 pub fn verify_log(bytes: &[u8], issuer: &PublicKey, expected: Option<DeploymentId>) -> LogReport {
     let mut records: Vec<VerifiedRecord> = Vec::new();
     let mut problem = None;
     if bytes.len() > LOG_BYTES_MAX {
         problem = Some((
             0,
-            false,
+            Problem::Corrupt,
             format!("log is {} bytes, over {LOG_BYTES_MAX}", bytes.len()),
         ));
     } else {
         for (at, frame) in frames(bytes, RECORD_BYTES_MAX) {
-            match frame.and_then(|payload| check_record(&records, at, payload, issuer, expected)) {
+            let checked = frame
+                .map_err(|(_, why)| (Problem::Torn, why))
+                .and_then(|payload| check_record(&records, at, payload, issuer, expected));
+            match checked {
                 Ok(r) => records.push(r),
-                Err((torn, why)) => {
-                    problem = Some((at, torn, why));
+                Err((kind, why)) => {
+                    problem = Some((at, kind, why));
                     break;
                 }
             }
         }
     }
     let classification = match (&problem, records.last()) {
-        (Some((_, true, _)), _) => Classification::Torn,
-        (Some((_, false, _)), _) => Classification::Corrupt,
+        (Some((at, kind, _)), _) => {
+            // `at` is an offset into `bytes`, so it fits in usize.
+            let at = usize::try_from(*at).unwrap_or(usize::MAX);
+            match kind {
+                Problem::Torn => Classification::Torn,
+                Problem::Undecodable | Problem::Forged if zero_tail(bytes, at) => {
+                    Classification::Torn
+                }
+                Problem::Undecodable if valid_record_after(bytes, at, issuer) => {
+                    Classification::Corrupt
+                }
+                Problem::Undecodable => Classification::Torn,
+                Problem::Forged => Classification::Forged,
+                Problem::Foreign => Classification::Foreign,
+                Problem::Corrupt => Classification::Corrupt,
+            }
+        }
         (None, None) => Classification::Empty,
         (None, Some(r)) => Classification::of(r.record.record.body.kind()),
     };
@@ -470,53 +559,59 @@ pub fn verify_log(bytes: &[u8], issuer: &PublicKey, expected: Option<DeploymentI
     }
 }
 
-/// Checks one record against the verified prefix. `Err((torn, why))`; records are never torn.
+/// Checks one record against the verified prefix; on failure, what kind of problem it is.
 fn check_record(
     records: &[VerifiedRecord],
     at: u64,
     payload: &[u8],
     issuer: &PublicKey,
     expected: Option<DeploymentId>,
-) -> Result<VerifiedRecord, (bool, String)> {
+) -> Result<VerifiedRecord, (Problem, String)> {
     let n = records.len();
-    let corrupt = |why: String| Err((false, format!("record {n}: {why}")));
+    let fail = |kind: Problem, why: String| Err((kind, format!("record {n}: {why}")));
     if n == LOG_RECORDS_MAX {
-        return corrupt(format!("more than {LOG_RECORDS_MAX} records"));
+        return fail(
+            Problem::Corrupt,
+            format!("more than {LOG_RECORDS_MAX} records"),
+        );
     }
     let rec = match SignedEpochRecord::from_bytes(payload) {
         Ok(r) => r,
-        Err(e) => return corrupt(e.to_string()),
+        Err(e) => return fail(Problem::Undecodable, e.to_string()),
     };
     if !rec.verify(issuer) {
-        return corrupt("bad issuer signature".into());
+        return fail(Problem::Forged, "bad issuer signature".into());
     }
     let r = &rec.record;
     let prev = records.last();
     if let Some(d) = prev.map(|p| p.record.record.deployment).or(expected) {
         if r.deployment != d {
-            return corrupt(format!(
-                "belongs to deployment {}, expected {d}",
-                r.deployment
-            ));
+            return fail(
+                Problem::Foreign,
+                format!("belongs to deployment {}, expected {d}", r.deployment),
+            );
         }
     }
     if r.seq != n as u64 {
-        return corrupt(format!("sequence number {}", r.seq));
+        return fail(Problem::Corrupt, format!("sequence number {}", r.seq));
     }
     if r.prev != prev.map_or(Hash::ZERO, |p| p.hash) {
-        return corrupt("broken hash chain".into());
+        return fail(Problem::Corrupt, "broken hash chain".into());
     }
     let prev_kind = prev.map(|p| p.record.record.body.kind());
     if !Kind::may_follow(prev_kind, r.body.kind()) {
-        return corrupt(format!(
-            "{} may not follow {}",
-            r.body.kind().as_str(),
-            prev_kind.map_or("nothing", Kind::as_str)
-        ));
+        return fail(
+            Problem::Corrupt,
+            format!(
+                "{} may not follow {}",
+                r.body.kind().as_str(),
+                prev_kind.map_or("nothing", Kind::as_str)
+            ),
+        );
     }
     if let EpochBody::Genesis { issuer_key, .. } = &r.body {
         if issuer_key != issuer {
-            return corrupt("genesis names another issuer key".into());
+            return fail(Problem::Corrupt, "genesis names another issuer key".into());
         }
     }
     Ok(VerifiedRecord {
@@ -543,13 +638,31 @@ pub enum ChainError {
         expected: Hash,
         observed: Hash,
     },
-    #[error("deployment {0} has more than one successor")]
-    Fork(DeploymentId),
+    #[error("deployment {0} has more than one successor ({1} and {2})")]
+    Fork(DeploymentId, DeploymentId, DeploymentId),
+    #[error("two different logs claim deployment {0}")]
+    Duplicate(DeploymentId),
     #[error("log without a genesis")]
     NoGenesis,
 }
 
-/// Verifies predecessor links between already-verified logs: every named predecessor is
+impl ChainError {
+    /// The stable reason an audit reports for this problem.
+    pub fn reason(&self) -> Reason {
+        match self {
+            ChainError::Invalid(..) => Reason::EpochCorrupt,
+            ChainError::MissingPredecessor { .. } | ChainError::Mismatch { .. } => {
+                Reason::PredecessorMismatch
+            }
+            ChainError::Fork(..) => Reason::ChainFork,
+            ChainError::Duplicate(_) => Reason::ChainDuplicate,
+            ChainError::NoGenesis => Reason::EpochMissing,
+        }
+    }
+}
+
+/// Verifies predecessor links between already-verified logs: no two different logs claim
+/// one deployment id (the same log given twice is one), every named predecessor is
 /// present and ends in the recorded final hash, and no deployment has two successors.
 /// Returns the deployments in chain order (roots first).
 pub fn verify_chain(reports: &[LogReport]) -> Result<Vec<DeploymentId>, ChainError> {
@@ -560,7 +673,12 @@ pub fn verify_chain(reports: &[LogReport]) -> Result<Vec<DeploymentId>, ChainErr
         if let Some((at, why)) = &r.problem {
             return Err(ChainError::Invalid(d, format!("at offset {at}: {why}")));
         }
-        by_id.insert(d, r);
+        if let Some(seen) = by_id.insert(d, r) {
+            // The same log (same head, which chains every record) given twice is one log.
+            if seen.last_hash() != r.last_hash() {
+                return Err(ChainError::Duplicate(d));
+            }
+        }
     }
     let mut successor_of: BTreeMap<DeploymentId, DeploymentId> = BTreeMap::new();
     for (d, r) in &by_id {
@@ -580,8 +698,8 @@ pub fn verify_chain(reports: &[LogReport]) -> Result<Vec<DeploymentId>, ChainErr
                     observed,
                 });
             }
-            if successor_of.insert(p.deployment, *d).is_some() {
-                return Err(ChainError::Fork(p.deployment));
+            if let Some(other) = successor_of.insert(p.deployment, *d) {
+                return Err(ChainError::Fork(p.deployment, other, *d));
             }
         }
     }

@@ -361,7 +361,18 @@ pub fn verify_journal(bytes: &[u8], pins: JournalPins<'_>) -> Result<Frontier, L
                         format!("op-begin {op} reuses an id or exceeds {OPEN_OPS_MAX} open"),
                     );
                 }
-                next_op = op + 1;
+                // The largest op id leaves no next one: a writer could never continue.
+                let Some(next) = op.checked_add(1) else {
+                    return err(
+                        Reason::LineageMutated,
+                        at,
+                        format!(
+                            "op-begin {op} leaves no next op id (the largest is {})",
+                            u64::MAX - 1
+                        ),
+                    );
+                };
+                next_op = next;
                 open.insert(*op, name.clone());
             }
             JournalBody::OpEnd { op, outcome } => {
@@ -379,7 +390,8 @@ pub fn verify_journal(bytes: &[u8], pins: JournalPins<'_>) -> Result<Frontier, L
             JournalBody::RootStart { .. } | JournalBody::RootStop => {}
         }
         prev = Some(hash);
-        seq += 1;
+        // Bounded by JOURNAL_RECORDS_MAX above.
+        seq = seq.saturating_add(1);
     }
     // Operations never ended are unknown too: recovery never decides them.
     unknown.extend(open.into_iter().map(|(op, name)| UnknownOp { op, name }));
@@ -393,7 +405,8 @@ pub fn verify_journal(bytes: &[u8], pins: JournalPins<'_>) -> Result<Frontier, L
     }
     Ok(Frontier {
         records: seq,
-        last_seq: seq - 1,
+        // The journal is not empty and its first frame verified, so `seq >= 1`; checked.
+        last_seq: seq.saturating_sub(1),
         last_hash: prev.unwrap_or(Hash::ZERO),
         genesis,
         unknown_ops: unknown,
@@ -411,7 +424,8 @@ pub fn next_frame(
 ) -> (Vec<u8>, Hash) {
     let (seq, prev) = match frontier {
         None => (0, Hash::ZERO),
-        Some((last, h)) => (last + 1, h),
+        // A verified frontier has at most JOURNAL_RECORDS_MAX records: never u64::MAX.
+        Some((last, h)) => (last.saturating_add(1), h),
     };
     let signed = SignedJournalRecord::sign(
         JournalRecord {

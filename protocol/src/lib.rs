@@ -7,6 +7,9 @@
 //! * [`grant`], [`manifest`], [`wire`]: grants, challenges, the manifest and socket frames.
 //! * [`limits`]: every bound, in one place.
 #![forbid(unsafe_code)]
+// Every value here is decoded from adversarial bytes (even when signed): arithmetic is
+// checked, and an overflow is a refusal with its reason, never a panic.
+#![deny(clippy::arithmetic_side_effects)]
 
 pub mod cbor;
 pub mod checkpoint;

@@ -23,13 +23,16 @@ macro_rules! reasons {
 
 reasons! {
     EpochConsumed = "epoch-consumed", "The epoch is already used (intended, consumed, receipted or withheld): a deployment recovers at most once.", "Do not retry. Read `repoch status`; a new recovery needs a new enrollment linked to this one.";
-    EpochTorn = "epoch-torn", "The epoch log ends in an incomplete record (a crash during an append).", "Preserve the log for auditors; the epoch is uncertain. Enroll a successor.";
-    EpochCorrupt = "epoch-corrupt", "The epoch log has a record that fails decoding, signature, chain or order checks.", "Preserve the log; investigate tampering. Enroll a successor.";
+    EpochTorn = "epoch-torn", "The epoch log ends in what a crash during an append leaves: a record cut short, zeros (from the record's start or from a 512-byte sector boundary to the end), or bytes that form no valid record after the last valid one.", "Preserve the log for auditors; the epoch is uncertain. Enroll a successor.";
+    EpochCorrupt = "epoch-corrupt", "The epoch log has a record no crash explains: an undecodable record followed by a valid one, or an issuer-signed record out of sequence, hash chain or phase order.", "Preserve the log; investigate tampering. Enroll a successor.";
+    EpochForged = "epoch-forged", "An epoch-log record is well formed but its signature does not verify under the host issuer key (signed by another key, or altered after signing).", "Treat as tampering; preserve the log. Enroll a successor.";
+    EpochForeign = "epoch-foreign", "The epoch log holds a record validly signed by the host issuer for another deployment (a log copied or spliced from elsewhere).", "Restore this deployment's own log, or enroll a successor; do not recover from it.";
     EpochMissing = "epoch-missing", "The deployment has no epoch log, or its log has no genesis.", "Check the deployment id; a failed enrollment leaves no deployment.";
     StateReplaced = "state-replaced", "The state directory, manifest, epoch log or issuer lock is not the enrolled inode.", "Treat as tampering. Do not recover from this state.";
     StateUnprotected = "state-unprotected", "A state object has the wrong owner or mode, or is a symlink.", "Restore root ownership and 0700/0600 modes only if you know why they changed.";
     StateReadOnly = "state-read-only", "The deployment's state is on a read-only file system: it can be read, never issued from.", "Remount it read-write if it is the live state; a read-only copy is for auditors.";
     ManifestInvalid = "manifest-invalid", "The manifest fails validation (the message names the field).", "Fix the manifest and enroll again.";
+    EnrollFailed = "enroll-failed", "Enrollment could not create its files (disk, permission or randomness); nothing was kept.", "Fix the cause named in the message and enroll again.";
     ManifestForged = "manifest-forged", "The enrolled manifest's signature or hash does not match the issuer key or the genesis.", "Treat as tampering.";
     DeploymentUnknown = "deployment-unknown", "No enrolled deployment matches the id or prefix.", "Run `repoch list`.";
     DeploymentAmbiguous = "deployment-ambiguous", "The id prefix matches several deployments (they are listed).", "Type more digits.";
@@ -46,6 +49,8 @@ reasons! {
     StoreMissing = "store-missing", "An original store does not exist.", "Find out why; the new root would start from nothing.";
     StoreReplaced = "store-replaced", "An original store is another inode than the enrolled one.", "Treat as tampering or an unplanned restore.";
     PredecessorMismatch = "predecessor-mismatch", "The predecessor's log does not end in the recorded final hash, or is not the named deployment.", "Check the chain with `repoch audit`.";
+    ChainFork = "chain-fork", "Two deployments name the same predecessor: the lineage forks (each successor could recover once).", "Find out which successor is legitimate; never recover the other.";
+    ChainDuplicate = "chain-duplicate", "Two different logs claim the same deployment id.", "Find out which log is the deployment's own; treat the other as tampering.";
     ControllerUnknown = "controller-unknown", "systemd (or another controller) could not be asked: the containment of a unit is unknown.", "Make systemd reachable, or remove the unit from the profile if it does not exist on this host.";
     UnitNotMasked = "unit-not-masked", "A unit is not masked.", "`systemctl mask` the old controller's unit.";
     UnitActive = "unit-active", "A unit is active, activating or deactivating.", "Stop it.";

@@ -44,7 +44,7 @@ impl Context {
 
 fn message(ctx: Context, bytes: &[u8]) -> Vec<u8> {
     let c = ctx.as_str().as_bytes();
-    let mut m = Vec::with_capacity(c.len() + 1 + bytes.len());
+    let mut m = Vec::with_capacity(c.len().saturating_add(1).saturating_add(bytes.len()));
     m.extend_from_slice(c);
     m.push(0);
     m.extend_from_slice(bytes);

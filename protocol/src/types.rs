@@ -205,9 +205,10 @@ pub fn clip(s: &str, max: usize) -> String {
         return s.to_owned();
     }
     const MARK: &str = "...";
-    let mut end = max - MARK.len();
+    let mut end = max.saturating_sub(MARK.len());
+    // Terminates: 0 is always a character boundary.
     while !s.is_char_boundary(end) {
-        end -= 1;
+        end = end.saturating_sub(1);
     }
     format!("{}{MARK}", &s[..end])
 }

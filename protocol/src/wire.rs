@@ -17,7 +17,7 @@ pub fn frame(payload: &[u8]) -> Vec<u8> {
         payload.len() <= FRAME_BYTES_MAX,
         "frame payload over FRAME_BYTES_MAX"
     );
-    let mut out = Vec::with_capacity(4 + payload.len());
+    let mut out = Vec::with_capacity(payload.len().saturating_add(4));
     out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
     out.extend_from_slice(payload);
     out

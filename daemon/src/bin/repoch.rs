@@ -7,17 +7,21 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use repoch_daemon::cli::{self, Ctx};
+use repoch_daemon::limits;
 
 const EXIT_CODES: &str = "\
-EXIT CODES:
-    0   granted / success
-    2   refused: a prerequisite failed or the epoch is terminal (reason codes name each fact)
+EXIT CODES (one rule for every command; docs/EXIT-CODES.md has the full table):
+    0   success: done, and everything the command verified holds
+    2   refused: something it verified does not hold (a fact, a log that does not
+        verify, a used epoch for observe/recover) or a precondition failed; reason
+        codes name each
     3   uncertain: the epoch was consumed or partially published; it is preserved as is
     4   busy: another issuer holds the epoch now (the holder is named)
-    64  usage: bad arguments or manifest
+    64  usage: bad or out-of-range arguments, or a manifest the host cannot enroll
     70  internal: a bug; never a silent success
 
-Reason codes are listed in docs/REASONS.md. Every command takes --json.";
+A closed stdout loses the text, never the exit code. Reason codes are listed in
+docs/REASONS.md. Every command takes --json.";
 
 /// repoch: host-owned, once-per-deployment recovery epochs.
 ///
@@ -58,8 +62,10 @@ enum Cmd {
         /// observation's digest is shown and used.
         #[arg(long, value_name = "SHA256")]
         approve_ready: Option<String>,
-        /// How long repochd waits for the consumer to connect, in seconds.
-        #[arg(long, default_value_t = cli::CONSUMER_WAIT_SECONDS_DEFAULT, value_name = "SECONDS")]
+        /// How long repochd waits for the consumer to connect, in seconds (1..=3600).
+        #[arg(long, default_value_t = cli::CONSUMER_WAIT_SECONDS_DEFAULT, value_name = "SECONDS",
+              value_parser = clap::value_parser!(u64).range(
+                  limits::CONSUMER_WAIT_SECONDS_MIN..=limits::CONSUMER_WAIT_SECONDS_MAX))]
         consumer_wait: u64,
     },
     /// Observe lineage, containment, fences, READY and the consumer executable now, and

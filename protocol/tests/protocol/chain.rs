@@ -83,21 +83,26 @@ fn every_truncation_is_torn_and_keeps_the_valid_prefix() {
 }
 
 #[test]
-fn a_flipped_byte_anywhere_is_corrupt_or_torn_never_valid() {
+fn a_flipped_byte_anywhere_is_refused_never_valid() {
+    // A flipped bit is no crash's zero fill: the log is corrupt, forged (a signature no
+    // longer verifies), or torn (the tail no longer frames or decodes), never valid.
     let full = log_bytes(&epoch_records());
     for i in 0..full.len() {
         let mut b = full.clone();
         b[i] ^= 0x01;
         let c = classify(&b);
         assert!(
-            matches!(c, Classification::Corrupt | Classification::Torn),
+            matches!(
+                c,
+                Classification::Corrupt | Classification::Torn | Classification::Forged
+            ),
             "flip at {i} gave {c:?}"
         );
     }
 }
 
 #[test]
-fn out_of_order_and_foreign_records_are_corrupt() {
+fn out_of_order_records_are_corrupt_foreign_ones_foreign_forged_ones_forged() {
     let recs = epoch_records();
     // consume directly after genesis
     let skipped = chain(vec![
@@ -113,10 +118,10 @@ fn out_of_order_and_foreign_records_are_corrupt() {
         &pk(&issuer()),
         Some(DeploymentId([1; 16])),
     );
-    assert_eq!(rep.classification, Classification::Corrupt);
+    assert_eq!(rep.classification, Classification::Foreign);
     // signed by another key
     let rep = verify_log(&log_bytes(&recs), &pk(&producer()), Some(DEP));
-    assert_eq!(rep.classification, Classification::Corrupt);
+    assert_eq!(rep.classification, Classification::Forged);
     // anything after withheld
     let mut bodies: Vec<EpochBody> = recs.iter().take(2).map(|r| r.record.body.clone()).collect();
     bodies.push(withheld());

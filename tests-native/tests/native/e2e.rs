@@ -170,8 +170,9 @@ fn open_to_all(s: &Sandbox) {
 
 #[test]
 fn the_admin_socket_refuses_a_non_root_peer() {
-    // By default the socket's mode keeps others out; with the mode opened, repochd itself
-    // refuses the peer by SO_PEERCRED (admin-denied).
+    // By default the socket's mode keeps others out (admin-denied: the connect is refused
+    // with EACCES); with the mode opened, repochd itself refuses the peer by SO_PEERCRED
+    // (admin-denied too).
     require_root!();
     let s = Sandbox::new();
     let id = s.enroll();
@@ -183,7 +184,7 @@ fn the_admin_socket_refuses_a_non_root_peer() {
     assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
     assert_eq!(
         r.json()["refusals"][0]["reason"],
-        "daemon-unreachable",
+        "admin-denied",
         "{}",
         r.stdout
     );

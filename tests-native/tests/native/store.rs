@@ -66,25 +66,26 @@ fn enroll_creates_a_protected_deployment_and_status_reads_it_by_prefix() {
 
 #[test]
 fn enroll_refuses_to_overwrite_and_leaves_nothing_behind() {
-    // A second enrollment of the same manifest hits the existing journal and is refused;
-    // the deployments directory still holds exactly one deployment and no staging leftovers.
+    // A second enrollment of the same manifest hits the existing journal and is refused
+    // as a manifest the host cannot enroll (64, docs/EXIT-CODES.md); the deployments
+    // directory still holds exactly one deployment and no staging leftovers.
     require_root!();
     let s = Sandbox::new();
     s.enroll();
     let p = s.path("manifest.toml");
     let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
-    assert_eq!(r.code, 2, "{}", r.stdout);
+    assert_eq!(r.code, 64, "{}", r.stdout);
     let deps: Vec<_> = std::fs::read_dir(s.root.join("var/lib/repoch/deployments"))
         .unwrap()
         .collect();
     assert_eq!(deps.len(), 1);
-    // A manifest naming a missing fence fails before anything is created.
+    // A manifest naming a missing fence fails (64) before anything is created.
     let s2 = Sandbox::new();
     std::fs::remove_file(s2.srv.join("lock")).unwrap();
     let m = s2.path("m.toml");
     std::fs::write(&m, s2.manifest("")).unwrap();
     let r = s2.repoch(&["--json", "enroll", m.to_str().unwrap()]);
-    assert_eq!(r.code, 2);
+    assert_eq!(r.code, 64);
     assert!(
         !s2.srv.join("journal").exists(),
         "a failed enrollment left a journal"
@@ -209,13 +210,13 @@ fn foreign_deployments_manifest_is_refused() {
     let c = s2.enroll();
     repoch_tests_native::clear_append_only(&s2.root);
     std::fs::copy(s.log(&b), s2.log(&c)).unwrap();
-    let (code, reason) = refusal(&s2, &c);
-    assert_eq!(
-        code, 0,
-        "copying content keeps the inode; the log must classify as corrupt instead"
-    );
-    assert!(reason.is_empty());
-    assert_eq!(s2.status(&c).json()["epoch"], "corrupt");
+    // Copying content keeps the inode; the log, signed by another sandbox's (host's)
+    // issuer key, classifies as forged, and status exits 2. (A log of another deployment
+    // of the same host is foreign: bounded::a_log_copied_from_another_deployment_reads_as_foreign.)
+    let st = s2.status(&c);
+    assert_eq!(st.code, 2, "{}{}", st.stdout, st.stderr);
+    assert_eq!(st.json()["epoch"], "forged");
+    assert_eq!(st.json()["refusal"], "epoch-forged");
 }
 
 #[test]
@@ -238,7 +239,7 @@ fn torn_tail_and_flipped_byte_classify_and_refuse() {
         1,
         "the valid prefix is still read"
     );
-    // A flipped byte inside the genesis.
+    // A flipped byte inside the genesis (well formed, its signature fails): forged.
     let s = Sandbox::new();
     let id = s.enroll();
     let log = s.log(&id);
@@ -247,8 +248,8 @@ fn torn_tail_and_flipped_byte_classify_and_refuse() {
     b[20] ^= 0x40;
     std::fs::write(&log, &b).unwrap();
     let j = s.status(&id).json();
-    assert_eq!(j["epoch"], "corrupt");
-    assert_eq!(j["refusal"], "epoch-corrupt");
+    assert_eq!(j["epoch"], "forged");
+    assert_eq!(j["refusal"], "epoch-forged");
     assert_eq!(j["problem"]["offset"], 0);
 }
 

@@ -1,0 +1,162 @@
+//! Decoded values at their extremes: adversarial (even validly signed) input is refused
+//! with its stable reason, never a panic (release builds abort on overflow).
+
+use repoch_protocol::cbor::Canonical;
+use repoch_protocol::journal::{
+    verify_journal, JournalBody, JournalPins, JournalRecord, SignedJournalRecord,
+};
+use repoch_protocol::{Hash, Reason};
+
+use crate::common::*;
+
+/// The journal fixture's first `n` records, then one more record with `body`, signed by the
+/// enrolled producer key (valid signature, valid chain).
+fn journal_then(n: usize, body: JournalBody) -> Vec<u8> {
+    let mut recs = journal_records()[..n].to_vec();
+    let r = JournalRecord {
+        deployment: DEP,
+        seq: n as u64,
+        prev: Hash::of(&recs[n - 1].to_bytes()),
+        body,
+    };
+    recs.push(SignedJournalRecord::sign(r, &producer()));
+    journal_bytes(&recs)
+}
+
+#[test]
+fn a_signed_op_begin_with_the_largest_op_id_is_lineage_mutated_not_a_panic() {
+    // Proves: the old root signs `op-begin` with op = u64::MAX; the verifier's next-op
+    // arithmetic would overflow (abort in release). It must refuse as lineage-mutated.
+    let (i, p) = (pk(&issuer()), pk(&producer()));
+    let pins = JournalPins {
+        deployment: DEP,
+        issuer: &i,
+        producer: &p,
+        genesis: None,
+    };
+    let bytes = journal_then(
+        2,
+        JournalBody::OpBegin {
+            op: u64::MAX,
+            name: "overflow".into(),
+        },
+    );
+    let e = verify_journal(&bytes, pins).unwrap_err();
+    assert_eq!(e.reason, Reason::LineageMutated, "{e:?}");
+    assert!(e.detail.contains("op"), "{e:?}");
+}
+
+// ---- crash tails, forged and foreign logs (each its own reason) ----
+
+use repoch_protocol::epoch::{verify_log, EpochBody, EpochRecord, SignedEpochRecord};
+
+/// (classification, refusal reason) as their stable strings.
+fn class(bytes: &[u8]) -> (&'static str, Option<&'static str>) {
+    let c = verify_log(bytes, &pk(&issuer()), Some(DEP)).classification;
+    (c.as_str(), c.refusal().map(Reason::as_str))
+}
+
+const TORN: (&str, Option<&str>) = ("torn", Some("epoch-torn"));
+
+#[test]
+fn what_a_crash_can_leave_after_the_last_record_is_torn() {
+    // Proves: every tail a crash can produce after the last valid record reads as torn
+    // (epoch-torn: uncertain, preserve), not corrupt (investigate tampering).
+    let recs = epoch_records();
+    let good = log_bytes(&recs[..2]);
+    let next = recs[2].to_frame();
+    // A record cut short.
+    let cut = [&good[..], &next[..next.len() / 2]].concat();
+    assert_eq!(class(&cut), TORN);
+    // A zero-filled tail (the file grew, its data blocks never reached the disk).
+    for n in [1, 4, 5, 4096] {
+        let z = [&good[..], &vec![0u8; n][..]].concat();
+        assert_eq!(class(&z), TORN, "{n} zero bytes");
+    }
+    // Out-of-order sector loss: the whole next frame's length is there, but from a
+    // 512-byte sector boundary of the file on, zeros (here inside the signature or body).
+    for last in 1..recs.len() {
+        let good = log_bytes(&recs[..last]);
+        let next = recs[last].to_frame();
+        let aligned = (good.len() / 512 + 1) * 512;
+        if aligned >= good.len() + next.len() {
+            continue;
+        }
+        let mut lost = [&good[..], &next[..]].concat();
+        lost[aligned..].fill(0);
+        assert_eq!(class(&lost), TORN, "sector lost in record {last}");
+    }
+    // Garbage after the last record: stale bytes, impossible lengths.
+    let garbage: Vec<u8> = (0..300u32).map(|i| (i * 37 + 11) as u8).collect();
+    assert_eq!(class(&[&good[..], &garbage[..]].concat()), TORN);
+    assert_eq!(class(&[&good[..], &[0xff; 8][..]].concat()), TORN);
+}
+
+#[test]
+fn damage_before_a_valid_record_is_corrupt_not_torn() {
+    // Proves: a record that fails decoding while valid records follow is no crash tail:
+    // corrupt. So is a validly signed record out of order.
+    let recs = epoch_records();
+    let mut bytes = log_bytes(&recs[..3]);
+    let second = recs[0].to_frame().len();
+    // Zero the start of record 1's payload (record 2 still follows, intact).
+    bytes[second + 4..second + 12].fill(0);
+    assert_eq!(class(&bytes).0, "corrupt");
+    assert_eq!(class(&bytes).1, Some("epoch-corrupt"));
+    // A validly signed record with a wrong sequence number.
+    let mut r = recs[1].record.clone();
+    r.seq = 7;
+    let bad = [
+        recs[0].to_frame(),
+        SignedEpochRecord::sign(r, &issuer()).to_frame(),
+    ]
+    .concat();
+    assert_eq!(class(&bad), ("corrupt", Some("epoch-corrupt")));
+}
+
+#[test]
+fn a_record_signed_by_another_key_is_forged() {
+    // Proves: a well-formed record whose signature is another key's reads as forged
+    // (epoch-forged), with its own reason.
+    let recs = epoch_records();
+    let forged = SignedEpochRecord::sign(recs[1].record.clone(), &producer());
+    let bytes = [recs[0].to_frame(), forged.to_frame()].concat();
+    assert_eq!(class(&bytes), ("forged", Some("epoch-forged")));
+    // A genesis naming another issuer key, signed by it.
+    let g = SignedEpochRecord::sign(
+        EpochRecord {
+            deployment: DEP,
+            seq: 0,
+            prev: Hash::ZERO,
+            body: EpochBody::Genesis {
+                manifest: Hash([1; 32]),
+                issuer_key: pk(&producer()),
+                predecessor: None,
+            },
+        },
+        &producer(),
+    );
+    assert_eq!(class(&g.to_frame()), ("forged", Some("epoch-forged")));
+}
+
+#[test]
+fn a_log_of_another_deployment_is_foreign() {
+    // Proves: a log validly signed by the host issuer for another deployment, read where
+    // DEP's log is expected, reads as foreign (epoch-foreign).
+    let other = repoch_protocol::DeploymentId([0x77; 16]);
+    let recs: Vec<SignedEpochRecord> = epoch_records()
+        .into_iter()
+        .map(|s| {
+            let mut r = s.record;
+            r.deployment = other;
+            r
+        })
+        .scan(Hash::ZERO, |prev, mut r| {
+            r.prev = *prev;
+            let s = SignedEpochRecord::sign(r, &issuer());
+            *prev = Hash::of(&s.to_bytes());
+            Some(s)
+        })
+        .collect();
+    assert_eq!(class(&log_bytes(&recs)), ("foreign", Some("epoch-foreign")));
+}
