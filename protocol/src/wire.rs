@@ -86,7 +86,7 @@ pub fn read_exact_by<S: std::io::Read>(
         arm(s, left)?;
         match s.read(&mut buf[got..]) {
             Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => got += n,
+            Ok(n) => got = got.saturating_add(n),
             // An armed wait that ran out: the loop checks the deadline.
             Err(e)
                 if matches!(
@@ -146,7 +146,7 @@ pub fn write_all_by<S: std::io::Write>(
         arm(s, left)?;
         match s.write(&bytes[sent..]) {
             Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Ok(n) => sent += n,
+            Ok(n) => sent = sent.saturating_add(n),
             Err(e)
                 if matches!(
                     e.kind(),
