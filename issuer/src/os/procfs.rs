@@ -24,7 +24,7 @@ pub fn read_small(path: &Path, max: u64) -> std::io::Result<String> {
 pub fn start_ticks(pid: u32) -> Option<u64> {
     let s = read_small(Path::new(&format!("/proc/{pid}/stat")), PROC_FILE_BYTES_MAX).ok()?;
     // comm (field 2) may contain spaces and parentheses: split after the last ')'.
-    let rest = &s[s.rfind(')')? + 2..];
+    let rest = s.get(s.rfind(')')?.checked_add(2)?..)?;
     rest.split(' ').nth(19)?.parse().ok()
 }
 
