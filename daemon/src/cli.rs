@@ -635,7 +635,7 @@ pub fn grant_json(bytes: &[u8]) -> serde_json::Value {
 }
 
 pub fn recover(ctx: &Ctx, prefix: &str, approve: Option<&str>, wait: u64) -> CmdResult {
-    use repoch_protocol::wire::{read_msg, write_msg, AdminRequest};
+    use repoch_protocol::wire::{read_msg_by, write_msg, AdminRequest};
     let approve_ready = approve.map(parse_sha256).transpose()?;
     let id = store::resolve(&ctx.layout, prefix)?;
     let sock = ctx.layout.admin_socket();
@@ -652,11 +652,13 @@ pub fn recover(ctx: &Ctx, prefix: &str, approve: Option<&str>, wait: u64) -> Cmd
             e.to_string(),
         ))
     })?;
-    // Bounded: the consumer wait (at most CONSUMER_WAIT_SECONDS_MAX, by the parser), the
-    // observations and the appends, with a margin.
-    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(
-        wait.saturating_add(RECOVER_MARGIN_SECONDS),
-    )));
+    // Bounded as a whole: the consumer wait (at most CONSUMER_WAIT_SECONDS_MAX, by the
+    // parser), the observations and the appends, with a margin. One deadline for the whole
+    // session, re-armed before every read: a repochd that drips bytes cannot hold us past it.
+    let margin = repoch_issuer::barrier::margin_seconds(RECOVER_MARGIN_SECONDS);
+    let deadline =
+        std::time::Instant::now() + std::time::Duration::from_secs(wait.saturating_add(margin));
+    let _ = s.set_write_timeout(Some(std::time::Duration::from_secs(RECOVER_MARGIN_SECONDS)));
     // repochd may refuse before reading (a non-root peer): a failed write is reported only
     // if no answer can be read either.
     let sent = write_msg(
@@ -671,7 +673,9 @@ pub fn recover(ctx: &Ctx, prefix: &str, approve: Option<&str>, wait: u64) -> Cmd
         format!("recover {id}")
     });
     loop {
-        let e: AdminEvent = match read_msg(&mut s) {
+        let e: AdminEvent = match read_msg_by(&mut s, deadline, &mut |s, left| {
+            s.set_read_timeout(Some(left))
+        }) {
             Ok(e) => e,
             Err(_) if sent.is_err() => {
                 let e = sent.err().map(|e| e.to_string()).unwrap_or_default();

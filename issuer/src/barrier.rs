@@ -48,3 +48,19 @@ pub fn reach(name: &str) {
 #[cfg(not(feature = "barriers"))]
 #[inline(always)]
 pub fn reach(_name: &str) {}
+
+/// In test builds, `REPOCH_TEST_MARGIN_SECONDS` shortens a safety margin so a test can reach
+/// the deadline it bounds in seconds rather than minutes. Release builds return `default`.
+#[cfg(feature = "barriers")]
+pub fn margin_seconds(default: u64) -> u64 {
+    std::env::var("REPOCH_TEST_MARGIN_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+#[cfg(not(feature = "barriers"))]
+#[inline(always)]
+pub fn margin_seconds(default: u64) -> u64 {
+    default
+}

@@ -538,3 +538,26 @@ fn a_grant_connection_past_the_bound_is_refused_naming_the_bound() {
     );
     drop(idle);
 }
+
+#[test]
+fn a_repochd_that_drips_its_answer_cannot_hold_repoch_recover_past_its_deadline() {
+    // A fake repochd on the admin socket reads the request, declares a 64 KiB frame and
+    // sends a byte a second: every read makes progress. `repoch recover` has one deadline for
+    // the whole session (the consumer wait plus a margin, shortened to 2 s in this test
+    // build): it must end then, uncertain (exit 3: it cannot know what repochd did), naming
+    // the deadline. Before, each read had its own timeout and the drip held it for days.
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let admin = s.grant_socket().with_file_name("admin.sock");
+    std::fs::create_dir_all(admin.parent().unwrap()).unwrap();
+    let _fake = spawn_ready(helper(&["serve-drip", admin.to_str().unwrap()]));
+    let mut c = s.recover(&id[..6], 1, &[]);
+    c.env("REPOCH_TEST_MARGIN_SECONDS", "2");
+    let mut c = Child::spawn(c);
+    let limit = Duration::from_secs(3 + MARGIN_SECONDS);
+    let r = c
+        .finish_within(limit)
+        .unwrap_or_else(|| panic!("repoch recover still waits after {limit:?}"));
+    assert_eq!(r.code, 3, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("deadline"), "{}", r.stdout);
+}
