@@ -506,7 +506,10 @@ pub fn journal_append(
         },
     )
     .map_err(|e| Failure::Usage(format!("this record would break the journal: {}", e.detail)))?;
-    let n = rustix::io::write(&fd, &frame).map_err(|e| Failure::Internal(format!("write: {e}")))?;
+    repoch_issuer::barrier::reach("journal-before-write");
+    // A failed write may have reached the disk in part: as uncertain as a failed fdatasync.
+    let n = rustix::io::write(&fd, &frame)
+        .map_err(|e| Failure::Uncertain(format!("write failed (not retried): {e}")))?;
     if n != frame.len() {
         return Err(Failure::Uncertain(format!(
             "short write ({n} of {} bytes): the journal is torn",

@@ -22,6 +22,8 @@ pub const BARRIERS: &[&str] = &[
     "after-dispatch",
     // Enrollment (repoch enroll): right after the one-successor check passed.
     "enroll-after-successor-check",
+    // repoch journal append: the journal read and verified, the record about to be written.
+    "journal-before-write",
 ];
 
 /// Whether this build stops at barriers (the `barriers` feature).
