@@ -303,6 +303,26 @@ pub fn issuer_key(layout: &Layout, create: bool) -> Result<SigningKey, EnrollErr
     crate::keys::read_secret(&path).map_err(|e| EnrollError::Io(e.to_string()))
 }
 
+/// Why an object without a birth time cannot be enrolled.
+const NO_BIRTH_TIME: &str = "the file system reports no birth time (statx STATX_BTIME): a file \
+     deleted and created again could take the same inode number unnoticed; keep it on a file \
+     system that records birth times (ext4 with 256-byte inodes, xfs v5, btrfs, tmpfs)";
+
+/// An enrolled identity must carry a birth time: without one, inode reuse cannot be told
+/// apart, so enrollment fails closed (docs/THREAT-MODEL.md).
+fn require_birth(
+    what: impl Into<String>,
+    id: repoch_protocol::Identity,
+) -> Result<repoch_protocol::Identity, EnrollError> {
+    if id.birth.is_none() {
+        return Err(EnrollError::Refused {
+            what: what.into(),
+            why: NO_BIRTH_TIME.into(),
+        });
+    }
+    Ok(id)
+}
+
 fn identity_at(role: &str, p: &str) -> Result<repoch_protocol::Identity, EnrollError> {
     let fd = open_path(Path::new(p), OFlags::RDONLY | OFlags::NONBLOCK, 0).map_err(|e| {
         EnrollError::Refused {
@@ -314,7 +334,28 @@ fn identity_at(role: &str, p: &str) -> Result<repoch_protocol::Identity, EnrollE
             },
         }
     })?;
-    fstat_identity(&fd).map_err(|e| EnrollError::Io(format!("{p}: {e}")))
+    let id = fstat_identity(&fd).map_err(|e| EnrollError::Io(format!("{p}: {e}")))?;
+    require_birth(format!("{role} {p}"), id)
+}
+
+/// A lock fence must keep others out: anyone who can open it (read access suffices for
+/// `flock -s`) can hold it shared and make it busy. `name` is the manifest field.
+pub fn check_fence_mode(
+    name: &str,
+    p: &str,
+    id: &repoch_protocol::Identity,
+) -> Result<(), EnrollError> {
+    if id.mode & 0o007 != 0 {
+        return Err(field(
+            name,
+            format!(
+                "{p} has mode {:04o}: others can open it and hold it shared (flock -s needs \
+                 only read access); make it 0600 or 0640",
+                id.mode & 0o7777
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The outcome of an enrollment.
@@ -382,6 +423,14 @@ fn create_journal(
     rustix::fs::fsync(&pfd).map_err(|e| io(e.into()))?;
     let append_only = set_append_only(&fd);
     let ident = fstat_identity(&fd).map_err(io)?;
+    if ident.birth.is_none() {
+        // Checked before the deployment exists; the caller removes the journal.
+        remove_journal(&v.journal_path);
+        return Err(EnrollError::Refused {
+            what: format!("journal {}", v.journal_path),
+            why: NO_BIRTH_TIME.into(),
+        });
+    }
     Ok((ident, genesis, append_only))
 }
 
@@ -443,11 +492,13 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
     };
     // Every inventory object that must already exist, by identity.
     let mut inventory = Vec::new();
-    for f in &v.fences {
+    for (i, f) in v.fences.iter().enumerate() {
+        let identity = identity_at("fence", f)?;
+        check_fence_mode(&format!("fences[{i}]"), f, &identity)?;
         inventory.push(InventoryEntry {
             role: Role::Fence,
             path: f.clone(),
-            identity: identity_at("fence", f)?,
+            identity,
         });
     }
     for s in &v.stores {
@@ -474,7 +525,11 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
         .map_err(|e| EnrollError::Io(format!("{}: {e}", deployments.display())))?;
     let mut manifest_hash = Hash::ZERO;
     let result = enroll_sequence(&mut Real, &dfd, &id, issuer, |_, staged| {
-        let ident = |fd| fstat_identity(fd).map_err(|e| e.to_string());
+        let ident = |fd| match fstat_identity(fd) {
+            Ok(id) if id.birth.is_none() => Err(format!("state directory: {NO_BIRTH_TIME}")),
+            Ok(id) => Ok(id),
+            Err(e) => Err(e.to_string()),
+        };
         let path = |n: &str| state_dir.join(n).display().to_string();
         let mut inv = vec![
             InventoryEntry {
