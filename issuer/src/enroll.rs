@@ -339,12 +339,10 @@ fn identity_at(role: &str, p: &str) -> Result<repoch_protocol::Identity, EnrollE
 }
 
 /// A lock fence must keep others out: anyone who can open it (read access suffices for
-/// `flock -s`) can hold it shared and make it busy. `name` is the manifest field.
-pub fn check_fence_mode(
-    name: &str,
-    p: &str,
-    id: &repoch_protocol::Identity,
-) -> Result<(), EnrollError> {
+/// `flock -s`) can hold it shared and make it busy. So no mode bit for others, and no
+/// access ACL (whose named entries the mode does not show). `name` is the manifest field.
+fn fence_at(name: &str, p: &str) -> Result<repoch_protocol::Identity, EnrollError> {
+    let id = identity_at("fence", p)?;
     if id.mode & 0o007 != 0 {
         return Err(field(
             name,
@@ -355,7 +353,26 @@ pub fn check_fence_mode(
             ),
         ));
     }
-    Ok(())
+    let fd = open_path(Path::new(p), OFlags::RDONLY | OFlags::NONBLOCK, 0)
+        .map_err(|e| EnrollError::Io(format!("{p}: {e}")))?;
+    let same = fstat_identity(&fd).map_err(|e| EnrollError::Io(format!("{p}: {e}")))?;
+    if !same.same_object(&id) {
+        return Err(EnrollError::Refused {
+            what: format!("fence {p}"),
+            why: "replaced while being enrolled".into(),
+        });
+    }
+    match store::has_access_acl(&fd) {
+        Ok(false) => Ok(id),
+        Ok(true) => Err(field(
+            name,
+            format!(
+                "{p} has an access ACL: its named entries may let others open it and hold \
+                 it shared; remove it (setfacl -b) and use mode 0600 or 0640"
+            ),
+        )),
+        Err(e) => Err(EnrollError::Io(format!("{p}: reading its ACL: {e}"))),
+    }
 }
 
 /// The outcome of an enrollment.
@@ -493,8 +510,7 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
     // Every inventory object that must already exist, by identity.
     let mut inventory = Vec::new();
     for (i, f) in v.fences.iter().enumerate() {
-        let identity = identity_at("fence", f)?;
-        check_fence_mode(&format!("fences[{i}]"), f, &identity)?;
+        let identity = fence_at(&format!("fences[{i}]"), f)?;
         inventory.push(InventoryEntry {
             role: Role::Fence,
             path: f.clone(),

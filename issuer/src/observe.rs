@@ -646,23 +646,51 @@ impl Observer {
     }
 }
 
-/// Whether a fence's owner and mode still keep others out: no bit for others, and no
-/// owner, group or permission bit that the enrollment did not have. Anyone who can open a
-/// fence can hold it shared (`flock -s` needs only read access) and so make it busy.
-fn fence_protection(path: &str, enrolled: &Identity, id: &Identity) -> Result<(), Fact> {
+/// Whether a fence still keeps others out: no mode bit for others, no owner, group or
+/// permission bit that the enrollment did not have, and no access ACL (read through `fd`,
+/// an fd of the same object). Anyone who can open a fence can hold it shared (`flock -s`
+/// needs only read access) and so make it busy.
+fn fence_protection(
+    path: &str,
+    enrolled: &Identity,
+    id: &Identity,
+    fd: &OwnedFd,
+) -> Result<(), Fact> {
     let perms = |m: u32| m & 0o7777;
+    let expected = format!(
+        "uid {} gid {} mode {:o}, no access for others, no ACL",
+        enrolled.uid,
+        enrolled.gid,
+        perms(enrolled.mode)
+    );
+    let acl = crate::store::has_access_acl(fd).map_err(|e| {
+        Fact::failed(
+            "fence",
+            path,
+            &expected,
+            &format!("reading its ACL: {e}"),
+            Reason::ObserveFailed,
+        )
+    })?;
     let widened = perms(id.mode) & !perms(enrolled.mode);
-    if id.mode & 0o007 != 0 || widened != 0 || id.uid != enrolled.uid || id.gid != enrolled.gid {
+    if acl
+        || id.mode & 0o007 != 0
+        || widened != 0
+        || id.uid != enrolled.uid
+        || id.gid != enrolled.gid
+    {
+        let observed = format!(
+            "uid {} gid {} mode {:o}{}",
+            id.uid,
+            id.gid,
+            perms(id.mode),
+            if acl { ", an access ACL" } else { "" }
+        );
         return Err(Fact::failed(
             "fence",
             path,
-            &format!(
-                "uid {} gid {} mode {:o}, no access for others",
-                enrolled.uid,
-                enrolled.gid,
-                perms(enrolled.mode)
-            ),
-            &format!("uid {} gid {} mode {:o}", id.uid, id.gid, perms(id.mode)),
+            &expected,
+            &observed,
             Reason::FenceUnprotected,
         ));
     }
@@ -700,7 +728,7 @@ fn acquire(path: &str, enrolled: &Identity) -> Result<HeldFence, Fact> {
     }
     // Before locking: a fence others can open may be held shared by anyone, and a busy
     // answer would then blame whoever that is.
-    fence_protection(path, enrolled, &id)?;
+    fence_protection(path, enrolled, &id, &fd)?;
     match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => {}
         Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
@@ -739,7 +767,9 @@ fn check_held(h: &HeldFence) -> Result<Fact, Fact> {
     const WANT: &str = "the enrolled inode, locked by us";
     let now = open_path(Path::new(&h.path), OFlags::PATH, 0).and_then(fstat_identity);
     match now {
-        Ok(id) if id.same_object(&h.identity) => fence_protection(&h.path, &h.enrolled, &id)?,
+        Ok(id) if id.same_object(&h.identity) => {
+            fence_protection(&h.path, &h.enrolled, &id, &h.fd)?
+        }
         Ok(id) => {
             return Err(Fact::failed(
                 "fence",

@@ -52,6 +52,18 @@ pub fn fstat_identity(fd: impl std::os::fd::AsFd) -> std::io::Result<Identity> {
     })
 }
 
+/// Whether an open file carries a POSIX access ACL (`system.posix_acl_access`): named user
+/// or group entries that the mode bits do not show (a minimal ACL, equal to the mode, is
+/// never stored). A file system without extended attributes or ACLs has none.
+pub fn has_access_acl(fd: impl std::os::fd::AsFd) -> std::io::Result<bool> {
+    use rustix::io::Errno;
+    match rustix::fs::fgetxattr_query(fd, "system.posix_acl_access") {
+        Ok(_) => Ok(true),
+        Err(e) if e == Errno::NODATA || e == Errno::OPNOTSUPP => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// The birth time in a statx answer: only when its mask says the file system gave one, and
 /// never a time before 1970 (read as none) or an out-of-range nanosecond count.
 fn birth_of(sx: &rustix::fs::Statx) -> Option<Birth> {

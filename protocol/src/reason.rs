@@ -58,7 +58,7 @@ reasons! {
     FenceReplaced = "fence-replaced", "A lock fence is another object than the enrolled one (another inode, or the same inode number with another birth time), before or during locking.", "Treat as tampering: a replaced lock gives no exclusion.";
     FenceBusy = "fence-busy", "Another process holds a lock fence (named).", "That process still acts as a root: contain it first.";
     FenceCustody = "fence-custody", "The kernel does not show our lock on the fence.", "Investigate; exclusion is not proven.";
-    FenceUnprotected = "fence-unprotected", "A lock fence can be opened by others (mode allows others any access), or its owner or mode widened since enrollment: anyone who can open it can hold it shared.", "Restore the enrolled owner and a mode without other bits (0600 or 0640); find out who changed it.";
+    FenceUnprotected = "fence-unprotected", "A lock fence can be opened by others (a mode bit for others, or an access ACL), or its owner or mode widened since enrollment: anyone who can open it can hold it shared.", "Restore the enrolled owner and a mode without other bits (0600 or 0640), remove any ACL (`setfacl -b`); find out who changed it.";
     ReadyMissing = "ready-missing", "The READY target does not exist.", "Create it as the new root expects.";
     ReadyUnprotected = "ready-unprotected", "The READY target is a symlink, not a regular file, not root-owned, or writable by others.", "Fix ownership and mode.";
     ReadyUnapproved = "ready-unapproved", "The READY digest differs from the one the operator approved.", "Check the READY content, then approve its digest.";

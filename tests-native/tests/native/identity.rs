@@ -242,3 +242,75 @@ fn a_shared_lock_taken_by_nobody_on_a_widened_fence_is_fence_unprotected_and_bla
         r.stdout
     );
 }
+
+/// Gives user `uid` read access to `path` through a POSIX access ACL (what `setfacl -m
+/// u:UID:r` writes), keeping owner rw, group r, mask r, others none: the mode stays 0640.
+fn grant_read_by_acl(path: &Path, uid: u32) {
+    // struct posix_acl_xattr_header { u32 version = 2 } then entries { u16 tag, u16 perm,
+    // u32 id }, sorted by tag: USER_OBJ 1, USER 2, GROUP_OBJ 4, MASK 0x10, OTHER 0x20.
+    let mut acl = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [
+        (0x01u16, 6u16, u32::MAX),
+        (0x02, 4, uid),
+        (0x04, 4, u32::MAX),
+        (0x10, 4, u32::MAX),
+        (0x20, 0, u32::MAX),
+    ] {
+        acl.extend_from_slice(&tag.to_le_bytes());
+        acl.extend_from_slice(&perm.to_le_bytes());
+        acl.extend_from_slice(&id.to_le_bytes());
+    }
+    rustix::fs::setxattr(
+        path,
+        "system.posix_acl_access",
+        &acl,
+        rustix::fs::XattrFlags::empty(),
+    )
+    .expect("setting an access ACL");
+    assert_eq!(std::fs::metadata(path).unwrap().mode() & 0o7777, 0o640);
+}
+
+#[test]
+fn a_fence_opened_to_nobody_by_an_acl_is_refused_at_enrollment_and_after_it() {
+    // The mode bits are not the whole answer: a named-user ACL entry lets nobody open a
+    // 0640 fence and hold it shared. Enrollment refuses a fence with an access ACL; an ACL
+    // added after enrollment is fence-unprotected (checked before locking), and nobody's
+    // shared lock is never blamed.
+    require_root!();
+    let s = Sandbox::new();
+    std::fs::set_permissions(s.dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    let lock = s.srv.join("lock");
+    std::fs::set_permissions(&lock, std::fs::Permissions::from_mode(0o640)).unwrap();
+    grant_read_by_acl(&lock, 65534);
+    let p = s.path("manifest.toml");
+    std::fs::write(&p, s.manifest("")).unwrap();
+    let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
+    assert_eq!(r.code, 64, "{}{}", r.stdout, r.stderr);
+    let msg = r.json()["message"].as_str().unwrap().to_owned();
+    assert!(msg.contains("fences[0]") && msg.contains("ACL"), "{msg}");
+    // Without the ACL it enrolls; then the ACL comes back and nobody holds it shared.
+    rustix::fs::removexattr(&lock, "system.posix_acl_access").unwrap();
+    let id = s.enroll();
+    grant_read_by_acl(&lock, 65534);
+    let mut cmd = Command::new("setpriv");
+    cmd.args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "flock",
+        "-s",
+        lock.to_str().unwrap(),
+        "sh",
+        "-c",
+        "echo $$; exec sleep 30",
+    ]);
+    let nobody = spawn_ready(cmd);
+    let r = s.observe(&id);
+    assert_refused(&r, "fence-unprotected");
+    assert!(
+        !r.stdout.contains(&format!("pid {}", nobody.pid())),
+        "blamed nobody's process: {}",
+        r.stdout
+    );
+    assert!(observed(&r, "fence").contains("ACL"), "{}", r.stdout);
+}
