@@ -314,3 +314,57 @@ fn a_fence_opened_to_nobody_by_an_acl_is_refused_at_enrollment_and_after_it() {
     );
     assert!(observed(&r, "fence").contains("ACL"), "{}", r.stdout);
 }
+
+/// Attempts to unmount a read-only bind mount, 20 ms apart.
+const RO_UMOUNT_TRIES_MAX: u32 = 250;
+
+/// A read-only bind mount of a file over itself, unmounted on drop.
+struct ReadOnlyBind<'a>(&'a Path);
+
+impl<'a> ReadOnlyBind<'a> {
+    fn new(p: &'a Path) -> ReadOnlyBind<'a> {
+        let s = p.to_str().unwrap();
+        sh("mount", &["--bind", s, s]);
+        let b = ReadOnlyBind(p);
+        sh("mount", &["-o", "remount,bind,ro", s]);
+        b
+    }
+}
+
+impl Drop for ReadOnlyBind<'_> {
+    fn drop(&mut self) {
+        for _ in 0..RO_UMOUNT_TRIES_MAX {
+            if Command::new("umount")
+                .arg(self.0)
+                .status()
+                .is_ok_and(|s| s.success())
+            {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+#[test]
+fn a_fence_on_a_read_only_mount_is_still_acquired_and_held() {
+    // flock needs no write access, so fences are opened read-only: with the fence under a
+    // read-only bind mount (same device, inode and birth time), observation still acquires
+    // it, and a helper cannot take it meanwhile (through the in-process observer).
+    require_root!();
+    let _no_netns = mount_namespace_guard();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let lock = s.srv.join("lock");
+    let _ro = ReadOnlyBind::new(&lock);
+    assert!(std::fs::OpenOptions::new().write(true).open(&lock).is_err());
+    let r = s.observe(&id);
+    assert_eq!(r.code, 0, "{:?}\n{}", failed(&r), r.stdout);
+    let (mut obs, mut fences) = s.observer(&id);
+    let o = obs.observe(&mut fences);
+    assert!(o.holds(), "{:?}", o.failed().collect::<Vec<_>>());
+    let busy = helper(&["try-flock", lock.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(busy.status.code(), Some(4), "the fence was not held");
+}
