@@ -324,6 +324,15 @@ fn require_birth(
 }
 
 fn identity_at(role: &str, p: &str) -> Result<repoch_protocol::Identity, EnrollError> {
+    opened_at(role, p).map(|(_, id)| id)
+}
+
+/// Opens an inventory object once (read-only, no symlink) and reads its identity, which
+/// must carry a birth time.
+fn opened_at(
+    role: &str,
+    p: &str,
+) -> Result<(std::os::fd::OwnedFd, repoch_protocol::Identity), EnrollError> {
     let fd = open_path(Path::new(p), OFlags::RDONLY | OFlags::NONBLOCK, 0).map_err(|e| {
         EnrollError::Refused {
             what: format!("{role} {p}"),
@@ -335,14 +344,14 @@ fn identity_at(role: &str, p: &str) -> Result<repoch_protocol::Identity, EnrollE
         }
     })?;
     let id = fstat_identity(&fd).map_err(|e| EnrollError::Io(format!("{p}: {e}")))?;
-    require_birth(format!("{role} {p}"), id)
+    Ok((fd, require_birth(format!("{role} {p}"), id)?))
 }
 
 /// A lock fence must keep others out: anyone who can open it (read access suffices for
 /// `flock -s`) can hold it shared and make it busy. So no mode bit for others, and no
 /// access ACL (whose named entries the mode does not show). `name` is the manifest field.
 fn fence_at(name: &str, p: &str) -> Result<repoch_protocol::Identity, EnrollError> {
-    let id = identity_at("fence", p)?;
+    let (fd, id) = opened_at("fence", p)?;
     if id.mode & 0o007 != 0 {
         return Err(field(
             name,
@@ -352,15 +361,6 @@ fn fence_at(name: &str, p: &str) -> Result<repoch_protocol::Identity, EnrollErro
                 id.mode & 0o7777
             ),
         ));
-    }
-    let fd = open_path(Path::new(p), OFlags::RDONLY | OFlags::NONBLOCK, 0)
-        .map_err(|e| EnrollError::Io(format!("{p}: {e}")))?;
-    let same = fstat_identity(&fd).map_err(|e| EnrollError::Io(format!("{p}: {e}")))?;
-    if !same.same_object(&id) {
-        return Err(EnrollError::Refused {
-            what: format!("fence {p}"),
-            why: "replaced while being enrolled".into(),
-        });
     }
     match store::has_access_acl(&fd) {
         Ok(false) => Ok(id),
