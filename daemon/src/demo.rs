@@ -152,6 +152,13 @@ pub fn demo(ctx0: &Ctx, keep: bool) -> cli::CmdResult {
     ] {
         std::fs::write(srv.join(name), content).map_err(|e| Failure::Internal(e.to_string()))?;
     }
+    // The fence keeps others out: anyone who can open it could hold it shared (enrollment
+    // refuses a fence with any bit for others).
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(srv.join("lock"), std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| Failure::Internal(e.to_string()))?;
+    }
     let producer = repoch_issuer::keys::generate().map_err(|e| Failure::Internal(e.to_string()))?;
     let consumer_key = base.join("consumer.key");
     repoch_issuer::keys::write_pair(

@@ -303,7 +303,36 @@ pub fn issuer_key(layout: &Layout, create: bool) -> Result<SigningKey, EnrollErr
     crate::keys::read_secret(&path).map_err(|e| EnrollError::Io(e.to_string()))
 }
 
+/// Why an object without a birth time cannot be enrolled.
+const NO_BIRTH_TIME: &str = "the file system reports no birth time (statx STATX_BTIME): a file \
+     deleted and created again could take the same inode number unnoticed; keep it on a file \
+     system that records birth times (ext4 with 256-byte inodes, xfs v5, btrfs, tmpfs)";
+
+/// An enrolled identity must carry a birth time: without one, inode reuse cannot be told
+/// apart, so enrollment fails closed (docs/THREAT-MODEL.md).
+fn require_birth(
+    what: impl Into<String>,
+    id: repoch_protocol::Identity,
+) -> Result<repoch_protocol::Identity, EnrollError> {
+    if id.birth.is_none() {
+        return Err(EnrollError::Refused {
+            what: what.into(),
+            why: NO_BIRTH_TIME.into(),
+        });
+    }
+    Ok(id)
+}
+
 fn identity_at(role: &str, p: &str) -> Result<repoch_protocol::Identity, EnrollError> {
+    opened_at(role, p).map(|(_, id)| id)
+}
+
+/// Opens an inventory object once (read-only, no symlink) and reads its identity, which
+/// must carry a birth time.
+fn opened_at(
+    role: &str,
+    p: &str,
+) -> Result<(std::os::fd::OwnedFd, repoch_protocol::Identity), EnrollError> {
     let fd = open_path(Path::new(p), OFlags::RDONLY | OFlags::NONBLOCK, 0).map_err(|e| {
         EnrollError::Refused {
             what: format!("{role} {p}"),
@@ -314,7 +343,36 @@ fn identity_at(role: &str, p: &str) -> Result<repoch_protocol::Identity, EnrollE
             },
         }
     })?;
-    fstat_identity(&fd).map_err(|e| EnrollError::Io(format!("{p}: {e}")))
+    let id = fstat_identity(&fd).map_err(|e| EnrollError::Io(format!("{p}: {e}")))?;
+    Ok((fd, require_birth(format!("{role} {p}"), id)?))
+}
+
+/// A lock fence must keep others out: anyone who can open it (read access suffices for
+/// `flock -s`) can hold it shared and make it busy. So no mode bit for others, and no
+/// access ACL (whose named entries the mode does not show). `name` is the manifest field.
+fn fence_at(name: &str, p: &str) -> Result<repoch_protocol::Identity, EnrollError> {
+    let (fd, id) = opened_at("fence", p)?;
+    if id.mode & 0o007 != 0 {
+        return Err(field(
+            name,
+            format!(
+                "{p} has mode {:04o}: others can open it and hold it shared (flock -s needs \
+                 only read access); make it 0600 or 0640",
+                id.mode & 0o7777
+            ),
+        ));
+    }
+    match store::has_access_acl(&fd) {
+        Ok(false) => Ok(id),
+        Ok(true) => Err(field(
+            name,
+            format!(
+                "{p} has an access ACL: its named entries may let others open it and hold \
+                 it shared; remove it (setfacl -b) and use mode 0600 or 0640"
+            ),
+        )),
+        Err(e) => Err(EnrollError::Io(format!("{p}: reading its ACL: {e}"))),
+    }
 }
 
 /// The outcome of an enrollment.
@@ -382,6 +440,14 @@ fn create_journal(
     rustix::fs::fsync(&pfd).map_err(|e| io(e.into()))?;
     let append_only = set_append_only(&fd);
     let ident = fstat_identity(&fd).map_err(io)?;
+    if ident.birth.is_none() {
+        // Checked before the deployment exists; the caller removes the journal.
+        remove_journal(&v.journal_path);
+        return Err(EnrollError::Refused {
+            what: format!("journal {}", v.journal_path),
+            why: NO_BIRTH_TIME.into(),
+        });
+    }
     Ok((ident, genesis, append_only))
 }
 
@@ -520,11 +586,12 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
     };
     // Every inventory object that must already exist, by identity.
     let mut inventory = Vec::new();
-    for f in &v.fences {
+    for (i, f) in v.fences.iter().enumerate() {
+        let identity = fence_at(&format!("fences[{i}]"), f)?;
         inventory.push(InventoryEntry {
             role: Role::Fence,
             path: f.clone(),
-            identity: identity_at("fence", f)?,
+            identity,
         });
     }
     for s in &v.stores {
@@ -551,7 +618,11 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
         .map_err(|e| EnrollError::Io(format!("{}: {e}", deployments.display())))?;
     let mut manifest_hash = Hash::ZERO;
     let result = enroll_sequence(&mut Real, &dfd, &id, issuer, |_, staged| {
-        let ident = |fd| fstat_identity(fd).map_err(|e| e.to_string());
+        let ident = |fd| match fstat_identity(fd) {
+            Ok(id) if id.birth.is_none() => Err(format!("state directory: {NO_BIRTH_TIME}")),
+            Ok(id) => Ok(id),
+            Err(e) => Err(e.to_string()),
+        };
         let path = |n: &str| state_dir.join(n).display().to_string();
         let mut inv = vec![
             InventoryEntry {

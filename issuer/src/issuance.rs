@@ -594,12 +594,9 @@ impl<C: ConsumerLink> Receipted<C> {
     pub fn dispatch(mut self, _proof: FinalVerification) -> Result<Dispatched, Ended> {
         self.c.say(
             "dispatch",
-            format!(
-                "sending the grant with {} fence fd(s)",
-                self.c.fences.held.len()
-            ),
+            format!("sending the grant with {} fence fd(s)", self.c.fences.len()),
         );
-        let fds: Vec<&OwnedFd> = self.c.fences.held.iter().map(|h| &h.fd).collect();
+        let fds: Vec<&OwnedFd> = self.c.fences.fds();
         match self.consumer.dispatch(&self.grant, &fds) {
             Ok(()) => Ok(Dispatched { grant: self.grant }),
             Err(e) => Err(Ended {

@@ -11,7 +11,7 @@ use std::path::Path;
 use repoch_protocol::grant::{GrantFence, UnknownOp};
 use repoch_protocol::journal::{verify_journal, JournalPins};
 use repoch_protocol::limits::JOURNAL_BYTES_MAX;
-use repoch_protocol::manifest::{Listener, Manifest, Role};
+use repoch_protocol::manifest::{InventoryEntry, Listener, Manifest, Role};
 use repoch_protocol::types::evidence_digest;
 use repoch_protocol::{Fact, Hash, Identity, Reason};
 use rustix::fs::{FlockOperation, OFlags};
@@ -48,21 +48,45 @@ impl Observation {
 }
 
 /// A fence acquired and held by this process: never opened twice (closing any fd of a
-/// file drops its POSIX locks), handed to the consumer with `SCM_RIGHTS`.
+/// file drops its POSIX locks), handed to the consumer with `SCM_RIGHTS`. Keyed by its
+/// manifest entry (path and enrolled identity), never by its position.
 #[derive(Debug)]
 pub struct HeldFence {
-    pub path: String,
-    pub identity: Identity,
-    pub fd: OwnedFd,
+    /// The manifest entry's path.
+    path: String,
+    /// The manifest entry's enrolled identity.
+    enrolled: Identity,
+    /// The identity observed through `fd` at acquisition (the same object as `enrolled`).
+    identity: Identity,
+    fd: OwnedFd,
 }
 
-/// The fences, held from the first successful observation on.
+impl HeldFence {
+    fn is_for(&self, e: &InventoryEntry) -> bool {
+        self.path == e.path && self.enrolled == e.identity
+    }
+}
+
+/// The fences, held from the first successful observation on: all of the manifest's, in
+/// manifest order, or none (a partial set is released, never kept).
 #[derive(Debug, Default)]
 pub struct Fences {
-    pub held: Vec<HeldFence>,
+    held: Vec<HeldFence>,
 }
 
 impl Fences {
+    /// How many fences are held (all of the manifest's, or none).
+    pub fn len(&self) -> usize {
+        self.held.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+    /// The held fence for a manifest entry, matched by path and enrolled identity.
+    fn of(&self, e: &InventoryEntry) -> Option<&HeldFence> {
+        self.held.iter().find(|h| h.is_for(e))
+    }
+    /// The grant's fence list: path and identity of each held fence, in manifest order.
     pub fn grant_fences(&self) -> Vec<GrantFence> {
         self.held
             .iter()
@@ -71,6 +95,10 @@ impl Fences {
                 identity: h.identity,
             })
             .collect()
+    }
+    /// The fds to dispatch, in the order of `grant_fences`.
+    pub fn fds(&self) -> Vec<&OwnedFd> {
+        self.held.iter().map(|h| &h.fd).collect()
     }
 }
 
@@ -220,8 +248,8 @@ impl Observer {
         }
         if !id.same_object(&enrolled) {
             return Err(fail(
-                &format!("ino {}", enrolled.ino),
-                &format!("ino {}", id.ino),
+                &enrolled.object(),
+                &id.object(),
                 Reason::LineageReplaced,
             ));
         }
@@ -321,8 +349,8 @@ impl Observer {
                     Ok(id) => Fact::failed(
                         "store",
                         &e.path,
-                        &format!("ino {}", e.identity.ino),
-                        &format!("ino {}", id.ino),
+                        &e.identity.object(),
+                        &id.object(),
                         Reason::StoreReplaced,
                     ),
                     Err(err) => Fact::failed(
@@ -524,36 +552,34 @@ impl Observer {
 
     // ---- fences ----
 
+    /// The fences: on first use each is acquired; afterwards each manifest entry's own held
+    /// fence (matched by path and enrolled identity) is re-verified. One fact per entry, in
+    /// manifest order, each naming only its own entry.
     fn fences(&self, fences: &mut Fences, facts: &mut Vec<Fact>) {
         const WANT: &str = "the enrolled inode, locked by us";
-        let first = fences.held.is_empty();
-        for (i, e) in self.manifest.entries(Role::Fence).enumerate() {
-            if first {
+        let entries: Vec<&InventoryEntry> = self.manifest.entries(Role::Fence).collect();
+        if fences.is_empty() {
+            let mut acquired = Vec::with_capacity(entries.len());
+            for e in &entries {
                 match acquire(&e.path, &e.identity) {
                     Ok(h) => {
-                        fences.held.push(h);
+                        facts.push(check_held(&h).unwrap_or_else(|f| f));
+                        acquired.push(h);
                     }
-                    Err(f) => {
-                        facts.push(f);
-                        continue;
-                    }
+                    Err(f) => facts.push(f),
                 }
             }
-            let Some(h) = fences.held.get(i) else {
-                facts.push(Fact::failed(
-                    "fence",
-                    &e.path,
-                    WANT,
-                    "not held",
-                    Reason::FenceCustody,
-                ));
-                continue;
-            };
-            facts.push(check_held(h).unwrap_or_else(|f| f));
+            // A fence set is all or nothing: a partial set is released (dropped), never kept.
+            if acquired.len() == entries.len() {
+                fences.held = acquired;
+            }
+            return;
         }
-        // A fence set is all or nothing: a partial set is released, never kept.
-        if first && fences.held.len() != self.manifest.entries(Role::Fence).count() {
-            fences.held.clear();
+        for e in &entries {
+            facts.push(match fences.of(e) {
+                Some(h) => check_held(h).unwrap_or_else(|f| f),
+                None => Fact::failed("fence", &e.path, WANT, "not held", Reason::FenceCustody),
+            });
         }
     }
 
@@ -720,29 +746,89 @@ fn describe_unix_bound(
     parts.join("; ")
 }
 
-/// Acquires one fence: open once without following symlinks, fstat against the enrolled
-/// identity, `flock` EX non-blocking, re-stat the path to catch a replacement during
-/// acquisition, then confirm kernel custody.
+/// Whether a fence still keeps others out: no mode bit for others, no owner, group or
+/// permission bit that the enrollment did not have, and no access ACL (read through `fd`,
+/// an fd of the same object). Anyone who can open a fence can hold it shared (`flock -s`
+/// needs only read access) and so make it busy.
+fn fence_protection(
+    path: &str,
+    enrolled: &Identity,
+    id: &Identity,
+    fd: &OwnedFd,
+) -> Result<(), Fact> {
+    let perms = |m: u32| m & 0o7777;
+    let expected = format!(
+        "uid {} gid {} mode {:o}, no access for others, no ACL",
+        enrolled.uid,
+        enrolled.gid,
+        perms(enrolled.mode)
+    );
+    let acl = crate::store::has_access_acl(fd).map_err(|e| {
+        Fact::failed(
+            "fence",
+            path,
+            &expected,
+            &format!("reading its ACL: {e}"),
+            Reason::ObserveFailed,
+        )
+    })?;
+    let widened = perms(id.mode) & !perms(enrolled.mode);
+    if acl
+        || id.mode & 0o007 != 0
+        || widened != 0
+        || id.uid != enrolled.uid
+        || id.gid != enrolled.gid
+    {
+        let observed = format!(
+            "uid {} gid {} mode {:o}{}",
+            id.uid,
+            id.gid,
+            perms(id.mode),
+            if acl { ", an access ACL" } else { "" }
+        );
+        return Err(Fact::failed(
+            "fence",
+            path,
+            &expected,
+            &observed,
+            Reason::FenceUnprotected,
+        ));
+    }
+    Ok(())
+}
+
+/// Acquires one fence: open once, read-only (flock needs no write access, and a read-only
+/// mount must not break observation), without following symlinks; fstat against the
+/// enrolled identity (birth time included) and protection; `flock` EX non-blocking;
+/// re-stat the path to catch a replacement during acquisition, then confirm kernel custody.
 fn acquire(path: &str, enrolled: &Identity) -> Result<HeldFence, Fact> {
     const WANT: &str = "the enrolled inode, locked by us";
-    let fd = open_path(Path::new(path), OFlags::RDWR, 0).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => {
-            Fact::failed("fence", path, WANT, "missing", Reason::FenceMissing)
-        }
-        _ if is_eloop(&e) => Fact::failed("fence", path, WANT, "a symlink", Reason::FenceReplaced),
-        _ => Fact::failed("fence", path, WANT, &e.to_string(), Reason::ObserveFailed),
-    })?;
+    let fd =
+        open_path(Path::new(path), OFlags::RDONLY | OFlags::NONBLOCK, 0).map_err(|e| {
+            match e.kind() {
+                std::io::ErrorKind::NotFound => {
+                    Fact::failed("fence", path, WANT, "missing", Reason::FenceMissing)
+                }
+                _ if is_eloop(&e) => {
+                    Fact::failed("fence", path, WANT, "a symlink", Reason::FenceReplaced)
+                }
+                _ => Fact::failed("fence", path, WANT, &e.to_string(), Reason::ObserveFailed),
+            }
+        })?;
     let id = fstat_identity(&fd)
         .map_err(|e| Fact::failed("fence", path, WANT, &e.to_string(), Reason::ObserveFailed))?;
     if !id.same_object(enrolled) {
         return Err(Fact::failed(
             "fence",
             path,
-            &format!("ino {}", enrolled.ino),
-            &format!("ino {}", id.ino),
+            &enrolled.object(),
+            &id.object(),
             Reason::FenceReplaced,
         ));
     }
+    // Before locking: a fence others can open may be held shared by anyone, and a busy
+    // answer would then blame whoever that is.
+    fence_protection(path, enrolled, &id, &fd)?;
     match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => {}
         Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
@@ -766,6 +852,7 @@ fn acquire(path: &str, enrolled: &Identity) -> Result<HeldFence, Fact> {
     }
     let h = HeldFence {
         path: path.to_owned(),
+        enrolled: *enrolled,
         identity: id,
         fd,
     };
@@ -773,19 +860,22 @@ fn acquire(path: &str, enrolled: &Identity) -> Result<HeldFence, Fact> {
     Ok(h)
 }
 
-/// Re-verifies a held fence: the path still names our inode, and the kernel shows our lock
-/// (`/proc/locks` for the device and inode, and our own fdinfo `lock:` line).
+/// Re-verifies a held fence: the path still names our object (birth time included), its
+/// owner and mode still keep others out, and the kernel shows our lock (`/proc/locks` for
+/// the device and inode, and our own fdinfo `lock:` line).
 fn check_held(h: &HeldFence) -> Result<Fact, Fact> {
     const WANT: &str = "the enrolled inode, locked by us";
-    let now = open_path(Path::new(&h.path), OFlags::PATH, 0).and_then(|fd| fstat_identity(&fd));
+    let now = open_path(Path::new(&h.path), OFlags::PATH, 0).and_then(fstat_identity);
     match now {
-        Ok(id) if id.same_object(&h.identity) => {}
+        Ok(id) if id.same_object(&h.identity) => {
+            fence_protection(&h.path, &h.enrolled, &id, &h.fd)?
+        }
         Ok(id) => {
             return Err(Fact::failed(
                 "fence",
                 &h.path,
-                &format!("ino {}", h.identity.ino),
-                &format!("path now names ino {}", id.ino),
+                &h.identity.object(),
+                &format!("path now names {}", id.object()),
                 Reason::FenceReplaced,
             ))
         }

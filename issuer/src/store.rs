@@ -7,8 +7,9 @@ use std::path::Path;
 use repoch_protocol::cbor::Canonical;
 use repoch_protocol::epoch::{Classification, EpochBody, LogReport};
 use repoch_protocol::manifest::{Manifest, Role, SignedManifest};
-use repoch_protocol::{DeploymentId, Hash, Identity, PublicKey, Reason};
-use rustix::fs::{FlockOperation, OFlags};
+use repoch_protocol::types::BIRTH_NSEC_MAX;
+use repoch_protocol::{Birth, DeploymentId, Hash, Identity, PublicKey, Reason};
+use rustix::fs::{FlockOperation, OFlags, StatxFlags};
 
 use crate::layout::{Layout, LOCK_FILE, LOG_FILE, MANIFEST_FILE};
 use crate::log::EpochLog;
@@ -21,18 +22,57 @@ pub const MANIFEST_BYTES_MAX: usize = repoch_protocol::limits::FRAME_BYTES_MAX;
 /// Deployments listed in one state root.
 pub const DEPLOYMENTS_MAX: usize = 4096;
 
-pub fn identity_of(st: &rustix::fs::Stat) -> Identity {
-    Identity {
-        dev: st.st_dev,
-        ino: st.st_ino,
-        uid: st.st_uid,
-        gid: st.st_gid,
-        mode: st.st_mode,
+/// The identity of an open file (or `O_PATH` fd), with its birth time: `statx` asks for
+/// `STATX_BTIME`, and the birth is filled only when the returned mask has it (a file system
+/// without birth times gives `None`; enrollment refuses such objects). The inode generation
+/// (`FS_IOC_GETVERSION`) is not read: rustix has no safe wrapper for it, and the issuer
+/// forbids `unsafe`.
+pub fn fstat_identity(fd: impl std::os::fd::AsFd) -> std::io::Result<Identity> {
+    use rustix::fs::{AtFlags, StatxFlags};
+    let sx = rustix::fs::statx(
+        fd,
+        "",
+        AtFlags::EMPTY_PATH,
+        StatxFlags::BASIC_STATS | StatxFlags::BTIME,
+    )?;
+    let basic = StatxFlags::TYPE | StatxFlags::MODE | StatxFlags::UID | StatxFlags::GID;
+    if !StatxFlags::from_bits_retain(sx.stx_mask).contains(basic | StatxFlags::INO) {
+        return Err(std::io::Error::other(format!(
+            "statx gave no inode, owner or mode (mask {:#x})",
+            sx.stx_mask
+        )));
+    }
+    Ok(Identity {
+        dev: rustix::fs::makedev(sx.stx_dev_major, sx.stx_dev_minor),
+        ino: sx.stx_ino,
+        uid: sx.stx_uid,
+        gid: sx.stx_gid,
+        mode: sx.stx_mode.into(),
+        birth: birth_of(&sx),
+    })
+}
+
+/// Whether an open file carries a POSIX access ACL (`system.posix_acl_access`): named user
+/// or group entries that the mode bits do not show (a minimal ACL, equal to the mode, is
+/// never stored). A file system without extended attributes or ACLs has none.
+pub fn has_access_acl(fd: impl std::os::fd::AsFd) -> std::io::Result<bool> {
+    use rustix::io::Errno;
+    match rustix::fs::fgetxattr_query(fd, "system.posix_acl_access") {
+        Ok(_) => Ok(true),
+        Err(e) if e == Errno::NODATA || e == Errno::OPNOTSUPP => Ok(false),
+        Err(e) => Err(e.into()),
     }
 }
 
-pub fn fstat_identity(fd: &OwnedFd) -> std::io::Result<Identity> {
-    Ok(identity_of(&rustix::fs::fstat(fd)?))
+/// The birth time in a statx answer: only when its mask says the file system gave one, and
+/// never a time before 1970 (read as none) or an out-of-range nanosecond count.
+fn birth_of(sx: &rustix::fs::Statx) -> Option<Birth> {
+    if !StatxFlags::from_bits_retain(sx.stx_mask).contains(StatxFlags::BTIME) {
+        return None;
+    }
+    let sec = u64::try_from(sx.stx_btime.tv_sec).ok()?;
+    let nsec = sx.stx_btime.tv_nsec;
+    (nsec <= BIRTH_NSEC_MAX).then_some(Birth { sec, nsec })
 }
 
 /// Checks an opened state object against its enrolled identity: another inode is
@@ -46,8 +86,8 @@ pub fn check_state_identity(
         return Err(Refusal::new(
             Reason::StateReplaced,
             subject,
-            format!("ino {}", enrolled.ino),
-            format!("ino {}", observed.ino),
+            enrolled.object(),
+            observed.object(),
         ));
     }
     if observed.uid != enrolled.uid || observed.mode & 0o077 != 0 || observed.mode != enrolled.mode

@@ -26,4 +26,4 @@ pub mod wire;
 
 pub use cbor::{Canonical, DecodeError};
 pub use reason::Reason;
-pub use types::{DeploymentId, Fact, Hash, Identity, PublicKey};
+pub use types::{Birth, DeploymentId, Fact, Hash, Identity, PublicKey};

@@ -47,7 +47,7 @@ reasons! {
     LineageForeign = "lineage-foreign", "The journal's genesis belongs to another deployment.", "A journal was copied from elsewhere; do not recover.";
     LineageUnknownOverflow = "lineage-unknown-overflow", "More operations without a definite outcome than a grant may carry.", "Resolve operations by hand; enroll anew.";
     StoreMissing = "store-missing", "An original store does not exist.", "Find out why; the new root would start from nothing.";
-    StoreReplaced = "store-replaced", "An original store is another inode than the enrolled one.", "Treat as tampering or an unplanned restore.";
+    StoreReplaced = "store-replaced", "An original store is another object than the enrolled one (another inode, or the same inode number with another birth time).", "Treat as tampering or an unplanned restore.";
     PredecessorMismatch = "predecessor-mismatch", "The predecessor's log does not end in the recorded final hash, or is not the named deployment.", "Check the chain with `repoch audit`.";
     ChainFork = "chain-fork", "Two deployments name the same predecessor: the lineage forks (each successor could recover once).", "Find out which successor is legitimate; never recover the other.";
     ChainDuplicate = "chain-duplicate", "Two different logs claim the same deployment id.", "Find out which log is the deployment's own; treat the other as tampering.";
@@ -61,9 +61,10 @@ reasons! {
     ListenerPresent = "listener-present", "Something is bound on a contained unix path or TCP/UDP port (holder pid named).", "Stop the holder.";
     ObserveFailed = "observe-failed", "An observation could not be made (permission, unknown format): unknown is never fine.", "Read the detail; fix the cause.";
     FenceMissing = "fence-missing", "A lock fence does not exist.", "Find out who removed it.";
-    FenceReplaced = "fence-replaced", "A lock fence is another inode than the enrolled one (before or during locking).", "Treat as tampering: a replaced lock gives no exclusion.";
+    FenceReplaced = "fence-replaced", "A lock fence is another object than the enrolled one (another inode, or the same inode number with another birth time), before or during locking.", "Treat as tampering: a replaced lock gives no exclusion.";
     FenceBusy = "fence-busy", "Another process holds a lock fence (named).", "That process still acts as a root: contain it first.";
     FenceCustody = "fence-custody", "The kernel does not show our lock on the fence.", "Investigate; exclusion is not proven.";
+    FenceUnprotected = "fence-unprotected", "A lock fence can be opened by others (a mode bit for others, or an access ACL), or its owner or mode widened since enrollment: anyone who can open it can hold it shared.", "Restore the enrolled owner and a mode without other bits (0600 or 0640), remove any ACL (`setfacl -b`); find out who changed it.";
     ReadyMissing = "ready-missing", "The READY target does not exist.", "Create it as the new root expects.";
     ReadyUnprotected = "ready-unprotected", "The READY target is a symlink, not a regular file, not root-owned, or writable by others.", "Fix ownership and mode.";
     ReadyUnapproved = "ready-unapproved", "The READY digest differs from the one the operator approved.", "Check the READY content, then approve its digest.";

@@ -98,7 +98,28 @@ impl fmt::Display for PublicKey {
     }
 }
 
-/// The identity of a file system object: what makes "the same file" (DESIGN §3).
+/// When a file system object was created (statx `STATX_BTIME`): what tells an inode number
+/// handed out again apart from the object first seen with that number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Birth {
+    /// Seconds since the epoch (a birth time before 1970 is read as none).
+    pub sec: u64,
+    /// Nanoseconds, below 1 000 000 000.
+    pub nsec: u32,
+}
+
+/// Largest `Birth::nsec`.
+pub const BIRTH_NSEC_MAX: u32 = 999_999_999;
+
+impl fmt::Display for Birth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{:09}", self.sec, self.nsec)
+    }
+}
+
+/// The identity of a file system object: what makes "the same file" (DESIGN §3). The
+/// device and inode number name an object only while it exists: ext4 hands a freed number
+/// to the next file, so the birth time is part of the identity (docs/THREAT-MODEL.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Identity {
     pub dev: u64,
@@ -107,12 +128,24 @@ pub struct Identity {
     pub gid: u32,
     /// Full `st_mode`, file type bits included.
     pub mode: u32,
+    /// The birth time, when the file system reports one (`None` otherwise).
+    pub birth: Option<Birth>,
 }
 
 impl Identity {
-    /// Same object: device and inode.
+    /// Same object: device, inode number and birth time. An object whose birth time is
+    /// unknown on either side is the same only if it is unknown on both (enrollment
+    /// refuses objects without one, so for enrolled objects this never passes by default).
     pub fn same_object(&self, other: &Identity) -> bool {
-        self.dev == other.dev && self.ino == other.ino
+        self.dev == other.dev && self.ino == other.ino && self.birth == other.birth
+    }
+
+    /// "ino N born S.NNNNNNNNN": what `same_object` compares, for expected/observed text.
+    pub fn object(&self) -> String {
+        match self.birth {
+            Some(b) => format!("ino {} born {b}", self.ino),
+            None => format!("ino {} born unknown", self.ino),
+        }
     }
 }
 
@@ -120,9 +153,30 @@ impl fmt::Display for Identity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "dev={} ino={} uid={} gid={} mode={:o}",
-            self.dev, self.ino, self.uid, self.gid, self.mode
+            "dev={} ino={} uid={} gid={} mode={:o} born={}",
+            self.dev,
+            self.ino,
+            self.uid,
+            self.gid,
+            self.mode,
+            self.birth.map_or("unknown".into(), |b| b.to_string())
         )
+    }
+}
+
+impl Canonical for Birth {
+    fn to_value(&self) -> Value {
+        cbor::array(vec![cbor::uint(self.sec), cbor::uint(self.nsec.into())])
+    }
+    fn from_value(v: Value) -> Result<Self, DecodeError> {
+        let mut f = Fields::open(v, "birth", 2)?;
+        let sec = f.uint()?;
+        let nsec = f.uint()?;
+        let nsec = u32::try_from(nsec)
+            .ok()
+            .filter(|n| *n <= BIRTH_NSEC_MAX)
+            .ok_or_else(|| DecodeError::schema("birth", "nanoseconds over 999999999"))?;
+        Ok(Birth { sec, nsec })
     }
 }
 
@@ -134,10 +188,11 @@ impl Canonical for Identity {
             cbor::uint(self.uid.into()),
             cbor::uint(self.gid.into()),
             cbor::uint(self.mode.into()),
+            cbor::opt(&self.birth, Canonical::to_value),
         ])
     }
     fn from_value(v: Value) -> Result<Self, DecodeError> {
-        let mut f = Fields::open(v, "identity", 5)?;
+        let mut f = Fields::open(v, "identity", 6)?;
         let u32f = |f: &mut Fields| -> Result<u32, DecodeError> {
             u32::try_from(f.uint()?).map_err(|_| DecodeError::schema("identity", "over 32 bits"))
         };
@@ -147,6 +202,7 @@ impl Canonical for Identity {
             uid: u32f(&mut f)?,
             gid: u32f(&mut f)?,
             mode: u32f(&mut f)?,
+            birth: f.opt(Birth::from_value)?,
         })
     }
 }

@@ -160,6 +160,10 @@ impl Sandbox {
             tag,
         };
         std::fs::write(s.srv.join("lock"), b"").unwrap();
+        // A fence others can open is refused at enrollment (they could hold it shared).
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(s.srv.join("lock"), std::fs::Permissions::from_mode(0o600))
+            .unwrap();
         std::fs::write(s.srv.join("data"), b"the store").unwrap();
         std::fs::write(s.srv.join("READY"), b"v1\n").unwrap();
         s.keygen("producer");

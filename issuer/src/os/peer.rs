@@ -19,8 +19,7 @@ pub fn describe(pid: u32, uid: u32, gid: u32, pidfd: &OwnedFd) -> Result<Consume
     alive(pidfd)?;
     let exe_path = format!("/proc/{pid}/exe");
     let f = std::fs::File::open(&exe_path).map_err(|e| format!("{exe_path}: {e}"))?;
-    let st = rustix::fs::fstat(&f).map_err(|e| format!("{exe_path}: {e}"))?;
-    let exe = crate::store::identity_of(&st);
+    let exe = crate::store::fstat_identity(&f).map_err(|e| format!("{exe_path}: {e}"))?;
     let exe_sha256 = {
         use std::io::Read as _;
         let mut h = Sha256::new();

@@ -31,6 +31,10 @@ pub fn identity(ino: u64) -> Identity {
         uid: 0,
         gid: 0,
         mode: 0o100600,
+        birth: Some(repoch_protocol::Birth {
+            sec: 1_700_000_000 + ino,
+            nsec: 123_456_789,
+        }),
     }
 }
 

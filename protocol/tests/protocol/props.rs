@@ -18,13 +18,15 @@ fn arb_identity() -> impl Strategy<Value = Identity> {
         any::<u32>(),
         any::<u32>(),
         any::<u32>(),
+        proptest::option::of((any::<u64>(), 0..=repoch_protocol::types::BIRTH_NSEC_MAX)),
     )
-        .prop_map(|(dev, ino, uid, gid, mode)| Identity {
+        .prop_map(|(dev, ino, uid, gid, mode, birth)| Identity {
             dev,
             ino,
             uid,
             gid,
             mode,
+            birth: birth.map(|(sec, nsec)| repoch_protocol::Birth { sec, nsec }),
         })
 }
 

@@ -64,10 +64,11 @@ fn main() {
             sleep_forever();
         }
         Some("try-flock") => {
-            // One attempt: exit 0 if the lock was free (then released), 4 if held.
+            // One attempt: exit 0 if the lock was free (then released), 4 if held. Read-only:
+            // flock needs no write access (and the fence may be on a read-only mount).
             let fd = rustix::fs::open(
                 args[2].as_str(),
-                rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
                 rustix::fs::Mode::empty(),
             )
             .expect("open");

@@ -57,6 +57,7 @@ fn use_epoch(s: &Sandbox, id: &str) {
                     uid: 0,
                     gid: 0,
                     mode: 0,
+                    birth: None,
                 },
                 exe_sha256: repoch_protocol::Hash([1; 32]),
                 cgroup: "/".into(),

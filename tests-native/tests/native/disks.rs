@@ -237,6 +237,7 @@ fn a_full_disk_never_leaves_a_partial_record() {
             uid: 0,
             gid: 0,
             mode: 0o100755,
+            birth: None,
         },
         exe_sha256: Hash([1; 32]),
         cgroup: "/".into(),

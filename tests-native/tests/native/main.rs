@@ -6,6 +6,7 @@ mod containment;
 mod deadlines;
 mod disks;
 mod e2e;
+mod identity;
 mod inputs;
 mod observers;
 mod powerloss;

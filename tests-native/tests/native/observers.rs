@@ -267,6 +267,7 @@ fn predecessor_link_is_verified_against_the_predecessors_log() {
                     uid: 0,
                     gid: 0,
                     mode: 0,
+                    birth: None,
                 },
                 exe_sha256: repoch_protocol::Hash([1; 32]),
                 cgroup: "/".into(),
@@ -519,7 +520,7 @@ fn fences_are_held_by_the_observer_and_replacement_after_acquisition_is_caught()
     let (mut obs, mut fences) = s.observer(&id);
     let first = obs.observe(&mut fences);
     assert!(first.holds(), "{:?}", first.failed().collect::<Vec<_>>());
-    assert_eq!(fences.held.len(), 1);
+    assert_eq!(fences.len(), 1);
     // Another process cannot take it now.
     let o = helper(&["try-flock", s.srv.join("lock").to_str().unwrap()])
         .stderr(std::process::Stdio::piped())

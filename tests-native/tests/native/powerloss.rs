@@ -60,6 +60,7 @@ fn peer() -> ConsumerPeer {
             uid: 0,
             gid: 0,
             mode: 0o100755,
+            birth: None,
         },
         exe_sha256: Hash([1; 32]),
         cgroup: "/".into(),
