@@ -196,6 +196,17 @@ fn check(sim: &mut Sim, deps: usize, acked: &Acked, ctx: &str) -> Option<Classif
     for w in kinds.windows(2) {
         assert!(Kind::may_follow(Some(w[0]), w[1]), "{ctx}: {kinds:?}");
     }
+    // A crash is never read as tampering (docs/REASONS.md): whatever it left is a phase or
+    // torn, never forged, foreign or corrupt.
+    assert!(
+        !matches!(
+            rep.classification,
+            Classification::Forged | Classification::Foreign | Classification::Corrupt
+        ),
+        "{ctx}: a crash left a log that reads {} ({:?})",
+        rep.classification.as_str(),
+        rep.problem
+    );
     Some(rep.classification)
 }
 

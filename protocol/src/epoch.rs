@@ -483,6 +483,20 @@ fn zero_tail(bytes: &[u8], at: usize) -> bool {
     aligned < bytes.len()
 }
 
+/// Whether a whole sector from the problem at `at` on reads as zeros: a sector of the last,
+/// unsynced append that never reached the disk while a later one did (out-of-order sector
+/// loss). The record around it then decodes with zeros inside and fails its signature or
+/// its decoding: a crash tail, not a forgery.
+fn lost_sector(bytes: &[u8], at: usize) -> bool {
+    let first = at.div_ceil(SECTOR_BYTES).saturating_mul(SECTOR_BYTES);
+    bytes
+        .get(first..)
+        .unwrap_or_default()
+        .chunks(SECTOR_BYTES)
+        .take(LOG_BYTES_MAX / SECTOR_BYTES)
+        .any(|c| c.iter().all(|b| *b == 0))
+}
+
 /// Whether any whole frame after the one at `at` is a record signed by the issuer: then an
 /// undecodable record at `at` is damage inside the log, not a crash tail. Bounded by
 /// `LOG_RECORDS_MAX` frames.
@@ -503,8 +517,9 @@ fn valid_record_after(bytes: &[u8], at: usize, issuer: &PublicKey) -> bool {
 ///
 /// The first failing record is classified so that what a crash can produce is never read
 /// as tampering (docs/REASONS.md): `torn` for a record cut short, an impossible length
-/// (framing lost), zeros from the record's start or from a sector boundary to the end, or
-/// an undecodable record with no valid record after it; `forged` for a well-formed record
+/// (framing lost), zeros from the record's start or from a sector boundary to the end, a
+/// whole zero sector inside the last record (a sector lost out of order), or an
+/// undecodable record with no valid record after it; `forged` for a well-formed record
 /// whose signature fails; `foreign` for an issuer-signed record of another deployment;
 /// `corrupt` for everything else (damage followed by valid records, issuer-signed records
 /// out of order, a log over its bound).
@@ -538,6 +553,11 @@ pub fn verify_log(bytes: &[u8], issuer: &PublicKey, expected: Option<DeploymentI
             match kind {
                 Problem::Torn => Classification::Torn,
                 Problem::Undecodable | Problem::Forged if zero_tail(bytes, at) => {
+                    Classification::Torn
+                }
+                Problem::Undecodable | Problem::Forged
+                    if lost_sector(bytes, at) && !valid_record_after(bytes, at, issuer) =>
+                {
                     Classification::Torn
                 }
                 Problem::Undecodable if valid_record_after(bytes, at, issuer) => {

@@ -86,6 +86,25 @@ fn what_a_crash_can_leave_after_the_last_record_is_torn() {
         lost[aligned..].fill(0);
         assert_eq!(class(&lost), TORN, "sector lost in record {last}");
     }
+    // A sector lost out of order inside the last record: one whole zero sector, the
+    // sectors after it written (found by the storage simulation: it read as forged).
+    // Here the lost sector falls inside the receipt's grant bytes: the record still decodes
+    // and only its signature fails.
+    let mut bodies: Vec<EpochBody> = recs.iter().map(|r| r.record.body.clone()).collect();
+    bodies[3] = EpochBody::Receipt {
+        grant: vec![7u8; 2000],
+    };
+    let big = chain(bodies);
+    let good = log_bytes(&big[..3]);
+    let next = big[3].to_frame();
+    let aligned = (good.len() / 512 + 1) * 512;
+    assert!(
+        aligned + 512 + 128 < good.len() + next.len(),
+        "the receipt must span a whole sector and more"
+    );
+    let mut lost = [&good[..], &next[..]].concat();
+    lost[aligned..aligned + 512].fill(0);
+    assert_eq!(class(&lost), TORN, "a middle sector of the receipt lost");
     // Garbage after the last record: stale bytes, impossible lengths.
     let garbage: Vec<u8> = (0..300u32).map(|i| (i * 37 + 11) as u8).collect();
     assert_eq!(class(&[&good[..], &garbage[..]].concat()), TORN);
