@@ -2,6 +2,7 @@
 //! cgroups and file systems. One binary, one module per area; a fresh sandbox per test.
 
 mod e2e;
+mod hostile;
 mod observers;
 mod powerloss;
 mod store;
