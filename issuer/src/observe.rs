@@ -396,10 +396,40 @@ impl Observer {
     }
 
     fn listeners(&self, facts: &mut Vec<Fact>) {
+        const WANT: &str = "nothing bound";
         for l in &self.manifest.containment.listeners {
             let subject = l.to_string();
             let bound = match l {
-                Listener::Unix(p) => net::unix_bound(p),
+                // A unix path is judged by its inode: any socket bound to it in any
+                // network namespace, however it was bound, or anything accepting there.
+                Listener::Unix(p) => {
+                    facts.push(match net::unix_at(p) {
+                        Err(e) => {
+                            Fact::failed("listener", &subject, WANT, &e, Reason::ObserveFailed)
+                        }
+                        Ok(net::UnixAt::Nothing(why)) => Fact::ok(
+                            "listener",
+                            &subject,
+                            WANT,
+                            &format!("nothing bound ({why})"),
+                        ),
+                        Ok(net::UnixAt::Symlink(target)) => Fact::failed(
+                            "listener",
+                            &subject,
+                            "nothing bound, no symlink",
+                            &format!("a symlink to {target}: connections follow it"),
+                            Reason::ListenerPresent,
+                        ),
+                        Ok(net::UnixAt::Bound { sockets, accepts }) => Fact::failed(
+                            "listener",
+                            &subject,
+                            WANT,
+                            &describe_unix_bound(&sockets, accepts),
+                            Reason::ListenerPresent,
+                        ),
+                    });
+                    continue;
+                }
                 Listener::Tcp(p) => net::inet_bound(false, *p),
                 Listener::Udp(p) => net::inet_bound(true, *p),
             };
@@ -453,10 +483,15 @@ impl Observer {
                         .take(cgroup::TASKS_SHOWN_MAX)
                         .map(|t| {
                             let cg = cgroup::of_pid(t.pid).unwrap_or_else(|_| "?".into());
-                            if t.tid == t.pid {
-                                format!("pid {} in {cg}", t.pid)
+                            let how = if t.mapped {
+                                " (mapped, not its exe)"
                             } else {
-                                format!("pid {} tid {} in {cg}", t.pid, t.tid)
+                                ""
+                            };
+                            if t.tid == t.pid {
+                                format!("pid {}{how} in {cg}", t.pid)
+                            } else {
+                                format!("pid {} tid {}{how} in {cg}", t.pid, t.tid)
                             }
                         })
                         .collect();
@@ -618,6 +653,45 @@ impl Observer {
     pub fn consumer_exe_baseline(&self) -> Option<(Identity, Hash)> {
         self.consumer_exe
     }
+}
+
+/// The observed text of a unix path someone is bound to or accepts on: each socket bound
+/// to its inode (type, state, namespace when not ours, holder pids), and the socket type
+/// a connection was accepted for; "holder unknown" when no socket could be matched.
+fn describe_unix_bound(
+    sockets: &[(
+        crate::os::sockdiag::NetnsId,
+        crate::os::sockdiag::UnixSocket,
+    )],
+    accepts: Option<&str>,
+) -> String {
+    let own = crate::os::sockdiag::own_netns().ok();
+    let shown = &sockets[..sockets.len().min(cgroup::TASKS_SHOWN_MAX)];
+    let inodes: Vec<u64> = shown.iter().map(|(_, s)| s.inode).collect();
+    let holders = net::socket_holders_of(&inodes);
+    let mut parts: Vec<String> = shown
+        .iter()
+        .zip(holders)
+        .map(|((ns, s), (_, pids))| {
+            let ns = if Some(*ns) == own {
+                String::new()
+            } else {
+                format!(" in {ns}")
+            };
+            format!(
+                "bound: socket {} ({} {}){ns}, held by pid {pids:?}",
+                s.inode,
+                s.kind_name(),
+                s.state_name()
+            )
+        })
+        .collect();
+    match (accepts, sockets.is_empty()) {
+        (Some(k), true) => parts.push(format!("accepts connections ({k}), holder unknown")),
+        (Some(k), false) => parts.push(format!("accepts connections ({k})")),
+        (None, _) => {}
+    }
+    parts.join("; ")
 }
 
 /// Acquires one fence: open once without following symlinks, fstat against the enrolled

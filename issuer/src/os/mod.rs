@@ -6,4 +6,5 @@ pub mod net;
 pub mod peer;
 pub mod proc;
 pub mod procfs;
+pub mod sockdiag;
 pub mod systemd;

@@ -1,9 +1,11 @@
-//! Listeners: `/proc/net/unix`, `tcp`, `tcp6`, `udp`, `udp6` of the observer's network
-//! namespace, and the process holding a socket inode.
+//! Listeners: a unix path judged by the socket bound to its inode in any network namespace
+//! (sock_diag) and by whether it accepts a connection; `/proc/net/tcp`, `tcp6`, `udp`,
+//! `udp6` of the observer's network namespace; the processes holding a socket inode.
 
 use std::path::Path;
 
 use super::procfs::{pids, read_small, PROC_FDS_MAX};
+use super::sockdiag::{self, NetnsId, UnixSocket};
 
 /// Bytes read from one `/proc/net` table.
 pub const NET_TABLE_BYTES_MAX: u64 = 16 * 1024 * 1024;
@@ -15,33 +17,88 @@ pub struct Bound {
     pub what: String,
 }
 
-/// Unix sockets bound to `path`.
-pub fn unix_bound(path: &str) -> Result<Vec<Bound>, String> {
-    let s = read_small(Path::new("/proc/net/unix"), NET_TABLE_BYTES_MAX)
-        .map_err(|e| format!("/proc/net/unix: {e}"))?;
-    let mut lines = s.lines();
-    let header = lines.next().unwrap_or_default();
-    if !header.starts_with("Num") {
-        return Err("/proc/net/unix: unknown format".into());
-    }
-    let mut out = Vec::new();
-    for l in lines {
-        // Num RefCount Protocol Flags Type St Inode Path
-        let f: Vec<&str> = l.split_whitespace().collect();
-        if f.len() < 7 {
-            continue;
+/// What is at an enrolled unix path, judged by the object: the sockets bound to the
+/// path's inode in any network namespace, and whether a `connect()` there is accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UnixAt {
+    /// Nothing is bound there: why (no file, not a socket, a stale socket file).
+    Nothing(&'static str),
+    /// A symlink: clients' `connect()` follows it, so it is refused whatever it points to.
+    Symlink(String),
+    /// Sockets bound to the path's inode (with their namespace), and the socket type a
+    /// `connect()` through the path was accepted for, if any.
+    Bound {
+        sockets: Vec<(NetnsId, UnixSocket)>,
+        accepts: Option<&'static str>,
+    },
+}
+
+/// What is at the unix path `path`. The final component is not followed (a symlink is
+/// reported as such); the file's identity is taken once, from an `O_PATH` fd, and both
+/// the sock_diag match and the `connect()` probe go through that same inode.
+pub fn unix_at(path: &str) -> Result<UnixAt, String> {
+    use rustix::fs::{FileType, Mode, OFlags};
+    use rustix::io::Errno;
+    let fd = match rustix::fs::open(
+        path,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT | Errno::NOTDIR) => return Ok(UnixAt::Nothing("no file")),
+        Err(e) => return Err(format!("{path}: {e}")),
+    };
+    let st = rustix::fs::fstat(&fd).map_err(|e| format!("{path}: {e}"))?;
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::Symlink => {
+            let target = std::fs::read_link(path)
+                .map_or_else(|e| format!("? ({e})"), |t| t.display().to_string());
+            return Ok(UnixAt::Symlink(target));
         }
-        if f.len() >= 8 && f[7] == path {
-            let inode = f[6]
-                .parse()
-                .map_err(|_| format!("/proc/net/unix: bad inode {:?}", f[6]))?;
-            out.push(Bound {
-                inode,
-                what: format!("unix:{path}"),
-            });
+        FileType::Socket => {}
+        _ => return Ok(UnixAt::Nothing("not a socket")),
+    }
+    let sockets = sockdiag::bound_to(st.st_dev, st.st_ino)?;
+    let accepts = accepts_connection(&fd).map_err(|e| format!("{path}: {e}"))?;
+    if sockets.is_empty() && accepts.is_none() {
+        return Ok(UnixAt::Nothing("a stale socket file"));
+    }
+    Ok(UnixAt::Bound { sockets, accepts })
+}
+
+/// Ground truth: a non-blocking `connect()` to the socket file `fd` (through
+/// `/proc/self/fd/N`, so the same inode whatever the path length), as a stream, then
+/// seqpacket, then datagram client. Connected, `EAGAIN` (backlog full) or `EINPROGRESS`
+/// mean something accepts there; `ECONNREFUSED` means nothing listens. Anything else is
+/// an error (unknown is never fine).
+pub fn accepts_connection(fd: &std::os::fd::OwnedFd) -> Result<Option<&'static str>, String> {
+    use nix::errno::Errno;
+    use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
+    use std::os::fd::AsRawFd as _;
+    let via = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    let addr = UnixAddr::new(via.as_str()).map_err(|e| format!("{via}: {e}"))?;
+    for (kind, name) in [
+        (SockType::Stream, "stream"),
+        (SockType::SeqPacket, "seqpacket"),
+        (SockType::Datagram, "dgram"),
+    ] {
+        let s = socket(
+            AddressFamily::Unix,
+            kind,
+            SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .map_err(|e| format!("socket: {e}"))?;
+        match connect(s.as_raw_fd(), &addr) {
+            Ok(()) | Err(Errno::EAGAIN | Errno::EINPROGRESS) => return Ok(Some(name)),
+            // A datagram socket connected to another peer: bound and alive all the same.
+            Err(Errno::EPERM) if kind == SockType::Datagram => return Ok(Some(name)),
+            Err(Errno::EPROTOTYPE) => continue,
+            Err(Errno::ECONNREFUSED) => return Ok(None),
+            Err(e) => return Err(format!("connect as {name}: {e}")),
         }
     }
-    Ok(out)
+    Err("connect: no socket type fits the socket file".into())
 }
 
 /// TCP sockets listening on, or UDP sockets bound to, `port` (IPv4 and IPv6).
@@ -95,18 +152,34 @@ pub fn inet_bound(udp: bool, port: u16) -> Result<Vec<Bound>, String> {
 
 /// Pids with an fd on `socket:[inode]`.
 pub fn socket_holders(inode: u64) -> Vec<u32> {
-    let want = format!("socket:[{inode}]");
-    let mut out = Vec::new();
+    socket_holders_of(&[inode])
+        .into_iter()
+        .next()
+        .map(|(_, p)| p)
+        .unwrap_or_default()
+}
+
+/// For each socket inode, the pids with an fd on `socket:[inode]`: one bounded walk of
+/// `/proc/*/fd` for all of them.
+pub fn socket_holders_of(inodes: &[u64]) -> Vec<(u64, Vec<u32>)> {
+    let want: Vec<String> = inodes.iter().map(|i| format!("socket:[{i}]")).collect();
+    let mut out: Vec<(u64, Vec<u32>)> = inodes.iter().map(|i| (*i, Vec::new())).collect();
+    if inodes.is_empty() {
+        return out;
+    }
     for pid in pids().unwrap_or_default() {
         let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
             continue;
         };
-        if fds
-            .take(PROC_FDS_MAX)
-            .flatten()
-            .any(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.as_os_str() == want.as_str()))
-        {
-            out.push(pid);
+        for e in fds.take(PROC_FDS_MAX).flatten() {
+            let Ok(l) = std::fs::read_link(e.path()) else {
+                continue;
+            };
+            if let Some(i) = want.iter().position(|w| l.as_os_str() == w.as_str()) {
+                if !out[i].1.contains(&pid) {
+                    out[i].1.push(pid);
+                }
+            }
         }
     }
     out

@@ -1,6 +1,7 @@
 //! Native tests: the real binaries as real processes against real files, locks, sockets,
 //! cgroups and file systems. One binary, one module per area; a fresh sandbox per test.
 
+mod containment;
 mod e2e;
 mod hostile;
 mod observers;

@@ -1,0 +1,615 @@
+//! Unix sockets as the kernel knows them: `NETLINK_SOCK_DIAG` (`unix_diag`), in this
+//! thread's network namespace or in every network namespace of the host.
+//!
+//! What it gives, per socket: its socket inode (the `socket:[N]` of `/proc/PID/fd`), its
+//! cookie, type, state, the file it is bound to (`UNIX_DIAG_VFS`: device and inode, the
+//! identity `stat()` gives for the path, whatever name it was bound by), its bound name
+//! and its peer's socket inode.
+//!
+//! - [`unix_sockets`]: every unix socket of this thread's network namespace.
+//! - [`unix_socket`], [`peer_of`]: one socket by inode (and cookie), in this namespace.
+//! - [`network_namespaces`], [`in_netns`]: the namespaces processes are in, and running a
+//!   closure in one of them (a short-lived thread that `setns()`es; other threads keep
+//!   theirs).
+//! - [`bound_to`]: every socket, in every namespace, bound to a given file.
+//!
+//! The request is built and the reply parsed by hand, bounded and checked (no unsafe):
+//! `include/uapi/linux/{netlink,sock_diag,unix_diag}.h`.
+
+use std::collections::BTreeMap;
+use std::os::fd::{AsRawFd as _, OwnedFd};
+use std::path::PathBuf;
+
+use nix::sys::socket::{
+    recvfrom, sendto, setsockopt, socket, sockopt, AddressFamily, MsgFlags, NetlinkAddr, SockFlag,
+    SockProtocol, SockType,
+};
+
+use super::proc::TASKS_PER_PROC_MAX;
+use super::procfs::pids;
+
+/// Bytes of one netlink datagram received (the kernel's dump skbs are at most 32 KiB).
+pub const DIAG_DATAGRAM_BYTES_MAX: usize = 64 * 1024;
+/// Bytes of one whole dump, over all its datagrams.
+pub const DIAG_DUMP_BYTES_MAX: usize = 256 * 1024 * 1024;
+/// Sockets listed in one dump.
+pub const DIAG_SOCKETS_MAX: usize = 1 << 20;
+/// Longest wait for one datagram of a reply.
+pub const DIAG_RECV_SECONDS_MAX: i64 = 5;
+/// Distinct network namespaces examined.
+pub const NETNS_MAX: usize = 4096;
+/// Handles (`/proc/PID/task/TID/ns/net` paths) kept per namespace, tried in turn when the
+/// task behind one has exited.
+pub const NETNS_HANDLES_MAX: usize = 4;
+/// Bytes of a bound name (`sun_path`).
+pub const NAME_BYTES_MAX: usize = 108;
+
+/// `TCP_LISTEN`: the state of a listening unix stream or seqpacket socket.
+pub const TCP_LISTEN: u8 = 10;
+/// `TCP_ESTABLISHED`: a connected socket.
+pub const TCP_ESTABLISHED: u8 = 1;
+
+const NLMSG_HDR_BYTES: usize = 16;
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+const NLM_F_REQUEST: u16 = 0x1;
+const NLM_F_DUMP: u16 = 0x300;
+const NLM_F_DUMP_INTR: u16 = 0x10;
+const SOCK_DIAG_BY_FAMILY: u16 = 20;
+const AF_UNIX: u8 = 1;
+const UDIAG_SHOW_NAME: u32 = 0x1;
+const UDIAG_SHOW_VFS: u32 = 0x2;
+const UDIAG_SHOW_PEER: u32 = 0x4;
+const UNIX_DIAG_NAME: u16 = 0;
+const UNIX_DIAG_VFS: u16 = 1;
+const UNIX_DIAG_PEER: u16 = 2;
+/// `unix_diag_msg`: family, type, state, pad, inode, cookie[2].
+const UNIX_DIAG_MSG_BYTES: usize = 16;
+/// `INET_DIAG_NOCOOKIE`: match any cookie.
+const NO_COOKIE: u64 = u64::MAX;
+
+/// The file a socket is bound to, as `stat()` would identify it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Vfs {
+    /// Device, in `stat()`'s `st_dev` encoding (converted from the kernel's internal one).
+    pub dev: u64,
+    /// Inode number. The kernel reports only its low 32 bits: compare with
+    /// `st_ino & 0xffff_ffff` (see [`Vfs::is`]).
+    pub ino: u64,
+}
+
+impl Vfs {
+    /// Whether this is the file with `stat()` identity `dev`/`ino`.
+    pub fn is(&self, dev: u64, ino: u64) -> bool {
+        self.dev == dev && self.ino == ino & 0xffff_ffff
+    }
+}
+
+/// One unix socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnixSocket {
+    /// Socket inode: `socket:[inode]` in `/proc/PID/fd`.
+    pub inode: u64,
+    /// The kernel's cookie for this socket (with the inode, names it uniquely).
+    pub cookie: u64,
+    /// `SOCK_STREAM` (1), `SOCK_DGRAM` (2) or `SOCK_SEQPACKET` (5).
+    pub kind: u8,
+    /// `TCP_LISTEN` (10) when listening, `TCP_ESTABLISHED` (1) when connected, 7 otherwise.
+    pub state: u8,
+    /// The file it is bound to, if bound to a path.
+    pub vfs: Option<Vfs>,
+    /// The bound name as given to `bind()`, without trailing NULs (abstract names start
+    /// with a NUL). Only what was bound: a rename or another spelling is not reflected.
+    pub name: Option<Vec<u8>>,
+    /// The peer's socket inode, if connected.
+    pub peer: Option<u64>,
+}
+
+impl UnixSocket {
+    /// `stream`, `dgram`, `seqpacket` or the number.
+    pub fn kind_name(&self) -> String {
+        match self.kind {
+            1 => "stream".into(),
+            2 => "dgram".into(),
+            5 => "seqpacket".into(),
+            k => format!("type {k}"),
+        }
+    }
+    /// `listening`, `connected` or `unconnected`.
+    pub fn state_name(&self) -> &'static str {
+        match self.state {
+            TCP_LISTEN => "listening",
+            TCP_ESTABLISHED => "connected",
+            _ => "unconnected",
+        }
+    }
+}
+
+/// The kernel's internal `dev_t` (`MAJOR << 20 | MINOR`, as `unix_diag_vfs` carries it)
+/// in `stat()`'s encoding.
+pub fn dev_from_kernel(kdev: u32) -> u64 {
+    rustix::fs::makedev(kdev >> 20, kdev & 0xf_ffff)
+}
+
+fn u16_at(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_ne_bytes(b.get(at..at + 2)?.try_into().ok()?))
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn align4(n: usize) -> usize {
+    n.saturating_add(3) & !3
+}
+
+/// A `SOCK_DIAG_BY_FAMILY` request for unix sockets: a dump (`ino` None) or one socket.
+fn request(seq: u32, ino: Option<(u32, u64)>) -> Vec<u8> {
+    let flags = NLM_F_REQUEST | if ino.is_none() { NLM_F_DUMP } else { 0 };
+    let (ino, cookie) = ino.unwrap_or((0, NO_COOKIE));
+    let mut b = Vec::with_capacity(40);
+    b.extend_from_slice(&40u32.to_ne_bytes());
+    b.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+    b.extend_from_slice(&flags.to_ne_bytes());
+    b.extend_from_slice(&seq.to_ne_bytes());
+    b.extend_from_slice(&0u32.to_ne_bytes());
+    // unix_diag_req
+    b.push(AF_UNIX);
+    b.push(0);
+    b.extend_from_slice(&0u16.to_ne_bytes());
+    b.extend_from_slice(&u32::MAX.to_ne_bytes()); // every state
+    b.extend_from_slice(&ino.to_ne_bytes());
+    b.extend_from_slice(&(UDIAG_SHOW_NAME | UDIAG_SHOW_VFS | UDIAG_SHOW_PEER).to_ne_bytes());
+    b.extend_from_slice(&(cookie as u32).to_ne_bytes());
+    b.extend_from_slice(&((cookie >> 32) as u32).to_ne_bytes());
+    b
+}
+
+/// Parses one `unix_diag_msg` and its attributes.
+fn parse_socket(p: &[u8]) -> Result<UnixSocket, String> {
+    if p.len() < UNIX_DIAG_MSG_BYTES {
+        return Err(format!("unix_diag_msg of {} bytes", p.len()));
+    }
+    if p[0] != AF_UNIX {
+        return Err(format!("unix_diag_msg of family {}", p[0]));
+    }
+    let lo = u64::from(u32_at(p, 8).unwrap_or_default());
+    let hi = u64::from(u32_at(p, 12).unwrap_or_default());
+    let mut s = UnixSocket {
+        inode: u64::from(u32_at(p, 4).unwrap_or_default()),
+        cookie: lo | hi << 32,
+        kind: p[1],
+        state: p[2],
+        vfs: None,
+        name: None,
+        peer: None,
+    };
+    let mut at = UNIX_DIAG_MSG_BYTES;
+    while at + 4 <= p.len() {
+        let len = usize::from(u16_at(p, at).unwrap_or_default());
+        let kind = u16_at(p, at + 2).unwrap_or_default() & 0x3fff;
+        if len < 4 || at + len > p.len() {
+            return Err(format!("attribute of {len} bytes at {at} of {}", p.len()));
+        }
+        let data = &p[at + 4..at + len];
+        match kind {
+            UNIX_DIAG_NAME => {
+                if data.len() > NAME_BYTES_MAX {
+                    return Err(format!("name of {} bytes", data.len()));
+                }
+                // A path name may carry the terminating NUL its binder counted; an
+                // abstract name starts with NUL and is kept whole.
+                let mut name = data;
+                if name.first() != Some(&0) {
+                    while let [rest @ .., 0] = name {
+                        name = rest;
+                    }
+                }
+                s.name = Some(name.to_vec());
+            }
+            UNIX_DIAG_VFS => {
+                let (Some(ino), Some(dev), 8) = (u32_at(data, 0), u32_at(data, 4), data.len())
+                else {
+                    return Err(format!("vfs attribute of {} bytes", data.len()));
+                };
+                s.vfs = Some(Vfs {
+                    dev: dev_from_kernel(dev),
+                    ino: u64::from(ino),
+                });
+            }
+            UNIX_DIAG_PEER => {
+                let (Some(peer), 4) = (u32_at(data, 0), data.len()) else {
+                    return Err(format!("peer attribute of {} bytes", data.len()));
+                };
+                s.peer = Some(u64::from(peer));
+            }
+            _ => {}
+        }
+        at += align4(len);
+    }
+    Ok(s)
+}
+
+/// What one datagram of a reply said.
+#[derive(Debug, PartialEq, Eq)]
+enum Batch {
+    More,
+    Done,
+    /// `NLMSG_ERROR` with this (positive) errno.
+    Errno(i32),
+}
+
+/// Parses one datagram of a reply to request `seq`, appending its sockets to `out`.
+fn parse_datagram(b: &[u8], seq: u32, out: &mut Vec<UnixSocket>) -> Result<Batch, String> {
+    let mut at = 0;
+    while at < b.len() {
+        let (Some(len), Some(kind), Some(flags), Some(mseq)) = (
+            u32_at(b, at),
+            u16_at(b, at + 4),
+            u16_at(b, at + 6),
+            u32_at(b, at + 8),
+        ) else {
+            return Err(format!("netlink header cut at {at} of {}", b.len()));
+        };
+        let len = len as usize;
+        if len < NLMSG_HDR_BYTES || at + len > b.len() {
+            return Err(format!(
+                "netlink message of {len} bytes at {at} of {}",
+                b.len()
+            ));
+        }
+        if mseq != seq {
+            return Err(format!("netlink reply to request {mseq}, not {seq}"));
+        }
+        if flags & NLM_F_DUMP_INTR != 0 {
+            return Err("the dump was interrupted (sockets changed meanwhile)".into());
+        }
+        let payload = &b[at + NLMSG_HDR_BYTES..at + len];
+        match kind {
+            NLMSG_DONE => return Ok(Batch::Done),
+            NLMSG_ERROR => {
+                let code = u32_at(payload, 0).ok_or("netlink error message cut short")? as i32;
+                return Ok(Batch::Errno(-code));
+            }
+            SOCK_DIAG_BY_FAMILY => {
+                if out.len() == DIAG_SOCKETS_MAX {
+                    return Err(format!("more than {DIAG_SOCKETS_MAX} unix sockets"));
+                }
+                out.push(parse_socket(payload)?);
+            }
+            k => return Err(format!("netlink message of type {k}")),
+        }
+        at += align4(len);
+    }
+    Ok(Batch::More)
+}
+
+fn diag_socket() -> Result<OwnedFd, String> {
+    let fd = socket(
+        AddressFamily::Netlink,
+        SockType::Datagram,
+        SockFlag::SOCK_CLOEXEC,
+        SockProtocol::NetlinkSockDiag,
+    )
+    .map_err(|e| format!("sock_diag socket: {e}"))?;
+    let t = nix::sys::time::TimeVal::new(DIAG_RECV_SECONDS_MAX, 0);
+    setsockopt(&fd, sockopt::ReceiveTimeout, &t).map_err(|e| format!("sock_diag: {e}"))?;
+    Ok(fd)
+}
+
+/// Sends one request and collects its reply.
+fn ask(one: Option<(u32, u64)>) -> Result<Vec<UnixSocket>, String> {
+    let fd = diag_socket()?;
+    let seq = 1;
+    let req = request(seq, one);
+    sendto(
+        fd.as_raw_fd(),
+        &req,
+        &NetlinkAddr::new(0, 0),
+        MsgFlags::empty(),
+    )
+    .map_err(|e| format!("sock_diag send: {e}"))?;
+    let mut buf = vec![0u8; DIAG_DATAGRAM_BYTES_MAX];
+    let mut out = Vec::new();
+    let mut total = 0usize;
+    loop {
+        let (n, from) = recvfrom::<NetlinkAddr>(fd.as_raw_fd(), &mut buf)
+            .map_err(|e| format!("sock_diag receive: {e}"))?;
+        if from.is_none_or(|a| a.pid() != 0) {
+            return Err(format!("sock_diag reply not from the kernel: {from:?}"));
+        }
+        if n >= buf.len() {
+            return Err(format!(
+                "sock_diag datagram over {DIAG_DATAGRAM_BYTES_MAX} bytes"
+            ));
+        }
+        total += n;
+        if total > DIAG_DUMP_BYTES_MAX {
+            return Err(format!("sock_diag dump over {DIAG_DUMP_BYTES_MAX} bytes"));
+        }
+        match parse_datagram(&buf[..n], seq, &mut out)? {
+            Batch::Done => return Ok(out),
+            // A lookup of one socket answers with one message and no DONE.
+            Batch::More if one.is_some() => return Ok(out),
+            Batch::More => {}
+            Batch::Errno(0) => return Ok(out),
+            Batch::Errno(e) if one.is_some() && e == nix::errno::Errno::ENOENT as i32 => {
+                return Ok(out)
+            }
+            Batch::Errno(e) => {
+                return Err(format!(
+                    "sock_diag: {}",
+                    std::io::Error::from_raw_os_error(e)
+                ))
+            }
+        }
+    }
+}
+
+/// Every unix socket of this thread's network namespace.
+pub fn unix_sockets() -> Result<Vec<UnixSocket>, String> {
+    ask(None)
+}
+
+/// The unix socket with socket inode `inode` in this thread's network namespace (and,
+/// when given, cookie `cookie`), or `None` if there is none.
+pub fn unix_socket(inode: u64, cookie: Option<u64>) -> Result<Option<UnixSocket>, String> {
+    let ino = u32::try_from(inode).map_err(|_| format!("socket inode {inode} over 32 bits"))?;
+    let got = ask(Some((ino, cookie.unwrap_or(NO_COOKIE))))?;
+    Ok(got.into_iter().find(|s| s.inode == inode))
+}
+
+/// The socket inode of the peer of socket `inode` (e.g. one's own connected socket, from
+/// `fstat`), in this thread's network namespace; `None` if unconnected or no such socket.
+pub fn peer_of(inode: u64) -> Result<Option<u64>, String> {
+    Ok(unix_socket(inode, None)?.and_then(|s| s.peer))
+}
+
+/// A network namespace: its nsfs identity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NetnsId {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl std::fmt::Display for NetnsId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "net:[{}]", self.ino)
+    }
+}
+
+/// A network namespace and a few paths that open it.
+#[derive(Debug, Clone)]
+pub struct Netns {
+    pub id: NetnsId,
+    pub handles: Vec<PathBuf>,
+}
+
+fn ns_identity(p: &std::path::Path) -> Option<NetnsId> {
+    let st = rustix::fs::stat(p).ok()?;
+    Some(NetnsId {
+        dev: st.st_dev,
+        ino: st.st_ino,
+    })
+}
+
+/// This thread's network namespace.
+pub fn own_netns() -> Result<NetnsId, String> {
+    ns_identity(std::path::Path::new("/proc/thread-self/ns/net"))
+        .ok_or_else(|| "/proc/thread-self/ns/net: cannot stat".into())
+}
+
+/// The distinct network namespaces any task is in (`/proc/PID/task/TID/ns/net`; a thread
+/// may be in another one than its leader) or that `ip netns` names (`/run/netns/*`).
+/// A namespace kept alive only by a socket or an fd is not found here.
+pub fn network_namespaces() -> Result<Vec<Netns>, String> {
+    let mut found: BTreeMap<NetnsId, Vec<PathBuf>> = BTreeMap::new();
+    let mut add = |p: PathBuf| -> Result<(), String> {
+        let Some(id) = ns_identity(&p) else {
+            return Ok(()); // the task exited meanwhile
+        };
+        if !found.contains_key(&id) && found.len() == NETNS_MAX {
+            return Err(format!("more than {NETNS_MAX} network namespaces"));
+        }
+        let h = found.entry(id).or_default();
+        if h.len() < NETNS_HANDLES_MAX {
+            h.push(p);
+        }
+        Ok(())
+    };
+    for pid in pids().map_err(|e| format!("/proc: {e}"))? {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue; // exited
+        };
+        for t in tasks.take(TASKS_PER_PROC_MAX).flatten() {
+            add(t.path().join("ns/net"))?;
+        }
+    }
+    if let Ok(named) = std::fs::read_dir("/run/netns") {
+        for e in named.take(NETNS_MAX).flatten() {
+            add(e.path())?;
+        }
+    }
+    Ok(found
+        .into_iter()
+        .map(|(id, handles)| Netns { id, handles })
+        .collect())
+}
+
+/// Runs `f` in network namespace `ns`, on a short-lived thread that `setns()`es into it
+/// (the caller's threads keep their namespace). `Ok(None)` when every handle has vanished
+/// (its tasks exited); an error when the namespace cannot be entered.
+pub fn in_netns<T: Send>(
+    ns: &Netns,
+    f: impl FnOnce() -> Result<T, String> + Send,
+) -> Result<Option<T>, String> {
+    let mut fd = None;
+    for h in &ns.handles {
+        match rustix::fs::open(
+            h,
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        ) {
+            Ok(f) => {
+                // The handle must still be the namespace enumerated (pids are reused).
+                let st = rustix::fs::fstat(&f).map_err(|e| format!("{}: {e}", h.display()))?;
+                if st.st_dev == ns.id.dev && st.st_ino == ns.id.ino {
+                    fd = Some(f);
+                    break;
+                }
+            }
+            Err(rustix::io::Errno::NOENT | rustix::io::Errno::SRCH) => {}
+            Err(e) => return Err(format!("{}: {e}", h.display())),
+        }
+    }
+    let Some(fd) = fd else { return Ok(None) };
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            nix::sched::setns(&fd, nix::sched::CloneFlags::CLONE_NEWNET)
+                .map_err(|e| format!("setns into {}: {e}", ns.id))?;
+            f()
+        })
+        .join()
+        .map_err(|_| format!("the thread observing {} panicked", ns.id))?
+    })
+    .map(Some)
+}
+
+/// Every unix socket bound to the file with `stat()` identity `dev`/`ino`, in every
+/// network namespace a task is in; with the namespace it lives in. A namespace that cannot
+/// be entered or asked is an error (never skipped).
+pub fn bound_to(dev: u64, ino: u64) -> Result<Vec<(NetnsId, UnixSocket)>, String> {
+    let pick = |all: Vec<UnixSocket>| -> Vec<UnixSocket> {
+        all.into_iter()
+            .filter(|s| s.vfs.is_some_and(|v| v.is(dev, ino)))
+            .collect()
+    };
+    let own = own_netns()?;
+    let mut out: Vec<(NetnsId, UnixSocket)> = pick(unix_sockets()?)
+        .into_iter()
+        .map(|s| (own, s))
+        .collect();
+    for ns in network_namespaces()? {
+        if ns.id == own {
+            continue;
+        }
+        let got = in_netns(&ns, || unix_sockets().map(pick))
+            .map_err(|e| format!("network namespace {}: {e}", ns.id))?;
+        out.extend(got.unwrap_or_default().into_iter().map(|s| (ns.id, s)));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(kind: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&((NLMSG_HDR_BYTES + payload.len()) as u32).to_ne_bytes());
+        b.extend_from_slice(&kind.to_ne_bytes());
+        b.extend_from_slice(&0u16.to_ne_bytes());
+        b.extend_from_slice(&seq.to_ne_bytes());
+        b.extend_from_slice(&0u32.to_ne_bytes());
+        b.extend_from_slice(payload);
+        while b.len() % 4 != 0 {
+            b.push(0);
+        }
+        b
+    }
+
+    fn attr(kind: u16, data: &[u8]) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&((4 + data.len()) as u16).to_ne_bytes());
+        b.extend_from_slice(&kind.to_ne_bytes());
+        b.extend_from_slice(data);
+        while b.len() % 4 != 0 {
+            b.push(0);
+        }
+        b
+    }
+
+    fn diag_msg(ino: u32, attrs: &[Vec<u8>]) -> Vec<u8> {
+        let mut p = vec![AF_UNIX, 1, TCP_LISTEN, 0];
+        p.extend_from_slice(&ino.to_ne_bytes());
+        p.extend_from_slice(&7u32.to_ne_bytes());
+        p.extend_from_slice(&0u32.to_ne_bytes());
+        for a in attrs {
+            p.extend_from_slice(a);
+        }
+        p
+    }
+
+    #[test]
+    fn the_request_is_a_40_byte_unix_dump() {
+        let r = request(9, None);
+        assert_eq!(r.len(), 40);
+        assert_eq!(u32_at(&r, 0), Some(40));
+        assert_eq!(u16_at(&r, 4), Some(SOCK_DIAG_BY_FAMILY));
+        assert_eq!(u16_at(&r, 6), Some(NLM_F_REQUEST | NLM_F_DUMP));
+        assert_eq!(r[16], AF_UNIX);
+        let one = request(9, Some((77, NO_COOKIE)));
+        assert_eq!(u16_at(&one, 6), Some(NLM_F_REQUEST));
+        assert_eq!(u32_at(&one, 24), Some(77));
+        assert_eq!(u32_at(&one, 32), Some(u32::MAX));
+    }
+
+    #[test]
+    fn a_reply_parses_name_vfs_and_peer_and_converts_the_device() {
+        // 254:0 is 0x0fe00000 inside the kernel and 0xfe00 in stat().
+        let mut vfs = 4242u32.to_ne_bytes().to_vec();
+        vfs.extend_from_slice(&(254u32 << 20).to_ne_bytes());
+        let p = diag_msg(
+            1234,
+            &[
+                attr(UNIX_DIAG_NAME, b"old.sock"),
+                attr(UNIX_DIAG_VFS, &vfs),
+                attr(UNIX_DIAG_PEER, &99u32.to_ne_bytes()),
+            ],
+        );
+        let mut b = message(SOCK_DIAG_BY_FAMILY, 5, &p);
+        b.extend(message(NLMSG_DONE, 5, &0u32.to_ne_bytes()));
+        let mut out = Vec::new();
+        assert_eq!(parse_datagram(&b, 5, &mut out), Ok(Batch::Done));
+        let s = &out[0];
+        assert_eq!((s.inode, s.cookie, s.state), (1234, 7, TCP_LISTEN));
+        assert_eq!(s.name.as_deref(), Some(&b"old.sock"[..]));
+        assert_eq!(
+            s.vfs,
+            Some(Vfs {
+                dev: 0xfe00,
+                ino: 4242
+            })
+        );
+        assert!(s.vfs.unwrap().is(0xfe00, (1 << 32) | 4242));
+        assert_eq!(s.peer, Some(99));
+        // Minors over 255 and majors over 255 land where stat() puts them.
+        let kdev = (259u32 << 20) | 300;
+        let d = dev_from_kernel(kdev);
+        assert_eq!((rustix::fs::major(d), rustix::fs::minor(d)), (259, 300));
+    }
+
+    #[test]
+    fn cut_or_foreign_replies_are_errors_never_panics() {
+        let p = diag_msg(1, &[attr(UNIX_DIAG_PEER, &1u32.to_ne_bytes())]);
+        let whole = message(SOCK_DIAG_BY_FAMILY, 1, &p);
+        for cut in 1..whole.len() {
+            let mut out = Vec::new();
+            let _ = parse_datagram(&whole[..cut], 1, &mut out);
+        }
+        let mut out = Vec::new();
+        assert!(parse_datagram(&whole, 2, &mut out).is_err(), "another seq");
+        assert!(parse_datagram(&whole[..20], 1, &mut out).is_err(), "cut");
+        // An attribute longer than its message.
+        let mut bad = diag_msg(1, &[]);
+        bad.extend_from_slice(&200u16.to_ne_bytes());
+        bad.extend_from_slice(&UNIX_DIAG_VFS.to_ne_bytes());
+        assert!(parse_datagram(&message(SOCK_DIAG_BY_FAMILY, 1, &bad), 1, &mut out).is_err());
+        // A short vfs attribute.
+        let short = diag_msg(1, &[attr(UNIX_DIAG_VFS, &[1, 2, 3, 4])]);
+        assert!(parse_datagram(&message(SOCK_DIAG_BY_FAMILY, 1, &short), 1, &mut out).is_err());
+        // An error reply carries its errno.
+        let err = message(NLMSG_ERROR, 1, &(-2i32).to_ne_bytes());
+        assert_eq!(parse_datagram(&err, 1, &mut out), Ok(Batch::Errno(2)));
+    }
+}
