@@ -562,7 +562,8 @@ fn peer_pidfd(s: &UnixStream, pid: u32) -> Result<OwnedFd, String> {
 
 /// The key proof (before anything is written): the peer signs, with the enrolled consumer
 /// key, a fresh nonce bound to the resolved deployment and to this peer's pid and start
-/// time; strictly verified. Then the pidfd must still name the process that was described.
+/// time; strictly verified. Then the pidfd must still name the process that was described,
+/// and that process must be the connection's only holder.
 fn prove_key(
     s: &mut std::os::unix::net::UnixStream,
     key: &repoch_protocol::PublicKey,
@@ -597,6 +598,9 @@ fn prove_key(
         ));
     }
     repoch_issuer::os::peer::alive(pidfd).map_err(|e| rejected("the described peer", e))?;
+    // Whoever signed, the connection must be the pinned peer's alone.
+    repoch_issuer::os::peer::sole_holder(&*s, peer.pid)
+        .map_err(|e| rejected("the peer as the connection's sole holder", e))?;
     if repoch_issuer::os::procfs::start_ticks(peer.pid) != Some(start_ticks) {
         return Err(rejected("the described peer", "another process".into()));
     }

@@ -20,6 +20,9 @@
 //!   with a bogus prefix and exit, LIVE connections with such hellos and IDLE silent ones,
 //!   re-opened whenever repochd closes one, until killed.
 //! * `hello-exit SOCKET PREFIX` — sends `hello`, waits a moment, exits.
+//! * `hello-then-share SOCKET PREFIX KEY OUTFILE` — connects, lets a child (`sleep`) inherit
+//!   the connection, then speaks the consumer protocol with the real key, logging each
+//!   message to OUTFILE.
 #![deny(unsafe_code)]
 
 use std::io::Write as _;
@@ -160,9 +163,9 @@ fn main() {
             sleep_forever();
         }
         Some("rogue-consumer") => {
-            // Speaks the consumer protocol correctly, then closes its connection right after
-            // answering the challenge: the grant's dispatch meets a closed socket (a lost
-            // reply).
+            // Speaks the consumer protocol correctly, then shuts its receiving side right
+            // after answering the challenge: the grant's dispatch fails (a lost reply). With a
+            // fifth argument `exit` it exits instead.
             use repoch_protocol::wire::{read_msg, write_msg, GrantMsg};
             let key = repoch_protocol::sign::signing_key_from_hex(
                 &std::fs::read_to_string(&args[4]).unwrap(),
@@ -184,10 +187,14 @@ fn main() {
                         write_msg(&mut s, &GrantMsg::Proof(p.answer(&key))).unwrap();
                     }
                     Ok(GrantMsg::Challenge(c)) => {
-                        // Answer, then close the connection but live on: the dispatch
-                        // meets a closed socket while the peer is still the one described.
+                        // Answer, then stop receiving but keep the connection and live on:
+                        // the peer is still the one described and its sole holder, and the
+                        // dispatch's send fails (EPIPE).
                         write_msg(&mut s, &GrantMsg::Custody(c.answer(&key))).unwrap();
-                        drop(s);
+                        if args.get(5).map(String::as_str) == Some("exit") {
+                            std::process::exit(0);
+                        }
+                        s.shutdown(std::net::Shutdown::Read).unwrap();
                         sleep_forever();
                     }
                     Ok(_) => continue,
@@ -303,6 +310,56 @@ fn main() {
             use std::os::unix::process::CommandExt as _;
             let err = Command::new("/bin/sleep").arg("3600").exec();
             panic!("exec: {err}");
+        }
+        Some("hello-then-share") => {
+            use repoch_protocol::wire::{read_msg, write_msg, GrantMsg};
+            let key = repoch_protocol::sign::signing_key_from_hex(
+                &std::fs::read_to_string(&args[4]).unwrap(),
+            )
+            .unwrap();
+            let out = &args[5];
+            let mut s = std::os::unix::net::UnixStream::connect(&args[2]).expect("connect");
+            // Another process holds the same connection (as its stdin) from now on.
+            #[allow(clippy::zombie_processes)]
+            let child = Command::new(std::env::current_exe().unwrap())
+                .arg("sleep")
+                .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
+                    s.try_clone().unwrap(),
+                )))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("spawn");
+            append(out, &format!("sharing with pid {}", child.id()));
+            std::mem::forget(child);
+            hello(
+                &mut s,
+                &args[3],
+                repoch_protocol::PublicKey::from(&key.verifying_key()),
+            )
+            .unwrap();
+            ready();
+            loop {
+                match read_msg::<GrantMsg>(&mut s) {
+                    Ok(GrantMsg::Prove(p)) => {
+                        append(out, "asked for a key proof");
+                        write_msg(&mut s, &GrantMsg::Proof(p.answer(&key))).unwrap();
+                    }
+                    Ok(GrantMsg::Challenge(c)) => {
+                        append(out, "challenged");
+                        write_msg(&mut s, &GrantMsg::Custody(c.answer(&key))).unwrap();
+                    }
+                    Ok(GrantMsg::Refused { reason, detail }) => {
+                        append(out, &format!("refused {reason}: {detail}"));
+                        sleep_forever();
+                    }
+                    Ok(m) => append(out, &format!("{m:?}")),
+                    Err(e) => {
+                        append(out, &format!("error {e}"));
+                        sleep_forever();
+                    }
+                }
+            }
         }
         Some("hello-exit") => {
             let mut s = std::os::unix::net::UnixStream::connect(&args[2]).expect("connect");

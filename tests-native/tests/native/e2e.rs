@@ -305,8 +305,9 @@ fn the_consumer_refuses_a_grant_signed_by_another_key() {
 
 #[test]
 fn a_lost_reply_after_the_receipt_is_uncertain_and_preserved() {
-    // A consumer (enrolled as the helper binary) answers the challenge and closes its
-    // connection (still alive, still the described peer): the dispatch meets a closed socket. Exit 3; the epoch stays receipted, never reissued.
+    // A consumer (enrolled as the helper binary) answers the challenge and shuts its
+    // receiving side (still alive, still the described peer and the connection's sole
+    // holder): the dispatch's send fails. Exit 3; the epoch stays receipted, never reissued.
     require_root!();
     let s = Sandbox::new();
     let m = s.manifest("").replace(

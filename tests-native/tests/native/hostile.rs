@@ -141,6 +141,52 @@ fn a_peer_that_lets_a_child_without_the_secret_key_speak_is_rejected_and_burns_n
     drop(attacker);
 }
 
+#[test]
+fn a_connection_another_process_also_holds_is_rejected_even_with_the_key() {
+    // The enrolled consumer (here the helper binary, with the real secret key) connects,
+    // lets a child inherit the connection, then proves its key. The pinned peer must be the
+    // connection's only holder (its peer socket found with NETLINK_SOCK_DIAG, every
+    // /proc/*/task/*/fd scanned): refused consumer-rejected naming the other holder;
+    // nothing is written and the recovery ends consumer-absent.
+    require_root!();
+    let s = Sandbox::new();
+    let m = s.manifest("").replace(
+        &bin("repoch-consume").display().to_string(),
+        &bin("repoch-test-helper").display().to_string(),
+    );
+    let id = s.enroll_with(&m);
+    let _d = s.daemon();
+    let out = s.path("shared.txt");
+    let _peer = spawn_ready(helper(&[
+        "hello-then-share",
+        s.grant_socket().to_str().unwrap(),
+        &id[..6],
+        s.path("consumer.key").to_str().unwrap(),
+        out.to_str().unwrap(),
+    ]));
+    let r = run(s.recover(&id, 3, &[]));
+    let said = std::fs::read_to_string(&out).unwrap_or_default();
+    // The child that shares the connection is ours to kill.
+    if let Some(child) = said
+        .lines()
+        .find_map(|l| l.strip_prefix("sharing with pid "))
+        .and_then(|p| p.trim().parse::<u32>().ok())
+    {
+        kill_pid(child);
+    }
+    assert_eq!(
+        records(&s, &id),
+        ["genesis"],
+        "a shared connection got an intent written: {said}\n{}",
+        r.stdout
+    );
+    assert!(
+        said.contains("refused consumer-rejected") && said.contains("sole holder"),
+        "{said}"
+    );
+    assert_eq!(r.reasons(), ["consumer-absent"], "{}", r.stdout);
+}
+
 /// repochd started with `REPOCH_BARRIER`: it stops itself right after the named step.
 struct AtBarrier {
     daemon: std::process::Child,
@@ -234,6 +280,38 @@ fn a_consumer_that_execs_another_binary_after_connecting_is_refused_before_the_i
     assert_eq!(r.reasons(), ["consumer-rejected"], "{}", r.stdout);
     assert!(r.stdout.contains("executable"), "{}", r.stdout);
     assert_eq!(s.status(&id).json()["epoch"], "enrolled");
+}
+
+#[test]
+fn a_consumer_gone_before_the_dispatch_is_withheld_and_never_granted() {
+    // The enrolled consumer (the helper binary) answers the challenge and exits. Right
+    // before the dispatch the peer is described again: gone, so the grant is withheld
+    // (consumer-rejected) rather than sent into a dead connection; the epoch stays used.
+    require_root!();
+    let s = Sandbox::new();
+    let m = s.manifest("").replace(
+        &bin("repoch-consume").display().to_string(),
+        &bin("repoch-test-helper").display().to_string(),
+    );
+    let id = s.enroll_with(&m);
+    let d = s.daemon();
+    let rogue = spawn_ready(helper(&[
+        "rogue-consumer",
+        s.grant_socket().to_str().unwrap(),
+        &id[..4],
+        s.path("consumer.key").to_str().unwrap(),
+        "exit",
+    ]));
+    d.wait_log(&format!("pid={}", rogue.pid()));
+    let r = run(s.recover(&id, 10, &[]));
+    assert_eq!(r.code, 2, "{}", r.stdout);
+    assert_eq!(r.reasons(), ["consumer-rejected"], "{}", r.stdout);
+    assert_eq!(
+        records(&s, &id),
+        ["genesis", "intent", "consume", "receipt", "withheld"]
+    );
+    let again = run(s.recover(&id, 1, &[]));
+    assert_eq!(again.reasons(), ["epoch-consumed"]);
 }
 
 #[test]
