@@ -100,7 +100,7 @@ fn io(what: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |e| Error::Io(format!("{what}: {e}"))
 }
 
-/// Progress callback: `waiting`, `accepted`, `challenge`.
+/// Progress callback: `waiting`, `proven`, `accepted`, `challenge`.
 pub type Observer<'a> = &'a mut dyn FnMut(&str);
 
 /// Connects, answers the challenge, receives, verifies and persists the grant.
@@ -113,26 +113,47 @@ pub fn receive_with(o: &Options, progress: Observer<'_>) -> Result<Received, Err
     s.set_read_timeout(Some(o.wait)).map_err(io("socket"))?;
     s.set_write_timeout(Some(o.wait)).map_err(io("socket"))?;
     let key = PublicKey::from(&o.key.verifying_key());
-    write_msg(
+    let sent = write_msg(
         &mut s,
         &GrantMsg::Hello {
             deployment: o.deployment.clone(),
             key,
         },
-    )
-    .map_err(io("hello"))?;
+    );
+    if let Err(e) = sent {
+        // repochd may refuse a peer at once and close: its refusal is still there to read.
+        return match recv_msg(&s, Instant::now() + o.wait) {
+            Ok((GrantMsg::Refused { reason, detail }, _)) => Err(Error::Refused { reason, detail }),
+            _ => Err(Error::Io(format!("hello: {e}"))),
+        };
+    }
     progress("waiting");
+    // The full id our prefix resolved to, as repochd proved it to us: everything after
+    // must name exactly this deployment.
+    let mut full: Option<repoch_protocol::DeploymentId> = None;
     let mut challenged = None;
     loop {
         // The grant frame carries the fence fds: read it with recvmsg.
         let (msg, fds) = recv_msg(&s, Instant::now() + o.wait)?;
         match msg {
+            GrantMsg::Prove(p) => {
+                if full.is_some() || !p.deployment.to_hex().starts_with(&o.deployment) {
+                    return Err(Error::BadGrant(format!(
+                        "a key-proof request for deployment {}",
+                        p.deployment
+                    )));
+                }
+                write_msg(&mut s, &GrantMsg::Proof(p.answer(&o.key))).map_err(io("key proof"))?;
+                full = Some(p.deployment);
+                progress("proven");
+            }
             GrantMsg::Accepted => progress("accepted"),
             GrantMsg::Challenge(c) => {
-                if !c.deployment.to_hex().starts_with(&o.deployment) {
+                if Some(c.deployment) != full {
                     return Err(Error::BadGrant(format!(
-                        "challenge for deployment {}",
-                        c.deployment
+                        "challenge for deployment {}, not the resolved {}",
+                        c.deployment,
+                        full.map_or("(none)".into(), |d| d.to_hex())
                     )));
                 }
                 progress("challenge");
@@ -143,9 +164,13 @@ pub fn receive_with(o: &Options, progress: Observer<'_>) -> Result<Received, Err
                 let c = challenged
                     .ok_or_else(|| Error::BadGrant("a grant without a challenge".into()))?;
                 let grant = verify(&bytes, &o.issuer, Some(&key))?;
-                if grant.deployment != c.deployment || grant.intent != c.intent {
+                if Some(grant.deployment) != full
+                    || grant.deployment != c.deployment
+                    || grant.intent != c.intent
+                {
                     return Err(Error::BadGrant(
-                        "the grant is not for the challenged epoch".into(),
+                        "the grant is not for the challenged epoch of the resolved deployment"
+                            .into(),
                     ));
                 }
                 check_fences(&grant, &fds)?;
@@ -157,7 +182,7 @@ pub fn receive_with(o: &Options, progress: Observer<'_>) -> Result<Received, Err
                 });
             }
             GrantMsg::Refused { reason, detail } => return Err(Error::Refused { reason, detail }),
-            GrantMsg::Hello { .. } | GrantMsg::Custody(_) => {
+            GrantMsg::Hello { .. } | GrantMsg::Custody(_) | GrantMsg::Proof(_) => {
                 return Err(Error::Io("unexpected message from repochd".into()))
             }
         }

@@ -2,6 +2,7 @@
 //! Only this crate knows about sockets, socket activation and `sd_notify`.
 #![deny(unsafe_code)]
 
+pub mod admission;
 pub mod audit;
 pub mod cli;
 pub mod conn;

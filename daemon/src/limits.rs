@@ -6,8 +6,19 @@ pub const ADMIN_CONNECTIONS_MAX: usize = 8;
 pub const GRANT_CONNECTIONS_MAX: usize = 32;
 /// Consumers connected and waiting for a recovery.
 pub const PENDING_CONSUMERS_MAX: usize = 16;
+/// Consumers of one uid connected and waiting (one uid cannot take every waiting place).
+pub const PENDING_PER_UID_MAX: usize = 4;
+/// Handshakes (hello, description, key proof) in progress for one uid.
+pub const HANDSHAKES_PER_UID_MAX: usize = 4;
 /// How long a consumer may wait connected for a recovery before it is dropped.
 pub const PENDING_CONSUMER_SECONDS_MAX: u64 = 3600;
+/// Longest a waiting consumer that hung up or exited stays in the registry: the registry is
+/// swept this often (and on every arrival and every take).
+pub const REGISTRY_SWEEP_SECONDS_MAX: u64 = 1;
+/// Grant-socket warnings logged per window; the rest are counted and reported once.
+pub const WARNINGS_PER_WINDOW_MAX: u32 = 20;
+/// The window of `WARNINGS_PER_WINDOW_MAX`.
+pub const WARNING_WINDOW_SECONDS_MAX: u64 = 60;
 /// Time a peer gets to send its whole first frame (hello, or an admin request).
 pub const HANDSHAKE_SECONDS_MAX: u64 = 5;
 /// Time the consumer gets for its whole custody answer (every byte of the frame, however
@@ -30,3 +41,5 @@ pub const ADMIN_WRITE_SECONDS_MAX: u64 = 5;
 pub const EVENTS_BUFFERED_MAX: usize = 256;
 
 const _: () = assert!(PENDING_CONSUMERS_MAX <= GRANT_CONNECTIONS_MAX);
+const _: () = assert!(PENDING_PER_UID_MAX < PENDING_CONSUMERS_MAX);
+const _: () = assert!(HANDSHAKES_PER_UID_MAX < GRANT_CONNECTIONS_MAX);

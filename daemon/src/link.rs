@@ -11,15 +11,17 @@ use repoch_issuer::issuance::{ConsumerLink, Expected};
 use repoch_issuer::Refusal;
 use repoch_protocol::grant::{Challenge, ConsumerPeer};
 use repoch_protocol::wire::{AdminEvent, GrantMsg};
-use repoch_protocol::{PublicKey, Reason};
+use repoch_protocol::{DeploymentId, PublicKey, Reason};
 
 use crate::conn::Connection;
 use crate::limits::*;
 
-/// A consumer connected and described, waiting for a recovery of its deployment.
+/// A consumer connected, resolved, described and proven, waiting for a recovery of its
+/// deployment.
 #[derive(Debug)]
 pub struct Pending {
-    pub prefix: String,
+    /// The full id its prefix resolved to at `hello`.
+    pub deployment: DeploymentId,
     pub key: PublicKey,
     pub peer: ConsumerPeer,
     pub pidfd: OwnedFd,
@@ -34,30 +36,59 @@ pub struct Registry {
     arrived: Condvar,
 }
 
+/// Whether a waiting consumer is still there: not too old, its process alive, its
+/// connection open and silent.
+fn still_there(p: &Pending) -> bool {
+    p.since.elapsed() < Duration::from_secs(PENDING_CONSUMER_SECONDS_MAX)
+        && repoch_issuer::os::peer::alive(&p.pidfd).is_ok()
+        && hung_up(&p.stream).is_ok()
+}
+
 impl Registry {
-    /// Adds a consumer; refuses it when `PENDING_CONSUMERS_MAX` are already waiting.
-    pub fn push(&self, p: Pending) -> Result<(), Box<Pending>> {
+    /// Adds a consumer; refuses it (saying why) when its uid already has
+    /// `PENDING_PER_UID_MAX` waiting, or `PENDING_CONSUMERS_MAX` are waiting in all. Peers
+    /// that went away are purged first.
+    pub fn push(&self, p: Pending) -> Result<(), (Box<Pending>, String)> {
         let mut q = self
             .pending
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        q.retain(|p| p.since.elapsed() < Duration::from_secs(PENDING_CONSUMER_SECONDS_MAX));
+        q.retain(still_there);
+        let uid = p.peer.uid;
+        if q.iter().filter(|o| o.peer.uid == uid).count() >= PENDING_PER_UID_MAX {
+            return Err((
+                Box::new(p),
+                format!("{PENDING_PER_UID_MAX} consumers of uid {uid} already waiting"),
+            ));
+        }
         if q.len() >= PENDING_CONSUMERS_MAX {
-            return Err(Box::new(p));
+            return Err((
+                Box::new(p),
+                format!("{PENDING_CONSUMERS_MAX} consumers already waiting"),
+            ));
         }
         q.push_back(p);
         self.arrived.notify_all();
         Ok(())
     }
 
+    /// Drops every waiting consumer that hung up, exited or waited too long.
+    pub fn sweep(&self) {
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(still_there);
+    }
+
     /// Takes the next pending consumer for `id` until `deadline`.
-    fn take(&self, id: &str, deadline: Instant) -> Option<Pending> {
+    fn take(&self, id: &DeploymentId, deadline: Instant) -> Option<Pending> {
         let mut q = self
             .pending
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         loop {
-            if let Some(i) = q.iter().position(|p| id.starts_with(&p.prefix)) {
+            q.retain(still_there);
+            if let Some(i) = q.iter().position(|p| p.deployment == *id) {
                 return q.remove(i);
             }
             let now = Instant::now();
@@ -85,7 +116,7 @@ impl Registry {
         wait: Duration,
         progress: &mut dyn FnMut(AdminEvent),
     ) -> Result<(SocketLink, ConsumerPeer), Refusal> {
-        let id = expected.deployment.to_hex();
+        let id = expected.deployment;
         let start = Instant::now();
         let deadline = start + wait;
         progress(AdminEvent::Progress {
@@ -133,7 +164,8 @@ impl Registry {
             return Ok((
                 SocketLink {
                     conn,
-                    _pidfd: p.pidfd,
+                    pidfd: p.pidfd,
+                    peer: p.peer,
                 },
                 peer,
             ));
@@ -163,7 +195,9 @@ fn hung_up(s: &UnixStream) -> Result<(), String> {
 #[derive(Debug)]
 pub struct SocketLink {
     conn: Connection,
-    _pidfd: OwnedFd,
+    pidfd: OwnedFd,
+    /// The peer as described and authenticated at connect.
+    peer: ConsumerPeer,
 }
 
 impl ConsumerLink for SocketLink {
@@ -211,6 +245,12 @@ impl ConsumerLink for SocketLink {
         self.conn
             .write_bytes(&payload[n..], deadline)
             .map_err(|e| format!("sending the grant: {e}"))
+    }
+
+    fn describe_again(&mut self) -> Result<ConsumerPeer, String> {
+        let p = &self.peer;
+        repoch_issuer::os::peer::sole_holder(self.conn.stream(), p.pid)?;
+        repoch_issuer::os::peer::describe(p.pid, p.uid, p.gid, &self.pidfd)
     }
 
     fn refuse(&mut self, reason: Reason, detail: &str) {

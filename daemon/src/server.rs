@@ -15,6 +15,7 @@ use repoch_issuer::issuance::{self, Ended};
 use repoch_issuer::{Layout, Refusal};
 use repoch_protocol::cbor::Canonical;
 use repoch_protocol::epoch::Contender;
+use repoch_protocol::grant::KeyProof;
 use repoch_protocol::wire::{
     bounded, frame, frame_len, refused, AdminEvent, AdminRequest, GrantMsg, Outcome,
 };
@@ -23,7 +24,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, Semaphore};
 
-use crate::conn::Connection;
+use crate::admission::{Admission, HandshakeSlot, Handshakes, Warnings};
 use crate::limits::*;
 use crate::link::{Pending, Registry};
 
@@ -31,6 +32,10 @@ use crate::link::{Pending, Registry};
 pub struct Daemon {
     pub layout: Layout,
     registry: Registry,
+    /// Which uids may use the grant socket, and what their prefixes resolve to.
+    admission: Admission,
+    handshakes: Handshakes,
+    warnings: Warnings,
     /// Set when a write or fsync of an epoch log failed: no further issuance until restart.
     poisoned: AtomicBool,
 }
@@ -65,8 +70,10 @@ fn refuse_over_bound(s: &UnixStream, bytes: &[u8]) {
     use rustix::net::{send, SendFlags};
     match send(s, bytes, SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
         Ok(n) if n == bytes.len() => {}
-        Ok(n) => tracing::warn!("told a connection past the bound only {n} bytes"),
-        Err(e) => tracing::warn!("could not tell a connection past the bound: {e}"),
+        // Not a warning: a flood makes many of these, and the refusal itself was already
+        // logged (rate-limited) by the caller.
+        Ok(n) => tracing::debug!("told a refused connection only {n} bytes"),
+        Err(e) => tracing::debug!("could not tell a refused connection: {e}"),
     }
 }
 
@@ -138,8 +145,11 @@ pub fn listeners(layout: &Layout) -> Result<(StdListener, StdListener), String> 
 impl Daemon {
     pub fn new(layout: Layout) -> Daemon {
         Daemon {
+            admission: Admission::new(layout.clone()),
             layout,
             registry: Registry::default(),
+            handshakes: Handshakes::default(),
+            warnings: Warnings::default(),
             poisoned: AtomicBool::new(false),
         }
     }
@@ -160,14 +170,29 @@ impl Daemon {
             .map_err(|e| e.to_string())?;
         let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
             .map_err(|e| e.to_string())?;
+        self.admission.warm();
+        let mut sweep = tokio::time::interval(Duration::from_secs(REGISTRY_SWEEP_SECONDS_MAX));
         crate::notify::notify("READY=1\nSTATUS=waiting for recoveries");
         tracing::info!(admin = %self.layout.admin_socket().display(), grant = %self.layout.grant_socket().display(), barriers = repoch_issuer::barrier::ENABLED, "repochd ready");
         loop {
             tokio::select! {
                 r = admin.accept() => {
                     let Ok((s, _)) = r else { continue };
+                    // Root only, decided before a slot is taken: a peer of another uid (the
+                    // socket's mode opened by mistake) can never hold root's admin slots.
+                    match s.peer_cred().map(|c| c.uid()) {
+                        Ok(0) => {}
+                        other => {
+                            let observed = other.map_or_else(|e| e.to_string(), |u| format!("uid {u}"));
+                            self.warnings.warn(format_args!("admin peer refused: {observed}"));
+                            let r = Refusal::new(Reason::AdminDenied, "admin socket", "uid 0", observed);
+                            let e = outcome_event(Outcome::Refused, vec![r], "the admin socket is root's only", None);
+                            refuse_over_bound(&s, &frame(&bounded(e).to_bytes()));
+                            continue;
+                        }
+                    }
                     let Ok(permit) = admin_slots.clone().try_acquire_owned() else {
-                        tracing::warn!("admin connection refused: {ADMIN_CONNECTIONS_MAX} already open");
+                        self.warnings.warn(format_args!("admin connection refused: {ADMIN_CONNECTIONS_MAX} already open"));
                         let r = Refusal::new(
                             Reason::IssuerBusy,
                             "admin socket",
@@ -183,15 +208,27 @@ impl Daemon {
                 }
                 r = grant.accept() => {
                     let Ok((s, _)) = r else { continue };
+                    // Admission before any work: credentials only; no pidfd, no /proc, no read.
+                    let (uid, pid) = match s.peer_cred() {
+                        Ok(c) => (c.uid(), c.pid().unwrap_or(0)),
+                        Err(e) => { self.warnings.warn(format_args!("grant peer credentials: {e}")); continue; }
+                    };
+                    if !self.admission.admits(uid) {
+                        self.turn_away(&s, pid, Reason::ConsumerRejected, &format!("uid {uid} is no enrolled deployment's consumer"));
+                        continue;
+                    }
+                    let Some(slot) = self.handshakes.acquire(uid) else {
+                        self.turn_away(&s, pid, Reason::ProtocolError, &format!("uid {uid} already has {HANDSHAKES_PER_UID_MAX} handshakes in progress"));
+                        continue;
+                    };
                     let Ok(permit) = grant_slots.clone().try_acquire_owned() else {
-                        tracing::warn!("grant connection refused: {GRANT_CONNECTIONS_MAX} already open");
-                        let m = refused(Reason::ProtocolError, &format!("repochd is busy: {GRANT_CONNECTIONS_MAX} grant connections open (GRANT_CONNECTIONS_MAX)"));
-                        refuse_over_bound(&s, &frame(&m.to_bytes()));
+                        self.turn_away(&s, pid, Reason::ProtocolError, &format!("{GRANT_CONNECTIONS_MAX} grant connections already open"));
                         continue;
                     };
                     let d = self.clone();
-                    tokio::spawn(async move { d.grant(s).await; drop(permit); });
+                    tokio::spawn(async move { d.grant(s, slot).await; drop(permit); });
                 }
+                _ = sweep.tick() => self.registry.sweep(),
                 _ = term.recv() => break,
                 _ = int.recv() => break,
             }
@@ -201,50 +238,148 @@ impl Daemon {
         Ok(())
     }
 
-    /// A consumer connection: credentials, pidfd, `hello`, then it waits in the registry.
-    async fn grant(self: Arc<Self>, mut s: UnixStream) {
+    /// Refuses a grant-socket peer at once, without reading from it or waiting on it: one
+    /// non-blocking write of the refusal, a rate-limited warning, and the connection closes.
+    fn turn_away(&self, s: &UnixStream, pid: i32, reason: Reason, detail: &str) {
+        self.warnings.warn(format_args!(
+            "grant peer pid={pid} refused at once: {reason}: {detail}"
+        ));
+        refuse_over_bound(s, &frame(&refused(reason, detail).to_bytes()));
+    }
+
+    /// A consumer connection, admitted by uid: `hello`; its prefix resolved to one enrolled
+    /// deployment whose consumer has this uid, gid and key; the peer described through its
+    /// pidfd; its key proven on a nonce bound to this connection. Only then does it wait in
+    /// the registry. Every refusal writes nothing and says why.
+    async fn grant(self: Arc<Self>, mut s: UnixStream, slot: HandshakeSlot) {
         let cred = match s.peer_cred() {
             Ok(c) => c,
-            Err(e) => return tracing::warn!("grant peer credentials: {e}"),
+            Err(e) => {
+                return self
+                    .warnings
+                    .warn(format_args!("grant peer credentials: {e}"))
+            }
         };
         let Some(pid) = cred.pid().and_then(|p| u32::try_from(p).ok()) else {
             return;
         };
+        let hello = read_first_frame(&mut s).await;
+        let (prefix, key) =
+            match hello.and_then(|b| GrantMsg::from_bytes(&b).map_err(|e| e.to_string())) {
+                Ok(GrantMsg::Hello { deployment, key }) => (deployment, key),
+                Ok(_) => {
+                    return self
+                        .refuse_grant(&mut s, pid, Reason::ProtocolError, "expected hello")
+                        .await
+                }
+                Err(e) => {
+                    return self
+                        .refuse_grant(&mut s, pid, Reason::ProtocolError, &e)
+                        .await
+                }
+            };
+        let (uid, gid) = (cred.uid(), cred.gid());
+        let enrolled = match self.admission.resolve(&prefix) {
+            Ok(e) => e,
+            Err(r) => {
+                return self
+                    .refuse_grant(&mut s, pid, r.reason, &r.to_string())
+                    .await
+            }
+        };
+        let subject = format!("grant socket peer pid {pid}");
+        let mismatch = if (enrolled.uid, enrolled.gid) != (uid, gid) {
+            Some(Refusal::new(
+                Reason::ConsumerRejected,
+                &subject,
+                format!("uid/gid {}/{}", enrolled.uid, enrolled.gid),
+                format!("uid/gid {uid}/{gid}"),
+            ))
+        } else if enrolled.key != key {
+            Some(Refusal::new(
+                Reason::ConsumerRejected,
+                &subject,
+                format!("key {}", enrolled.key.to_hex()),
+                format!("key {}", key.to_hex()),
+            ))
+        } else {
+            None
+        };
+        if let Some(r) = mismatch {
+            return self
+                .refuse_grant(&mut s, pid, r.reason, &r.to_string())
+                .await;
+        }
         let pidfd = match peer_pidfd(&s, pid) {
             Ok(fd) => fd,
-            Err(e) => return tracing::warn!("grant peer pid {pid}: {e}"),
+            Err(e) => {
+                return self
+                    .refuse_grant(
+                        &mut s,
+                        pid,
+                        Reason::ConsumerRejected,
+                        &format!("pid {pid}: {e}"),
+                    )
+                    .await
+            }
         };
-        let hello = read_first_frame(&mut s).await;
-        let (prefix, key) = match hello
-            .and_then(|b| GrantMsg::from_bytes(&b).map_err(|e| e.to_string()))
-        {
-            Ok(GrantMsg::Hello { deployment, key }) => (deployment, key),
-            Ok(_) => return refuse_grant(&mut s, Reason::ProtocolError, "expected hello").await,
-            Err(e) => return refuse_grant(&mut s, Reason::ProtocolError, &e).await,
-        };
-        let (uid, gid) = (cred.uid(), cred.gid());
         let std = match s.into_std() {
             Ok(std) => std,
-            Err(e) => return tracing::warn!("grant socket: {e}"),
+            Err(e) => return self.warnings.warn(format_args!("grant socket: {e}")),
         };
         let d = self.clone();
         let _ = tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            let mut std = std;
+            let refuse = |std: &mut std::os::unix::net::UnixStream, r: Refusal| {
+                d.warnings
+                    .warn(format_args!("grant peer pid={pid} refused: {r}"));
+                let _ = repoch_protocol::wire::write_msg(std, &refused(r.reason, &r.to_string()));
+            };
             let _ = std.set_nonblocking(false);
+            let _ = std.set_read_timeout(Some(Duration::from_secs(HANDSHAKE_SECONDS_MAX)));
+            let _ = std.set_write_timeout(Some(Duration::from_secs(HANDSHAKE_SECONDS_MAX)));
             // Describe the peer from /proc, pinned by its pidfd.
             let peer = match repoch_issuer::os::peer::describe(pid, uid, gid, &pidfd) {
                 Ok(p) => p,
                 Err(e) => {
-                    Connection::new(std).refuse(Reason::ConsumerRejected, &e);
-                    return;
+                    return refuse(
+                        &mut std,
+                        Refusal::new(Reason::ConsumerRejected, &subject, "a describable peer", e),
+                    )
                 }
             };
-            tracing::info!(pid, uid, deployment = %prefix, "consumer connected, waiting for a recovery");
-            let p = Pending { prefix, key, peer, pidfd, stream: std, since: Instant::now() };
-            if let Err(p) = d.registry.push(p) {
-                Connection::new(p.stream).refuse(Reason::ProtocolError, &format!("{PENDING_CONSUMERS_MAX} consumers already waiting (PENDING_CONSUMERS_MAX)"));
+            if let Err(r) = prove_key(&mut std, &enrolled.key, enrolled.deployment, &peer, &pidfd) {
+                return refuse(&mut std, r);
+            }
+            tracing::info!(pid, uid, deployment = %enrolled.deployment, "consumer connected, waiting for a recovery");
+            let _ = std.set_read_timeout(None);
+            let _ = std.set_write_timeout(None);
+            let p = Pending {
+                deployment: enrolled.deployment,
+                key,
+                peer,
+                pidfd,
+                stream: std,
+                since: Instant::now(),
+            };
+            if let Err((mut p, why)) = d.registry.push(p) {
+                refuse(
+                    &mut p.stream,
+                    Refusal::new(Reason::ProtocolError, "grant socket", "a waiting place", why),
+                );
             }
         })
         .await;
+    }
+
+    async fn refuse_grant(&self, s: &mut UnixStream, pid: u32, reason: Reason, detail: &str) {
+        self.warnings.warn(format_args!(
+            "grant peer pid={pid} refused: {reason}: {detail}"
+        ));
+        let m = frame(&refused(reason, detail).to_bytes());
+        let _ =
+            tokio::time::timeout(Duration::from_secs(HANDSHAKE_SECONDS_MAX), s.write_all(&m)).await;
     }
 
     /// An admin connection: root only; one `recover` request; progress streamed back.
@@ -398,13 +533,6 @@ impl Daemon {
     }
 }
 
-async fn refuse_grant(s: &mut UnixStream, reason: Reason, detail: &str) {
-    tracing::warn!("grant peer refused: {reason}: {detail}");
-    let _ = s
-        .write_all(&frame(&refused(reason, detail).to_bytes()))
-        .await;
-}
-
 fn outcome_event(
     outcome: Outcome,
     refusals: Vec<Refusal>,
@@ -450,4 +578,51 @@ fn peer_pidfd(s: &UnixStream, pid: u32) -> Result<OwnedFd, String> {
         Ok(fd) => Ok(fd),
         Err(_) => repoch_issuer::os::peer::pidfd_open(pid),
     }
+}
+
+/// The key proof (before anything is written): the peer signs, with the enrolled consumer
+/// key, a fresh nonce bound to the resolved deployment and to this peer's pid and start
+/// time; strictly verified. Then the pidfd must still name the process that was described,
+/// and that process must be the connection's only holder.
+fn prove_key(
+    s: &mut std::os::unix::net::UnixStream,
+    key: &repoch_protocol::PublicKey,
+    deployment: repoch_protocol::DeploymentId,
+    peer: &repoch_protocol::grant::ConsumerPeer,
+    pidfd: &OwnedFd,
+) -> Result<(), Refusal> {
+    let subject = format!("grant socket peer pid {}", peer.pid);
+    let rejected =
+        |want: &str, got: String| Refusal::new(Reason::ConsumerRejected, &subject, want, got);
+    let start_ticks = repoch_issuer::os::procfs::start_ticks(peer.pid)
+        .ok_or_else(|| rejected("a live peer", "no start time".into()))?;
+    let nonce = repoch_issuer::keys::random()
+        .map_err(|e| Refusal::new(Reason::Internal, "getrandom", "a nonce", e.to_string()))?;
+    let proof = KeyProof {
+        deployment,
+        nonce,
+        pid: peer.pid,
+        start_ticks,
+    };
+    repoch_protocol::wire::write_msg(s, &GrantMsg::Prove(proof.clone()))
+        .map_err(|e| rejected("a key proof", format!("sending the nonce: {e}")))?;
+    let sig = match repoch_protocol::wire::read_msg::<GrantMsg>(s) {
+        Ok(GrantMsg::Proof(sig)) => sig,
+        Ok(other) => return Err(rejected("a key proof", format!("{other:?}"))),
+        Err(e) => return Err(rejected("a key proof", e.to_string())),
+    };
+    if !proof.check(key, &sig) {
+        return Err(rejected(
+            "a key proof signed by the enrolled consumer key",
+            "does not verify".into(),
+        ));
+    }
+    repoch_issuer::os::peer::alive(pidfd).map_err(|e| rejected("the described peer", e))?;
+    // Whoever signed, the connection must be the pinned peer's alone.
+    repoch_issuer::os::peer::sole_holder(&*s, peer.pid)
+        .map_err(|e| rejected("the peer as the connection's sole holder", e))?;
+    if repoch_issuer::os::procfs::start_ticks(peer.pid) != Some(start_ticks) {
+        return Err(rejected("the described peer", "another process".into()));
+    }
+    Ok(())
 }

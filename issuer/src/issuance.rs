@@ -72,6 +72,52 @@ pub trait ConsumerLink {
     fn dispatch(&mut self, grant: &[u8], fences: &[&OwnedFd]) -> Result<(), String>;
     /// Tells the consumer it gets nothing. Best effort.
     fn refuse(&mut self, reason: Reason, detail: &str);
+    /// Describes the connected peer again, through the pidfd pinned at connect: what the
+    /// intent and the dispatch must still find (an exec after connecting changes it).
+    fn describe_again(&mut self) -> Result<ConsumerPeer, String>;
+}
+
+/// The peer described again must be the peer authenticated at connect, field by field.
+fn same_peer<C: ConsumerLink>(
+    consumer: &mut C,
+    authenticated: &ConsumerPeer,
+) -> Result<(), Refusal> {
+    let subject = format!("grant socket peer pid {}", authenticated.pid);
+    let now = consumer.describe_again().map_err(|e| {
+        Refusal::new(
+            Reason::ConsumerRejected,
+            &subject,
+            "the peer authenticated at connect",
+            e,
+        )
+    })?;
+    if &now == authenticated {
+        return Ok(());
+    }
+    let (want, got) = if now.exe != authenticated.exe || now.exe_sha256 != authenticated.exe_sha256
+    {
+        (
+            format!(
+                "executable ino {} sha256 {}",
+                authenticated.exe.ino, authenticated.exe_sha256
+            ),
+            format!("executable ino {} sha256 {}", now.exe.ino, now.exe_sha256),
+        )
+    } else if now.cgroup != authenticated.cgroup {
+        (
+            format!("cgroup {}", authenticated.cgroup),
+            format!("cgroup {}", now.cgroup),
+        )
+    } else {
+        (
+            format!(
+                "pid {} uid {} gid {}",
+                authenticated.pid, authenticated.uid, authenticated.gid
+            ),
+            format!("pid {} uid {} gid {}", now.pid, now.uid, now.gid),
+        )
+    };
+    Err(Refusal::new(Reason::ConsumerRejected, subject, want, got))
 }
 
 /// Where progress goes (the admin connection).
@@ -359,8 +405,17 @@ pub struct Connected<C> {
 }
 
 impl<C: ConsumerLink> Connected<C> {
-    /// Step 4: append and fsync the intent. From here the epoch is used.
+    /// Step 4: describe the peer again (it must be the one authenticated: refused, nothing
+    /// written, otherwise), then append and fsync the intent. From here the epoch is used.
     pub fn intent(mut self, contender: Contender) -> Result<Intended<C>, Ended> {
+        if let Err(r) = same_peer(&mut self.consumer, &self.peer) {
+            self.consumer.refuse(r.reason, &r.to_string());
+            self.c.say(
+                "connect",
+                format!("rejected the consumer before the intent: {r}"),
+            );
+            return Err(Ended::one(r));
+        }
         let body = EpochBody::Intent {
             evidence: self.first.digest,
             facts: self.first.facts.clone(),
@@ -515,6 +570,7 @@ impl<C: ConsumerLink> Custodied<C> {
             c: self.c,
             first: self.first,
             consumer: self.consumer,
+            peer: self.peer,
             intent: self.intent,
             consume: h,
         })
@@ -526,6 +582,7 @@ pub struct Consumed<C> {
     c: Common,
     first: Observation,
     consumer: C,
+    peer: ConsumerPeer,
     intent: Hash,
     consume: Hash,
 }
@@ -567,6 +624,7 @@ impl<C: ConsumerLink> Consumed<C> {
             c: self.c,
             first: self.first,
             consumer: self.consumer,
+            peer: self.peer,
             grant: bytes,
         })
     }
@@ -577,6 +635,7 @@ pub struct Receipted<C> {
     c: Common,
     first: Observation,
     consumer: C,
+    peer: ConsumerPeer,
     grant: Vec<u8>,
 }
 
@@ -592,6 +651,10 @@ impl<C: ConsumerLink> Receipted<C> {
     /// Step 10: send the grant and pass the held fence fds. A failure here is a lost reply:
     /// the outcome is uncertain, and the epoch is preserved as receipted.
     pub fn dispatch(mut self, _proof: FinalVerification) -> Result<Dispatched, Ended> {
+        // The peer that gets the grant is still the one recorded in intent and consume.
+        if let Err(r) = same_peer(&mut self.consumer, &self.peer) {
+            return Err(withhold(self.c, &mut self.consumer, r));
+        }
         self.c.say(
             "dispatch",
             format!("sending the grant with {} fence fd(s)", self.c.fences.len()),

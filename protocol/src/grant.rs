@@ -85,6 +85,52 @@ impl Challenge {
     }
 }
 
+/// The key proof a consumer gives at `hello`, before anything is written: a daemon-chosen
+/// nonce bound to the resolved deployment and to the connection's peer (its pid and start
+/// time), so a proof is never valid for another connection, process or deployment. It is
+/// signed under its own context: a custody answer never verifies as a key proof, nor back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyProof {
+    /// The full id the consumer's prefix resolved to.
+    pub deployment: DeploymentId,
+    pub nonce: [u8; NONCE_BYTES],
+    /// The peer as SO_PEERCRED and its pidfd name it: pid and start time in clock ticks.
+    pub pid: u32,
+    pub start_ticks: u64,
+}
+
+impl Canonical for KeyProof {
+    fn to_value(&self) -> Value {
+        cbor::array(vec![
+            cbor::bytes(&self.deployment.0),
+            cbor::bytes(&self.nonce),
+            cbor::uint(self.pid.into()),
+            cbor::uint(self.start_ticks),
+        ])
+    }
+    fn from_value(v: Value) -> Result<Self, DecodeError> {
+        let mut f = Fields::open(v, "key-proof", 4)?;
+        Ok(KeyProof {
+            deployment: DeploymentId(f.bytes()?),
+            nonce: f.bytes()?,
+            pid: u32::try_from(f.uint()?)
+                .map_err(|_| DecodeError::schema("key-proof", "pid over 32 bits"))?,
+            start_ticks: f.uint()?,
+        })
+    }
+}
+
+impl KeyProof {
+    /// The consumer's answer: its key signs the proof under the key-proof context.
+    pub fn answer(&self, key: &ed25519_dalek::SigningKey) -> [u8; SIGNATURE_BYTES] {
+        sign::sign(key, Context::KeyProof, &self.to_bytes())
+    }
+    /// Strict verification against `key`.
+    pub fn check(&self, key: &PublicKey, sig: &[u8; SIGNATURE_BYTES]) -> bool {
+        sign::verify(key, Context::KeyProof, &self.to_bytes(), sig)
+    }
+}
+
 /// A lock fence handed over with the grant (its fd travels with `SCM_RIGHTS`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GrantFence {

@@ -24,6 +24,9 @@ pub enum Context {
     Grant,
     /// The consumer's custody answer to a challenge, signed by the consumer key.
     Custody,
+    /// The consumer's proof of its key at `hello`, before anything is written: it signs a
+    /// daemon-chosen nonce bound to its connection, with the consumer key.
+    KeyProof,
     /// C2SP checkpoints are signed over their note text (their own format, no prefix).
     Checkpoint,
 }
@@ -37,6 +40,7 @@ impl Context {
             Context::Manifest => "repoch/v1/manifest",
             Context::Grant => "repoch/v1/grant",
             Context::Custody => "repoch/v1/custody",
+            Context::KeyProof => "repoch/v1/key-proof",
             Context::Checkpoint => "repoch/v1/checkpoint",
         }
     }

@@ -6,7 +6,7 @@
 use ciborium::value::Value;
 
 use crate::cbor::{self, Canonical, DecodeError, Fields};
-use crate::grant::Challenge;
+use crate::grant::{Challenge, KeyProof};
 use crate::limits::*;
 use crate::reason::Reason;
 use crate::types::{DeploymentId, Fact, Hash, PublicKey};
@@ -395,6 +395,11 @@ pub enum GrantMsg {
     /// Consumer to daemon, first: which deployment, and the key it will answer with.
     /// (`deployment` is the id or a unique prefix of it, 1 to 32 lowercase hex digits.)
     Hello { deployment: String, key: PublicKey },
+    /// Daemon to consumer, right after `hello`: the prefix resolved to this deployment;
+    /// prove your key by signing this (bound to this connection).
+    Prove(KeyProof),
+    /// Consumer to daemon: the key-proof signature.
+    Proof([u8; SIGNATURE_BYTES]),
     /// Daemon to consumer: authenticated at transport level, waiting for the operator.
     Accepted,
     /// Daemon to consumer: sign this.
@@ -415,6 +420,8 @@ impl Canonical for GrantMsg {
                 cbor::text(deployment),
                 cbor::bytes(&key.0),
             ]),
+            GrantMsg::Prove(p) => cbor::array(vec![cbor::text("prove"), p.to_value()]),
+            GrantMsg::Proof(s) => cbor::array(vec![cbor::text("proof"), cbor::bytes(s)]),
             GrantMsg::Accepted => cbor::array(vec![cbor::text("accepted")]),
             GrantMsg::Challenge(c) => cbor::array(vec![cbor::text("challenge"), c.to_value()]),
             GrantMsg::Custody(s) => cbor::array(vec![cbor::text("custody"), cbor::bytes(s)]),
@@ -450,6 +457,16 @@ impl Canonical for GrantMsg {
                     deployment,
                     key: PublicKey(f.bytes()?),
                 }
+            }
+            "prove" => {
+                let mut f = Fields::open(v, "prove", 2)?;
+                f.expect_text("prove")?;
+                GrantMsg::Prove(KeyProof::from_value(f.field()?)?)
+            }
+            "proof" => {
+                let mut f = Fields::open(v, "proof", 2)?;
+                f.expect_text("proof")?;
+                GrantMsg::Proof(f.bytes()?)
             }
             "accepted" => {
                 let mut f = Fields::open(v, "accepted", 1)?;

@@ -94,3 +94,64 @@ pub fn pidfd_open(pid: u32) -> Result<OwnedFd, String> {
     rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty())
         .map_err(|e| format!("pidfd_open({pid}): {e}"))
 }
+
+/// Tasks of one process examined for holders of a connection.
+pub const HOLDER_TASKS_PER_PROC_MAX: usize = super::proc::TASKS_PER_PROC_MAX;
+/// Descriptors of one task examined for holders of a connection.
+pub const HOLDER_FDS_PER_TASK_MAX: usize = super::procfs::PROC_FDS_MAX;
+
+/// The processes holding socket inode `inode` (`socket:[inode]` among the fds of any task
+/// of any process: a thread may have its own descriptor table). Exceeding a bound is an
+/// error, never a partial answer. (An fd in flight in an `SCM_RIGHTS` message is held by no
+/// task and cannot be seen.)
+pub fn socket_holders(inode: u64) -> Result<Vec<u32>, String> {
+    let target = format!("socket:[{inode}]");
+    let mut holders = Vec::new();
+    for pid in super::procfs::pids().map_err(|e| format!("/proc: {e}"))? {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue; // exited meanwhile
+        };
+        let mut seen_tasks = 0usize;
+        'tasks: for t in tasks.flatten() {
+            seen_tasks += 1;
+            if seen_tasks > HOLDER_TASKS_PER_PROC_MAX {
+                return Err(format!(
+                    "pid {pid}: more than {HOLDER_TASKS_PER_PROC_MAX} tasks"
+                ));
+            }
+            let dir = t.path().join("fd");
+            let Ok(fds) = std::fs::read_dir(&dir) else {
+                continue; // exited meanwhile
+            };
+            for (n, e) in fds.flatten().enumerate() {
+                if n >= HOLDER_FDS_PER_TASK_MAX {
+                    return Err(format!(
+                        "{}: more than {HOLDER_FDS_PER_TASK_MAX} descriptors",
+                        dir.display()
+                    ));
+                }
+                if std::fs::read_link(e.path()).is_ok_and(|l| l.as_os_str() == target.as_str()) {
+                    holders.push(pid);
+                    break 'tasks;
+                }
+            }
+        }
+    }
+    Ok(holders)
+}
+
+/// The process `pid` is the only holder of the other end of our connected unix socket
+/// `ours`: its peer socket is found with `NETLINK_SOCK_DIAG` (`UDIAG_SHOW_PEER` on our
+/// socket's inode), then every task's descriptors are scanned for it.
+pub fn sole_holder(ours: impl std::os::fd::AsFd, pid: u32) -> Result<(), String> {
+    let st = rustix::fs::fstat(&ours).map_err(|e| format!("our socket: {e}"))?;
+    let peer = super::sockdiag::peer_of(st.st_ino)?
+        .ok_or_else(|| format!("socket {}: no peer (the peer closed)", st.st_ino))?;
+    let holders = socket_holders(peer)?;
+    if holders != [pid] {
+        return Err(format!(
+            "the connection (peer socket {peer}) must be held by pid {pid} alone; its holders are pids {holders:?}"
+        ));
+    }
+    Ok(())
+}

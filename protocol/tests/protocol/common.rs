@@ -347,6 +347,17 @@ pub fn samples() -> Vec<(&'static str, Vec<u8>)> {
             }
             .to_bytes(),
         ),
+        (
+            "grant-msg",
+            GrantMsg::Prove(repoch_protocol::grant::KeyProof {
+                deployment: DEP,
+                nonce: [5; 32],
+                pid: 4242,
+                start_ticks: 123_456,
+            })
+            .to_bytes(),
+        ),
+        ("grant-msg", GrantMsg::Proof([8; 64]).to_bytes()),
         ("grant-msg", GrantMsg::Accepted.to_bytes()),
         ("grant-msg", GrantMsg::Challenge(challenge()).to_bytes()),
         ("grant-msg", GrantMsg::Custody([9; 64]).to_bytes()),

@@ -273,6 +273,7 @@ fn signature_contexts_are_separated() {
         Context::Manifest,
         Context::Grant,
         Context::Custody,
+        Context::KeyProof,
     ];
     let msg = challenge().to_bytes();
     for a in all {
@@ -297,4 +298,21 @@ fn signature_contexts_are_separated() {
         !other.check(&pk(&consumer()), &answer),
         "a replayed answer to another nonce verified"
     );
+    // A key proof is bound to its connection's peer and is never a custody answer.
+    let kp = repoch_protocol::grant::KeyProof {
+        deployment: c.deployment,
+        nonce: c.nonce,
+        pid: 7,
+        start_ticks: 9,
+    };
+    let proof = kp.answer(&consumer());
+    assert!(kp.check(&pk(&consumer()), &proof));
+    assert!(!kp.check(&pk(&issuer()), &proof));
+    let mut forked = kp.clone();
+    forked.pid = 8;
+    assert!(
+        !forked.check(&pk(&consumer()), &proof),
+        "a proof for another peer verified"
+    );
+    assert!(!c.check(&pk(&consumer()), &proof));
 }

@@ -15,6 +15,20 @@
 //!   (consumer-rejected) whose detail is longer than receivers accept.
 //! * `serve-drip SOCKET` — a fake repochd: reads a hello, declares a 64 KiB frame and sends
 //!   one byte a second.
+//! * `fork-hello SOCKET PREFIX PUBKEY OUTFILE CONSUMER ARGS...` — connects to SOCKET, starts
+//!   `hello-on-fd` holding that connection, then execs CONSUMER ARGS (so the connection's
+//!   SO_PEERCRED pid runs the real consumer while another process speaks on it).
+//! * `hello-on-fd FD PREFIX PUBKEY OUTFILE PARENT EXE` — once PARENT runs EXE, sends `hello`
+//!   with the enrolled PUBLIC key on FD and answers everything with a stranger's key.
+//! * `exec-after-hello SOCKET PREFIX KEY` — a consumer with the real key that, once accepted,
+//!   execs `/bin/sleep` keeping the connection.
+//! * `flood SOCKET IDLE DEAD LIVE` — as an unprivileged user: DEAD processes that send `hello`
+//!   with a bogus prefix and exit, LIVE connections with such hellos and IDLE silent ones,
+//!   re-opened whenever repochd closes one, until killed.
+//! * `hello-exit SOCKET PREFIX` — sends `hello`, waits a moment, exits.
+//! * `hello-then-share SOCKET PREFIX KEY OUTFILE` — connects, lets a child (`sleep`) inherit
+//!   the connection, then speaks the consumer protocol with the real key, logging each
+//!   message to OUTFILE.
 #![deny(unsafe_code)]
 
 use std::io::Write as _;
@@ -24,6 +38,59 @@ use std::process::Command;
 
 /// Attempts to take a lock, 10 ms apart.
 const LOCK_TRIES_MAX: u32 = 300;
+/// Polls (10 ms apart) for a parent to exec the consumer.
+const EXEC_WAIT_TRIES_MAX: u32 = 1000;
+/// How long the flood's dead peers stay alive after their `hello`.
+const DEAD_PEER_MILLISECONDS: u64 = 500;
+/// The flood re-opens closed connections this often.
+const FLOOD_ROUND_MILLISECONDS: u64 = 50;
+
+/// A prefix no deployment has (all-zero ids are never minted by enrollment's getrandom in
+/// any test's lifetime; the flood only needs "unknown").
+const BOGUS_PREFIX: &str = "00000000000000000000000000000000";
+
+fn stranger_key() -> ed25519_dalek::SigningKey {
+    let mut b = [0u8; 32];
+    rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty()).unwrap();
+    ed25519_dalek::SigningKey::from_bytes(&b)
+}
+
+fn hello(
+    s: &mut std::os::unix::net::UnixStream,
+    prefix: &str,
+    key: repoch_protocol::PublicKey,
+) -> std::io::Result<()> {
+    repoch_protocol::wire::write_msg(
+        s,
+        &repoch_protocol::wire::GrantMsg::Hello {
+            deployment: prefix.to_owned(),
+            key,
+        },
+    )
+}
+
+fn append(path: &str, line: &str) {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    writeln!(f, "{line}").unwrap();
+}
+
+/// Whether the daemon closed `s` (EOF or an error on a non-blocking peek).
+fn closed(s: &std::os::unix::net::UnixStream) -> bool {
+    let mut b = [0u8; 1];
+    match rustix::net::recv(
+        s,
+        &mut b,
+        rustix::net::RecvFlags::PEEK | rustix::net::RecvFlags::DONTWAIT,
+    ) {
+        Ok((0, _)) => true,
+        Ok(_) => false,
+        Err(e) => e != rustix::io::Errno::AGAIN,
+    }
+}
 
 fn lock(path: &str, cloexec: bool) -> std::os::fd::OwnedFd {
     let mut flags = rustix::fs::OFlags::RDWR;
@@ -103,8 +170,9 @@ fn main() {
             sleep_forever();
         }
         Some("rogue-consumer") => {
-            // Speaks the consumer protocol correctly, then vanishes right after answering
-            // the challenge: the grant's dispatch meets a closed socket (a lost reply).
+            // Speaks the consumer protocol correctly, then shuts its receiving side right
+            // after answering the challenge: the grant's dispatch fails (a lost reply). With a
+            // fifth argument `exit` it exits instead.
             use repoch_protocol::wire::{read_msg, write_msg, GrantMsg};
             let key = repoch_protocol::sign::signing_key_from_hex(
                 &std::fs::read_to_string(&args[4]).unwrap(),
@@ -122,9 +190,19 @@ fn main() {
             ready();
             loop {
                 match read_msg::<GrantMsg>(&mut s) {
+                    Ok(GrantMsg::Prove(p)) => {
+                        write_msg(&mut s, &GrantMsg::Proof(p.answer(&key))).unwrap();
+                    }
                     Ok(GrantMsg::Challenge(c)) => {
+                        // Answer, then stop receiving but keep the connection and live on:
+                        // the peer is still the one described and its sole holder, and the
+                        // dispatch's send fails (EPIPE).
                         write_msg(&mut s, &GrantMsg::Custody(c.answer(&key))).unwrap();
-                        std::process::exit(0);
+                        if args.get(5).map(String::as_str) == Some("exit") {
+                            std::process::exit(0);
+                        }
+                        s.shutdown(std::net::Shutdown::Read).unwrap();
+                        sleep_forever();
                     }
                     Ok(_) => continue,
                     Err(e) => {
@@ -156,6 +234,9 @@ fn main() {
             ready();
             loop {
                 match read_msg::<GrantMsg>(&mut s) {
+                    Ok(GrantMsg::Prove(p)) => {
+                        write_msg(&mut s, &GrantMsg::Proof(p.answer(&key))).unwrap();
+                    }
                     Ok(GrantMsg::Challenge(c)) => {
                         let bytes = frame(&GrantMsg::Custody(c.answer(&key)).to_bytes());
                         for b in bytes {
@@ -168,6 +249,79 @@ fn main() {
                     Ok(_) => continue,
                     Err(e) => {
                         eprintln!("drip-consumer: {e}");
+                        std::process::exit(1);
+                    }
+                }
+            }
+        }
+        Some("fork-hello") => {
+            // The connection's SO_PEERCRED pid will run the real consumer executable; the
+            // process that speaks on it is a child with only the public key.
+            let s = std::os::unix::net::UnixStream::connect(&args[2]).expect("connect");
+            // The child gets the connection as its stdin; ours is close-on-exec, so the
+            // child is the connection's only holder once we exec.
+            #[allow(clippy::zombie_processes)]
+            let child = Command::new(std::env::current_exe().unwrap())
+                .args(["hello-on-fd", "0", &args[3], &args[4], &args[5]])
+                .arg(std::process::id().to_string())
+                .arg(&args[6])
+                .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(s)))
+                .spawn()
+                .expect("spawn");
+            std::mem::forget(child);
+            use std::os::unix::process::CommandExt as _;
+            let err = Command::new(&args[6]).args(&args[7..]).exec();
+            panic!("exec: {err}");
+        }
+        Some("hello-on-fd") => {
+            use repoch_protocol::wire::{read_msg, write_msg, GrantMsg};
+            // FD is 0: fork-hello passes the connection as our stdin.
+            assert_eq!(args[2], "0");
+            let out = args[5].clone();
+            let (parent, exe) = (&args[6], &args[7]);
+            let fd = std::os::fd::AsFd::as_fd(&std::io::stdin())
+                .try_clone_to_owned()
+                .unwrap();
+            let mut s = std::os::unix::net::UnixStream::from(fd);
+            let mut tries = 0;
+            while std::fs::read_link(format!("/proc/{parent}/exe"))
+                .ok()
+                .as_deref()
+                != Some(std::path::Path::new(exe))
+            {
+                tries += 1;
+                assert!(tries < EXEC_WAIT_TRIES_MAX, "the parent never exec'd {exe}");
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            let public = repoch_protocol::PublicKey::from_hex(
+                std::fs::read_to_string(&args[4]).unwrap().trim(),
+            )
+            .unwrap();
+            hello(&mut s, &args[3], public).unwrap();
+            append(&out, "hello sent");
+            let stranger = stranger_key();
+            loop {
+                match read_msg::<GrantMsg>(&mut s) {
+                    Ok(GrantMsg::Refused { reason, detail }) => {
+                        append(&out, &format!("refused {reason}: {detail}"));
+                        std::process::exit(2);
+                    }
+                    Ok(GrantMsg::Prove(p)) => {
+                        // It has only the public key: all it can do is sign with another.
+                        append(&out, "asked for a key proof");
+                        let _ = write_msg(&mut s, &GrantMsg::Proof(p.answer(&stranger)));
+                    }
+                    Ok(GrantMsg::Challenge(c)) => {
+                        append(&out, "challenged");
+                        let _ = write_msg(&mut s, &GrantMsg::Custody(c.answer(&stranger)));
+                    }
+                    Ok(GrantMsg::Grant(_)) => {
+                        append(&out, "granted");
+                        std::process::exit(0);
+                    }
+                    Ok(m) => append(&out, &format!("{m:?}")),
+                    Err(e) => {
+                        append(&out, &format!("error {e}"));
                         std::process::exit(1);
                     }
                 }
@@ -202,6 +356,141 @@ fn main() {
                 if c.write_all(&[0]).is_err() {
                     return;
                 }
+            }
+        }
+        Some("exec-after-hello") => {
+            use repoch_protocol::wire::{read_msg, write_msg, GrantMsg};
+            let key = repoch_protocol::sign::signing_key_from_hex(
+                &std::fs::read_to_string(&args[4]).unwrap(),
+            )
+            .unwrap();
+            let mut s = std::os::unix::net::UnixStream::connect(&args[2]).expect("connect");
+            hello(
+                &mut s,
+                &args[3],
+                repoch_protocol::PublicKey::from(&key.verifying_key()),
+            )
+            .unwrap();
+            ready();
+            loop {
+                match read_msg::<GrantMsg>(&mut s) {
+                    Ok(GrantMsg::Accepted) => break,
+                    Ok(GrantMsg::Prove(p)) => {
+                        write_msg(&mut s, &GrantMsg::Proof(p.answer(&key))).unwrap();
+                    }
+                    Ok(m) => eprintln!("exec-after-hello: {m:?}"),
+                    Err(e) => {
+                        eprintln!("exec-after-hello: {e}");
+                        std::process::exit(1);
+                    }
+                }
+            }
+            // Keep the connection across the exec: now another binary holds it.
+            rustix::io::fcntl_setfd(&s, rustix::io::FdFlags::empty()).unwrap();
+            use std::os::unix::process::CommandExt as _;
+            let err = Command::new("/bin/sleep").arg("3600").exec();
+            panic!("exec: {err}");
+        }
+        Some("hello-then-share") => {
+            use repoch_protocol::wire::{read_msg, write_msg, GrantMsg};
+            let key = repoch_protocol::sign::signing_key_from_hex(
+                &std::fs::read_to_string(&args[4]).unwrap(),
+            )
+            .unwrap();
+            let out = &args[5];
+            let mut s = std::os::unix::net::UnixStream::connect(&args[2]).expect("connect");
+            // Another process holds the same connection (as its stdin) from now on.
+            #[allow(clippy::zombie_processes)]
+            let child = Command::new(std::env::current_exe().unwrap())
+                .arg("sleep")
+                .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
+                    s.try_clone().unwrap(),
+                )))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("spawn");
+            append(out, &format!("sharing with pid {}", child.id()));
+            std::mem::forget(child);
+            hello(
+                &mut s,
+                &args[3],
+                repoch_protocol::PublicKey::from(&key.verifying_key()),
+            )
+            .unwrap();
+            ready();
+            loop {
+                match read_msg::<GrantMsg>(&mut s) {
+                    Ok(GrantMsg::Prove(p)) => {
+                        append(out, "asked for a key proof");
+                        write_msg(&mut s, &GrantMsg::Proof(p.answer(&key))).unwrap();
+                    }
+                    Ok(GrantMsg::Challenge(c)) => {
+                        append(out, "challenged");
+                        write_msg(&mut s, &GrantMsg::Custody(c.answer(&key))).unwrap();
+                    }
+                    Ok(GrantMsg::Refused { reason, detail }) => {
+                        append(out, &format!("refused {reason}: {detail}"));
+                        sleep_forever();
+                    }
+                    Ok(m) => append(out, &format!("{m:?}")),
+                    Err(e) => {
+                        append(out, &format!("error {e}"));
+                        sleep_forever();
+                    }
+                }
+            }
+        }
+        Some("hello-exit") => {
+            let mut s = std::os::unix::net::UnixStream::connect(&args[2]).expect("connect");
+            let _ = hello(
+                &mut s,
+                &args[3],
+                repoch_protocol::PublicKey::from(&stranger_key().verifying_key()),
+            );
+            std::thread::sleep(std::time::Duration::from_millis(DEAD_PEER_MILLISECONDS));
+        }
+        Some("flood") => {
+            use std::os::unix::net::UnixStream;
+            let sock = &args[2];
+            let n = |i: usize| args[i].parse::<usize>().unwrap();
+            let (idle, dead, live) = (n(3), n(4), n(5));
+            let key = repoch_protocol::PublicKey::from(&stranger_key().verifying_key());
+            let me = std::env::current_exe().unwrap();
+            let dead: Vec<_> = (0..dead)
+                .filter_map(|_| {
+                    Command::new(&me)
+                        .args(["hello-exit", sock, BOGUS_PREFIX])
+                        .spawn()
+                        .ok()
+                })
+                .collect();
+            for mut d in dead {
+                let _ = d.wait();
+            }
+            let open = |with_hello: bool| -> Option<UnixStream> {
+                let mut s = UnixStream::connect(sock).ok()?;
+                if with_hello {
+                    hello(&mut s, BOGUS_PREFIX, key).ok()?;
+                }
+                Some(s)
+            };
+            let mut idles: Vec<Option<UnixStream>> = (0..idle).map(|_| open(false)).collect();
+            let mut lives: Vec<Option<UnixStream>> = (0..live).map(|_| open(true)).collect();
+            ready();
+            loop {
+                for (conns, with_hello) in [(&mut idles, false), (&mut lives, true)] {
+                    for c in conns.iter_mut() {
+                        if c.as_ref().is_none_or(closed) {
+                            *c = open(with_hello);
+                        }
+                    }
+                }
+                // And peers that hang up right after their hello.
+                for _ in 0..4 {
+                    drop(open(true));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(FLOOD_ROUND_MILLISECONDS));
             }
         }
         Some("serve-garbage") => {

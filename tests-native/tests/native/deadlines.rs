@@ -16,8 +16,8 @@ const CUSTODY_SECONDS: u64 = 10;
 const HANDSHAKE_SECONDS: u64 = 5;
 /// repochd's `ADMIN_CONNECTIONS_MAX`.
 const ADMIN_CONNECTIONS: usize = 8;
-/// repochd's `GRANT_CONNECTIONS_MAX`.
-const GRANT_CONNECTIONS: usize = 32;
+/// `HANDSHAKES_PER_UID_MAX` in daemon/src/limits.rs.
+const HANDSHAKES_PER_UID: usize = 4;
 /// Slack over a deadline for scheduling on a loaded 2-core machine.
 const MARGIN_SECONDS: u64 = 8;
 /// Longest wait for an observation that must not block.
@@ -169,10 +169,11 @@ fn a_request_drip_fed_on_the_admin_socket_is_refused_within_the_handshake_deadli
 
 #[test]
 fn a_hello_drip_fed_on_the_grant_socket_is_refused_within_the_handshake_deadline() {
-    // Any local user may connect to the grant socket: a hello declared as 64 KiB and sent a
-    // byte a second is refused (protocol-error) within HANDSHAKE_SECONDS_MAX.
+    // A consumer's uid (admitted: a deployment names it) sends a hello declared as 64 KiB,
+    // a byte a second: refused (protocol-error) within HANDSHAKE_SECONDS_MAX.
     require_root!();
     let s = Sandbox::new();
+    s.enroll();
     let _d = s.daemon();
     let c = UnixStream::connect(s.grant_socket()).unwrap();
     let limit = Duration::from_secs(HANDSHAKE_SECONDS + MARGIN_SECONDS);
@@ -507,18 +508,19 @@ fn a_frame_drip_fed_to_the_consumer_fails_at_its_wait_for_the_whole_message() {
 
 #[test]
 fn a_grant_connection_past_the_bound_is_refused_naming_the_bound() {
-    // 32 (GRANT_CONNECTIONS_MAX) peers connect to the grant socket and send nothing: every
-    // handshake slot is taken. The next peer must read a refusal naming the bound before
-    // the close, not a bare reset.
+    // A consumer's uid holds HANDSHAKES_PER_UID_MAX idle handshakes (the bound one uid can
+    // reach; GRANT_CONNECTIONS_MAX bounds all uids together). Its next connection must read
+    // a refusal naming the bound before the close, not a bare reset.
     require_root!();
     let s = Sandbox::new();
+    s.enroll();
     let d = s.daemon();
-    let idle: Vec<UnixStream> = (0..GRANT_CONNECTIONS)
+    let idle: Vec<UnixStream> = (0..HANDSHAKES_PER_UID)
         .map(|_| UnixStream::connect(s.grant_socket()).unwrap())
         .collect();
     let start = Instant::now();
     let mut c = UnixStream::connect(s.grant_socket()).unwrap();
-    d.wait_log("grant connection refused");
+    d.wait_log("refused at once");
     c.set_read_timeout(Some(Duration::from_secs(HANDSHAKE_SECONDS)))
         .unwrap();
     let mut got = Vec::new();
@@ -533,7 +535,7 @@ fn a_grant_connection_past_the_bound_is_refused_naming_the_bound() {
         panic!("not a refusal: {m:?}")
     };
     assert!(
-        detail.contains(&format!("{GRANT_CONNECTIONS} grant connections")),
+        detail.contains(&format!("{HANDSHAKES_PER_UID} handshakes in progress")),
         "{detail}"
     );
     drop(idle);

@@ -159,7 +159,7 @@ fn a_failed_observation_refuses_with_every_reason_and_writes_nothing() {
     assert_eq!(records(&s, &id), ["genesis"]);
 }
 
-fn open_to_all(s: &Sandbox) {
+pub(crate) fn open_to_all(s: &Sandbox) {
     // Let an unprivileged process reach the sandbox's sockets and binaries.
     std::fs::set_permissions(s.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     for p in ["root", "root/run", "root/run/repoch"] {
@@ -203,8 +203,8 @@ fn the_admin_socket_refuses_a_non_root_peer() {
 
 #[test]
 fn a_wrong_uid_peer_is_rejected_burns_nothing_and_the_real_consumer_succeeds() {
-    // An impostor (uid 65534, same executable) connects first and is taken first; it is
-    // refused consumer-rejected, then the real consumer gets the grant.
+    // An impostor (uid 65534, same executable) connects first; no deployment names its uid,
+    // so it is refused consumer-rejected at accept, then the real consumer gets the grant.
     require_root!();
     let s = Sandbox::new();
     let id = s.enroll();
@@ -241,7 +241,6 @@ fn a_wrong_uid_peer_is_rejected_burns_nothing_and_the_real_consumer_succeeds() {
     assert_eq!(real.code, 0, "{}{}", real.stdout, real.stderr);
     let r = finish(rec);
     assert_eq!(r.code, 0, "{}", r.stdout);
-    assert!(r.stdout.contains("rejected a peer"), "{}", r.stdout);
     assert_eq!(records(&s, &id).len(), 4);
 }
 
@@ -307,8 +306,9 @@ fn the_consumer_refuses_a_grant_signed_by_another_key() {
 
 #[test]
 fn a_lost_reply_after_the_receipt_is_uncertain_and_preserved() {
-    // A consumer (enrolled as the helper binary) answers the challenge and vanishes: the
-    // dispatch meets a closed socket. Exit 3; the epoch stays receipted, never reissued.
+    // A consumer (enrolled as the helper binary) answers the challenge and shuts its
+    // receiving side (still alive, still the described peer and the connection's sole
+    // holder): the dispatch's send fails. Exit 3; the epoch stays receipted, never reissued.
     require_root!();
     let s = Sandbox::new();
     let m = s.manifest("").replace(

@@ -1,11 +1,13 @@
 //! Native tests: the real binaries as real processes against real files, locks, sockets,
 //! cgroups and file systems. One binary, one module per area; a fresh sandbox per test.
 
+mod abuse;
 mod bounded;
 mod containment;
 mod deadlines;
 mod disks;
 mod e2e;
+mod hostile;
 mod identity;
 mod inputs;
 mod observers;

@@ -1,0 +1,210 @@
+//! Abuse while a recovery runs: an unprivileged local user floods both sockets with every
+//! kind of bad connection while a real recovery waits for its consumer. The recovery must
+//! complete in about its normal time, repochd's memory must stay bounded, every abusive
+//! connection must be closed within its deadline, and the log must stay readable.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use repoch_tests_native::*;
+
+use super::e2e::{finish, records, recover_bg};
+
+/// Connections of each kind the abuser opens on each socket.
+const FLOOD_CONNECTIONS: usize = 1000;
+/// Resident memory repochd may reach under the flood.
+const DAEMON_RSS_KIB_MAX: u64 = 64 * 1024;
+/// How long after the real consumer starts the grant must be dispatched, flood or not
+/// (an unflooded recovery takes about 0.2 s).
+const GRANT_SECONDS_MAX: u64 = 5;
+/// How long repochd may keep any abusive connection open: the handshake deadline
+/// (HANDSHAKE_SECONDS_MAX, 5 s) plus scheduling margin under load.
+const ABUSE_CLOSE_SECONDS_MAX: f64 = 8.0;
+/// Log lines the whole flood may produce: warnings are rate-limited.
+const LOG_LINES_MAX: usize = 300;
+
+/// The abuser: opens, on each socket, `n` idle connections, `n/10` drip-feeders (a byte a
+/// second of a frame that declares 64 KiB), and `n/10` each of an oversized length, a zero
+/// length, garbage, and a truncated frame; says "flooding"; then waits for repochd to close
+/// each one. Prints one JSON object per socket: how many connected, how many the kernel
+/// refused (a full backlog), the slowest close in seconds, and how many were still open.
+const ABUSER: &str = r#"
+import json, os, resource, selectors, socket, sys, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+paths, n, limit = sys.argv[1:3], int(sys.argv[3]), float(sys.argv[4])
+kinds = [("idle", n, b""), ("drip", n // 10, b"\x00\x01\x00\x00"),
+         ("oversized", n // 10, b"\xff\xff\xff\xff"), ("zero", n // 10, b"\x00\x00\x00\x00"),
+         ("garbage", n // 10, os.urandom(64)), ("truncated", n // 10, b"\x00\x00\x00\x64\x81\x01")]
+sel, opened, stats, start = selectors.DefaultSelector(), {}, {}, time.monotonic()
+for path in paths:
+    stats[path] = {"socket": path, "phase": "done", "opened": 0, "refused": 0,
+                   "slowest_close_s": 0.0, "still_open": 0}
+    for kind, count, first in kinds:
+        for _ in range(count):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.setblocking(False)
+            try:
+                s.connect(path)
+            except OSError:
+                stats[path]["refused"] += 1
+                s.close()
+                continue
+            try:
+                if first:
+                    s.send(first[:1] if kind == "drip" else first)
+            except OSError:
+                pass
+            stats[path]["opened"] += 1
+            opened[s.fileno()] = (s, kind, time.monotonic(), path)
+            sel.register(s, selectors.EVENT_READ)
+print(json.dumps({"phase": "flooding", "opened": len(opened)}), flush=True)
+last_drip = time.monotonic()
+while opened and time.monotonic() - start < limit:
+    for key, _ in sel.select(timeout=0.2):
+        s, kind, t0, path = opened[key.fd]
+        try:
+            data = s.recv(65536)
+        except OSError:
+            data = b""
+        if not data:
+            st = stats[path]
+            st["slowest_close_s"] = max(st["slowest_close_s"], round(time.monotonic() - t0, 3))
+            sel.unregister(s)
+            del opened[key.fd]
+            s.close()
+    if time.monotonic() - last_drip >= 1.0:
+        last_drip = time.monotonic()
+        for s, kind, _, _ in list(opened.values()):
+            if kind == "drip":
+                try:
+                    s.send(b"\x00")
+                except OSError:
+                    pass
+for s, kind, t0, path in opened.values():
+    stats[path]["still_open"] += 1
+for st in stats.values():
+    print(json.dumps(st), flush=True)
+"#;
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_flood_of_hostile_connections_from_another_user_neither_delays_nor_touches_a_real_recovery() {
+    // A recovery waits for its consumer. As uid 65534, 1,000 idle connections and 100 each
+    // of drip-feeders, oversized and zero lengths, garbage and truncated frames hit the
+    // admin socket (its mode opened for the test: repochd itself must refuse) and the grant
+    // socket. Then the real consumer connects. Oracles: the grant within GRANT_SECONDS_MAX,
+    // the log exactly genesis/intent/consume/receipt, every abusive connection closed within
+    // ABUSE_CLOSE_SECONDS_MAX, repochd's RSS under DAEMON_RSS_KIB_MAX, its log bounded.
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let d = s.daemon();
+    super::e2e::open_to_all(&s);
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(admin_socket(&s), std::fs::Permissions::from_mode(0o666)).unwrap();
+    let rec = recover_bg(&s, &id[..6], 60);
+    d.wait_log("waiting for the consumer");
+    let script = s.path("abuser.py");
+    std::fs::write(&script, ABUSER).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut abuser = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "/usr/bin/python3",
+        ])
+        .arg(&script)
+        .arg(admin_socket(&s))
+        .arg(s.grant_socket())
+        .arg(FLOOD_CONNECTIONS.to_string())
+        .arg((ABUSE_CLOSE_SECONDS_MAX * 2.0).to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let abuser_pid = abuser.id();
+    let _reap = scopeguard(abuser_pid);
+    // Wait until both sockets are being flooded.
+    let mut out = std::io::BufReader::new(abuser.stdout.take().unwrap());
+    let mut lines = Vec::new();
+    let mut l = String::new();
+    assert!(
+        std::io::BufRead::read_line(&mut out, &mut l).unwrap() > 0 && l.contains("flooding"),
+        "the abuser did not start: {l}"
+    );
+    lines.push(l);
+    let rss_flooded = rss_kib(d.child.id());
+    let started = Instant::now();
+    let c = run_consumer(&s, &id);
+    let granted_after = started.elapsed();
+    let r = finish(rec);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(c.code, 0, "{}", c.stdout);
+    assert!(
+        granted_after < Duration::from_secs(GRANT_SECONDS_MAX),
+        "the flood delayed the recovery: {granted_after:?}"
+    );
+    for l in std::io::BufRead::lines(out) {
+        lines.push(l.unwrap());
+    }
+    let _ = abuser.wait();
+    let done: Vec<serde_json::Value> = lines
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|j| j["phase"] == "done")
+        .collect();
+    assert_eq!(done.len(), 2, "{lines:?}");
+    for j in &done {
+        assert_eq!(j["still_open"], 0, "repochd kept abusive connections: {j}");
+        assert!(
+            j["slowest_close_s"].as_f64().unwrap() <= ABUSE_CLOSE_SECONDS_MAX,
+            "an abusive connection outlived its deadline: {j}"
+        );
+    }
+    let rss = rss_kib(d.child.id()).max(rss_flooded);
+    assert!(rss < DAEMON_RSS_KIB_MAX, "repochd grew to {rss} KiB");
+    assert_eq!(
+        records(&s, &id),
+        ["genesis", "intent", "consume", "receipt"]
+    );
+    let log = d.wait_log("issuance ended");
+    assert!(
+        log.lines().count() <= LOG_LINES_MAX,
+        "{} log lines: warnings must be rate-limited; the first: {:?}",
+        log.lines().count(),
+        log.lines().take(12).collect::<Vec<_>>()
+    );
+    eprintln!("abuse: {lines:?}; granted {granted_after:?} after the consumer started; repochd RSS {rss} KiB; {} log lines", log.lines().count());
+}
+
+/// Kills the abuser if the test fails before it ends.
+struct Reap(u32);
+impl Drop for Reap {
+    fn drop(&mut self) {
+        kill_pid(self.0);
+    }
+}
+fn scopeguard(pid: u32) -> Reap {
+    Reap(pid)
+}
+
+fn run_consumer(s: &Sandbox, id: &str) -> Run {
+    s.consumer(&id[..6], "consumer.key", "grant.cbor", &[])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+        .into()
+}
+
+fn admin_socket(s: &Sandbox) -> std::path::PathBuf {
+    s.grant_socket().with_file_name("admin.sock")
+}
