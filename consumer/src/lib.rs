@@ -49,7 +49,7 @@ pub enum Error {
 }
 
 impl Error {
-    /// Exit codes as DESIGN §6: refused 2, uncertain 3, usage 64, internal 70.
+    /// Exit codes as docs/EXIT-CODES.md: refused 2, uncertain 3, usage 64, internal 70.
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::Usage(_) => 64,

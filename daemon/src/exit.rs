@@ -1,4 +1,4 @@
-//! Outcomes and exit codes (DESIGN §6), mapped in exactly one place.
+//! Outcomes and exit codes (docs/EXIT-CODES.md), mapped in exactly one place.
 
 use std::process::ExitCode;
 

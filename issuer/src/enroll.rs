@@ -1,4 +1,4 @@
-//! Enrollment (DESIGN §3): a human-written TOML manifest becomes an enrolled deployment.
+//! Enrollment (docs/OPERATOR.md, "The manifest, field by field"): a human-written TOML manifest becomes an enrolled deployment.
 
 use std::path::{Path, PathBuf};
 

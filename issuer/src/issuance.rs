@@ -1,4 +1,4 @@
-//! The issuance state machine (DESIGN §5), synchronous and typed.
+//! The issuance state machine (docs/ARCHITECTURE.md, "Issuance"), synchronous and typed.
 //!
 //! `Reserved → Observed → Connected → Intended → Custodied → Consumed → Receipted →
 //! Dispatched`: each step takes the previous state by value. `consume` and `dispatch`

@@ -1,4 +1,4 @@
-//! The observers (DESIGN §5 step 2): lineage, containment, held lock fences, target and
+//! The observers (docs/ARCHITECTURE.md, "Issuance", step 2): lineage, containment, held lock fences, target and
 //! consumer executable. Each returns facts from the live system and fails closed: an error,
 //! an unknown format or an unreachable controller is a failed fact, never a pass.
 //!

@@ -1,4 +1,4 @@
-//! Deterministic storage-fault simulation of enrollment and of every append (DESIGN §9).
+//! Deterministic storage-fault simulation of enrollment and of every append (docs/ARCHITECTURE.md, "Testing").
 //!
 //! The same `enroll_sequence` and `EpochLog::append` code that runs on the real file system
 //! runs here on `Sim`, which crashes before a chosen operation and then resolves every

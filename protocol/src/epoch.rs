@@ -1,4 +1,4 @@
-//! The epoch log (DESIGN §4): signed, hash-chained records and their classification.
+//! The epoch log (docs/PROTOCOL.md, "The epoch log"): signed, hash-chained records and their classification.
 
 use ciborium::value::Value;
 
@@ -289,7 +289,7 @@ impl SignedEpochRecord {
     }
 }
 
-/// What reading a log concluded about its epoch (DESIGN §4).
+/// What reading a log concluded about its epoch (docs/PROTOCOL.md, "The epoch log").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Classification {
     Enrolled,

@@ -1,4 +1,4 @@
-//! The original producer's journal (DESIGN §3a): lineage evidence.
+//! The original producer's journal (docs/PROTOCOL.md, "The producer journal"): lineage evidence.
 //!
 //! An append-only file of framed, signed, hash-chained records. The genesis is written at
 //! enrollment and signed by the host issuer key; every later record is signed by the

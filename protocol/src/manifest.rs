@@ -1,4 +1,4 @@
-//! The enrolled manifest (DESIGN §3): what a deployment is, fixed at enrollment.
+//! The enrolled manifest (docs/OPERATOR.md, "The manifest, field by field"): what a deployment is, fixed at enrollment.
 
 use ciborium::value::Value;
 
@@ -114,7 +114,7 @@ impl std::fmt::Display for Listener {
     }
 }
 
-/// The containment profile: a closed list of facts that must hold (DESIGN §3).
+/// The containment profile: a closed list of facts that must hold (docs/OPERATOR.md, "The manifest, field by field").
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Containment {
     pub units: Vec<String>,

@@ -58,7 +58,7 @@ reasons! {
     UnitReloadPending = "unit-reload-pending", "systemd needs a daemon-reload for a unit.", "Run `systemctl daemon-reload`, then observe again.";
     CgroupPopulated = "cgroup-populated", "A cgroup (or a descendant) holds processes or threads, or reports populated.", "Kill the old controller's cgroup (`cgroup.kill`).";
     EscapedTask = "escaped-task", "A live task runs a contained executable outside its cgroup.", "Find and kill it; it escaped containment.";
-    ListenerPresent = "listener-present", "Something is bound on a contained unix path or TCP/UDP port (holder pid named).", "Stop the holder.";
+    ListenerPresent = "listener-present", "Something is bound on a contained unix path or TCP/UDP port, or accepts connections there (holder pids named where they can be found, else \"holder unknown\").", "Stop the holder; if it is unknown, look in every network namespace (`lsns -t net`).";
     ObserveFailed = "observe-failed", "An observation could not be made (permission, unknown format): unknown is never fine.", "Read the detail; fix the cause.";
     FenceMissing = "fence-missing", "A lock fence does not exist.", "Find out who removed it.";
     FenceReplaced = "fence-replaced", "A lock fence is another object than the enrolled one (another inode, or the same inode number with another birth time), before or during locking.", "Treat as tampering: a replaced lock gives no exclusion.";
@@ -75,7 +75,7 @@ reasons! {
     ConsumerExeChanged = "consumer-exe-changed", "The consumer executable changed between observations.", "Something replaced it during the recovery; investigate.";
     EvidenceChanged = "evidence-changed", "A final verification saw a different evidence digest than the first observation.", "The world changed during issuance; the epoch is used and withheld.";
     ConsumerAbsent = "consumer-absent", "No authenticated consumer connected before the deadline. Nothing was written.", "Start `repoch-consume receive` and recover again.";
-    ConsumerRejected = "consumer-rejected", "A peer on the grant socket failed authentication (uid, gid, executable, cgroup or key).", "Only the enrolled consumer may receive the grant.";
+    ConsumerRejected = "consumer-rejected", "A peer on the grant socket failed authentication (uid not any deployment's consumer, gid, executable, cgroup, key, the proof of its key, or not the sole holder of its connection).", "Only the enrolled consumer may receive the grant; nothing was written.";
     CustodyInvalid = "custody-invalid", "The consumer's custody signature does not verify against its enrolled key.", "Check the consumer's key file.";
     ConsumerLost = "consumer-lost", "The consumer went away after the intent.", "The epoch is uncertain and kept.";
     DaemonUnreachable = "daemon-unreachable", "repoch could not reach repochd on its admin socket.", "Start repochd (or its socket unit) and retry; nothing was written.";

@@ -117,7 +117,7 @@ impl fmt::Display for Birth {
     }
 }
 
-/// The identity of a file system object: what makes "the same file" (DESIGN §3). The
+/// The identity of a file system object: what makes "the same file" (docs/OPERATOR.md, "The manifest, field by field"). The
 /// device and inode number name an object only while it exists: ext4 hands a freed number
 /// to the next file, so the birth time is part of the identity (docs/THREAT-MODEL.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -207,7 +207,7 @@ impl Canonical for Identity {
     }
 }
 
-/// One observed fact (DESIGN §5 step 2): what was looked at, what was expected, what was
+/// One observed fact (docs/ARCHITECTURE.md, "Issuance", step 2): what was looked at, what was expected, what was
 /// seen, whether it holds, and if not, the stable reason code of the refusal.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fact {

@@ -200,7 +200,7 @@ pub fn bounded(e: AdminEvent) -> AdminEvent {
     }
 }
 
-/// The outcome of an issuance (DESIGN §6).
+/// The outcome of an issuance (docs/EXIT-CODES.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
     Granted,
@@ -230,7 +230,7 @@ impl Outcome {
             _ => return None,
         })
     }
-    /// The process exit code of DESIGN §6.
+    /// The process exit code of docs/EXIT-CODES.md.
     pub fn exit_code(self) -> u8 {
         match self {
             Outcome::Granted => 0,

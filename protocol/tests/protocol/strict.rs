@@ -1,4 +1,4 @@
-//! The strict decoder refuses every non-canonical or non-repoch form (DESIGN §4, PROTOCOL rule 4).
+//! The strict decoder refuses every non-canonical or non-repoch form (docs/PROTOCOL.md, "Encoding rules").
 
 use repoch_protocol::cbor::{decode_strict, Canonical, DecodeError};
 use repoch_protocol::grant::Challenge;

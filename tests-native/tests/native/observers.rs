@@ -1,4 +1,4 @@
-//! The observers against real OS objects (DESIGN §5 step 2, issue "observers"): each reason
+//! The observers against real OS objects (docs/ARCHITECTURE.md, "Issuance", step 2): each reason
 //! code produced by a real object, next to the passing case. Observations run through the
 //! real `repoch observe` binary (a separate process, in a network namespace where a port is
 //! involved); the oracle is the JSON list of facts it prints.

@@ -1,4 +1,4 @@
-//! Real power loss (DESIGN §10): the state root lives on a loop-mounted ext4 image; records
+//! Real power loss (docs/ARCHITECTURE.md, "Testing"): the state root lives on a loop-mounted ext4 image; records
 //! are appended through the real store, and power is cut with `EXT4_IOC_SHUTDOWN`
 //! (`NOLOGFLUSH`) right after an append's fdatasync, or right before it. After unmount and
 //! remount, `repoch status` (the real binary) must show every fsynced record and exactly

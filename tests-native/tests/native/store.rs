@@ -1,5 +1,5 @@
 //! The state store refuses every replaced, unprotected or foreign object, classifies torn
-//! and corrupt logs, and names the holder of a busy issuer lock (DESIGN §3, §4, §5 step 1).
+//! and corrupt logs, and names the holder of a busy issuer lock (docs/ARCHITECTURE.md, "Issuance", step 1).
 
 use std::io::{BufRead as _, BufReader};
 use std::os::unix::fs::PermissionsExt as _;
