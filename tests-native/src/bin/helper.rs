@@ -13,6 +13,10 @@
 //!   enrolled key, then sends its custody frame one byte every MILLIS ms (a slow peer).
 //! * `serve-long-refusal SOCKET` — a fake repochd: reads a hello, answers a refusal
 //!   (consumer-rejected) whose detail is longer than receivers accept.
+//! * `serve-grant SOCKET ROOT DEPLOYMENT FENCE SENT` — a fake repochd that speaks the whole
+//!   consumer protocol (prove, accepted, challenge) and dispatches a grant signed with ROOT's
+//!   issuer key naming FENCE, but passes the fd of SENT with it (SENT = FENCE: a faithful
+//!   dispatch).
 //! * `serve-drip SOCKET` — a fake repochd: reads a hello, declares a 64 KiB frame and sends
 //!   one byte a second.
 //! * `fork-hello SOCKET PREFIX PUBKEY OUTFILE CONSUMER ARGS...` — connects to SOCKET, starts
@@ -341,6 +345,75 @@ fn main() {
             };
             c.write_all(&frame(&m.to_bytes())).unwrap();
             std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        Some("serve-grant") => {
+            use repoch_protocol::cbor::Canonical as _;
+            use repoch_protocol::grant::{Challenge, Grant, GrantFence, KeyProof, SignedGrant};
+            use repoch_protocol::wire::{frame, read_msg, write_msg, GrantMsg};
+            use repoch_protocol::{DeploymentId, Hash};
+            let layout = repoch_issuer::Layout::new(Some(std::path::Path::new(&args[3])));
+            let issuer = repoch_issuer::enroll::issuer_key(&layout, false).expect("issuer key");
+            let deployment = DeploymentId::from_hex(&args[4]).expect("deployment id");
+            let fence = std::fs::File::open(&args[5]).expect("fence");
+            let sent = std::fs::File::open(&args[6]).expect("sent");
+            let _ = std::fs::remove_file(&args[2]);
+            let l = std::os::unix::net::UnixListener::bind(&args[2]).expect("bind");
+            ready();
+            let (mut c, _) = l.accept().unwrap();
+            let Ok(GrantMsg::Hello { key, .. }) = read_msg::<GrantMsg>(&mut c) else {
+                std::process::exit(1)
+            };
+            let proof = KeyProof {
+                deployment,
+                nonce: [7; 32],
+                pid: 1,
+                start_ticks: 1,
+            };
+            write_msg(&mut c, &GrantMsg::Prove(proof)).unwrap();
+            let _ = read_msg::<GrantMsg>(&mut c);
+            write_msg(&mut c, &GrantMsg::Accepted).unwrap();
+            let challenge = Challenge {
+                deployment,
+                intent: Hash([1; 32]),
+                nonce: [2; 32],
+            };
+            write_msg(&mut c, &GrantMsg::Challenge(challenge)).unwrap();
+            let _ = read_msg::<GrantMsg>(&mut c);
+            let grant = Grant {
+                deployment,
+                intent: Hash([1; 32]),
+                consume: Hash([3; 32]),
+                evidence: Hash([4; 32]),
+                consumer_key: key,
+                ready_path: "/READY".into(),
+                ready_sha256: Hash([5; 32]),
+                fences: vec![GrantFence {
+                    path: args[5].clone(),
+                    identity: repoch_issuer::store::fstat_identity(&fence).unwrap(),
+                }],
+                frontier_seq: 0,
+                frontier_hash: Hash([6; 32]),
+                unknown_ops: vec![],
+                issued_at: 0,
+            };
+            let bytes = SignedGrant::sign(grant, &issuer).to_bytes();
+            let payload = frame(&GrantMsg::Grant(bytes).to_bytes());
+            use std::os::fd::AsFd as _;
+            let fds = [sent.as_fd()];
+            let mut space =
+                vec![std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+            let mut anc = rustix::net::SendAncillaryBuffer::new(&mut space);
+            assert!(anc.push(rustix::net::SendAncillaryMessage::ScmRights(&fds)));
+            let n = rustix::net::sendmsg(
+                &c,
+                &[std::io::IoSlice::new(&payload)],
+                &mut anc,
+                rustix::net::SendFlags::NOSIGNAL,
+            )
+            .unwrap();
+            c.write_all(&payload[n..]).unwrap();
+            // Stay until the consumer has judged the grant.
+            let _ = read_msg::<GrantMsg>(&mut c);
         }
         Some("serve-drip") => {
             let _ = std::fs::remove_file(&args[2]);

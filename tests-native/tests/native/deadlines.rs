@@ -563,3 +563,62 @@ fn a_repochd_that_drips_its_answer_cannot_hold_repoch_recover_past_its_deadline(
     assert_eq!(r.code, 3, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("deadline"), "{}", r.stdout);
 }
+
+#[test]
+fn the_consumer_refuses_a_grant_whose_fence_fd_is_not_the_fence_it_names() {
+    // A repochd (here a faithful fake holding the sandbox's issuer key) dispatches a
+    // correctly signed grant naming the deployment's fence, but passes the fd of another
+    // file with it. The consumer checks every received fd against the fence identity the
+    // grant names: it refuses (exit 2) and persists nothing. The control, the same fake
+    // passing the right fd, is accepted: the fd is the only difference.
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let socket = s.path("fake.sock");
+    let other = s.path("other");
+    std::fs::write(&other, b"").unwrap();
+    let fence = s.srv.join("lock");
+    for (sent, code) in [(&other, 2), (&fence, 0)] {
+        let _fake = spawn_ready(helper(&[
+            "serve-grant",
+            socket.to_str().unwrap(),
+            s.root.to_str().unwrap(),
+            &id,
+            fence.to_str().unwrap(),
+            sent.to_str().unwrap(),
+        ]));
+        let out = s.path("grant.cbor");
+        let _ = std::fs::remove_file(&out);
+        let mut cmd = Command::new(bin("repoch-consume"));
+        cmd.args(["--json", "receive", "--deployment", &id[..6], "--key"])
+            .arg(s.path("consumer.key"))
+            .arg("--issuer-key")
+            .arg(s.issuer_pub())
+            .arg("--out")
+            .arg(&out)
+            .arg("--socket")
+            .arg(&socket)
+            .args(["--wait", "10"]);
+        let mut c = Child::spawn(cmd);
+        let r = c
+            .finish_within(Duration::from_secs(DAEMON_WAIT_SECONDS_MAX))
+            .expect("the consumer never ended");
+        assert_eq!(
+            r.code,
+            code,
+            "fd of {}: {}{}",
+            sent.display(),
+            r.stdout,
+            r.stderr
+        );
+        assert_eq!(
+            out.exists(),
+            code == 0,
+            "fd of {}: grant file",
+            sent.display()
+        );
+        if code == 2 {
+            assert!(r.stdout.contains("the grant names"), "{}", r.stdout);
+        }
+    }
+}
