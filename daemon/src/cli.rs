@@ -655,12 +655,13 @@ pub fn recover(ctx: &Ctx, prefix: &str, approve: Option<&str>, wait: u64) -> Cmd
             e.to_string(),
         ))
     })?;
-    // Bounded as a whole: the consumer wait (at most CONSUMER_WAIT_SECONDS_MAX, by the
-    // parser), the observations and the appends, with a margin. One deadline for the whole
-    // session, re-armed before every read: a repochd that drips bytes cannot hold us past it.
+    // Every message whole within the consumer wait (at most CONSUMER_WAIT_SECONDS_MAX, by
+    // the parser) plus a margin for an observation, re-armed before every read: a repochd
+    // that drips bytes cannot hold us past it. Per message, not per session: observations
+    // that a crowded host makes slow (each one streams its facts when done) must not make
+    // the client give up, and say "uncertain", while repochd goes on and grants.
     let margin = repoch_issuer::barrier::margin_seconds(RECOVER_MARGIN_SECONDS);
-    let deadline =
-        std::time::Instant::now() + std::time::Duration::from_secs(wait.saturating_add(margin));
+    let per_message = std::time::Duration::from_secs(wait.saturating_add(margin));
     let _ = s.set_write_timeout(Some(std::time::Duration::from_secs(RECOVER_MARGIN_SECONDS)));
     // repochd may refuse before reading (a non-root peer): a failed write is reported only
     // if no answer can be read either.
@@ -676,6 +677,7 @@ pub fn recover(ctx: &Ctx, prefix: &str, approve: Option<&str>, wait: u64) -> Cmd
         format!("recover {id}")
     });
     loop {
+        let deadline = std::time::Instant::now() + per_message;
         let e: AdminEvent = match read_msg_by(&mut s, deadline, &mut |s, left| {
             s.set_read_timeout(Some(left))
         }) {

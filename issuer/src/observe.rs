@@ -463,11 +463,15 @@ impl Observer {
                             &format!("a symlink to {target}: connections follow it"),
                             Reason::ListenerPresent,
                         ),
-                        Ok(net::UnixAt::Bound { sockets, accepts }) => Fact::failed(
+                        Ok(net::UnixAt::Bound {
+                            sockets,
+                            unsearched,
+                            accepts,
+                        }) => Fact::failed(
                             "listener",
                             &subject,
                             WANT,
-                            &describe_unix_bound(&sockets, accepts),
+                            &describe_unix_bound(&sockets, unsearched.as_deref(), accepts),
                             Reason::ListenerPresent,
                         ),
                     });
@@ -715,6 +719,7 @@ fn describe_unix_bound(
         crate::os::sockdiag::NetnsId,
         crate::os::sockdiag::UnixSocket,
     )],
+    unsearched: Option<&str>,
     accepts: Option<&str>,
 ) -> String {
     let own = crate::os::sockdiag::own_netns().ok();
@@ -741,7 +746,14 @@ fn describe_unix_bound(
     match (accepts, sockets.is_empty()) {
         (Some(k), true) => parts.push(format!("accepts connections ({k}), holder unknown")),
         (Some(k), false) => parts.push(format!("accepts connections ({k})")),
-        (None, _) => {}
+        // Short: a fact's observed text is clipped at FACT_TEXT_BYTES_MAX.
+        (None, true) => {
+            parts.push("socket file, none shown bound: stale or hidden; remove if stale".into())
+        }
+        (None, false) => {}
+    }
+    if let Some(why) = unsearched {
+        parts.push(format!("not every namespace searched ({why})"));
     }
     parts.join("; ")
 }

@@ -25,10 +25,15 @@ pub enum UnixAt {
     Nothing(&'static str),
     /// A symlink: clients' `connect()` follows it, so it is refused whatever it points to.
     Symlink(String),
-    /// Sockets bound to the path's inode (with their namespace), and the socket type a
-    /// `connect()` through the path was accepted for, if any.
+    /// A socket file. The sockets bound to its inode (with their namespace), why they could
+    /// not all be looked for (too many namespaces or sockets to ask about), and the socket
+    /// type a `connect()` through the path was accepted for, if any. Always refused: a
+    /// socket may be bound to the file, not listening yet, in a network namespace no task
+    /// is in (kept alive by the socket itself), where no observer can see it; only a file
+    /// that is gone can have nothing bound to it.
     Bound {
         sockets: Vec<(NetnsId, UnixSocket)>,
+        unsearched: Option<String>,
         accepts: Option<&'static str>,
     },
 }
@@ -58,12 +63,19 @@ pub fn unix_at(path: &str) -> Result<UnixAt, String> {
         FileType::Socket => {}
         _ => return Ok(UnixAt::Nothing("not a socket")),
     }
-    let sockets = sockdiag::bound_to(st.st_dev, st.st_ino)?;
     let accepts = accepts_connection(&fd).map_err(|e| format!("{path}: {e}"))?;
-    if sockets.is_empty() && accepts.is_none() {
-        return Ok(UnixAt::Nothing("a stale socket file"));
-    }
-    Ok(UnixAt::Bound { sockets, accepts })
+    // The search only names holders: the file is refused whatever it finds, so a search
+    // an unprivileged user can make fail (thousands of namespaces or sockets) fails only
+    // the naming, never the refusal.
+    let (sockets, unsearched) = match sockdiag::bound_to(st.st_dev, st.st_ino) {
+        Ok(s) => (s, None),
+        Err(e) => (Vec::new(), Some(e)),
+    };
+    Ok(UnixAt::Bound {
+        sockets,
+        unsearched,
+        accepts,
+    })
 }
 
 /// Ground truth: a non-blocking `connect()` to the socket file `fd` (through

@@ -5,8 +5,10 @@ use std::path::Path;
 
 /// Pids scanned in one walk of `/proc`.
 pub const PROC_PIDS_MAX: usize = 1 << 16;
-/// File descriptors examined per process in one walk.
-pub const PROC_FDS_MAX: usize = 1 << 14;
+/// File descriptors examined per process in one walk: the kernel's default `fs.nr_open`,
+/// which no process can exceed unless root raised it. A lower bound would let any user
+/// holding more descriptors make a scan fail, and with it a recovery.
+pub const PROC_FDS_MAX: usize = 1 << 20;
 /// Bytes read from one small procfs file.
 pub const PROC_FILE_BYTES_MAX: u64 = 64 * 1024;
 /// Bytes read from `/proc/locks`.

@@ -208,3 +208,56 @@ fn run_consumer(s: &Sandbox, id: &str) -> Run {
 fn admin_socket(s: &Sandbox) -> std::path::PathBuf {
     s.grant_socket().with_file_name("admin.sock")
 }
+
+/// Holds `n` descriptors (dups of /dev/null) and sleeps; prints its pid when ready.
+const FD_HOARDER: &str = r#"
+import os, resource, sys, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+fd = os.open("/dev/null", os.O_RDONLY)
+held = [os.dup(fd) for _ in range(int(sys.argv[1]))]
+print(os.getpid(), flush=True)
+while True:
+    time.sleep(1)
+"#;
+
+/// Descriptors the hoarder holds: past the old per-process scan bound (16,384), within the
+/// hard limit these machines give (20,000).
+const HOARDED_FDS: u64 = 17_000;
+
+#[test]
+fn another_user_holding_many_descriptors_cannot_deny_a_recovery() {
+    // The consumer's sole-holder check and the lock and socket holder searches walk every
+    // process's descriptors. As uid 65534, one process holds 17,000 (past the old bound of
+    // 16,384 per process: the walk then failed, and the real consumer was rejected
+    // "more than 16384 descriptors"). The recovery must be granted. The bound is now the
+    // kernel's own (fs.nr_open), which no process exceeds.
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let _d = s.daemon();
+    let script = s.path("hoarder.py");
+    std::fs::write(&script, FD_HOARDER).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    super::e2e::open_to_all(&s);
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut c = Command::new("setpriv");
+    c.args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "/usr/bin/python3",
+    ])
+    .arg(&script)
+    .arg(HOARDED_FDS.to_string());
+    let _hoarder = spawn_ready(c);
+    let consumer = s
+        .consumer(&id[..6], "consumer.key", "grant.cbor", &[])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let r = super::e2e::run(s.recover(&id[..6], 20, &[]));
+    let c = finish(consumer);
+    assert_eq!(c.code, 0, "the consumer: {}", c.stdout);
+    assert_eq!(r.code, 0, "{}", r.stdout);
+}
