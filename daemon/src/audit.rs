@@ -22,8 +22,17 @@ pub fn read_log(path: &Path) -> Result<Vec<u8>, String> {
     } else {
         path.to_path_buf()
     };
-    let fd = repoch_issuer::storage::open_path(&p, rustix::fs::OFlags::RDONLY, 0)
-        .map_err(|e| format!("{}: {e}", p.display()))?;
+    // Non-blocking, and a regular file only: a FIFO given to an auditor must not hang it.
+    let fd = repoch_issuer::storage::open_path(
+        &p,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::NONBLOCK,
+        0,
+    )
+    .map_err(|e| format!("{}: {e}", p.display()))?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| format!("{}: {e}", p.display()))?;
+    if let Some(kind) = repoch_issuer::storage::not_regular(st.st_mode) {
+        return Err(format!("{}: {kind}, not a log file", p.display()));
+    }
     repoch_issuer::storage::read_all_fd(&fd, LOG_BYTES_MAX)
         .map_err(|e| format!("{}: {e}", p.display()))
 }

@@ -424,16 +424,29 @@ pub fn journal_append(
     let id = store::resolve(&ctx.layout, deployment)?;
     let issuer = store::issuer_public(&ctx.layout)?;
     let producer = repoch_protocol::PublicKey::from(&key.verifying_key());
-    let fd = repoch_issuer::storage::open_path(journal, OFlags::RDWR | OFlags::APPEND, 0).map_err(
-        |e| {
-            Failure::refused(Refusal::new(
-                Reason::LineageMissing,
-                journal.display().to_string(),
-                "present",
-                e.to_string(),
-            ))
-        },
-    )?;
+    let fd = repoch_issuer::storage::open_path(
+        journal,
+        OFlags::RDWR | OFlags::APPEND | OFlags::NONBLOCK,
+        0,
+    )
+    .map_err(|e| {
+        Failure::refused(Refusal::new(
+            Reason::LineageMissing,
+            journal.display().to_string(),
+            "present",
+            e.to_string(),
+        ))
+    })?;
+    // A FIFO or device at the journal path is no journal (and would block or never end).
+    let st = rustix::fs::fstat(&fd).map_err(|e| Failure::Internal(format!("fstat: {e}")))?;
+    if let Some(kind) = repoch_issuer::storage::not_regular(st.st_mode) {
+        return Err(Failure::refused(Refusal::new(
+            Reason::LineageReplaced,
+            journal.display().to_string(),
+            "the journal, a regular file",
+            kind,
+        )));
+    }
     // One writer at a time: an exclusive flock on the journal while appending.
     rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockExclusive)
         .map_err(|e| Failure::Internal(format!("flock: {e}")))?;

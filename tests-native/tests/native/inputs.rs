@@ -377,3 +377,29 @@ fn a_journal_append_whose_write_fails_is_uncertain_exit_3() {
     assert!(r.stdout.contains("not retried"), "{}", r.stdout);
     clear_append_only(&fs.mnt);
 }
+
+#[test]
+fn a_fifo_given_to_audit_or_journal_append_is_refused_at_once() {
+    // An auditor's or producer's path may name a FIFO: `repoch audit FIFO` hung, and
+    // `repoch journal append --journal FIFO` exited 70 ("Illegal seek", a bug). Both refuse
+    // at once naming the file type (audit: exit 64; journal append: exit 2).
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let fifo = s.path("log.fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let mut c = s.cmd("repoch");
+    c.args(["--json", "audit"]).arg(&fifo);
+    let r = run_within(c, COMMAND_SECONDS_MAX);
+    assert_eq!(r.code, 64, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("a fifo"), "{}", r.stdout);
+    let mut c = s.cmd("repoch");
+    c.args(["--json", "journal", "append", "--journal"])
+        .arg(&fifo)
+        .arg("--key")
+        .arg(s.path("producer.key"))
+        .args(["--deployment", &id[..6], "root-start"]);
+    let r = run_within(c, COMMAND_SECONDS_MAX);
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("a fifo"), "{}", r.stdout);
+}
