@@ -433,6 +433,56 @@ impl Sandbox {
         c.args(["--json", "observe", id]).args(extra);
         c
     }
+    /// Uses deployment `id`'s epoch the way an issuance that was withheld would: intent, then
+    /// withheld, signed with the host issuer key and appended through the store.
+    pub fn use_epoch(&self, id: &str) {
+        let layout = repoch_issuer::Layout::new(Some(&self.root));
+        let key = repoch_issuer::enroll::issuer_key(&layout, false).unwrap();
+        let mut d = self.deployment(id);
+        for body in [
+            repoch_protocol::epoch::EpochBody::Intent {
+                evidence: repoch_protocol::Hash([1; 32]),
+                facts: vec![],
+                contender: repoch_protocol::epoch::Contender {
+                    pid: 1,
+                    start_ticks: 1,
+                    boot_id: "b".into(),
+                },
+                consumer: repoch_protocol::grant::ConsumerPeer {
+                    pid: 1,
+                    uid: 0,
+                    gid: 0,
+                    exe: repoch_protocol::Identity {
+                        dev: 1,
+                        ino: 1,
+                        uid: 0,
+                        gid: 0,
+                        mode: 0,
+                        birth: None,
+                    },
+                    exe_sha256: repoch_protocol::Hash([1; 32]),
+                    cgroup: "/".into(),
+                },
+            },
+            repoch_protocol::epoch::EpochBody::Withheld {
+                reason: repoch_protocol::Reason::ConsumerLost,
+                detail: "test".into(),
+            },
+        ] {
+            let rec = repoch_protocol::epoch::SignedEpochRecord::sign(
+                repoch_protocol::epoch::EpochRecord {
+                    deployment: d.id,
+                    seq: d.log.next_seq(),
+                    prev: d.log.last_hash(),
+                    body,
+                },
+                &key,
+            );
+            d.log
+                .append(&mut repoch_issuer::storage::Real, &rec)
+                .unwrap();
+        }
+    }
     /// The deployment, opened through the library as repochd opens it.
     pub fn deployment(&self, id: &str) -> repoch_issuer::store::Deployment {
         let layout = repoch_issuer::Layout::new(Some(&self.root));

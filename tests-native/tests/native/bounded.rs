@@ -33,56 +33,6 @@ fn issuer_key(s: &Sandbox) -> ed25519_dalek::SigningKey {
     repoch_issuer::enroll::issuer_key(&repoch_issuer::Layout::new(Some(&s.root)), false).unwrap()
 }
 
-/// Uses deployment `id`'s epoch the way an issuance that was withheld would: intent, then
-/// withheld, signed with the host issuer key and appended through the store.
-fn use_epoch(s: &Sandbox, id: &str) {
-    let key = issuer_key(s);
-    let mut d = s.deployment(id);
-    for body in [
-        repoch_protocol::epoch::EpochBody::Intent {
-            evidence: repoch_protocol::Hash([1; 32]),
-            facts: vec![],
-            contender: repoch_protocol::epoch::Contender {
-                pid: 1,
-                start_ticks: 1,
-                boot_id: "b".into(),
-            },
-            consumer: repoch_protocol::grant::ConsumerPeer {
-                pid: 1,
-                uid: 0,
-                gid: 0,
-                exe: repoch_protocol::Identity {
-                    dev: 1,
-                    ino: 1,
-                    uid: 0,
-                    gid: 0,
-                    mode: 0,
-                    birth: None,
-                },
-                exe_sha256: repoch_protocol::Hash([1; 32]),
-                cgroup: "/".into(),
-            },
-        },
-        repoch_protocol::epoch::EpochBody::Withheld {
-            reason: repoch_protocol::Reason::ConsumerLost,
-            detail: "test".into(),
-        },
-    ] {
-        let rec = repoch_protocol::epoch::SignedEpochRecord::sign(
-            repoch_protocol::epoch::EpochRecord {
-                deployment: d.id,
-                seq: d.log.next_seq(),
-                prev: d.log.last_hash(),
-                body,
-            },
-            &key,
-        );
-        d.log
-            .append(&mut repoch_issuer::storage::Real, &rec)
-            .unwrap();
-    }
-}
-
 /// Appends raw bytes to deployment `id`'s epoch log (clearing its append-only flag first).
 fn append_to_log(s: &Sandbox, id: &str, tail: &[u8]) {
     let log = s.log(id);
@@ -350,7 +300,7 @@ fn observe_on_a_used_or_torn_epoch_exits_2_with_the_epoch_reason() {
     let s = Sandbox::new();
     let id = s.enroll();
     assert_eq!(s.observe(&id).code, 0);
-    use_epoch(&s, &id);
+    s.use_epoch(&id);
     let r = s.observe(&id);
     assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
     assert!(
@@ -377,7 +327,7 @@ fn status_exits_0_for_a_verified_log_and_2_when_the_state_does_not_verify() {
     let s = Sandbox::new();
     let id = s.enroll();
     assert_eq!(s.status(&id).code, 0);
-    use_epoch(&s, &id);
+    s.use_epoch(&id);
     let r = s.status(&id);
     assert_eq!((r.code, r.json()["epoch"].clone()), (0, "withheld".into()));
     assert_eq!(s.repoch(&["--json", "list"]).code, 0);
@@ -506,7 +456,7 @@ fn a_second_successor_of_one_predecessor_is_refused_at_enrollment() {
     require_root!();
     let s = Sandbox::new();
     let a = s.enroll();
-    use_epoch(&s, &a);
+    s.use_epoch(&a);
     let pred = format!("predecessor = \"{a}\"");
     let b = s.enroll_with(&manifest_with_journal(&s, &pred, "journal2"));
     let p = s.path("c.toml");
@@ -653,7 +603,7 @@ fn two_concurrent_enrollments_of_successors_of_one_predecessor_admit_one() {
     require_root!();
     let s = Sandbox::new();
     let a = s.enroll();
-    use_epoch(&s, &a);
+    s.use_epoch(&a);
     let pred = format!("predecessor = \"{a}\"");
     let (pb, pc) = (s.path("b.toml"), s.path("c.toml"));
     std::fs::write(&pb, manifest_with_journal(&s, &pred, "journal2")).unwrap();

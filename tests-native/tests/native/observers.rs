@@ -245,53 +245,7 @@ fn predecessor_link_is_verified_against_the_predecessors_log() {
     require_root!();
     let s = Sandbox::new();
     let a = s.enroll();
-    let key = repoch_issuer::enroll::issuer_key(&repoch_issuer::Layout::new(Some(&s.root)), false)
-        .unwrap();
-    let mut d = s.deployment(&a);
-    for body in [
-        repoch_protocol::epoch::EpochBody::Intent {
-            evidence: repoch_protocol::Hash([1; 32]),
-            facts: vec![],
-            contender: repoch_protocol::epoch::Contender {
-                pid: 1,
-                start_ticks: 1,
-                boot_id: "b".into(),
-            },
-            consumer: repoch_protocol::grant::ConsumerPeer {
-                pid: 1,
-                uid: 0,
-                gid: 0,
-                exe: repoch_protocol::Identity {
-                    dev: 1,
-                    ino: 1,
-                    uid: 0,
-                    gid: 0,
-                    mode: 0,
-                    birth: None,
-                },
-                exe_sha256: repoch_protocol::Hash([1; 32]),
-                cgroup: "/".into(),
-            },
-        },
-        repoch_protocol::epoch::EpochBody::Withheld {
-            reason: repoch_protocol::Reason::ConsumerLost,
-            detail: "test".into(),
-        },
-    ] {
-        let rec = repoch_protocol::epoch::SignedEpochRecord::sign(
-            repoch_protocol::epoch::EpochRecord {
-                deployment: d.id,
-                seq: d.log.next_seq(),
-                prev: d.log.last_hash(),
-                body,
-            },
-            &key,
-        );
-        d.log
-            .append(&mut repoch_issuer::storage::Real, &rec)
-            .unwrap();
-    }
-    drop(d);
+    s.use_epoch(&a);
     // The successor: new journal and fixtures in a sibling directory of the same root.
     let m = s
         .manifest(&format!("predecessor = \"{}\"", &a[..8]))
