@@ -225,6 +225,16 @@ impl Sandbox {
         r.json()["deployment"].as_str().unwrap().to_owned()
     }
 
+    /// Enrolls the default manifest with the test helper binary as the consumer executable
+    /// (a consumer that misbehaves on purpose: drips, exits, shares its connection).
+    pub fn enroll_with_helper_consumer(&self) -> String {
+        let m = self.manifest("").replace(
+            &bin("repoch-consume").display().to_string(),
+            &bin("repoch-test-helper").display().to_string(),
+        );
+        self.enroll_with(&m)
+    }
+
     pub fn enroll(&self) -> String {
         self.enroll_with(&self.manifest(""))
     }

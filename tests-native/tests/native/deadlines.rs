@@ -123,11 +123,7 @@ fn a_custody_answer_drip_fed_after_the_intent_is_withheld_consumer_lost_within_t
     // whole message: withheld consumer-lost, the client told within deadline + margin.
     require_root!();
     let s = Sandbox::new();
-    let m = s.manifest("").replace(
-        &bin("repoch-consume").display().to_string(),
-        &bin("repoch-test-helper").display().to_string(),
-    );
-    let id = s.enroll_with(&m);
+    let id = s.enroll_with_helper_consumer();
     let d = s.daemon();
     let drip = spawn_ready(helper(&[
         "drip-consumer",

@@ -311,11 +311,7 @@ fn a_lost_reply_after_the_receipt_is_uncertain_and_preserved() {
     // holder): the dispatch's send fails. Exit 3; the epoch stays receipted, never reissued.
     require_root!();
     let s = Sandbox::new();
-    let m = s.manifest("").replace(
-        &bin("repoch-consume").display().to_string(),
-        &bin("repoch-test-helper").display().to_string(),
-    );
-    let id = s.enroll_with(&m);
+    let id = s.enroll_with_helper_consumer();
     let d = s.daemon();
     let rogue = spawn_ready(helper(&[
         "rogue-consumer",

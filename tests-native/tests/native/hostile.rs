@@ -150,11 +150,7 @@ fn a_connection_another_process_also_holds_is_rejected_even_with_the_key() {
     // nothing is written and the recovery ends consumer-absent.
     require_root!();
     let s = Sandbox::new();
-    let m = s.manifest("").replace(
-        &bin("repoch-consume").display().to_string(),
-        &bin("repoch-test-helper").display().to_string(),
-    );
-    let id = s.enroll_with(&m);
+    let id = s.enroll_with_helper_consumer();
     let _d = s.daemon();
     let out = s.path("shared.txt");
     let _peer = spawn_ready(helper(&[
@@ -249,11 +245,7 @@ fn a_consumer_that_execs_another_binary_after_connecting_is_refused_before_the_i
     // consumer-rejected, nothing written.
     require_root!();
     let s = Sandbox::new();
-    let m = s.manifest("").replace(
-        &bin("repoch-consume").display().to_string(),
-        &bin("repoch-test-helper").display().to_string(),
-    );
-    let id = s.enroll_with(&m);
+    let id = s.enroll_with_helper_consumer();
     let d = AtBarrier::start(&s, "after-connect");
     let peer = spawn_ready(helper(&[
         "exec-after-hello",
@@ -289,11 +281,7 @@ fn a_consumer_gone_before_the_dispatch_is_withheld_and_never_granted() {
     // (consumer-rejected) rather than sent into a dead connection; the epoch stays used.
     require_root!();
     let s = Sandbox::new();
-    let m = s.manifest("").replace(
-        &bin("repoch-consume").display().to_string(),
-        &bin("repoch-test-helper").display().to_string(),
-    );
-    let id = s.enroll_with(&m);
+    let id = s.enroll_with_helper_consumer();
     let d = s.daemon();
     let rogue = spawn_ready(helper(&[
         "rogue-consumer",
