@@ -4,6 +4,7 @@
 mod abuse;
 mod bounded;
 mod containment;
+mod cross;
 mod deadlines;
 mod disks;
 mod e2e;
