@@ -907,9 +907,43 @@ impl Ext4 {
     }
 }
 
+impl Ext4 {
+    /// Whether the image is mounted at `mnt` now (a test may fail between the unmount and
+    /// the mount of a remount).
+    fn mounted(&self) -> bool {
+        let mnt = self.mnt.to_string_lossy();
+        std::fs::read_to_string("/proc/self/mounts")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.split_whitespace().nth(1) == Some(&*mnt))
+    }
+}
+
 impl Drop for Ext4 {
+    /// Unmounts (bounded retries while a forked child lets go of the mount, then a lazy
+    /// unmount so the mount point never outlives the test), detaches the loop device and
+    /// removes the image, also when the test failed. Never panics: it may run while
+    /// unwinding.
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.mnt).output();
+        if self.mounted() {
+            let mut tries = 0;
+            while tries < UMOUNT_TRIES_MAX
+                && !Command::new("umount")
+                    .arg(&self.mnt)
+                    .output()
+                    .is_ok_and(|o| o.status.success())
+            {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            if self.mounted() {
+                eprintln!(
+                    "{}: still busy after {UMOUNT_TRIES_MAX} tries; unmounting lazily",
+                    self.mnt.display()
+                );
+                let _ = Command::new("umount").arg("-l").arg(&self.mnt).output();
+            }
+        }
         let _ = Command::new("losetup").arg("-d").arg(&self.dev).output();
         let _ = std::fs::remove_file(&self.image);
     }

@@ -13,5 +13,6 @@ mod identity;
 mod inputs;
 mod observers;
 mod powerloss;
+mod powerloss_real;
 mod store;
 mod units;
