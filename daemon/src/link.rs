@@ -258,4 +258,11 @@ impl ConsumerLink for SocketLink {
     fn refuse(&mut self, reason: Reason, detail: &str) {
         self.conn.refuse(reason, detail);
     }
+
+    /// The pinned pidfd not readable (its process has not exited), and the connection
+    /// neither hung up nor carrying unexpected data; both polled with a zero timeout.
+    fn alive(&mut self) -> Result<(), String> {
+        repoch_issuer::os::peer::alive(&self.pidfd)?;
+        hung_up(self.conn.stream())
+    }
 }

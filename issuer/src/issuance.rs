@@ -80,6 +80,22 @@ pub trait ConsumerLink {
     /// Describes the connected peer again, through the pidfd pinned at connect: what the
     /// intent and the dispatch must still find (an exec after connecting changes it).
     fn describe_again(&mut self) -> Result<ConsumerPeer, String>;
+    /// Whether the peer pinned at connect is still there, without waiting: its process has
+    /// not exited and its end of the connection is open. Asked right before `consume` and
+    /// before `dispatch`, so a consumer that died is never consumed for nor sent a grant.
+    fn alive(&mut self) -> Result<(), String>;
+}
+
+/// Before `consume` and `dispatch`: a consumer that went away ends `consumer-lost`.
+fn still_alive<C: ConsumerLink>(consumer: &mut C, peer: &ConsumerPeer) -> Result<(), Refusal> {
+    consumer.alive().map_err(|e| {
+        Refusal::new(
+            Reason::ConsumerLost,
+            format!("grant socket peer pid {}", peer.pid),
+            "alive, its connection open",
+            e,
+        )
+    })
 }
 
 /// The peer described again must be the peer authenticated at connect, field by field.
@@ -613,8 +629,12 @@ pub struct Verified1<C> {
 }
 
 impl<C: ConsumerLink> Verified1<C> {
-    /// Step 7: append and fsync `consume`.
+    /// Step 7: the consumer must still be there (else `withheld{consumer-lost}`, nothing
+    /// consumed); append and fsync `consume`.
     pub fn consume(mut self) -> Result<Consumed<C>, Ended> {
+        if let Err(r) = still_alive(&mut self.consumer, &self.peer) {
+            return Err(withhold(self.c, &mut self.consumer, r));
+        }
         let body = EpochBody::Consume {
             consumer: self.peer.clone(),
             challenge: self.challenge.clone(),
@@ -721,6 +741,10 @@ impl<C: ConsumerLink> Verified2<C> {
     /// Step 10: send the grant and pass the held fence fds. A failure here is a lost reply:
     /// the outcome is uncertain, and the epoch is preserved as receipted.
     pub fn dispatch(mut self) -> Result<Dispatched, Ended> {
+        // A consumer that went away gets nothing: `withheld{consumer-lost}`.
+        if let Err(r) = still_alive(&mut self.consumer, &self.peer) {
+            return Err(withhold(self.c, &mut self.consumer, r));
+        }
         // The peer that gets the grant is still the one recorded in intent and consume.
         if let Err(r) = same_peer(&mut self.consumer, &self.peer) {
             return Err(withhold(self.c, &mut self.consumer, r));

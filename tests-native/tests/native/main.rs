@@ -10,6 +10,7 @@ mod e2e;
 mod hostile;
 mod identity;
 mod inputs;
+mod matrix_types;
 mod observers;
 mod powerloss;
 mod store;
