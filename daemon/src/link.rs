@@ -7,7 +7,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use repoch_issuer::issuance::{ConsumerLink, Expected};
+use repoch_issuer::issuance::{Authenticated, ConsumerLink, Expected};
 use repoch_issuer::Refusal;
 use repoch_protocol::grant::{Challenge, ConsumerPeer};
 use repoch_protocol::wire::{AdminEvent, GrantMsg};
@@ -110,13 +110,13 @@ impl Registry {
 
     /// Step 3 of an issuance: waits for the enrolled consumer until the deadline. Peers that
     /// fail authentication are refused (`consumer-rejected`) and burn nothing; the wait goes on.
-    pub fn wait_for(
+    pub fn wait_for<'id>(
         &self,
-        expected: &Expected,
+        expected: &Expected<'id>,
         wait: Duration,
         progress: &mut dyn FnMut(AdminEvent),
-    ) -> Result<(SocketLink, ConsumerPeer), Refusal> {
-        let id = expected.deployment;
+    ) -> Result<(SocketLink, Authenticated<'id>), Refusal> {
+        let id = expected.deployment();
         let start = Instant::now();
         let deadline = start + wait;
         progress(AdminEvent::Progress {
@@ -144,14 +144,17 @@ impl Registry {
                 continue;
             }
             let mut conn = Connection::new(p.stream);
-            if let Err(r) = expected.authenticate(&p.peer, &p.key) {
-                conn.refuse(r.reason, &r.to_string());
-                progress(AdminEvent::Progress {
-                    step: "connect".into(),
-                    detail: format!("rejected a peer: {r}"),
-                });
-                continue;
-            }
+            let authenticated = match expected.authenticate(&p.peer, &p.key) {
+                Ok(a) => a,
+                Err(r) => {
+                    conn.refuse(r.reason, &r.to_string());
+                    progress(AdminEvent::Progress {
+                        step: "connect".into(),
+                        detail: format!("rejected a peer: {r}"),
+                    });
+                    continue;
+                }
+            };
             let by = Instant::now() + Duration::from_secs(REFUSAL_WRITE_SECONDS_MAX);
             if conn.write_msg(&GrantMsg::Accepted, by).is_err() {
                 progress(AdminEvent::Progress {
@@ -160,14 +163,13 @@ impl Registry {
                 });
                 continue;
             }
-            let peer = p.peer.clone();
             return Ok((
                 SocketLink {
                     conn,
                     pidfd: p.pidfd,
                     peer: p.peer,
                 },
-                peer,
+                authenticated,
             ));
         }
         Err(Refusal::new(
@@ -255,5 +257,12 @@ impl ConsumerLink for SocketLink {
 
     fn refuse(&mut self, reason: Reason, detail: &str) {
         self.conn.refuse(reason, detail);
+    }
+
+    /// The pinned pidfd not readable (its process has not exited), and the connection
+    /// neither hung up nor carrying unexpected data; both polled with a zero timeout.
+    fn alive(&mut self) -> Result<(), String> {
+        repoch_issuer::os::peer::alive(&self.pidfd)?;
+        hung_up(self.conn.stream())
     }
 }

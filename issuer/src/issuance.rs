@@ -1,9 +1,13 @@
 //! The issuance state machine (docs/ARCHITECTURE.md, "Issuance"), synchronous and typed.
 //!
-//! `Reserved → Observed → Connected → Intended → Custodied → Consumed → Receipted →
-//! Dispatched`: each step takes the previous state by value. `consume` and `dispatch`
-//! require a [`FinalVerification`], a token with a private field that only
-//! [`verify_final`] returns, so skipping a final verification does not compile.
+//! `Reserved → Observed → Connected → Intended → Custodied → Verified1 → Consumed →
+//! Receipted → Verified2 → Dispatched`: each step takes the previous state by value and
+//! each state has only the next step's method. Only [`Verified1`] (what
+//! [`Custodied::verify`] returns) has `consume`, and only [`Verified2`] (what
+//! [`Receipted::verify`] returns) has `dispatch`, so skipping or reusing a final
+//! verification does not compile (`issuer/tests/compile-fail/`). `connect` takes only an
+//! [`Authenticated`] peer, which only [`Expected::authenticate`] builds, for the issuance
+//! that made the `Expected`.
 //!
 //! Before the intent, a refusal writes nothing. From the intent on the epoch is used: a
 //! refusal appends a best-effort `withheld{reason}`, sends no grant, and the epoch is never
@@ -11,6 +15,7 @@
 //! uncertain and the caller must stop issuing.
 #![allow(missing_debug_implementations)] // the states hold a boxed progress callback
 
+use std::marker::PhantomData;
 use std::os::fd::OwnedFd;
 
 use ed25519_dalek::SigningKey;
@@ -75,6 +80,22 @@ pub trait ConsumerLink {
     /// Describes the connected peer again, through the pidfd pinned at connect: what the
     /// intent and the dispatch must still find (an exec after connecting changes it).
     fn describe_again(&mut self) -> Result<ConsumerPeer, String>;
+    /// Whether the peer pinned at connect is still there, without waiting: its process has
+    /// not exited and its end of the connection is open. Asked right before `consume` and
+    /// before `dispatch`, so a consumer that died is never consumed for nor sent a grant.
+    fn alive(&mut self) -> Result<(), String>;
+}
+
+/// Before `consume` and `dispatch`: a consumer that went away ends `consumer-lost`.
+fn still_alive<C: ConsumerLink>(consumer: &mut C, peer: &ConsumerPeer) -> Result<(), Refusal> {
+    consumer.alive().map_err(|e| {
+        Refusal::new(
+            Reason::ConsumerLost,
+            format!("grant socket peer pid {}", peer.pid),
+            "alive, its connection open",
+            e,
+        )
+    })
 }
 
 /// The peer described again must be the peer authenticated at connect, field by field.
@@ -298,24 +319,52 @@ impl Reserved {
     }
 }
 
-/// What the consumer must be: from the manifest and the first observation.
-#[derive(Debug, Clone)]
-pub struct Expected {
-    pub deployment: DeploymentId,
-    pub uid: u32,
-    pub gid: u32,
-    pub key: repoch_protocol::PublicKey,
-    pub exe: Option<(Identity, Hash)>,
-    pub cgroup: Option<String>,
+/// One call of [`Observed::connect`], as a lifetime: invariant, and chosen by `connect` for
+/// its `wait` closure alone (`for<'id>`), so an [`Authenticated`] made from one call's
+/// [`Expected`] has a type no other call accepts.
+type Brand<'id> = PhantomData<fn(&'id ()) -> &'id ()>;
+
+/// What the consumer must be: from the manifest and the first observation of one issuance,
+/// made by [`Observed::connect`] only (its fields are private) and branded with that call.
+#[derive(Debug)]
+pub struct Expected<'id> {
+    brand: Brand<'id>,
+    deployment: DeploymentId,
+    uid: u32,
+    gid: u32,
+    key: repoch_protocol::PublicKey,
+    exe: Option<(Identity, Hash)>,
+    cgroup: Option<String>,
 }
 
-impl Expected {
+/// A consumer peer that [`Expected::authenticate`] accepted, branded with the `connect`
+/// call whose `Expected` accepted it; nothing else builds one, and [`Observed::connect`]
+/// takes no other (`issuer/tests/compile-fail/`).
+#[derive(Debug)]
+pub struct Authenticated<'id> {
+    brand: Brand<'id>,
+    peer: ConsumerPeer,
+}
+
+impl Authenticated<'_> {
+    /// The peer as described and authenticated.
+    pub fn peer(&self) -> &ConsumerPeer {
+        &self.peer
+    }
+}
+
+impl<'id> Expected<'id> {
+    /// The deployment whose consumer is expected.
+    pub fn deployment(&self) -> DeploymentId {
+        self.deployment
+    }
+
     /// Transport authentication: credentials, executable identity and digest, cgroup, key.
     pub fn authenticate(
         &self,
         peer: &ConsumerPeer,
         key: &repoch_protocol::PublicKey,
-    ) -> Result<(), Refusal> {
+    ) -> Result<Authenticated<'id>, Refusal> {
         let subject = format!("grant socket peer pid {}", peer.pid);
         let fail = |what: &str, want: String, got: String| {
             Err(Refusal::new(
@@ -351,7 +400,10 @@ impl Expected {
         if key != &self.key {
             return fail("key", self.key.to_hex(), key.to_hex());
         }
-        Ok(())
+        Ok(Authenticated {
+            brand: PhantomData,
+            peer: peer.clone(),
+        })
     }
 }
 
@@ -362,9 +414,11 @@ pub struct Observed {
 }
 
 impl Observed {
-    pub fn expected(&self) -> Expected {
+    /// Only `connect` calls this, once, for its `wait` closure.
+    fn expected<'id>(&self) -> Expected<'id> {
         let m = &self.c.dep.manifest;
         Expected {
+            brand: PhantomData,
             deployment: m.deployment,
             uid: m.consumer.uid,
             gid: m.consumer.gid,
@@ -374,15 +428,22 @@ impl Observed {
         }
     }
 
-    /// Step 3: wait (bounded, in `wait`) for an authenticated consumer. Nothing is written
-    /// if none comes: `consumer-absent`.
+    /// Step 3: wait (bounded, in `wait`) for a consumer authenticated by the [`Expected`]
+    /// given to `wait`: the closure must work for a brand it cannot name, so only that
+    /// `Expected`'s [`Authenticated`] type-checks. Nothing is written if none comes:
+    /// `consumer-absent`. (That the link is the authenticated peer's is checked before the
+    /// intent: `same_peer`.)
     pub fn connect<C: ConsumerLink>(
         mut self,
-        wait: impl FnOnce(&Expected, &mut dyn FnMut(AdminEvent)) -> Result<(C, ConsumerPeer), Refusal>,
+        wait: impl for<'id> FnOnce(
+            &Expected<'id>,
+            &mut dyn FnMut(AdminEvent),
+        ) -> Result<(C, Authenticated<'id>), Refusal>,
     ) -> Result<Connected<C>, Ended> {
         let expected = self.expected();
         let progress = &mut self.c.progress;
-        let (consumer, peer) = wait(&expected, &mut |e| progress(e)).map_err(Ended::one)?;
+        let (consumer, auth) = wait(&expected, &mut |e| progress(e)).map_err(Ended::one)?;
+        let peer = auth.peer;
         self.c.say(
             "connect",
             format!("consumer pid {} uid {} authenticated", peer.pid, peer.uid),
@@ -492,24 +553,13 @@ impl<C: ConsumerLink> Intended<C> {
     }
 }
 
-/// Proof that a final verification observed the same evidence digest as the first
-/// observation. Only [`verify_final`] makes one.
-#[derive(Debug)]
-pub struct FinalVerification {
-    _private: (),
-}
-
 /// Observes everything again; the digest must be identical.
-fn verify_final(
-    c: &mut Common,
-    first: &Observation,
-    which: &str,
-) -> Result<FinalVerification, Refusal> {
+fn verify_final(c: &mut Common, first: &Observation, which: &str) -> Result<(), Refusal> {
     c.say(which, "observing again");
     let again = c.observer.observe(&mut c.fences);
     if again.digest == first.digest && again.holds() {
         c.say(which, format!("digest {} unchanged", again.digest));
-        return Ok(FinalVerification { _private: () });
+        return Ok(());
     }
     c.facts(&again);
     let changed = again
@@ -550,16 +600,41 @@ pub struct Custodied<C> {
 }
 
 impl<C: ConsumerLink> Custodied<C> {
-    /// Step 6: final verification #1.
-    pub fn verify(mut self) -> Result<(Custodied<C>, FinalVerification), Ended> {
+    /// Step 6: final verification #1. Only its success, [`Verified1`], can consume.
+    pub fn verify(mut self) -> Result<Verified1<C>, Ended> {
         match verify_final(&mut self.c, &self.first, "final-verification-1") {
-            Ok(t) => Ok((self, t)),
+            Ok(()) => Ok(Verified1 {
+                c: self.c,
+                first: self.first,
+                consumer: self.consumer,
+                peer: self.peer,
+                intent: self.intent,
+                challenge: self.challenge,
+                custody: self.custody,
+            }),
             Err(r) => Err(withhold(self.c, &mut self.consumer, r)),
         }
     }
+}
 
-    /// Step 7: append and fsync `consume`.
-    pub fn consume(mut self, _proof: FinalVerification) -> Result<Consumed<C>, Ended> {
+/// Step 6 done: final verification #1 observed the first observation's digest.
+pub struct Verified1<C> {
+    c: Common,
+    first: Observation,
+    consumer: C,
+    peer: ConsumerPeer,
+    intent: Hash,
+    challenge: Challenge,
+    custody: [u8; 64],
+}
+
+impl<C: ConsumerLink> Verified1<C> {
+    /// Step 7: the consumer must still be there (else `withheld{consumer-lost}`, nothing
+    /// consumed); append and fsync `consume`.
+    pub fn consume(mut self) -> Result<Consumed<C>, Ended> {
+        if let Err(r) = still_alive(&mut self.consumer, &self.peer) {
+            return Err(withhold(self.c, &mut self.consumer, r));
+        }
         let body = EpochBody::Consume {
             consumer: self.peer.clone(),
             challenge: self.challenge.clone(),
@@ -640,17 +715,36 @@ pub struct Receipted<C> {
 }
 
 impl<C: ConsumerLink> Receipted<C> {
-    /// Step 9: final verification #2.
-    pub fn verify(mut self) -> Result<(Receipted<C>, FinalVerification), Ended> {
+    /// Step 9: final verification #2. Only its success, [`Verified2`], can dispatch.
+    pub fn verify(mut self) -> Result<Verified2<C>, Ended> {
         match verify_final(&mut self.c, &self.first, "final-verification-2") {
-            Ok(t) => Ok((self, t)),
+            Ok(()) => Ok(Verified2 {
+                c: self.c,
+                consumer: self.consumer,
+                peer: self.peer,
+                grant: self.grant,
+            }),
             Err(r) => Err(withhold(self.c, &mut self.consumer, r)),
         }
     }
+}
 
+/// Step 9 done: final verification #2 observed the first observation's digest.
+pub struct Verified2<C> {
+    c: Common,
+    consumer: C,
+    peer: ConsumerPeer,
+    grant: Vec<u8>,
+}
+
+impl<C: ConsumerLink> Verified2<C> {
     /// Step 10: send the grant and pass the held fence fds. A failure here is a lost reply:
     /// the outcome is uncertain, and the epoch is preserved as receipted.
-    pub fn dispatch(mut self, _proof: FinalVerification) -> Result<Dispatched, Ended> {
+    pub fn dispatch(mut self) -> Result<Dispatched, Ended> {
+        // A consumer that went away gets nothing: `withheld{consumer-lost}`.
+        if let Err(r) = still_alive(&mut self.consumer, &self.peer) {
+            return Err(withhold(self.c, &mut self.consumer, r));
+        }
         // The peer that gets the grant is still the one recorded in intent and consume.
         if let Err(r) = same_peer(&mut self.consumer, &self.peer) {
             return Err(withhold(self.c, &mut self.consumer, r));
@@ -686,7 +780,10 @@ pub fn run<C: ConsumerLink>(
     approve_ready: Option<Hash>,
     contender: Contender,
     progress: Progress,
-    wait: impl FnOnce(&Expected, &mut dyn FnMut(AdminEvent)) -> Result<(C, ConsumerPeer), Refusal>,
+    wait: impl for<'id> FnOnce(
+        &Expected<'id>,
+        &mut dyn FnMut(AdminEvent),
+    ) -> Result<(C, Authenticated<'id>), Refusal>,
 ) -> Result<Dispatched, Ended> {
     use crate::barrier::reach;
     let reserved = Reserved::reserve(layout, key, id, approve_ready, progress)?;
@@ -699,15 +796,15 @@ pub fn run<C: ConsumerLink>(
     reach("after-intent");
     let custodied = intended.custody()?;
     reach("after-custody");
-    let (custodied, proof) = custodied.verify()?;
+    let verified = custodied.verify()?;
     reach("after-final-1");
-    let consumed = custodied.consume(proof)?;
+    let consumed = verified.consume()?;
     reach("after-consume");
     let receipted = consumed.receipt()?;
     reach("after-receipt");
-    let (receipted, proof) = receipted.verify()?;
+    let verified = receipted.verify()?;
     reach("after-final-2");
-    let dispatched = receipted.dispatch(proof)?;
+    let dispatched = verified.dispatch()?;
     reach("after-dispatch");
     Ok(dispatched)
 }

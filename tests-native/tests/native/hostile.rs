@@ -277,8 +277,11 @@ fn a_consumer_that_execs_another_binary_after_connecting_is_refused_before_the_i
 #[test]
 fn a_consumer_gone_before_the_dispatch_is_withheld_and_never_granted() {
     // The enrolled consumer (the helper binary) answers the challenge and exits. Right
-    // before the dispatch the peer is described again: gone, so the grant is withheld
-    // (consumer-rejected) rather than sent into a dead connection; the epoch stays used.
+    // before the consume and again before the dispatch its pinned pidfd and connection are
+    // polled: gone, so the epoch is withheld (consumer-lost) rather than consumed for or
+    // granted into a dead connection; the epoch stays used. (Whether the exit is seen
+    // before the consume or only before the dispatch is a race with the helper's exit;
+    // matrix_types.rs pins each point with a barrier.)
     require_root!();
     let s = Sandbox::new();
     let id = s.enroll_with_helper_consumer();
@@ -293,10 +296,12 @@ fn a_consumer_gone_before_the_dispatch_is_withheld_and_never_granted() {
     d.wait_log(&format!("pid={}", rogue.pid()));
     let r = run(s.recover(&id, 10, &[]));
     assert_eq!(r.code, 2, "{}", r.stdout);
-    assert_eq!(r.reasons(), ["consumer-rejected"], "{}", r.stdout);
-    assert_eq!(
-        records(&s, &id),
-        ["genesis", "intent", "consume", "receipt", "withheld"]
+    assert_eq!(r.reasons(), ["consumer-lost"], "{}", r.stdout);
+    let kinds = records(&s, &id);
+    assert!(
+        kinds == ["genesis", "intent", "withheld"]
+            || kinds == ["genesis", "intent", "consume", "receipt", "withheld"],
+        "{kinds:?}"
     );
     let again = run(s.recover(&id, 1, &[]));
     assert_eq!(again.reasons(), ["epoch-consumed"]);

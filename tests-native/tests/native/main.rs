@@ -11,6 +11,7 @@ mod e2e;
 mod hostile;
 mod identity;
 mod inputs;
+mod matrix_types;
 mod observers;
 mod powerloss;
 mod powerloss_real;
