@@ -408,8 +408,14 @@ pub enum GrantMsg {
     Custody([u8; SIGNATURE_BYTES]),
     /// Daemon to consumer: the signed grant bytes; the fence fds ride on this frame.
     Grant(Vec<u8>),
-    /// Daemon to consumer: refused, nothing granted.
+    /// Daemon to consumer: refused, nothing granted. (A waiting consumer whose epoch a
+    /// recovery found used is told `epoch-consumed`.)
     Refused { reason: Reason, detail: String },
+    /// Consumer to daemon, after the grant: its file is durable (written to a temporary
+    /// name, fsynced, linked into place without replacing anything, the directory fsynced)
+    /// and is exactly the bytes whose sha256 this is. repochd reports `granted` only on
+    /// this acknowledgement (docs/PROTOCOL.md, "The grant socket").
+    Persisted { grant_sha256: Hash },
 }
 
 impl Canonical for GrantMsg {
@@ -431,6 +437,9 @@ impl Canonical for GrantMsg {
                 reason.to_value(),
                 cbor::text(detail),
             ]),
+            GrantMsg::Persisted { grant_sha256 } => {
+                cbor::array(vec![cbor::text("persisted"), cbor::bytes(&grant_sha256.0)])
+            }
         }
     }
     fn from_value(v: Value) -> Result<Self, DecodeError> {
@@ -494,6 +503,13 @@ impl Canonical for GrantMsg {
                 GrantMsg::Refused {
                     reason: Reason::from_value(f.field()?)?,
                     detail: f.text(4 * TEXT_BYTES_MAX)?,
+                }
+            }
+            "persisted" => {
+                let mut f = Fields::open(v, "persisted", 2)?;
+                f.expect_text("persisted")?;
+                GrantMsg::Persisted {
+                    grant_sha256: Hash(f.bytes()?),
                 }
             }
             k => {

@@ -370,6 +370,13 @@ pub fn samples() -> Vec<(&'static str, Vec<u8>)> {
             }
             .to_bytes(),
         ),
+        (
+            "grant-msg",
+            GrantMsg::Persisted {
+                grant_sha256: Hash([10; 32]),
+            }
+            .to_bytes(),
+        ),
     ];
     for r in epoch_records().iter().chain(
         chain(vec![

@@ -147,3 +147,27 @@ fn truncated_input_is_refused() {
         );
     }
 }
+
+#[test]
+fn a_persisted_acknowledgement_is_decoded_strictly() {
+    use repoch_protocol::cbor::{array, bytes, encode, text, uint};
+    let ok = GrantMsg::Persisted {
+        grant_sha256: repoch_protocol::Hash([7; 32]),
+    };
+    assert_eq!(GrantMsg::from_bytes(&ok.to_bytes()).unwrap(), ok);
+    // A short hash, a missing hash, an extra field: each refused.
+    for bad in [
+        array(vec![text("persisted"), bytes(&[7; 31])]),
+        array(vec![text("persisted")]),
+        array(vec![text("persisted"), bytes(&[7; 32]), uint(0)]),
+        array(vec![text("persisted"), text("00")]),
+    ] {
+        assert!(
+            matches!(
+                GrantMsg::from_bytes(&encode(&bad)).unwrap_err(),
+                DecodeError::Schema { .. }
+            ),
+            "{bad:?}"
+        );
+    }
+}
