@@ -15,6 +15,8 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod barrier;
+
 use std::io::Write as _;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
@@ -46,6 +48,8 @@ pub enum Error {
     Io(String),
     #[error("the grant was received and verified but could not be persisted: {0}")]
     Persist(String),
+    #[error("the grant is persisted at {out}, but repochd did not take the acknowledgement ({why}): repochd reports the outcome uncertain; the new root was not started")]
+    Unacknowledged { out: String, why: String },
 }
 
 impl Error {
@@ -54,7 +58,7 @@ impl Error {
         match self {
             Error::Usage(_) => 64,
             Error::Refused { .. } | Error::BadGrant(_) => 2,
-            Error::Io(_) | Error::Persist(_) => 3,
+            Error::Io(_) | Error::Persist(_) | Error::Unacknowledged { .. } => 3,
         }
     }
 }
@@ -88,7 +92,7 @@ impl Options {
     }
 }
 
-/// A verified, persisted grant and the lock fences it hands over.
+/// A verified, persisted and acknowledged grant and the lock fences it hands over.
 #[derive(Debug)]
 pub struct Received {
     pub grant: Grant,
@@ -103,12 +107,15 @@ fn io(what: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
 /// Progress callback: `waiting`, `proven`, `accepted`, `challenge`.
 pub type Observer<'a> = &'a mut dyn FnMut(&str);
 
-/// Connects, answers the challenge, receives, verifies and persists the grant.
+/// Connects, answers the challenge, receives, verifies and persists the grant, and
+/// acknowledges it durable to repochd.
 pub fn receive(o: &Options) -> Result<Received, Error> {
     receive_with(o, &mut |_| {})
 }
 
 pub fn receive_with(o: &Options, progress: Observer<'_>) -> Result<Received, Error> {
+    // Before connecting: a bad `--out` must not cost the epoch.
+    let out = Out::prepare(&o.out)?;
     let mut s = UnixStream::connect(&o.socket).map_err(io(&o.socket.display().to_string()))?;
     s.set_read_timeout(Some(o.wait)).map_err(io("socket"))?;
     s.set_write_timeout(Some(o.wait)).map_err(io("socket"))?;
@@ -127,6 +134,7 @@ pub fn receive_with(o: &Options, progress: Observer<'_>) -> Result<Received, Err
             _ => Err(Error::Io(format!("hello: {e}"))),
         };
     }
+    barrier::reach("after-hello");
     progress("waiting");
     // The full id our prefix resolved to, as repochd proved it to us: everything after
     // must name exactly this deployment.
@@ -145,6 +153,7 @@ pub fn receive_with(o: &Options, progress: Observer<'_>) -> Result<Received, Err
                 }
                 write_msg(&mut s, &GrantMsg::Proof(p.answer(&o.key))).map_err(io("key proof"))?;
                 full = Some(p.deployment);
+                barrier::reach("after-key-proof");
                 progress("proven");
             }
             GrantMsg::Accepted => progress("accepted"),
@@ -158,6 +167,7 @@ pub fn receive_with(o: &Options, progress: Observer<'_>) -> Result<Received, Err
                 }
                 progress("challenge");
                 write_msg(&mut s, &GrantMsg::Custody(c.answer(&o.key))).map_err(io("custody"))?;
+                barrier::reach("after-custody");
                 challenged = Some(c);
             }
             GrantMsg::Grant(bytes) => {
@@ -174,7 +184,18 @@ pub fn receive_with(o: &Options, progress: Observer<'_>) -> Result<Received, Err
                     ));
                 }
                 check_fences(&grant, &fds)?;
-                persist(&o.out, &bytes)?;
+                barrier::reach("after-receive");
+                out.persist(&bytes)?;
+                barrier::reach("after-persist");
+                // repochd reports granted only on this acknowledgement (docs/PROTOCOL.md).
+                let ack = GrantMsg::Persisted {
+                    grant_sha256: repoch_protocol::Hash::of(&bytes),
+                };
+                write_msg(&mut s, &ack).map_err(|e| Error::Unacknowledged {
+                    out: o.out.display().to_string(),
+                    why: e.to_string(),
+                })?;
+                barrier::reach("after-acknowledge");
                 return Ok(Received {
                     grant,
                     bytes,
@@ -182,7 +203,10 @@ pub fn receive_with(o: &Options, progress: Observer<'_>) -> Result<Received, Err
                 });
             }
             GrantMsg::Refused { reason, detail } => return Err(Error::Refused { reason, detail }),
-            GrantMsg::Hello { .. } | GrantMsg::Custody(_) | GrantMsg::Proof(_) => {
+            GrantMsg::Hello { .. }
+            | GrantMsg::Custody(_)
+            | GrantMsg::Proof(_)
+            | GrantMsg::Persisted { .. } => {
                 return Err(Error::Io("unexpected message from repochd".into()))
             }
         }
@@ -304,30 +328,137 @@ fn check_fences(g: &Grant, fds: &[OwnedFd]) -> Result<(), Error> {
     Ok(())
 }
 
-/// Writes the grant with `O_EXCL` (never over an existing file), fsyncs it and its
-/// directory: success is reported only once the grant is durable.
+/// Longest file name (`NAME_MAX`): the temporary name beside `--out` must fit it too.
+const NAME_BYTES_MAX: usize = 255;
+
+/// Where the grant goes: `--out`'s directory, opened once before connecting, and its file
+/// name there. Every later step is relative to this directory fd.
+#[derive(Debug)]
+pub struct Out {
+    dir: OwnedFd,
+    name: std::ffi::OsString,
+    path: PathBuf,
+}
+
+impl Out {
+    /// Checks `--out` before anything can be used: its directory opens, its name is a plain
+    /// file name short enough for the temporary name, and nothing exists there (a usage
+    /// error, exit 64: no epoch is touched). The grant is still never written over a file
+    /// that appears later (see [`Out::persist`]).
+    pub fn prepare(out: &Path) -> Result<Out, Error> {
+        use std::os::unix::ffi::OsStrExt as _;
+        let usage = |why: String| Error::Usage(format!("--out {}: {why}", out.display()));
+        let name = match out.file_name() {
+            Some(n) if !out.as_os_str().as_bytes().ends_with(b"/") => n.to_owned(),
+            _ => return Err(usage("not a file name".into())),
+        };
+        let overhead =
+            Out::temporary_name(std::ffi::OsStr::new(""), u32::MAX, &[0; TEMP_RANDOM_BYTES]).len();
+        if name.len().saturating_add(overhead) > NAME_BYTES_MAX {
+            return Err(usage(format!(
+                "a file name of at most {} bytes (its temporary name must fit NAME_MAX)",
+                NAME_BYTES_MAX - overhead
+            )));
+        }
+        let dir = out
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let dir = rustix::fs::open(
+            dir,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| usage(format!("its directory: {e}")))?;
+        match rustix::fs::statat(&dir, &name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(_) => {
+                return Err(usage(
+                    "exists; the grant is never written over a file".into(),
+                ))
+            }
+            Err(rustix::io::Errno::NOENT) => {}
+            Err(e) => return Err(usage(e.to_string())),
+        }
+        Ok(Out {
+            dir,
+            name,
+            path: out.to_owned(),
+        })
+    }
+
+    /// `.NAME.PID.RANDOM.tmp`: unique per attempt, so a file a crash left behind never
+    /// blocks a later run (docs/OPERATOR.md says what may be left).
+    fn temporary_name(
+        name: &std::ffi::OsStr,
+        pid: u32,
+        random: &[u8; TEMP_RANDOM_BYTES],
+    ) -> std::ffi::OsString {
+        let mut t = std::ffi::OsString::from(".");
+        t.push(name);
+        t.push(format!(".{pid}.{}.tmp", hex::encode(random)));
+        t
+    }
+
+    /// Makes the grant durable at `--out` without ever showing a partial file there: written
+    /// to a temporary name in the same directory (`O_EXCL`, 0600), fsynced, then moved into
+    /// place with `renameat2(RENAME_NOREPLACE)` (or, where the file system lacks it,
+    /// `linkat` then unlinking the temporary name), which fails rather than replace anything;
+    /// then the directory is fsynced. Success is reported only once the grant is durable.
+    pub fn persist(&self, bytes: &[u8]) -> Result<(), Error> {
+        use rustix::fs::{AtFlags, RenameFlags};
+        let perr = |what: &str, e: std::io::Error| {
+            Error::Persist(format!("{} ({what}): {e}", self.path.display()))
+        };
+        let mut random = [0u8; TEMP_RANDOM_BYTES];
+        rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty())
+            .map_err(|e| perr("getrandom", e.into()))?;
+        let tmp = Out::temporary_name(&self.name, std::process::id(), &random);
+        let fd = rustix::fs::openat(
+            &self.dir,
+            &tmp,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| perr("temporary file", e.into()))?;
+        let mut f = std::fs::File::from(fd);
+        let unlink = || {
+            let _ = rustix::fs::unlinkat(&self.dir, &tmp, AtFlags::empty());
+        };
+        if let Err(e) = f.write_all(bytes).and_then(|()| f.sync_all()) {
+            unlink();
+            return Err(perr("write", e));
+        }
+        drop(f);
+        barrier::reach("persist-after-write");
+        match rustix::fs::renameat_with(
+            &self.dir,
+            &tmp,
+            &self.dir,
+            &self.name,
+            RenameFlags::NOREPLACE,
+        ) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {
+                let linked =
+                    rustix::fs::linkat(&self.dir, &tmp, &self.dir, &self.name, AtFlags::empty());
+                unlink();
+                linked.map_err(|e| perr("link into place", e.into()))?;
+            }
+            Err(e) => {
+                unlink();
+                return Err(perr("move into place", e.into()));
+            }
+        }
+        rustix::fs::fsync(&self.dir).map_err(|e| perr("directory fsync", e.into()))
+    }
+}
+
+/// Random bytes in a temporary grant file's name.
+const TEMP_RANDOM_BYTES: usize = 8;
+
+/// [`Out::prepare`] then [`Out::persist`]: the grant durable at `out`, never over a file.
 pub fn persist(out: &Path, bytes: &[u8]) -> Result<(), Error> {
-    let perr = |e: std::io::Error| Error::Persist(format!("{}: {e}", out.display()));
-    let fd = rustix::fs::open(
-        out,
-        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o600),
-    )
-    .map_err(|e| perr(e.into()))?;
-    let mut f = std::fs::File::from(fd);
-    f.write_all(bytes).map_err(perr)?;
-    f.sync_all().map_err(perr)?;
-    let dir = out
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let d = rustix::fs::open(
-        dir,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| perr(e.into()))?;
-    rustix::fs::fsync(&d).map_err(|e| perr(e.into()))
+    Out::prepare(out)?.persist(bytes)
 }
 
 pub fn read_key(p: &Path) -> Result<SigningKey, Error> {
@@ -372,4 +503,65 @@ pub fn keygen(path: &Path) -> Result<PublicKey, Error> {
         0o644,
     )?;
     Ok(public)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_leftover_temporary_file_does_not_block_a_later_persist() {
+        // What a crash between the write and the link leaves: a temporary file under a
+        // name of the same shape. A later persist picks a new unique name and succeeds.
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path().join("grant.cbor");
+        let left = d.path().join(format!(
+            ".grant.cbor.{}.0000000000000000.tmp",
+            std::process::id()
+        ));
+        std::fs::write(&left, b"partial").unwrap();
+        persist(&out, b"whole grant").unwrap();
+        assert_eq!(std::fs::read(&out).unwrap(), b"whole grant");
+        assert_eq!(std::fs::read(&left).unwrap(), b"partial");
+        assert_eq!(names(d.path()).len(), 2, "{:?}", names(d.path()));
+    }
+
+    #[test]
+    fn the_grant_is_never_written_over_a_file_and_no_temporary_file_stays() {
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path().join("grant.cbor");
+        // Checked before connecting: a usage error.
+        std::fs::write(&out, b"").unwrap();
+        assert!(matches!(Out::prepare(&out), Err(Error::Usage(_))));
+        std::fs::remove_file(&out).unwrap();
+        // A file that appears between the check and the link is not replaced.
+        let o = Out::prepare(&out).unwrap();
+        std::fs::write(&out, b"someone else's").unwrap();
+        assert!(matches!(o.persist(b"grant"), Err(Error::Persist(_))));
+        assert_eq!(std::fs::read(&out).unwrap(), b"someone else's");
+        assert_eq!(names(d.path()), ["grant.cbor"]);
+    }
+
+    #[test]
+    fn an_out_whose_temporary_name_cannot_fit_is_a_usage_error() {
+        let d = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            Out::prepare(&d.path().join("g".repeat(250))),
+            Err(Error::Usage(_))
+        ));
+        assert!(Out::prepare(&d.path().join("g".repeat(200))).is_ok());
+        assert!(matches!(
+            Out::prepare(&d.path().join("missing/grant.cbor")),
+            Err(Error::Usage(_))
+        ));
+    }
 }

@@ -11,13 +11,16 @@ use repoch_consumer::{Error, Options};
 use serde_json::json;
 
 const EXIT_CODES: &str = "\
-EXIT CODES:
-    0   granted (receive), verified (verify), created (keygen)
-    2   refused by repochd, the grant does not verify, or nothing was used: repochd is not
-        there, or the wait ended before repochd challenged this consumer
-    3   uncertain: the connection was lost after the challenge, or the grant could not be
-        persisted
-    64  usage: bad arguments or key files";
+EXIT CODES (with --json, `outcome` names the code as below):
+    0   granted (receive: verified, persisted and acknowledged), verified (verify),
+        created (keygen)
+    2   refused: by repochd (the epoch already used included), the grant does not verify,
+        or nothing was used: repochd is not there, or the wait ended before repochd
+        challenged this consumer
+    3   uncertain: the connection was lost after the challenge, the grant could not be
+        persisted, or repochd did not take the acknowledgement (the grant is kept)
+    64  usage: bad arguments or key files, or --out exists or its directory cannot be
+        opened (checked before connecting)";
 
 /// Longest `receive --wait` (seconds): a day.
 const RECEIVE_WAIT_SECONDS_MAX: u64 = 86_400;
@@ -40,8 +43,10 @@ fn warn(line: &str) {
 ///
 /// `receive` connects to repochd's grant socket, waits for the operator's `repoch recover`,
 /// proves custody of the enrolled consumer key, receives the grant with the held lock
-/// fences, verifies it against the pinned issuer key, and persists it durably (O_EXCL,
-/// fsync, directory fsync) before reporting success. With `-- CMD...` it then executes the
+/// fences, verifies it against the pinned issuer key, persists it durably (a temporary
+/// name in the same directory, fsync, moved into place never over a file, directory
+/// fsync) and acknowledges it to repochd before reporting success (repochd reports
+/// `granted` only on that acknowledgement). With `-- CMD...` it then executes the
 /// new root with the fence fds inherited, their numbers in REPOCH_FENCE_FDS (comma
 /// separated) and the grant's path in REPOCH_GRANT.
 #[derive(Parser, Debug)]
@@ -69,7 +74,8 @@ enum Cmd {
         /// The host issuer's public key, pinned.
         #[arg(long)]
         issuer_key: PathBuf,
-        /// Where to persist the grant (must not exist).
+        /// Where to persist the grant (must not exist; a crash may leave a temporary
+        /// `.NAME.PID.RANDOM.tmp` beside it, never a partial file at NAME).
         #[arg(long)]
         out: PathBuf,
         /// repochd's grant socket.
@@ -99,9 +105,25 @@ fn fail(json: bool, e: &Error) -> ExitCode {
     fail_with(json, e, e.exit_code())
 }
 
+/// One rule (docs/EXIT-CODES.md): a failure's `outcome` is the exit-code table's name for
+/// its code.
+fn outcome_name(code: u8) -> &'static str {
+    match code {
+        2 => "refused",
+        3 => "uncertain",
+        4 => "busy",
+        64 => "usage",
+        _ => "internal",
+    }
+}
+
 fn fail_with(json: bool, e: &Error, code: u8) -> ExitCode {
     if json {
-        say(&json!({"outcome": "failed", "exit": code, "message": e.to_string()}).to_string());
+        let mut j = json!({"outcome": outcome_name(code), "exit": code, "message": e.to_string()});
+        if let Error::Refused { reason, .. } = e {
+            j["reason"] = json!(reason.as_str());
+        }
+        say(&j.to_string());
     } else {
         warn(&format!("repoch-consume: {e}"));
     }

@@ -24,6 +24,9 @@ pub const HANDSHAKE_SECONDS_MAX: u64 = 5;
 /// Time the consumer gets for its whole custody answer (every byte of the frame, however
 /// it is dripped), and to take the whole grant.
 pub const CUSTODY_SECONDS_MAX: u64 = 10;
+/// Time the consumer gets, after the grant was sent, to make its grant file durable and
+/// acknowledge it (`persisted`); none in time is "dispatched, not acknowledged" (uncertain).
+pub const PERSISTED_ACK_SECONDS_MAX: u64 = 30;
 /// Time a peer gets to take a whole refusal or `accepted` frame before it is dropped.
 pub const REFUSAL_WRITE_SECONDS_MAX: u64 = 5;
 /// Longest consumer wait an operator may ask for (`repoch recover --consumer-wait`).

@@ -11,7 +11,7 @@ use repoch_issuer::issuance::{Authenticated, ConsumerLink, Expected};
 use repoch_issuer::Refusal;
 use repoch_protocol::grant::{Challenge, ConsumerPeer};
 use repoch_protocol::wire::{AdminEvent, GrantMsg};
-use repoch_protocol::{DeploymentId, PublicKey, Reason};
+use repoch_protocol::{DeploymentId, Hash, PublicKey, Reason};
 
 use crate::conn::Connection;
 use crate::limits::*;
@@ -70,6 +70,28 @@ impl Registry {
         q.push_back(p);
         self.arrived.notify_all();
         Ok(())
+    }
+
+    /// Refuses, and drops, every consumer waiting for `id`: a recovery found its epoch
+    /// cannot be issued (used, torn, corrupt, forged, foreign or missing), so none of them
+    /// will ever get a grant. Each refusal is bounded by `REFUSAL_WRITE_SECONDS_MAX`.
+    pub fn refuse_waiting(&self, id: &DeploymentId, reason: Reason, detail: &str) -> usize {
+        let taken: VecDeque<Pending> = {
+            let mut q = self
+                .pending
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let (taken, kept): (VecDeque<Pending>, VecDeque<Pending>) = std::mem::take(&mut *q)
+                .into_iter()
+                .partition(|p| p.deployment == *id);
+            *q = kept;
+            taken
+        };
+        let n = taken.len();
+        for p in taken {
+            Connection::new(p.stream).refuse(reason, detail);
+        }
+        n
     }
 
     /// Drops every waiting consumer that hung up, exited or waited too long.
@@ -264,5 +286,18 @@ impl ConsumerLink for SocketLink {
     fn alive(&mut self) -> Result<(), String> {
         repoch_issuer::os::peer::alive(&self.pidfd)?;
         hung_up(self.conn.stream())
+    }
+
+    /// The whole `persisted` frame within `PERSISTED_ACK_SECONDS_MAX` of the dispatch; a
+    /// consumer that dies or closes first ends the wait at once.
+    fn acknowledgement(&mut self) -> Result<Hash, String> {
+        let deadline = Instant::now() + Duration::from_secs(PERSISTED_ACK_SECONDS_MAX);
+        match self.conn.read_msg::<GrantMsg>(deadline) {
+            Ok(GrantMsg::Persisted { grant_sha256 }) => Ok(grant_sha256),
+            Ok(other) => Err(format!("expected persisted, got {other:?}")),
+            Err(e) => Err(format!(
+                "no acknowledgement (deadline {PERSISTED_ACK_SECONDS_MAX}s, PERSISTED_ACK_SECONDS_MAX): {e}"
+            )),
+        }
     }
 }

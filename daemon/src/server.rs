@@ -487,11 +487,20 @@ impl Daemon {
                 progress,
                 |expected, progress| registry.wait_for(expected, wait, progress),
             );
+            // A refusal of the epoch itself (used, or a log that does not verify): no
+            // consumer waiting for this deployment will ever get a grant; tell them.
+            let unissuable = match &result {
+                Err(Ended { refusals, .. }) => refusals
+                    .iter()
+                    .find(|r| epoch_unissuable(r.reason))
+                    .map(|r| (r.reason, r.to_string())),
+                Ok(_) => None,
+            };
             let event = match result {
                 Ok(done) => outcome_event(
                     Outcome::Granted,
                     vec![],
-                    "the grant was dispatched",
+                    "granted: the consumer acknowledged a durable grant",
                     Some(done.grant),
                 ),
                 Err(Ended {
@@ -511,6 +520,13 @@ impl Daemon {
             };
             log_event(&event);
             let _ = tx.blocking_send(event);
+            drop(tx);
+            if let Some((reason, detail)) = unissuable {
+                let n = d.registry.refuse_waiting(&deployment, reason, &detail);
+                if n > 0 {
+                    tracing::info!(%deployment, n, "told the waiting consumers: {reason}");
+                }
+            }
         });
         // Forward events; if the operator goes away the issuance still runs to its end.
         let mut client = Some(s);
@@ -531,6 +547,19 @@ impl Daemon {
         let _ = worker.await;
         crate::notify::notify("STATUS=waiting for recoveries");
     }
+}
+
+/// The refusals that say the epoch itself can never be issued (docs/REASONS.md).
+fn epoch_unissuable(r: Reason) -> bool {
+    matches!(
+        r,
+        Reason::EpochConsumed
+            | Reason::EpochTorn
+            | Reason::EpochCorrupt
+            | Reason::EpochForged
+            | Reason::EpochForeign
+            | Reason::EpochMissing
+    )
 }
 
 fn outcome_event(

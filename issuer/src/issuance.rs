@@ -1,7 +1,7 @@
 //! The issuance state machine (docs/ARCHITECTURE.md, "Issuance"), synchronous and typed.
 //!
 //! `Reserved → Observed → Connected → Intended → Custodied → Verified1 → Consumed →
-//! Receipted → Verified2 → Dispatched`: each step takes the previous state by value and
+//! Receipted → Verified2 → Dispatched → Granted`: each step takes the previous state by value and
 //! each state has only the next step's method. Only [`Verified1`] (what
 //! [`Custodied::verify`] returns) has `consume`, and only [`Verified2`] (what
 //! [`Receipted::verify`] returns) has `dispatch`, so skipping or reusing a final
@@ -84,6 +84,9 @@ pub trait ConsumerLink {
     /// not exited and its end of the connection is open. Asked right before `consume` and
     /// before `dispatch`, so a consumer that died is never consumed for nor sent a grant.
     fn alive(&mut self) -> Result<(), String>;
+    /// After the dispatch: waits, bounded by the link, for the consumer's acknowledgement
+    /// that its grant file is durable (`persisted`), and returns the sha256 it names.
+    fn acknowledgement(&mut self) -> Result<Hash, String>;
 }
 
 /// Before `consume` and `dispatch`: a consumer that went away ends `consumer-lost`.
@@ -740,7 +743,7 @@ pub struct Verified2<C> {
 impl<C: ConsumerLink> Verified2<C> {
     /// Step 10: send the grant and pass the held fence fds. A failure here is a lost reply:
     /// the outcome is uncertain, and the epoch is preserved as receipted.
-    pub fn dispatch(mut self) -> Result<Dispatched, Ended> {
+    pub fn dispatch(mut self) -> Result<Dispatched<C>, Ended> {
         // A consumer that went away gets nothing: `withheld{consumer-lost}`.
         if let Err(r) = still_alive(&mut self.consumer, &self.peer) {
             return Err(withhold(self.c, &mut self.consumer, r));
@@ -755,7 +758,17 @@ impl<C: ConsumerLink> Verified2<C> {
         );
         let fds: Vec<&OwnedFd> = self.c.fences.fds();
         match self.consumer.dispatch(&self.grant, &fds) {
-            Ok(()) => Ok(Dispatched { grant: self.grant }),
+            Ok(()) => {
+                // The fences are the consumer's now: repochd keeps none while it waits for
+                // the acknowledgement (only the issuer lock, until the issuance ends).
+                let mut c = self.c;
+                drop(std::mem::take(&mut c.fences));
+                Ok(Dispatched {
+                    c,
+                    consumer: self.consumer,
+                    grant: self.grant,
+                })
+            }
             Err(e) => Err(Ended {
                 outcome: Outcome::Uncertain,
                 refusals: vec![Refusal::new(Reason::ConsumerLost, "dispatch", "grant delivered", e.clone())],
@@ -766,13 +779,64 @@ impl<C: ConsumerLink> Verified2<C> {
     }
 }
 
-/// The end of a granted issuance: the grant bytes, for the operator's summary.
+/// Step 10 done: the grant and the fences left; whether the consumer holds them durably is
+/// not known yet.
+pub struct Dispatched<C> {
+    c: Common,
+    consumer: C,
+    grant: Vec<u8>,
+}
+
+impl<C: ConsumerLink> Dispatched<C> {
+    /// Step 11: the consumer's acknowledgement that its grant file is durable, naming the
+    /// grant's sha256. Only then is the issuance granted (docs/OPERATOR.md, "Outcomes").
+    /// Without it, in time and for these very bytes: "dispatched, not acknowledged", the
+    /// outcome uncertain, the epoch receipted and preserved, never reissued. Nothing is
+    /// appended: the receipt already holds the grant.
+    pub fn acknowledged(mut self) -> Result<Granted, Ended> {
+        let sha = Hash::of(&self.grant);
+        self.c.say(
+            "acknowledge",
+            "waiting for the consumer to acknowledge a durable grant",
+        );
+        let failed = |reason: Reason, observed: String| {
+            let r = Refusal::new(
+                reason,
+                "grant acknowledgement",
+                format!("the consumer's persisted {sha}"),
+                observed,
+            );
+            Ended {
+                outcome: Outcome::Uncertain,
+                detail: format!(
+                    "dispatched, not acknowledged: {r}; the consumer may or may not hold the grant; the epoch is receipted and preserved, never reissued"
+                ),
+                refusals: vec![r],
+                poisoned: false,
+            }
+        };
+        match self.consumer.acknowledgement() {
+            Ok(h) if h == sha => {
+                self.c.say(
+                    "acknowledge",
+                    format!("the consumer acknowledged its grant durable (sha256 {sha})"),
+                );
+                Ok(Granted { grant: self.grant })
+            }
+            Ok(h) => Err(failed(Reason::ProtocolError, format!("persisted {h}"))),
+            Err(e) => Err(failed(Reason::ConsumerLost, e)),
+        }
+    }
+}
+
+/// The end of a granted issuance (the consumer acknowledged a durable grant): the grant
+/// bytes, for the operator's summary.
 #[derive(Debug)]
-pub struct Dispatched {
+pub struct Granted {
     pub grant: Vec<u8>,
 }
 
-/// Runs all ten steps in order.
+/// Runs all eleven steps in order.
 pub fn run<C: ConsumerLink>(
     layout: &Layout,
     key: SigningKey,
@@ -784,7 +848,7 @@ pub fn run<C: ConsumerLink>(
         &Expected<'id>,
         &mut dyn FnMut(AdminEvent),
     ) -> Result<(C, Authenticated<'id>), Refusal>,
-) -> Result<Dispatched, Ended> {
+) -> Result<Granted, Ended> {
     use crate::barrier::reach;
     let reserved = Reserved::reserve(layout, key, id, approve_ready, progress)?;
     reach("after-reserve");
@@ -806,5 +870,5 @@ pub fn run<C: ConsumerLink>(
     reach("after-final-2");
     let dispatched = verified.dispatch()?;
     reach("after-dispatch");
-    Ok(dispatched)
+    dispatched.acknowledged()
 }

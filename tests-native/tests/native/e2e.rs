@@ -300,8 +300,14 @@ fn the_consumer_refuses_a_grant_signed_by_another_key() {
         c.stdout
     );
     assert!(!s.path("grant.cbor").exists());
-    // repochd dispatched: from its side the grant left; the epoch is receipted.
-    assert_eq!(r.code, 0, "{}", r.stdout);
+    // repochd dispatched, and the consumer never acknowledged a durable grant: not granted
+    // but "dispatched, not acknowledged" (uncertain, exit 3); the epoch stays receipted.
+    assert_eq!(r.code, 3, "{}", r.stdout);
+    assert_eq!(r.reasons(), ["consumer-lost"]);
+    assert_eq!(
+        records(&s, &id),
+        ["genesis", "intent", "consume", "receipt"]
+    );
 }
 
 #[test]

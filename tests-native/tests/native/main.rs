@@ -8,6 +8,7 @@ mod cross;
 mod deadlines;
 mod disks;
 mod e2e;
+mod granted;
 mod hostile;
 mod identity;
 mod inputs;

@@ -1,0 +1,463 @@
+//! What "granted" means (docs/OPERATOR.md, "Outcomes"): the consumer acknowledged a durable
+//! grant. The consumer (`repoch-consume`) is stopped at each of its named barriers
+//! (consumer/src/barrier.rs, `REPOCH_CONSUMER_BARRIER`) and SIGKILLed there; then the
+//! documented outcome: `repoch recover`'s exit code and outcome, the epoch never reissued
+//! (a second recovery refused, or, where nothing was written, recoverable again), a grant
+//! file at `--out` only if `repoch-consume verify` accepts it, and no temporary file at
+//! `--out`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use repoch_tests_native::*;
+
+use crate::e2e::{records, AtBarrier};
+
+/// A process killed (and reaped) on drop, its output collected on finish.
+struct Guard(Option<std::process::Child>);
+
+impl Guard {
+    fn spawn(mut c: Command) -> Guard {
+        Guard(Some(
+            c.stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn"),
+        ))
+    }
+    fn pid(&self) -> u32 {
+        self.0.as_ref().unwrap().id()
+    }
+    /// Waits for its exit, at most `limit`; `None` if it still runs.
+    fn finish_within(&mut self, limit: Duration) -> Option<Run> {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Ok(Some(_)) = self.0.as_mut().unwrap().try_wait() {
+                return Some(self.0.take().unwrap().wait_with_output().unwrap().into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+    fn finish(&mut self) -> Run {
+        self.finish_within(Duration::from_secs(60))
+            .expect("the process never ended")
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Whether `pid` is stopped (state T in /proc/PID/stat).
+fn stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('T'))
+    })
+}
+
+/// `repoch-consume receive` started with `REPOCH_CONSUMER_BARRIER=barrier`, its stderr in a
+/// file so the test can wait for the barrier line.
+struct AtConsumerBarrier {
+    child: Option<std::process::Child>,
+    log: PathBuf,
+    barrier: String,
+}
+
+impl AtConsumerBarrier {
+    fn start(s: &Sandbox, id: &str, barrier: &str, out: &str) -> AtConsumerBarrier {
+        let log = s.path(&format!("consumer-{barrier}.log"));
+        let child = s
+            .consumer(&id[..6], "consumer.key", out, &[])
+            .env("REPOCH_CONSUMER_BARRIER", barrier)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        AtConsumerBarrier {
+            child: Some(child),
+            log,
+            barrier: barrier.to_owned(),
+        }
+    }
+    fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+    /// The barrier line logged and the consumer stopped there.
+    fn reached(&self) {
+        let line = format!("barrier {} reached", self.barrier);
+        let start = Instant::now();
+        loop {
+            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            if text.contains(&line) && stopped(self.pid()) {
+                return;
+            }
+            assert!(
+                start.elapsed().as_secs() < DAEMON_WAIT_SECONDS_MAX,
+                "repoch-consume did not stop at {} (built without barriers? run `cargo test --workspace`):\n{text}",
+                self.barrier
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    /// SIGKILL at the barrier, reaped.
+    fn kill(&mut self) {
+        let mut c = self.child.take().unwrap();
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    /// SIGCONT: it goes on from the barrier; its output once it ends.
+    fn resume(&mut self) -> Run {
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(self.pid() as i32).unwrap(),
+            rustix::process::Signal::CONT,
+        )
+        .unwrap();
+        self.child
+            .take()
+            .unwrap()
+            .wait_with_output()
+            .unwrap()
+            .into()
+    }
+}
+
+impl Drop for AtConsumerBarrier {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn recover_bg(s: &Sandbox, id: &str, wait: u64) -> Guard {
+    Guard::spawn(s.recover(&id[..6], wait, &[]))
+}
+
+/// `repoch-consume --json verify` of `p`.
+fn verify(s: &Sandbox, p: &Path) -> Run {
+    s.run(
+        "repoch-consume",
+        &[
+            "--json",
+            "verify",
+            "--issuer-key",
+            s.issuer_pub().to_str().unwrap(),
+            p.to_str().unwrap(),
+        ],
+    )
+}
+
+/// The files the consumer may leave beside `--out`: its temporary names
+/// (`.NAME.<pid>.<random>.tmp`, docs/OPERATOR.md).
+fn temporaries(s: &Sandbox, out: &str) -> Vec<String> {
+    let prefix = format!(".{out}.");
+    std::fs::read_dir(s.path(""))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with(&prefix))
+        .collect()
+}
+
+/// A grant file exists at `--out` only if it verifies (never a partial or empty file, never
+/// a temporary one under the final name); returns whether one exists.
+fn out_is_whole_or_absent(s: &Sandbox, out: &str, id: &str) -> bool {
+    let p = s.path(out);
+    if !p.exists() {
+        return false;
+    }
+    let v = verify(s, &p);
+    assert_eq!(
+        v.code,
+        0,
+        "a grant file at --out that does not verify ({} bytes): {}",
+        std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0),
+        v.stdout
+    );
+    assert_eq!(v.json()["grant"]["deployment"], id);
+    true
+}
+
+/// Waits until repochd (whose log is the sandbox's `repochd.log`) registered consumer `pid`
+/// as waiting for a recovery.
+fn waiting(s: &Sandbox, pid: u32) {
+    let start = Instant::now();
+    loop {
+        let log = std::fs::read_to_string(s.path("repochd.log")).unwrap_or_default();
+        if log
+            .lines()
+            .any(|l| l.contains("waiting for a recovery") && l.contains(&format!("pid={pid} ")))
+        {
+            return;
+        }
+        assert!(
+            start.elapsed().as_secs() < DAEMON_WAIT_SECONDS_MAX,
+            "repochd never registered consumer {pid}:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The epoch is used: a second recovery (with a consumer waiting) is refused epoch-consumed
+/// and appends nothing; that consumer is told and exits 2.
+fn never_reissued(s: &Sandbox, id: &str) {
+    let before = records(s, id);
+    let mut c2 = Guard::spawn(s.consumer(&id[..6], "consumer.key", "grant2.cbor", &[]));
+    waiting(s, c2.pid());
+    let again: Run = Guard::spawn(s.recover(&id[..6], 1, &[])).finish();
+    assert_eq!(again.code, 2, "{}", again.stdout);
+    assert_eq!(again.reasons(), ["epoch-consumed"]);
+    assert_eq!(records(s, id), before, "a refused recovery appended");
+    let c2 = c2
+        .finish_within(Duration::from_secs(10))
+        .expect("the waiting consumer was never told its epoch is used");
+    assert_eq!(c2.code, 2, "{}{}", c2.stdout, c2.stderr);
+    assert!(!s.path("grant2.cbor").exists());
+}
+
+/// Killed before the key proof or right after it: nothing was written; the recovery finds
+/// no consumer (refused `consumer-absent`, exit 2) and the epoch stays recoverable: a
+/// recovery with a live consumer then grants.
+fn killed_before_any_recovery(barrier: &str) {
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let _d = s.daemon();
+    let mut c = AtConsumerBarrier::start(&s, &id, barrier, "grant.cbor");
+    c.reached();
+    // After its key proof repochd may register it as waiting: once dead it is dropped.
+    c.kill();
+    let r = Guard::spawn(s.recover(&id[..6], 2, &[])).finish();
+    assert_eq!(r.code, 2, "{barrier}: {}", r.stdout);
+    assert_eq!(r.reasons(), ["consumer-absent"], "{barrier}");
+    assert_eq!(records(&s, &id), ["genesis"], "{barrier}");
+    assert_eq!(s.status(&id).json()["epoch"], "enrolled");
+    assert!(!out_is_whole_or_absent(&s, "grant.cbor", &id));
+    assert!(temporaries(&s, "grant.cbor").is_empty());
+    // Recoverable again.
+    let mut live = Guard::spawn(s.consumer(&id[..6], "consumer.key", "grant.cbor", &[]));
+    let r = Guard::spawn(s.recover(&id[..6], 20, &[])).finish();
+    assert_eq!(r.code, 0, "{barrier}: {}", r.stdout);
+    assert_eq!(live.finish().code, 0);
+    assert!(out_is_whole_or_absent(&s, "grant.cbor", &id));
+}
+
+#[test]
+fn consumer_killed_after_hello_burns_nothing_and_the_epoch_stays_recoverable() {
+    require_root!();
+    killed_before_any_recovery("after-hello");
+}
+
+#[test]
+fn consumer_killed_after_its_key_proof_burns_nothing_and_the_epoch_stays_recoverable() {
+    require_root!();
+    killed_before_any_recovery("after-key-proof");
+}
+
+#[test]
+fn consumer_killed_after_custody_is_withheld_and_never_reissued() {
+    // repochd stops right after reading the custody answer; the consumer is killed at its
+    // own after-custody barrier; repochd goes on: before `consume` it finds the peer gone
+    // and withholds consumer-lost (refused, exit 2): nothing consumed, no grant made.
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let d = AtBarrier::start(&s, "after-custody");
+    let mut c = AtConsumerBarrier::start(&s, &id, "after-custody", "grant.cbor");
+    let mut rec = recover_bg(&s, &id, 20);
+    c.reached();
+    d.reached();
+    c.kill();
+    d.signal(rustix::process::Signal::CONT);
+    let r = rec.finish();
+    assert_eq!(r.code, 2, "{}", r.stdout);
+    assert_eq!(r.outcome()["outcome"], "refused");
+    assert_eq!(r.reasons(), ["consumer-lost"]);
+    assert_eq!(records(&s, &id), ["genesis", "intent", "withheld"]);
+    assert!(!out_is_whole_or_absent(&s, "grant.cbor", &id));
+    assert!(temporaries(&s, "grant.cbor").is_empty());
+    never_reissued(&s, &id);
+}
+
+/// The grant dispatched; the consumer killed at `barrier` before it acknowledged: recover
+/// reports "dispatched, not acknowledged" (uncertain, exit 3, reason consumer-lost), the
+/// epoch stays receipted and is never reissued. Returns the sandbox and id for more checks.
+fn killed_after_dispatch(barrier: &str) -> (Sandbox, String) {
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let _d = s.daemon();
+    let mut c = AtConsumerBarrier::start(&s, &id, barrier, "grant.cbor");
+    let mut rec = recover_bg(&s, &id, 20);
+    c.reached();
+    c.kill();
+    let r = rec.finish();
+    assert_eq!(
+        r.code, 3,
+        "{barrier}: dispatched, not acknowledged: {}",
+        r.stdout
+    );
+    assert_eq!(r.outcome()["outcome"], "uncertain");
+    assert_eq!(r.reasons(), ["consumer-lost"]);
+    assert!(
+        r.outcome()["detail"]
+            .as_str()
+            .unwrap()
+            .contains("not acknowledged"),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(
+        records(&s, &id),
+        ["genesis", "intent", "consume", "receipt"]
+    );
+    assert_eq!(s.status(&id).json()["epoch"], "receipted");
+    never_reissued(&s, &id);
+    (s, id)
+}
+
+#[test]
+fn consumer_killed_after_receiving_the_grant_is_not_granted() {
+    // Before: recover said granted (exit 0) though no grant was ever persisted.
+    require_root!();
+    let (s, id) = killed_after_dispatch("after-receive");
+    assert!(!out_is_whole_or_absent(&s, "grant.cbor", &id));
+    assert!(temporaries(&s, "grant.cbor").is_empty());
+}
+
+#[test]
+fn consumer_killed_with_its_grant_written_but_not_linked_leaves_only_a_temporary_file() {
+    require_root!();
+    let (s, id) = killed_after_dispatch("persist-after-write");
+    assert!(!out_is_whole_or_absent(&s, "grant.cbor", &id));
+    let t = temporaries(&s, "grant.cbor");
+    assert_eq!(t.len(), 1, "{t:?}");
+    assert!(t[0].ends_with(".tmp"), "{t:?}");
+}
+
+#[test]
+fn consumer_killed_after_persisting_before_acknowledging_is_uncertain_and_its_grant_verifies() {
+    require_root!();
+    let (s, id) = killed_after_dispatch("after-persist");
+    assert!(out_is_whole_or_absent(&s, "grant.cbor", &id));
+    assert!(temporaries(&s, "grant.cbor").is_empty());
+}
+
+#[test]
+fn consumer_killed_after_acknowledging_is_granted() {
+    // The acknowledgement is sent: granted (exit 0) means the consumer acknowledged a
+    // durable grant, even if it dies before exec'ing the new root.
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let _d = s.daemon();
+    let mut c = AtConsumerBarrier::start(&s, &id, "after-acknowledge", "grant.cbor");
+    let mut rec = recover_bg(&s, &id, 20);
+    c.reached();
+    c.kill();
+    let r = rec.finish();
+    assert_eq!(r.code, 0, "{}", r.stdout);
+    assert_eq!(r.outcome()["outcome"], "granted");
+    assert!(out_is_whole_or_absent(&s, "grant.cbor", &id));
+    assert_eq!(
+        verify(&s, &s.path("grant.cbor")).json()["grant"]["sha256"],
+        r.outcome()["grant"]["sha256"]
+    );
+    assert!(temporaries(&s, "grant.cbor").is_empty());
+    assert_eq!(
+        records(&s, &id),
+        ["genesis", "intent", "consume", "receipt"]
+    );
+    never_reissued(&s, &id);
+}
+
+#[test]
+fn a_consumer_that_cannot_deliver_its_acknowledgement_is_uncertain_with_its_grant_kept() {
+    // repochd stops right after the dispatch and is killed once the consumer made its grant
+    // durable; the consumer's acknowledgement finds no one: it exits 3 (uncertain) without
+    // exec'ing, its grant file verifying; recover, having lost repochd, says uncertain.
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let d = AtBarrier::start(&s, "after-dispatch");
+    let held = s.path("held.txt");
+    let mut c = AtConsumerBarrier::start(&s, &id, "after-persist", "grant.cbor");
+    let mut rec = recover_bg(&s, &id, 20);
+    d.reached();
+    c.reached();
+    drop(d); // SIGKILL
+    let r = rec.finish();
+    assert_eq!(r.code, 3, "{}", r.stdout);
+    let out = c.resume();
+    assert_eq!(out.code, 3, "{}{}", out.stdout, out.stderr);
+    assert_eq!(out.json()["outcome"], "uncertain", "{}", out.stdout);
+    assert!(!held.exists());
+    assert!(out_is_whole_or_absent(&s, "grant.cbor", &id));
+    assert!(temporaries(&s, "grant.cbor").is_empty());
+    assert_eq!(
+        records(&s, &id),
+        ["genesis", "intent", "consume", "receipt"]
+    );
+}
+
+#[test]
+fn a_waiting_consumer_is_told_when_its_epoch_is_found_used() {
+    // The epoch is used (withheld); a consumer waits; `repoch recover` is refused
+    // epoch-consumed at reserve: the waiting consumer is told at once (exit 2, refused,
+    // epoch-consumed), not left to wait out its own timeout (30 s here).
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    s.use_epoch(&id);
+    let _d = s.daemon();
+    let mut c = Guard::spawn(s.consumer(&id[..6], "consumer.key", "grant.cbor", &[]));
+    waiting(&s, c.pid());
+    let r = Guard::spawn(s.recover(&id[..6], 1, &[])).finish();
+    assert_eq!(r.code, 2, "{}", r.stdout);
+    assert_eq!(r.reasons(), ["epoch-consumed"]);
+    let out = c
+        .finish_within(Duration::from_secs(10))
+        .expect("the waiting consumer was never told");
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    let j = out.json();
+    assert_eq!(j["outcome"], "refused", "{}", out.stdout);
+    assert_eq!(j["reason"], "epoch-consumed", "{}", out.stdout);
+    assert!(!s.path("grant.cbor").exists());
+}
+
+#[test]
+fn consume_json_names_each_outcome_as_the_exit_codes_table_does() {
+    // One rule (docs/EXIT-CODES.md): the `outcome` of `--json` is the table's name for the
+    // exit code: 2 refused, 3 uncertain, 64 usage. Here: no repochd (2), an existing --out
+    // (64, before connecting: nothing can be used), repochd lost after the challenge (3).
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let none = Guard::spawn(s.consumer(&id[..6], "consumer.key", "grant.cbor", &[])).finish();
+    assert_eq!(none.code, 2, "{}", none.stdout);
+    assert_eq!(none.json()["outcome"], "refused", "{}", none.stdout);
+    std::fs::write(s.path("taken.cbor"), b"").unwrap();
+    let taken = Guard::spawn(s.consumer(&id[..6], "consumer.key", "taken.cbor", &[])).finish();
+    assert_eq!(taken.code, 64, "{}", taken.stdout);
+    assert_eq!(taken.json()["outcome"], "usage", "{}", taken.stdout);
+    assert_eq!(std::fs::read(s.path("taken.cbor")).unwrap(), b"");
+    let d = AtBarrier::start(&s, "after-receipt");
+    let mut c = Guard::spawn(s.consumer(&id[..6], "consumer.key", "grant.cbor", &[]));
+    let mut rec = recover_bg(&s, &id, 20);
+    d.reached();
+    drop(d); // SIGKILL
+    assert_eq!(rec.finish().code, 3);
+    let lost = c.finish();
+    assert_eq!(lost.code, 3, "{}", lost.stdout);
+    assert_eq!(lost.json()["outcome"], "uncertain", "{}", lost.stdout);
+    assert!(!s.path("grant.cbor").exists());
+}
