@@ -176,7 +176,8 @@ fn main() {
         Some("rogue-consumer") => {
             // Speaks the consumer protocol correctly, then shuts its receiving side right
             // after answering the challenge: the grant's dispatch fails (a lost reply). With a
-            // fifth argument `exit` it exits instead.
+            // fifth argument `exit` it exits instead; with `wrong-ack` it reads the grant and
+            // acknowledges it `persisted` naming another sha256, then lives on.
             use repoch_protocol::wire::{read_msg, write_msg, GrantMsg};
             let key = repoch_protocol::sign::signing_key_from_hex(
                 &std::fs::read_to_string(&args[4]).unwrap(),
@@ -204,6 +205,21 @@ fn main() {
                         write_msg(&mut s, &GrantMsg::Custody(c.answer(&key))).unwrap();
                         if args.get(5).map(String::as_str) == Some("exit") {
                             std::process::exit(0);
+                        }
+                        if args.get(5).map(String::as_str) == Some("wrong-ack") {
+                            let Ok(GrantMsg::Grant(g)) = read_msg::<GrantMsg>(&mut s) else {
+                                std::process::exit(1)
+                            };
+                            let mut other = repoch_protocol::Hash::of(&g);
+                            other.0[0] ^= 1;
+                            write_msg(
+                                &mut s,
+                                &GrantMsg::Persisted {
+                                    grant_sha256: other,
+                                },
+                            )
+                            .unwrap();
+                            sleep_forever();
                         }
                         s.shutdown(std::net::Shutdown::Read).unwrap();
                         sleep_forever();

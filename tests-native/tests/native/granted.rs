@@ -461,3 +461,30 @@ fn consume_json_names_each_outcome_as_the_exit_codes_table_does() {
     assert_eq!(lost.json()["outcome"], "uncertain", "{}", lost.stdout);
     assert!(!s.path("grant.cbor").exists());
 }
+
+#[test]
+fn an_acknowledgement_naming_other_bytes_is_not_granted() {
+    // A consumer (the helper, enrolled as the consumer) acknowledges `persisted` with a
+    // sha256 that is not the dispatched grant's: not granted; uncertain (exit 3),
+    // protocol-error, the epoch receipted and never reissued.
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll_with_helper_consumer();
+    let d = s.daemon();
+    let rogue = spawn_ready(helper(&[
+        "rogue-consumer",
+        s.grant_socket().to_str().unwrap(),
+        &id[..6],
+        s.path("consumer.key").to_str().unwrap(),
+        "wrong-ack",
+    ]));
+    d.wait_log(&format!("pid={}", rogue.pid()));
+    let r = Guard::spawn(s.recover(&id[..6], 10, &[])).finish();
+    assert_eq!(r.code, 3, "{}", r.stdout);
+    assert_eq!(r.outcome()["outcome"], "uncertain");
+    assert_eq!(r.reasons(), ["protocol-error"]);
+    assert_eq!(
+        records(&s, &id),
+        ["genesis", "intent", "consume", "receipt"]
+    );
+}
