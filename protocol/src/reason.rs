@@ -77,7 +77,7 @@ reasons! {
     ConsumerAbsent = "consumer-absent", "No authenticated consumer connected before the deadline. Nothing was written.", "Start `repoch-consume receive` and recover again.";
     ConsumerRejected = "consumer-rejected", "A peer on the grant socket failed authentication (uid not any deployment's consumer, gid, executable, cgroup, key, the proof of its key, or not the sole holder of its connection).", "Only the enrolled consumer may receive the grant; nothing was written.";
     CustodyInvalid = "custody-invalid", "The consumer's custody signature does not verify against its enrolled key.", "Check the consumer's key file.";
-    ConsumerLost = "consumer-lost", "The consumer went away after the intent, or did not acknowledge a durable grant after the dispatch (dispatched, not acknowledged).", "The epoch is uncertain and kept; never reissued. Look for the grant file at the consumer's `--out` (`repoch-consume verify`).";
+    ConsumerLost = "consumer-lost", "The consumer went away after the intent: gone before `consume` or before the dispatch (withheld: no grant sent), or silent after the dispatch without acknowledging a durable grant (uncertain: dispatched, not acknowledged).", "The epoch is used and kept, never reissued. When uncertain, look for the grant file at the consumer's `--out` (`repoch-consume verify`).";
     DaemonUnreachable = "daemon-unreachable", "repoch could not reach repochd on its admin socket.", "Start repochd (or its socket unit) and retry; nothing was written.";
     AdminDenied = "admin-denied", "The admin socket peer is not root.", "Run as root.";
     ProtocolError = "protocol-error", "A peer sent a malformed, oversized or unexpected frame, or timed out.", "Check versions of repoch and the peer.";
