@@ -2,6 +2,7 @@
 //! cgroups and file systems. One binary, one module per area; a fresh sandbox per test.
 
 mod abuse;
+mod acceptance;
 mod bounded;
 mod containment;
 mod cross;
