@@ -97,6 +97,7 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_flood_of_hostile_connections_from_another_user_neither_delays_nor_touches_a_real_recovery() {
     // A recovery waits for its consumer. As uid 65534, 1,000 idle connections and 100 each
     // of drip-feeders, oversized and zero lengths, garbage and truncated frames hit the
@@ -226,6 +227,7 @@ while True:
 const HOARDED_FDS: u64 = 17_000;
 
 #[test]
+#[ignore = "needs root"]
 fn another_user_holding_many_descriptors_cannot_deny_a_recovery() {
     // The consumer's sole-holder check and the lock and socket holder searches walk every
     // process's descriptors. As uid 65534, one process holds 17,000 (past the old bound of

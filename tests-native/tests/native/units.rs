@@ -17,6 +17,7 @@ fn reasons(r: &Run) -> Vec<String> {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn units_masked_active_reload_pending_and_absent_systemd() {
     require_root!();
     let s = Sandbox::new();

@@ -1,0 +1,114 @@
+//! The suite's own rules, checked on its source: a test that needs root is listed as
+//! ignored when it cannot run, never reported as passed (README.md, "Test it").
+
+use std::path::{Path, PathBuf};
+
+/// Test source files scanned (a bound on the walk, far above the suite's size).
+const SOURCE_FILES_MAX: usize = 1000;
+
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            sources(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+        assert!(
+            out.len() <= SOURCE_FILES_MAX,
+            "more than {SOURCE_FILES_MAX} files"
+        );
+    }
+}
+
+/// A test function's name, attribute lines and body.
+type TestFn = (String, Vec<String>, String);
+
+/// A line that calls the macro (as a statement, the only way the suite uses it).
+fn calls_require_root(line: &str) -> bool {
+    line.trim() == "require_root!();"
+}
+
+/// Every `#[test]` function of `src` (rustfmt layout: attributes, then `fn`, then a body
+/// closed by `}` at the attribute's indentation): (name, attribute lines, body), and every
+/// line that calls `require_root!` outside any test body.
+fn tests_of(src: &str) -> (Vec<TestFn>, Vec<usize>) {
+    let lines: Vec<&str> = src.lines().collect();
+    let mut tests = Vec::new();
+    let mut in_test = vec![false; lines.len()];
+    for (k, l) in lines.iter().enumerate() {
+        if l.trim() != "#[test]" {
+            continue;
+        }
+        let indent = &l[..l.len() - l.trim_start().len()];
+        let close = format!("{indent}}}");
+        let mut attrs = Vec::new();
+        let mut m = k + 1;
+        while lines[m].trim_start().starts_with("#[") {
+            attrs.push(lines[m].trim().to_owned());
+            m += 1;
+        }
+        let name = lines[m]
+            .trim()
+            .trim_start_matches("fn ")
+            .split('(')
+            .next()
+            .unwrap()
+            .to_owned();
+        let end = (m..lines.len())
+            .find(|&j| lines[j] == close)
+            .unwrap_or_else(|| panic!("{name}: no closing brace at its indentation"));
+        for f in in_test.iter_mut().take(end + 1).skip(k) {
+            *f = true;
+        }
+        tests.push((name, attrs, lines[m..=end].join("\n")));
+    }
+    let stray = lines
+        .iter()
+        .enumerate()
+        .filter(|(k, l)| !in_test[*k] && calls_require_root(l))
+        .map(|(k, _)| k + 1)
+        .collect();
+    (tests, stray)
+}
+
+#[test]
+fn every_test_that_needs_root_is_marked_ignored() {
+    // A test that calls `require_root!` must carry `#[ignore = "needs root"]`: as another
+    // user `cargo test` then lists it as ignored, and `--include-ignored` runs it (as
+    // another user it fails, naming root). Without the attribute a plain run would fail as
+    // a user; with an early return instead it would read as passed without having run.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let mut files = Vec::new();
+    sources(&dir, &mut files);
+    files.sort();
+    let mut missing = Vec::new();
+    let mut stray = Vec::new();
+    let mut marked = 0;
+    for f in &files {
+        let src = std::fs::read_to_string(f).unwrap();
+        let (tests, outside) = tests_of(&src);
+        for (name, attrs, body) in tests {
+            if !body.lines().any(calls_require_root) {
+                continue;
+            }
+            if attrs.iter().any(|a| a == "#[ignore = \"needs root\"]") {
+                marked += 1;
+            } else {
+                missing.push(format!("{}: {name}", f.display()));
+            }
+        }
+        stray.extend(outside.iter().map(|l| format!("{}:{l}", f.display())));
+    }
+    assert!(
+        missing.is_empty(),
+        "tests that call require_root! without #[ignore = \"needs root\"]:\n{}",
+        missing.join("\n")
+    );
+    assert!(
+        stray.is_empty(),
+        "require_root! called outside a test's body (its callers cannot be checked): {stray:?}"
+    );
+    // The scan found the root tests at all (a layout it cannot parse would find none).
+    assert!(marked > 100, "only {marked} root tests found");
+}
