@@ -659,6 +659,9 @@ impl AtBarrier {
         assert!(d.text().contains("barriers=true"), "this repochd was built without barriers: build it with `cargo test --workspace` (a plain `cargo build` leaves one without)");
         d
     }
+    pub(crate) fn pid(&self) -> u32 {
+        self.daemon.id()
+    }
     pub(crate) fn text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }

@@ -5,6 +5,7 @@ mod abuse;
 mod acceptance;
 mod bounded;
 mod containment;
+mod contenders;
 mod cross;
 mod deadlines;
 mod disks;
