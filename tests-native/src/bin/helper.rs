@@ -30,6 +30,13 @@
 //!   with a bogus prefix and exit, LIVE connections with such hellos and IDLE silent ones,
 //!   re-opened whenever repochd closes one, until killed.
 //! * `hello-exit SOCKET PREFIX` — sends `hello`, waits a moment, exits.
+//! * `peek-consumer SOCKET PREFIX KEY REPORT [answer|wrong-key|half-close]` — a consumer
+//!   with the enrolled key (run it as the enrolled executable) that answers the challenge
+//!   (`answer`), signs it with a stranger's key (`wrong-key`) or shuts its sending side
+//!   instead (`half-close`). Then, before reading anything more, it waits until bytes are
+//!   queued and peeks them (non-blocking `MSG_PEEK`): the kind of every whole frame queued;
+//!   then reads to EOF with `recvmsg`, counting any `SCM_RIGHTS` fds. Writes one JSON line
+//!   to REPORT: `{"peeked": [kinds], "frames": [kinds], "reason", "bytes", "fds"}`.
 //! * `hello-then-share SOCKET PREFIX KEY OUTFILE` — connects, lets a child (`sleep`) inherit
 //!   the connection, then speaks the consumer protocol with the real key, logging each
 //!   message to OUTFILE.
@@ -48,6 +55,12 @@ const EXEC_WAIT_TRIES_MAX: u32 = 1000;
 const DEAD_PEER_MILLISECONDS: u64 = 500;
 /// The flood re-opens closed connections this often.
 const FLOOD_ROUND_MILLISECONDS: u64 = 50;
+
+/// The peek consumer's longest wait for repochd's answer after the challenge (a barrier
+/// test holds repochd stopped meanwhile).
+const PEEK_WAIT_SECONDS_MAX: u64 = 60;
+/// The most bytes the peek consumer peeks or reads after the challenge.
+const PEEK_BYTES_MAX: usize = 1 << 20;
 
 /// A prefix no deployment has (all-zero ids are never minted by enrollment's getrandom in
 /// any test's lifetime; the flood only needs "unknown").
@@ -112,6 +125,103 @@ fn lock(path: &str, cloexec: bool) -> std::os::fd::OwnedFd {
     }
     eprintln!("repoch-test-helper: {path} stayed locked");
     std::process::exit(4);
+}
+
+/// The kind of every whole frame at the start of `b`: `refused`, `grant`, ... (a partial
+/// frame at the end is left out).
+fn frame_kinds(b: &[u8]) -> Vec<String> {
+    use repoch_protocol::cbor::Canonical as _;
+    use repoch_protocol::wire::GrantMsg;
+    let mut out = Vec::new();
+    let mut at = 0;
+    while b.len() >= at + 4 {
+        let len = u32::from_be_bytes(b[at..at + 4].try_into().unwrap()) as usize;
+        let Some(body) = b.get(at + 4..at + 4 + len) else {
+            break;
+        };
+        out.push(match GrantMsg::from_bytes(body) {
+            Ok(GrantMsg::Refused { .. }) => "refused".to_owned(),
+            Ok(GrantMsg::Grant(_)) => "grant".to_owned(),
+            Ok(m) => format!("{m:?}")
+                .split([' ', '(', '{'])
+                .next()
+                .unwrap()
+                .to_owned(),
+            Err(e) => format!("undecodable: {e}"),
+        });
+        at += 4 + len;
+    }
+    out
+}
+
+/// After the challenge: peek what is queued (every whole frame), then read to EOF with
+/// recvmsg, counting fds passed. Returns the report line.
+fn peek_then_drain(s: &std::os::unix::net::UnixStream) -> serde_json::Value {
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    let start = std::time::Instant::now();
+    let mut buf = vec![0u8; PEEK_BYTES_MAX];
+    // Wait until something is queued, then until the first frame is whole (or EOF).
+    let peeked = loop {
+        assert!(
+            start.elapsed().as_secs() < PEEK_WAIT_SECONDS_MAX,
+            "nothing from repochd within {PEEK_WAIT_SECONDS_MAX}s"
+        );
+        match rustix::net::recv(s, &mut buf, RecvFlags::PEEK | RecvFlags::DONTWAIT) {
+            Ok((0, _)) => break Vec::new(),
+            Ok((n, _)) => {
+                let kinds = frame_kinds(&buf[..n]);
+                if !kinds.is_empty() {
+                    break kinds;
+                }
+            }
+            Err(e) if e == rustix::io::Errno::AGAIN => {}
+            Err(e) => panic!("peek: {e}"),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    // Now read everything, to EOF, through recvmsg: any fd passed is seen here.
+    s.set_read_timeout(Some(std::time::Duration::from_secs(PEEK_WAIT_SECONDS_MAX)))
+        .unwrap();
+    let mut got = Vec::new();
+    let mut fds = 0usize;
+    loop {
+        let mut space = vec![
+            std::mem::MaybeUninit::uninit();
+            rustix::cmsg_space!(ScmRights(repoch_protocol::limits::FENCES_MAX))
+        ];
+        let mut anc = RecvAncillaryBuffer::new(&mut space);
+        let r = rustix::net::recvmsg(
+            s,
+            &mut [std::io::IoSliceMut::new(&mut buf)],
+            &mut anc,
+            RecvFlags::CMSG_CLOEXEC,
+        );
+        for m in anc.drain() {
+            if let RecvAncillaryMessage::ScmRights(rights) = m {
+                fds += rights.count();
+            }
+        }
+        match r {
+            Ok(r) if r.bytes == 0 => break,
+            Ok(r) => got.extend_from_slice(&buf[..r.bytes]),
+            Err(e) if e == rustix::io::Errno::CONNRESET => break,
+            Err(e) => panic!("recvmsg: {e}"),
+        }
+        assert!(
+            got.len() <= PEEK_BYTES_MAX,
+            "more than {PEEK_BYTES_MAX} bytes"
+        );
+    }
+    let reason = match got.get(4..).map(|b| {
+        <repoch_protocol::wire::GrantMsg as repoch_protocol::cbor::Canonical>::from_bytes(b)
+    }) {
+        Some(Ok(repoch_protocol::wire::GrantMsg::Refused { reason, .. })) => {
+            reason.as_str().to_owned()
+        }
+        _ => String::new(),
+    };
+    serde_json::json!({"peeked": peeked, "frames": frame_kinds(&got), "reason": reason,
+        "bytes": got.len(), "fds": fds})
 }
 
 fn ready() {
@@ -231,6 +341,59 @@ fn main() {
                     }
                 }
             }
+        }
+        Some("peek-consumer") => {
+            use repoch_protocol::wire::{read_msg, write_msg, GrantMsg};
+            let key = repoch_protocol::sign::signing_key_from_hex(
+                &std::fs::read_to_string(&args[4]).unwrap(),
+            )
+            .unwrap();
+            let report = &args[5];
+            let mode = args.get(6).map_or("answer", String::as_str);
+            let mut s = std::os::unix::net::UnixStream::connect(&args[2]).expect("connect");
+            hello(
+                &mut s,
+                &args[3],
+                repoch_protocol::PublicKey::from(&key.verifying_key()),
+            )
+            .unwrap();
+            ready();
+            // Until the challenge, read_msg (exact frames: nothing after it is consumed).
+            loop {
+                match read_msg::<GrantMsg>(&mut s) {
+                    Ok(GrantMsg::Prove(p)) => {
+                        write_msg(&mut s, &GrantMsg::Proof(p.answer(&key))).unwrap();
+                    }
+                    Ok(GrantMsg::Challenge(c)) => {
+                        match mode {
+                            "answer" => write_msg(&mut s, &GrantMsg::Custody(c.answer(&key))),
+                            "wrong-key" => {
+                                write_msg(&mut s, &GrantMsg::Custody(c.answer(&stranger_key())))
+                            }
+                            "half-close" => s.shutdown(std::net::Shutdown::Write),
+                            m => panic!("peek-consumer: unknown mode {m}"),
+                        }
+                        .unwrap();
+                        break;
+                    }
+                    Ok(GrantMsg::Accepted) => {}
+                    Ok(m) => {
+                        append(
+                            report,
+                            &serde_json::json!({"before-challenge": format!("{m:?}")}).to_string(),
+                        );
+                        std::process::exit(1);
+                    }
+                    Err(e) => {
+                        append(
+                            report,
+                            &serde_json::json!({"before-challenge": e.to_string()}).to_string(),
+                        );
+                        std::process::exit(1);
+                    }
+                }
+            }
+            append(report, &peek_then_drain(&s).to_string());
         }
         Some("drip-consumer") => {
             // A correct consumer that drip-feeds its custody answer: each byte arrives well

@@ -822,23 +822,145 @@ fn kill_after_the_second_final_verification_leaves_the_epoch_receipted() {
     );
 }
 
+/// The consumer side of a refusal test: the real `repoch-consume` with a command that would
+/// create a marker file, or the helper's `peek-consumer` (enrolled as the consumer
+/// executable, with the real key) that peeks what repochd queued before reading it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Side {
+    Real,
+    Peek,
+}
+
+impl Side {
+    pub(crate) const BOTH: [Side; 2] = [Side::Real, Side::Peek];
+
+    /// The enrolled consumer executable.
+    pub(crate) fn exe(self) -> std::path::PathBuf {
+        match self {
+            Side::Real => bin("repoch-consume"),
+            Side::Peek => bin("repoch-test-helper"),
+        }
+    }
+
+    /// The sandbox's manifest with `extra`, this side's executable as the consumer.
+    pub(crate) fn manifest(self, s: &Sandbox, extra: &str) -> String {
+        s.manifest(extra).replace(
+            &bin("repoch-consume").display().to_string(),
+            &self.exe().display().to_string(),
+        )
+    }
+
+    pub(crate) fn enroll(self, s: &Sandbox, extra: &str) -> String {
+        s.enroll_with(&self.manifest(s, extra))
+    }
+}
+
+/// A consumer of either side, started from `exe` (the enrolled executable or a copy).
+pub(crate) enum Consumer {
+    Real(std::process::Child),
+    Peek(Proc),
+}
+
+impl Consumer {
+    pub(crate) fn start(s: &Sandbox, id: &str, side: Side, exe: &std::path::Path) -> Consumer {
+        Consumer::start_mode(s, id, side, exe, "answer")
+    }
+
+    /// `mode`: the peek consumer's answer to the challenge (answer, wrong-key, half-close).
+    pub(crate) fn start_mode(
+        s: &Sandbox,
+        id: &str,
+        side: Side,
+        exe: &std::path::Path,
+        mode: &str,
+    ) -> Consumer {
+        match side {
+            Side::Real => {
+                let marker = s.path("marker");
+                Consumer::Real(
+                    s.consumer_from(
+                        exe,
+                        &id[..6],
+                        "consumer.key",
+                        "grant.cbor",
+                        &["/usr/bin/touch", marker.to_str().unwrap()],
+                    )
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap(),
+                )
+            }
+            Side::Peek => {
+                let mut c = Command::new(exe);
+                c.args(["peek-consumer"])
+                    .arg(s.grant_socket())
+                    .arg(&id[..6])
+                    .arg(s.path("consumer.key"))
+                    .arg(s.path("peek.json"))
+                    .arg(mode);
+                Consumer::Peek(spawn_ready(c))
+            }
+        }
+    }
+
+    /// The consumer's end, with the proof that no grant byte reached it: the real consumer
+    /// exits non-zero, persisted no grant and never started its command (no marker); the
+    /// peek consumer found a `refused` frame queued first, and nothing else, no grant frame
+    /// and no fd, when it read to EOF. Returns the real consumer's run (exit, stdout).
+    pub(crate) fn refused_without_a_grant_byte(self, s: &Sandbox, reason: &str) -> Option<Run> {
+        match self {
+            Consumer::Real(c) => {
+                let r = finish(c);
+                assert_ne!(r.code, 0, "the consumer succeeded: {}", r.stdout);
+                assert!(!s.path("grant.cbor").exists(), "a grant was persisted");
+                assert!(
+                    !s.path("marker").exists(),
+                    "the consumer started its command: a grant reached it"
+                );
+                Some(r)
+            }
+            Consumer::Peek(mut p) => {
+                let status = p.child.wait().unwrap();
+                let report = std::fs::read_to_string(s.path("peek.json")).unwrap_or_default();
+                assert!(status.success(), "peek-consumer: {status}: {report}");
+                let j: serde_json::Value =
+                    serde_json::from_str(report.trim()).unwrap_or_else(|e| panic!("{e}: {report}"));
+                assert_eq!(j["peeked"][0], "refused", "queued first: {j}");
+                assert_eq!(
+                    j["frames"],
+                    serde_json::json!(["refused"]),
+                    "read to EOF: {j}"
+                );
+                assert_eq!(j["fds"], 0, "fds passed with the refusal: {j}");
+                assert_eq!(j["reason"], reason, "{j}");
+                None
+            }
+        }
+    }
+}
+
 /// repochd stopped at `barrier`; the world changes (`mutate`); repochd continues. The next
 /// final verification must see it: `withheld{evidence-changed}` appended after `kept`,
-/// nothing granted, the consumer refused; `naming` appears in the refusal.
+/// nothing granted, the consumer refused without a grant byte; `naming` appears in the
+/// refusal.
 fn late_mutation(
     s: &Sandbox,
     id: &str,
+    side: Side,
     barrier: &str,
     mutate: impl FnOnce(),
     kept: &[&str],
     naming: &str,
 ) {
-    late_mutation_with(s, id, barrier, mutate, kept, naming, &bin("repoch-consume"));
+    late_mutation_with(s, id, side, barrier, mutate, kept, naming, &side.exe());
 }
 
+#[allow(clippy::too_many_arguments)]
 fn late_mutation_with(
     s: &Sandbox,
     id: &str,
+    side: Side,
     barrier: &str,
     mutate: impl FnOnce(),
     kept: &[&str],
@@ -846,11 +968,7 @@ fn late_mutation_with(
     consumer_exe: &std::path::Path,
 ) {
     let d = AtBarrier::start(s, barrier);
-    let consumer = s
-        .consumer_from(consumer_exe, &id[..6], "consumer.key", "grant.cbor", &[])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let consumer = Consumer::start(s, id, side, consumer_exe);
     let rec = recover_bg(s, &id[..6], 20);
     d.reached();
     mutate();
@@ -863,10 +981,10 @@ fn late_mutation_with(
         "{}",
         r.stdout
     );
-    let c = finish(consumer);
-    assert_eq!(c.code, 2, "{barrier}: {}", c.stdout);
-    assert!(c.stdout.contains("evidence-changed"), "{}", c.stdout);
-    assert!(!s.path("grant.cbor").exists());
+    if let Some(c) = consumer.refused_without_a_grant_byte(s, "evidence-changed") {
+        assert_eq!(c.code, 2, "{barrier}: {}", c.stdout);
+        assert!(c.stdout.contains("evidence-changed"), "{}", c.stdout);
+    }
     let mut want: Vec<&str> = kept.to_vec();
     want.push("withheld");
     assert_eq!(records(s, id), want, "{barrier}");
@@ -884,17 +1002,20 @@ fn late_mutation_with(
 #[ignore = "needs root"]
 fn ready_changed_after_the_intent_is_withheld_at_the_first_final_verification() {
     require_root!();
-    let s = Sandbox::new();
-    let id = s.enroll();
-    let ready = s.srv.join("READY");
-    late_mutation(
-        &s,
-        &id,
-        "after-intent",
-        || std::fs::write(&ready, b"tampered\n").unwrap(),
-        &["genesis", "intent"],
-        "ready",
-    );
+    for side in Side::BOTH {
+        let s = Sandbox::new();
+        let id = side.enroll(&s, "");
+        let ready = s.srv.join("READY");
+        late_mutation(
+            &s,
+            &id,
+            side,
+            "after-intent",
+            || std::fs::write(&ready, b"tampered\n").unwrap(),
+            &["genesis", "intent"],
+            "ready",
+        );
+    }
 }
 
 #[test]
@@ -903,26 +1024,29 @@ fn a_listener_appearing_after_the_receipt_is_withheld_at_the_second_final_verifi
     // The old controller binds its socket between the receipt and the second verification:
     // the grant is recorded but never dispatched.
     require_root!();
-    let s = Sandbox::new();
-    let sock = s.path("old.sock");
-    let id = s.enroll_with(&s.manifest(&format!(
-        "[containment]\nlisteners = [\"unix:{}\"]",
-        sock.display()
-    )));
-    let mut old = None;
-    late_mutation(
-        &s,
-        &id,
-        "after-receipt",
-        || {
-            old = Some(spawn_ready(helper(&[
-                "listen-unix",
-                sock.to_str().unwrap(),
-            ])))
-        },
-        &["genesis", "intent", "consume", "receipt"],
-        "listener",
-    );
+    for side in Side::BOTH {
+        let s = Sandbox::new();
+        let sock = s.path("old.sock");
+        let id = side.enroll(
+            &s,
+            &format!("[containment]\nlisteners = [\"unix:{}\"]", sock.display()),
+        );
+        let mut old = None;
+        late_mutation(
+            &s,
+            &id,
+            side,
+            "after-receipt",
+            || {
+                old = Some(spawn_ready(helper(&[
+                    "listen-unix",
+                    sock.to_str().unwrap(),
+                ])))
+            },
+            &["genesis", "intent", "consume", "receipt"],
+            "listener",
+        );
+    }
 }
 
 #[test]
@@ -945,36 +1069,42 @@ fn a_second_repochd_on_the_same_root_refuses_to_start() {
 #[ignore = "needs root"]
 fn a_fence_replaced_after_the_intent_is_withheld() {
     require_root!();
-    let s = Sandbox::new();
-    let id = s.enroll();
-    let lock = s.srv.join("lock");
-    let swap = || rename_over(&lock, b"");
-    late_mutation(
-        &s,
-        &id,
-        "after-intent",
-        swap,
-        &["genesis", "intent"],
-        "fence",
-    );
+    for side in Side::BOTH {
+        let s = Sandbox::new();
+        let id = side.enroll(&s, "");
+        let lock = s.srv.join("lock");
+        let swap = || rename_over(&lock, b"");
+        late_mutation(
+            &s,
+            &id,
+            side,
+            "after-intent",
+            swap,
+            &["genesis", "intent"],
+            "fence",
+        );
+    }
 }
 
 #[test]
 #[ignore = "needs root"]
 fn a_store_replaced_after_custody_is_withheld() {
     require_root!();
-    let s = Sandbox::new();
-    let id = s.enroll();
-    let data = s.srv.join("data");
-    let swap = || rename_over(&data, b"the store");
-    late_mutation(
-        &s,
-        &id,
-        "after-custody",
-        swap,
-        &["genesis", "intent"],
-        "store",
-    );
+    for side in Side::BOTH {
+        let s = Sandbox::new();
+        let id = side.enroll(&s, "");
+        let data = s.srv.join("data");
+        let swap = || rename_over(&data, b"the store");
+        late_mutation(
+            &s,
+            &id,
+            side,
+            "after-custody",
+            swap,
+            &["genesis", "intent"],
+            "store",
+        );
+    }
 }
 
 #[test]
@@ -982,106 +1112,118 @@ fn a_store_replaced_after_custody_is_withheld() {
 fn the_old_root_appending_to_its_journal_after_the_intent_is_withheld() {
     // The old root is still acting: its journal's frontier moved.
     require_root!();
-    let s = Sandbox::new();
-    let id = s.enroll();
-    let j = s.srv.join("journal");
-    let key = s.path("producer.key");
-    let append = || {
-        let r = s.repoch(&[
-            "journal",
-            "append",
-            "--journal",
-            j.to_str().unwrap(),
-            "--key",
-            key.to_str().unwrap(),
-            "--deployment",
+    for side in Side::BOTH {
+        let s = Sandbox::new();
+        let id = side.enroll(&s, "");
+        let j = s.srv.join("journal");
+        let key = s.path("producer.key");
+        let append = || {
+            let r = s.repoch(&[
+                "journal",
+                "append",
+                "--journal",
+                j.to_str().unwrap(),
+                "--key",
+                key.to_str().unwrap(),
+                "--deployment",
+                &id,
+                "op-begin",
+                "late write",
+            ]);
+            assert_eq!(r.code, 0, "{}", r.stderr);
+        };
+        late_mutation(
+            &s,
             &id,
-            "op-begin",
-            "late write",
-        ]);
-        assert_eq!(r.code, 0, "{}", r.stderr);
-    };
-    late_mutation(
-        &s,
-        &id,
-        "after-intent",
-        append,
-        &["genesis", "intent"],
-        "lineage",
-    );
+            side,
+            "after-intent",
+            append,
+            &["genesis", "intent"],
+            "lineage",
+        );
+    }
 }
 
 #[test]
 #[ignore = "needs root"]
 fn a_contained_executable_started_after_the_intent_is_withheld() {
     require_root!();
-    let s = Sandbox::new();
-    let exe = s.srv.join("old-root");
-    std::fs::copy(bin("repoch-test-helper"), &exe).unwrap();
-    let id = s.enroll_with(&s.manifest(&format!(
-        "[containment]\nexecutables = [\"{}\"]",
-        exe.display()
-    )));
-    let mut old = None;
-    let start = || {
-        let mut c = Command::new(&exe);
-        c.arg("threads");
-        old = Some(spawn_ready(c));
-    };
-    late_mutation(
-        &s,
-        &id,
-        "after-intent",
-        start,
-        &["genesis", "intent"],
-        "process",
-    );
+    for side in Side::BOTH {
+        let s = Sandbox::new();
+        let exe = s.srv.join("old-root");
+        std::fs::copy(bin("repoch-test-helper"), &exe).unwrap();
+        let id = side.enroll(
+            &s,
+            &format!("[containment]\nexecutables = [\"{}\"]", exe.display()),
+        );
+        let mut old = None;
+        let start = || {
+            let mut c = Command::new(&exe);
+            c.arg("threads");
+            old = Some(spawn_ready(c));
+        };
+        late_mutation(
+            &s,
+            &id,
+            side,
+            "after-intent",
+            start,
+            &["genesis", "intent"],
+            "process",
+        );
+    }
 }
 
 #[test]
 #[ignore = "needs root"]
 fn a_process_entering_the_contained_cgroup_after_consume_is_withheld_after_the_receipt() {
     require_root!();
-    let s = Sandbox::new();
-    let name = format!("repoch-test-{}", s.tag);
-    let cg = Cgroup::new(&name);
-    let id = s.enroll_with(&s.manifest(&format!("[containment]\ncgroups = [\"{}\"]", cg.rel)));
-    let mut old = None;
-    let enter = || {
-        let p = spawn_ready(helper(&["threads"]));
-        cg.add(p.pid());
-        old = Some(p);
-    };
-    late_mutation(
-        &s,
-        &id,
-        "after-consume",
-        enter,
-        &["genesis", "intent", "consume", "receipt"],
-        "cgroup",
-    );
+    for side in Side::BOTH {
+        let s = Sandbox::new();
+        let name = format!("repoch-test-{}", s.tag);
+        let cg = Cgroup::new(&name);
+        let id = side.enroll(&s, &format!("[containment]\ncgroups = [\"{}\"]", cg.rel));
+        let mut old = None;
+        let enter = || {
+            let p = spawn_ready(helper(&["threads"]));
+            cg.add(p.pid());
+            old = Some(p);
+        };
+        late_mutation(
+            &s,
+            &id,
+            side,
+            "after-consume",
+            enter,
+            &["genesis", "intent", "consume", "receipt"],
+            "cgroup",
+        );
+    }
 }
 
 #[test]
 #[ignore = "needs root"]
 fn the_consumer_executable_replaced_after_the_intent_is_withheld() {
     require_root!();
-    let s = Sandbox::new();
-    let exe = s.srv.join("consume");
-    std::fs::copy(bin("repoch-consume"), &exe).unwrap();
-    let id = s.enroll_with(&s.manifest("").replace(
-        &bin("repoch-consume").display().to_string(),
-        &exe.display().to_string(),
-    ));
-    let swap = || rename_copy_over(&exe);
-    // The consumer process runs the old inode (authenticated before the intent).
-    late_mutation_with(
-        &s,
-        &id,
-        "after-intent",
-        swap,
-        &["genesis", "intent"],
-        "consumer-exe",
-        &exe,
-    );
+    for side in Side::BOTH {
+        let s = Sandbox::new();
+        let exe = s.srv.join("consume");
+        std::fs::copy(side.exe(), &exe).unwrap();
+        let id = s.enroll_with(&s.manifest("").replace(
+            &bin("repoch-consume").display().to_string(),
+            &exe.display().to_string(),
+        ));
+        let swap = || rename_copy_over(&exe);
+        // The consumer process runs the old inode (authenticated before the intent).
+        late_mutation_with(
+            &s,
+            &id,
+            side,
+            "after-intent",
+            swap,
+            &["genesis", "intent"],
+            "consumer-exe",
+            &exe,
+        );
+    }
 }

@@ -21,3 +21,4 @@ mod powerloss;
 mod powerloss_real;
 mod store;
 mod units;
+mod zero_bytes;
