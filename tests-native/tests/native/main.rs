@@ -17,4 +17,5 @@ mod observers;
 mod powerloss;
 mod powerloss_real;
 mod store;
+mod told;
 mod units;
