@@ -7,6 +7,7 @@ pub mod audit;
 pub mod cli;
 pub mod conn;
 pub mod demo;
+pub mod epochs;
 pub mod exit;
 pub mod limits;
 pub mod link;

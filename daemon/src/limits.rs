@@ -12,6 +12,8 @@ pub const PENDING_PER_UID_MAX: usize = 4;
 pub const HANDSHAKES_PER_UID_MAX: usize = 4;
 /// How long a consumer may wait connected for a recovery before it is dropped.
 pub const PENDING_CONSUMER_SECONDS_MAX: u64 = 3600;
+/// Epoch verdicts the grant socket keeps (daemon/src/epochs.rs): one per deployment.
+pub const EPOCH_VERDICTS_MAX: usize = repoch_issuer::store::DEPLOYMENTS_MAX;
 /// Longest a waiting consumer that hung up or exited stays in the registry: the registry is
 /// swept this often (and on every arrival and every take).
 pub const REGISTRY_SWEEP_SECONDS_MAX: u64 = 1;

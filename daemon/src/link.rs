@@ -45,26 +45,45 @@ fn still_there(p: &Pending) -> bool {
 }
 
 impl Registry {
-    /// Adds a consumer; refuses it (saying why) when its uid already has
-    /// `PENDING_PER_UID_MAX` waiting, or `PENDING_CONSUMERS_MAX` are waiting in all. Peers
-    /// that went away are purged first.
-    pub fn push(&self, p: Pending) -> Result<(), (Box<Pending>, String)> {
+    /// Adds a consumer; refuses it (saying why) when its epoch is known used (`used`,
+    /// asked under the registry's lock: a recovery records the epoch used before it refuses
+    /// the waiting consumers, so a consumer is either refused here or found waiting then),
+    /// when its uid already has `PENDING_PER_UID_MAX` waiting, or `PENDING_CONSUMERS_MAX`
+    /// are waiting in all. Peers that went away are purged first.
+    pub fn push(
+        &self,
+        p: Pending,
+        used: impl FnOnce(&DeploymentId) -> Option<Refusal>,
+    ) -> Result<(), (Box<Pending>, Refusal)> {
         let mut q = self
             .pending
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(r) = used(&p.deployment) {
+            return Err((Box::new(p), r));
+        }
         q.retain(still_there);
         let uid = p.peer.uid;
+        let full = |why: String| {
+            Refusal::new(
+                Reason::ProtocolError,
+                "grant socket",
+                "a waiting place",
+                why,
+            )
+        };
         if q.iter().filter(|o| o.peer.uid == uid).count() >= PENDING_PER_UID_MAX {
             return Err((
                 Box::new(p),
-                format!("{PENDING_PER_UID_MAX} consumers of uid {uid} already waiting"),
+                full(format!(
+                    "{PENDING_PER_UID_MAX} consumers of uid {uid} already waiting"
+                )),
             ));
         }
         if q.len() >= PENDING_CONSUMERS_MAX {
             return Err((
                 Box::new(p),
-                format!("{PENDING_CONSUMERS_MAX} consumers already waiting"),
+                full(format!("{PENDING_CONSUMERS_MAX} consumers already waiting")),
             ));
         }
         q.push_back(p);
@@ -73,8 +92,9 @@ impl Registry {
     }
 
     /// Refuses, and drops, every consumer waiting for `id`: a recovery found its epoch
-    /// cannot be issued (used, torn, corrupt, forged, foreign or missing), so none of them
-    /// will ever get a grant. Each refusal is bounded by `REFUSAL_WRITE_SECONDS_MAX`.
+    /// cannot be issued (used, torn, corrupt, forged, foreign or missing), or ended with it
+    /// used (granted, withheld, uncertain), so none of them will ever get a grant. Each
+    /// refusal is bounded by `REFUSAL_WRITE_SECONDS_MAX`.
     pub fn refuse_waiting(&self, id: &DeploymentId, reason: Reason, detail: &str) -> usize {
         let taken: VecDeque<Pending> = {
             let mut q = self

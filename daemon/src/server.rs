@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use repoch_issuer::issuance::{self, Ended};
+use repoch_issuer::issuance::{self, epoch_refusal, Ended};
 use repoch_issuer::{Layout, Refusal};
 use repoch_protocol::cbor::Canonical;
 use repoch_protocol::epoch::Contender;
@@ -25,6 +25,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, Semaphore};
 
 use crate::admission::{Admission, HandshakeSlot, Handshakes, Warnings};
+use crate::epochs::Epochs;
 use crate::limits::*;
 use crate::link::{Pending, Registry};
 
@@ -35,6 +36,8 @@ pub struct Daemon {
     /// Which uids may use the grant socket, and what their prefixes resolve to.
     admission: Admission,
     handshakes: Handshakes,
+    /// Whether a deployment's epoch is used, as known to `hello` (daemon/src/epochs.rs).
+    epochs: Epochs,
     warnings: Warnings,
     /// Set when a write or fsync of an epoch log failed: no further issuance until restart.
     poisoned: AtomicBool,
@@ -146,6 +149,7 @@ impl Daemon {
     pub fn new(layout: Layout) -> Daemon {
         Daemon {
             admission: Admission::new(layout.clone()),
+            epochs: Epochs::new(layout.clone()),
             layout,
             registry: Registry::default(),
             handshakes: Handshakes::default(),
@@ -250,7 +254,9 @@ impl Daemon {
     /// A consumer connection, admitted by uid: `hello`; its prefix resolved to one enrolled
     /// deployment whose consumer has this uid, gid and key; the peer described through its
     /// pidfd; its key proven on a nonce bound to this connection. Only then does it wait in
-    /// the registry. Every refusal writes nothing and says why.
+    /// the registry. A consumer whose epoch is already used (or whose log does not verify)
+    /// is refused right after the resolution, before it is described: it could only wait
+    /// out its `--wait`. Every refusal writes nothing and says why.
     async fn grant(self: Arc<Self>, mut s: UnixStream, slot: HandshakeSlot) {
         let cred = match s.peer_cred() {
             Ok(c) => c,
@@ -339,6 +345,11 @@ impl Daemon {
             let _ = std.set_nonblocking(false);
             let _ = std.set_read_timeout(Some(Duration::from_secs(HANDSHAKE_SECONDS_MAX)));
             let _ = std.set_write_timeout(Some(Duration::from_secs(HANDSHAKE_SECONDS_MAX)));
+            // Its epoch, read without the issuer lock (a verdict per log state, the "used"
+            // one final: daemon/src/epochs.rs): only an early refusal, never a decision.
+            if let Some(r) = d.epochs.unissuable(enrolled.deployment) {
+                return refuse(&mut std, r);
+            }
             // Describe the peer from /proc, pinned by its pidfd.
             let peer = match repoch_issuer::os::peer::describe(pid, uid, gid, &pidfd) {
                 Ok(p) => p,
@@ -363,11 +374,8 @@ impl Daemon {
                 stream: std,
                 since: Instant::now(),
             };
-            if let Err((mut p, why)) = d.registry.push(p) {
-                refuse(
-                    &mut p.stream,
-                    Refusal::new(Reason::ProtocolError, "grant socket", "a waiting place", why),
-                );
+            if let Err((mut p, r)) = d.registry.push(p, |id| d.epochs.known_used(id)) {
+                refuse(&mut p.stream, r);
             }
         })
         .await;
@@ -487,14 +495,18 @@ impl Daemon {
                 progress,
                 |expected, progress| registry.wait_for(expected, wait, progress),
             );
-            // A refusal of the epoch itself (used, or a log that does not verify): no
-            // consumer waiting for this deployment will ever get a grant; tell them.
+            // The epoch used by this issuance (from its intent on: granted, withheld,
+            // uncertain), or found used or not verifying at reserve: no consumer waiting for
+            // this deployment will ever get a grant; tell them.
             let unissuable = match &result {
+                Ok(done) => epoch_refusal(deployment, done.epoch, None),
+                Err(Ended {
+                    used: Some(state), ..
+                }) => epoch_refusal(deployment, *state, None),
                 Err(Ended { refusals, .. }) => refusals
                     .iter()
                     .find(|r| epoch_unissuable(r.reason))
-                    .map(|r| (r.reason, r.to_string())),
-                Ok(_) => None,
+                    .cloned(),
             };
             let event = match result {
                 Ok(done) => outcome_event(
@@ -508,6 +520,7 @@ impl Daemon {
                     refusals,
                     detail,
                     poisoned,
+                    ..
                 }) => {
                     if poisoned {
                         d.poisoned.store(true, Ordering::SeqCst);
@@ -521,10 +534,17 @@ impl Daemon {
             log_event(&event);
             let _ = tx.blocking_send(event);
             drop(tx);
-            if let Some((reason, detail)) = unissuable {
-                let n = d.registry.refuse_waiting(&deployment, reason, &detail);
+            if let Some(r) = unissuable {
+                // Recorded first: a consumer that finishes its handshake after this is
+                // refused as it would wait (`Registry::push`); one already waiting is told now.
+                if r.reason == Reason::EpochConsumed {
+                    d.epochs.used(deployment, r.clone());
+                }
+                let n = d
+                    .registry
+                    .refuse_waiting(&deployment, r.reason, &r.to_string());
                 if n > 0 {
-                    tracing::info!(%deployment, n, "told the waiting consumers: {reason}");
+                    tracing::info!(%deployment, n, "told the waiting consumers: {}", r.reason);
                 }
             }
         });

@@ -20,7 +20,9 @@ use std::os::fd::OwnedFd;
 
 use ed25519_dalek::SigningKey;
 use repoch_protocol::cbor::Canonical;
-use repoch_protocol::epoch::{Contender, EpochBody, EpochRecord, SignedEpochRecord};
+use repoch_protocol::epoch::{
+    Classification, Contender, EpochBody, EpochRecord, SignedEpochRecord,
+};
 use repoch_protocol::grant::{Challenge, ConsumerPeer, Grant, SignedGrant};
 use repoch_protocol::manifest::Manifest;
 use repoch_protocol::wire::{AdminEvent, Outcome};
@@ -41,6 +43,10 @@ pub struct Ended {
     pub detail: String,
     /// The store failed a write or sync: stop issuing until restarted.
     pub poisoned: bool,
+    /// Once its intent is durable, the epoch as this issuance left it (its log as last
+    /// appended and read back: `intended`, `consumed`, `receipted`, `withheld`): used, never
+    /// issued again. `None` when it wrote nothing, or its intent may not be durable.
+    pub used: Option<Classification>,
 }
 
 impl Ended {
@@ -50,6 +56,7 @@ impl Ended {
             refusals,
             detail: detail.into(),
             poisoned: false,
+            used: None,
         }
     }
     fn one(r: Refusal) -> Ended {
@@ -64,6 +71,7 @@ impl Ended {
             refusals: vec![r],
             detail,
             poisoned: false,
+            used: None,
         }
     }
 }
@@ -169,6 +177,11 @@ impl Common {
         }
     }
 
+    /// The epoch once this issuance's intent is durable (see [`Ended::used`]).
+    fn used(&self) -> Option<Classification> {
+        Some(self.dep.classification()).filter(|k| *k != Classification::Enrolled)
+    }
+
     /// Appends a record and reports it; any failure poisons the store (never retried).
     fn append(&mut self, body: EpochBody) -> Result<Hash, AppendError> {
         let kind = body.kind().as_str();
@@ -205,17 +218,19 @@ fn withhold<C: ConsumerLink>(mut c: Common, consumer: &mut C, r: Refusal) -> End
             detail: format!("withheld: {r}"),
             refusals: vec![r],
             poisoned: false,
+            used: c.used(),
         },
         Err(e) => Ended {
             outcome: Outcome::Uncertain,
             detail: format!("{r}; then the withheld record could not be written: {e}"),
             refusals: vec![r],
             poisoned: true,
+            used: c.used(),
         },
     }
 }
 
-fn uncertain(e: AppendError, what: &str) -> Ended {
+fn uncertain(c: &Common, e: AppendError, what: &str) -> Ended {
     Ended {
         outcome: Outcome::Uncertain,
         refusals: vec![Refusal::new(
@@ -226,6 +241,7 @@ fn uncertain(e: AppendError, what: &str) -> Ended {
         )],
         detail: format!("{what}: {e}; the epoch is uncertain and preserved; issuance stopped"),
         poisoned: true,
+        used: c.used(),
     }
 }
 
@@ -242,8 +258,29 @@ fn publish<C: ConsumerLink>(
             Reason::StorePoisoned,
             &format!("the {kind} record could not be written"),
         );
-        uncertain(e, kind)
+        uncertain(c, e, kind)
     })
+}
+
+/// Why an epoch in state `class` can never be issued (`None` only for `enrolled`): its
+/// reason (docs/REASONS.md), naming the state and, for a log that does not verify, where and
+/// why. The one text of the refusal, at reserve and wherever repochd tells a consumer.
+pub fn epoch_refusal(
+    id: DeploymentId,
+    class: Classification,
+    problem: Option<&(u64, String)>,
+) -> Option<Refusal> {
+    let reason = class.refusal()?;
+    let observed = match problem {
+        Some((at, why)) => format!("{} (offset {at}: {why})", class.as_str()),
+        None => class.as_str().to_owned(),
+    };
+    Some(Refusal::new(
+        reason,
+        format!("deployment {id}"),
+        "enrolled",
+        observed,
+    ))
 }
 
 /// Step 1 done: the issuer lock is held and the epoch is `enrolled`.
@@ -264,17 +301,8 @@ impl Reserved {
         let issuer = repoch_protocol::PublicKey::from(&key.verifying_key());
         let dep = Deployment::open_locked(layout, &issuer, id).map_err(Ended::one)?;
         let class = dep.classification();
-        if let Some(reason) = class.refusal() {
-            let observed = match &dep.report().problem {
-                Some((at, why)) => format!("{} (offset {at}: {why})", class.as_str()),
-                None => class.as_str().to_owned(),
-            };
-            return Err(Ended::one(Refusal::new(
-                reason,
-                format!("deployment {id}"),
-                "enrolled",
-                observed,
-            )));
+        if let Some(r) = epoch_refusal(id, class, dep.report().problem.as_ref()) {
+            return Err(Ended::one(r));
         }
         progress(AdminEvent::Progress {
             step: "reserve".into(),
@@ -774,6 +802,7 @@ impl<C: ConsumerLink> Verified2<C> {
                 refusals: vec![Refusal::new(Reason::ConsumerLost, "dispatch", "grant delivered", e.clone())],
                 detail: format!("the grant may not have reached the consumer ({e}); the epoch is receipted and preserved"),
                 poisoned: false,
+                used: self.c.used(),
             }),
         }
     }
@@ -795,6 +824,7 @@ impl<C: ConsumerLink> Dispatched<C> {
     /// appended: the receipt already holds the grant.
     pub fn acknowledged(mut self) -> Result<Granted, Ended> {
         let sha = Hash::of(&self.grant);
+        let used = self.c.used();
         self.c.say(
             "acknowledge",
             "waiting for the consumer to acknowledge a durable grant",
@@ -813,6 +843,7 @@ impl<C: ConsumerLink> Dispatched<C> {
                 ),
                 refusals: vec![r],
                 poisoned: false,
+                used,
             }
         };
         match self.consumer.acknowledgement() {
@@ -821,7 +852,10 @@ impl<C: ConsumerLink> Dispatched<C> {
                     "acknowledge",
                     format!("the consumer acknowledged its grant durable (sha256 {sha})"),
                 );
-                Ok(Granted { grant: self.grant })
+                Ok(Granted {
+                    grant: self.grant,
+                    epoch: self.c.dep.classification(),
+                })
             }
             Ok(h) => Err(failed(Reason::ProtocolError, format!("persisted {h}"))),
             Err(e) => Err(failed(Reason::ConsumerLost, e)),
@@ -834,6 +868,8 @@ impl<C: ConsumerLink> Dispatched<C> {
 #[derive(Debug)]
 pub struct Granted {
     pub grant: Vec<u8>,
+    /// The epoch as the issuance left it (`receipted`): used, never issued again.
+    pub epoch: Classification,
 }
 
 /// Runs all eleven steps in order.

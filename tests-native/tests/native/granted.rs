@@ -15,10 +15,10 @@ use repoch_tests_native::*;
 use crate::e2e::{records, AtBarrier};
 
 /// A process killed (and reaped) on drop, its output collected on finish.
-struct Guard(Option<std::process::Child>);
+pub(crate) struct Guard(Option<std::process::Child>);
 
 impl Guard {
-    fn spawn(mut c: Command) -> Guard {
+    pub(crate) fn spawn(mut c: Command) -> Guard {
         Guard(Some(
             c.stdin(Stdio::null())
                 .stdout(Stdio::piped())
@@ -27,11 +27,11 @@ impl Guard {
                 .expect("spawn"),
         ))
     }
-    fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.0.as_ref().unwrap().id()
     }
     /// Waits for its exit, at most `limit`; `None` if it still runs.
-    fn finish_within(&mut self, limit: Duration) -> Option<Run> {
+    pub(crate) fn finish_within(&mut self, limit: Duration) -> Option<Run> {
         let start = Instant::now();
         while start.elapsed() < limit {
             if let Ok(Some(_)) = self.0.as_mut().unwrap().try_wait() {
@@ -41,7 +41,7 @@ impl Guard {
         }
         None
     }
-    fn finish(&mut self) -> Run {
+    pub(crate) fn finish(&mut self) -> Run {
         self.finish_within(Duration::from_secs(60))
             .expect("the process never ended")
     }
@@ -67,14 +67,14 @@ fn stopped(pid: u32) -> bool {
 
 /// `repoch-consume receive` started with `REPOCH_CONSUMER_BARRIER=barrier`, its stderr in a
 /// file so the test can wait for the barrier line.
-struct AtConsumerBarrier {
+pub(crate) struct AtConsumerBarrier {
     child: Option<std::process::Child>,
     log: PathBuf,
     barrier: String,
 }
 
 impl AtConsumerBarrier {
-    fn start(s: &Sandbox, id: &str, barrier: &str, out: &str) -> AtConsumerBarrier {
+    pub(crate) fn start(s: &Sandbox, id: &str, barrier: &str, out: &str) -> AtConsumerBarrier {
         let log = s.path(&format!("consumer-{barrier}.log"));
         let child = s
             .consumer(&id[..6], "consumer.key", out, &[])
@@ -90,11 +90,11 @@ impl AtConsumerBarrier {
             barrier: barrier.to_owned(),
         }
     }
-    fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.as_ref().unwrap().id()
     }
     /// The barrier line logged and the consumer stopped there.
-    fn reached(&self) {
+    pub(crate) fn reached(&self) {
         let line = format!("barrier {} reached", self.barrier);
         let start = Instant::now();
         loop {
@@ -111,10 +111,19 @@ impl AtConsumerBarrier {
         }
     }
     /// SIGKILL at the barrier, reaped.
-    fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         let mut c = self.child.take().unwrap();
         let _ = c.kill();
         let _ = c.wait();
+    }
+    /// SIGCONT: it goes on from the barrier, as a [`Guard`] (killed on drop).
+    pub(crate) fn go_on(mut self) -> Guard {
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(self.pid() as i32).unwrap(),
+            rustix::process::Signal::CONT,
+        )
+        .unwrap();
+        Guard(self.child.take())
     }
     /// SIGCONT: it goes on from the barrier; its output once it ends.
     fn resume(&mut self) -> Run {
@@ -191,7 +200,7 @@ fn out_is_whole_or_absent(s: &Sandbox, out: &str, id: &str) -> bool {
 
 /// Waits until repochd (whose log is the sandbox's `repochd.log`) registered consumer `pid`
 /// as waiting for a recovery.
-fn waiting(s: &Sandbox, pid: u32) {
+pub(crate) fn waiting(s: &Sandbox, pid: u32) {
     let start = Instant::now();
     loop {
         let log = std::fs::read_to_string(s.path("repochd.log")).unwrap_or_default();
@@ -209,20 +218,19 @@ fn waiting(s: &Sandbox, pid: u32) {
     }
 }
 
-/// The epoch is used: a second recovery (with a consumer waiting) is refused epoch-consumed
-/// and appends nothing; that consumer is told and exits 2.
+/// The epoch is used: a new consumer is refused epoch-consumed at its hello, at once (exit
+/// 2, docs/PROTOCOL.md); a second recovery is refused epoch-consumed and appends nothing.
 fn never_reissued(s: &Sandbox, id: &str) {
     let before = records(s, id);
-    let mut c2 = Guard::spawn(s.consumer(&id[..6], "consumer.key", "grant2.cbor", &[]));
-    waiting(s, c2.pid());
+    let c2 = Guard::spawn(s.consumer(&id[..6], "consumer.key", "grant2.cbor", &[]))
+        .finish_within(Duration::from_secs(10))
+        .expect("a consumer of a used epoch was not refused at its hello");
+    assert_eq!(c2.code, 2, "{}{}", c2.stdout, c2.stderr);
+    assert_eq!(c2.json()["reason"], "epoch-consumed", "{}", c2.stdout);
     let again: Run = Guard::spawn(s.recover(&id[..6], 1, &[])).finish();
     assert_eq!(again.code, 2, "{}", again.stdout);
     assert_eq!(again.reasons(), ["epoch-consumed"]);
     assert_eq!(records(s, id), before, "a refused recovery appended");
-    let c2 = c2
-        .finish_within(Duration::from_secs(10))
-        .expect("the waiting consumer was never told its epoch is used");
-    assert_eq!(c2.code, 2, "{}{}", c2.stdout, c2.stderr);
     assert!(!s.path("grant2.cbor").exists());
 }
 
@@ -420,16 +428,17 @@ fn a_consumer_that_cannot_deliver_its_acknowledgement_is_uncertain_with_its_gran
 #[test]
 #[ignore = "needs root"]
 fn a_waiting_consumer_is_told_when_its_epoch_is_found_used() {
-    // The epoch is used (withheld); a consumer waits; `repoch recover` is refused
-    // epoch-consumed at reserve: the waiting consumer is told at once (exit 2, refused,
-    // epoch-consumed), not left to wait out its own timeout (30 s here).
+    // A consumer waits for an enrolled epoch; the epoch is then used behind repochd's back
+    // (intent and withheld appended to the log); `repoch recover` is refused epoch-consumed
+    // at reserve: the waiting consumer is told at once (exit 2, refused, epoch-consumed), not
+    // left to wait out its own timeout (30 s here).
     require_root!();
     let s = Sandbox::new();
     let id = s.enroll();
-    s.use_epoch(&id);
     let _d = s.daemon();
     let mut c = Guard::spawn(s.consumer(&id[..6], "consumer.key", "grant.cbor", &[]));
     waiting(&s, c.pid());
+    s.use_epoch(&id);
     let r = Guard::spawn(s.recover(&id[..6], 1, &[])).finish();
     assert_eq!(r.code, 2, "{}", r.stdout);
     assert_eq!(r.reasons(), ["epoch-consumed"]);

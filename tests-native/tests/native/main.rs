@@ -20,5 +20,6 @@ mod observers;
 mod powerloss;
 mod powerloss_real;
 mod store;
+mod told;
 mod units;
 mod zero_bytes;
