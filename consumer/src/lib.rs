@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use ed25519_dalek::SigningKey;
 use repoch_protocol::cbor::Canonical;
+use repoch_protocol::checkpoint;
 use repoch_protocol::grant::{Grant, SignedGrant};
 use repoch_protocol::limits::{FENCES_MAX, FRAME_BYTES_MAX};
 use repoch_protocol::wire::{frame_len, read_exact_by, write_msg, GrantMsg, WIRE_TEXT_BYTES_MAX};
@@ -46,6 +47,8 @@ pub enum Error {
     BadGrant(String),
     #[error("{0}")]
     Io(String),
+    #[error("the log does not extend the checkpoint kept with the grant ({reason}): {0}{from}", reason = .0.reason, from = rewritten(.1))]
+    Inconsistent(checkpoint::Inconsistency, Option<u64>),
     #[error("the grant was received and verified but could not be persisted: {0}")]
     Persist(String),
     #[error("the grant is persisted at {out}, but repochd did not take the acknowledgement ({why}): repochd reports the outcome uncertain; the new root was not started")]
@@ -59,6 +62,7 @@ impl Error {
             Error::Usage(_) => 64,
             Error::Refused { .. } | Error::BadGrant(_) => 2,
             Error::Io(_) | Error::Persist(_) | Error::Unacknowledged { .. } => 3,
+            Error::Inconsistent(..) => 5,
         }
     }
 }
@@ -170,7 +174,10 @@ pub fn receive_with(o: &Options, progress: Observer<'_>) -> Result<Received, Err
                 barrier::reach("after-custody");
                 challenged = Some(c);
             }
-            GrantMsg::Grant(bytes) => {
+            GrantMsg::Grant {
+                grant: bytes,
+                checkpoint,
+            } => {
                 let c = challenged
                     .ok_or_else(|| Error::BadGrant("a grant without a challenge".into()))?;
                 let grant = verify(&bytes, &o.issuer, Some(&key))?;
@@ -183,8 +190,10 @@ pub fn receive_with(o: &Options, progress: Observer<'_>) -> Result<Received, Err
                             .into(),
                     ));
                 }
+                check_checkpoint(&checkpoint, &grant, &o.issuer)?;
                 check_fences(&grant, &fds)?;
                 barrier::reach("after-receive");
+                out.persist_checkpoint(&checkpoint)?;
                 out.persist(&bytes)?;
                 barrier::reach("after-persist");
                 // repochd reports granted only on this acknowledgement (docs/PROTOCOL.md).
@@ -308,6 +317,96 @@ pub fn verify(bytes: &[u8], issuer: &PublicKey, ours: Option<&PublicKey>) -> Res
 }
 
 /// Every received fd is the fence the grant names, by device and inode, in order.
+/// `; rewritten from record #N ...` when the first rewritten record is known.
+fn rewritten(from: &Option<u64>) -> String {
+    from.map_or(String::new(), |i| {
+        format!("; rewritten from record #{i}, which is not the one the grant names")
+    })
+}
+
+/// Records a log has once its receipt is appended: genesis, intent, consume, receipt.
+const RECEIPTED_RECORDS: u64 = 4;
+
+/// The checkpoint sent with the grant: signed by the issuer key under
+/// [`checkpoint::KEY_NAME`], about this deployment's log, and taken with the receipt.
+pub fn check_checkpoint(
+    note: &str,
+    g: &Grant,
+    issuer: &PublicKey,
+) -> Result<checkpoint::Checkpoint, Error> {
+    let c = checkpoint::Checkpoint::verify(note, checkpoint::KEY_NAME, issuer)
+        .map_err(|e| Error::BadGrant(format!("its checkpoint: {e}")))?;
+    let want = checkpoint::origin(&g.deployment);
+    if c.origin != want {
+        return Err(Error::BadGrant(format!(
+            "its checkpoint is of {:?}, not {want:?}",
+            c.origin
+        )));
+    }
+    if c.size < RECEIPTED_RECORDS {
+        return Err(Error::BadGrant(format!(
+            "its checkpoint has {} records, a receipted log at least {RECEIPTED_RECORDS}",
+            c.size
+        )));
+    }
+    Ok(c)
+}
+
+/// `verify --log`: the checkpoint kept beside the grant, and whether the epoch log at `log`
+/// extends it (docs/AUDITOR.md, "Checkpoints"). A log that does not is
+/// [`Error::Inconsistent`] with the evidence pair.
+pub fn verify_log_against(
+    g: &Grant,
+    grant_path: &Path,
+    log: &Path,
+    issuer: &PublicKey,
+) -> Result<(checkpoint::Checkpoint, checkpoint::Extension), Error> {
+    let cp = checkpoint_path(grant_path);
+    let note = read_bounded(&cp, repoch_protocol::limits::CHECKPOINT_BYTES_MAX)
+        .map_err(|e| Error::Usage(format!("{}: {e}", cp.display())))?;
+    let note = String::from_utf8(note)
+        .map_err(|_| Error::BadGrant(format!("{}: not UTF-8", cp.display())))?;
+    let c = check_checkpoint(&note, g, issuer)?;
+    let bytes = read_bounded(log, repoch_protocol::limits::LOG_BYTES_MAX)
+        .map_err(|e| Error::Usage(format!("{}: {e}", log.display())))?;
+    let report = repoch_protocol::epoch::verify_log(&bytes, issuer, Some(g.deployment));
+    match c.extended_by(&report) {
+        Ok(x) => Ok((c, x)),
+        Err(i) => Err(Error::Inconsistent(i, rewritten_from(g, &report))),
+    }
+}
+
+/// The first record of the log that is not the one the grant names (its intent is record
+/// #1, its consume #2): with a fork, where the log was rewritten from. Record #1 means it
+/// was rolled back to its genesis and appended again: a second issuance of the epoch.
+fn rewritten_from(g: &Grant, report: &repoch_protocol::epoch::LogReport) -> Option<u64> {
+    [(1, g.intent), (2, g.consume)]
+        .into_iter()
+        .find(|(i, h)| report.records.get(*i).is_some_and(|r| r.hash != *h))
+        .map(|(i, _)| i as u64)
+}
+
+/// Reads a regular file of at most `max` bytes (non-blocking open: a FIFO never hangs).
+fn read_bounded(p: &Path, max: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(OFlags::NONBLOCK.bits() as i32)
+        .open(p)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut out = Vec::new();
+    f.take(max as u64 + 1).read_to_end(&mut out)?;
+    if out.len() > max {
+        return Err(std::io::Error::other(format!(
+            "over its bound of {max} bytes"
+        )));
+    }
+    Ok(out)
+}
+
 fn check_fences(g: &Grant, fds: &[OwnedFd]) -> Result<(), Error> {
     if fds.len() != g.fences.len() {
         return Err(Error::BadGrant(format!(
@@ -354,9 +453,10 @@ impl Out {
         };
         let overhead =
             Out::temporary_name(std::ffi::OsStr::new(""), u32::MAX, &[0; TEMP_RANDOM_BYTES]).len();
+        let overhead = overhead.saturating_add(CHECKPOINT_SUFFIX.len());
         if name.len().saturating_add(overhead) > NAME_BYTES_MAX {
             return Err(usage(format!(
-                "a file name of at most {} bytes (its temporary name must fit NAME_MAX)",
+                "a file name of at most {} bytes (its checkpoint's temporary name must fit NAME_MAX)",
                 NAME_BYTES_MAX - overhead
             )));
         }
@@ -370,14 +470,17 @@ impl Out {
             Mode::empty(),
         )
         .map_err(|e| usage(format!("its directory: {e}")))?;
-        match rustix::fs::statat(&dir, &name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(_) => {
-                return Err(usage(
-                    "exists; the grant is never written over a file".into(),
-                ))
+        for n in [name.clone(), checkpoint_name(&name)] {
+            match rustix::fs::statat(&dir, &n, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(_) => {
+                    return Err(usage(format!(
+                        "{} exists; the grant and its checkpoint are never written over a file",
+                        n.to_string_lossy()
+                    )))
+                }
+                Err(rustix::io::Errno::NOENT) => {}
+                Err(e) => return Err(usage(e.to_string())),
             }
-            Err(rustix::io::Errno::NOENT) => {}
-            Err(e) => return Err(usage(e.to_string())),
         }
         Ok(Out {
             dir,
@@ -405,14 +508,33 @@ impl Out {
     /// `linkat` then unlinking the temporary name), which fails rather than replace anything;
     /// then the directory is fsynced. Success is reported only once the grant is durable.
     pub fn persist(&self, bytes: &[u8]) -> Result<(), Error> {
+        self.persist_as(&self.name, &self.path, bytes, true)
+    }
+
+    /// The checkpoint taken with the grant, made durable at `--out` + `.checkpoint` the same
+    /// way, before the grant: a grant file at `--out` always has its checkpoint beside it
+    /// (docs/AUDITOR.md, "Checkpoints").
+    pub fn persist_checkpoint(&self, note: &str) -> Result<(), Error> {
+        let name = checkpoint_name(&self.name);
+        let path = self.path.with_file_name(&name);
+        self.persist_as(&name, &path, note.as_bytes(), false)
+    }
+
+    fn persist_as(
+        &self,
+        name: &std::ffi::OsStr,
+        path: &Path,
+        bytes: &[u8],
+        grant: bool,
+    ) -> Result<(), Error> {
         use rustix::fs::{AtFlags, RenameFlags};
         let perr = |what: &str, e: std::io::Error| {
-            Error::Persist(format!("{} ({what}): {e}", self.path.display()))
+            Error::Persist(format!("{} ({what}): {e}", path.display()))
         };
         let mut random = [0u8; TEMP_RANDOM_BYTES];
         rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty())
             .map_err(|e| perr("getrandom", e.into()))?;
-        let tmp = Out::temporary_name(&self.name, std::process::id(), &random);
+        let tmp = Out::temporary_name(name, std::process::id(), &random);
         let fd = rustix::fs::openat(
             &self.dir,
             &tmp,
@@ -429,18 +551,13 @@ impl Out {
             return Err(perr("write", e));
         }
         drop(f);
-        barrier::reach("persist-after-write");
-        match rustix::fs::renameat_with(
-            &self.dir,
-            &tmp,
-            &self.dir,
-            &self.name,
-            RenameFlags::NOREPLACE,
-        ) {
+        if grant {
+            barrier::reach("persist-after-write");
+        }
+        match rustix::fs::renameat_with(&self.dir, &tmp, &self.dir, name, RenameFlags::NOREPLACE) {
             Ok(()) => {}
             Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {
-                let linked =
-                    rustix::fs::linkat(&self.dir, &tmp, &self.dir, &self.name, AtFlags::empty());
+                let linked = rustix::fs::linkat(&self.dir, &tmp, &self.dir, name, AtFlags::empty());
                 unlink();
                 linked.map_err(|e| perr("link into place", e.into()))?;
             }
@@ -455,6 +572,23 @@ impl Out {
 
 /// Random bytes in a temporary grant file's name.
 const TEMP_RANDOM_BYTES: usize = 8;
+
+/// What the checkpoint file's name adds to `--out`'s.
+pub const CHECKPOINT_SUFFIX: &str = ".checkpoint";
+
+/// `--out` + `.checkpoint`: where the checkpoint taken with the grant is kept.
+pub fn checkpoint_name(name: &std::ffi::OsStr) -> std::ffi::OsString {
+    let mut n = name.to_owned();
+    n.push(CHECKPOINT_SUFFIX);
+    n
+}
+
+/// The checkpoint file kept beside a grant file.
+pub fn checkpoint_path(grant: &Path) -> PathBuf {
+    let mut p = grant.as_os_str().to_owned();
+    p.push(CHECKPOINT_SUFFIX);
+    PathBuf::from(p)
+}
 
 /// [`Out::prepare`] then [`Out::persist`]: the grant durable at `out`, never over a file.
 pub fn persist(out: &Path, bytes: &[u8]) -> Result<(), Error> {

@@ -19,6 +19,8 @@ EXIT CODES (with --json, `outcome` names the code as below):
         challenged this consumer
     3   uncertain: the connection was lost after the challenge, the grant could not be
         persisted, or repochd did not take the acknowledgement (the grant is kept)
+    5   inconsistent (verify --log): the epoch log does not extend the checkpoint kept
+        beside the grant (rollback, fork or truncation; the evidence pair printed)
     64  usage: bad arguments or key files, or --out exists or its directory cannot be
         opened (checked before connecting)";
 
@@ -93,10 +95,14 @@ enum Cmd {
         #[arg(last = true)]
         cmd: Vec<String>,
     },
-    /// Verify a persisted grant offline against the pinned issuer key.
+    /// Verify a persisted grant offline against the pinned issuer key; with --log, also
+    /// that the epoch log extends the checkpoint kept beside the grant (GRANT.checkpoint).
     Verify {
         #[arg(long)]
         issuer_key: PathBuf,
+        /// The deployment's epoch log (or a copy of it) to check against GRANT.checkpoint.
+        #[arg(long)]
+        log: Option<PathBuf>,
         grant: PathBuf,
     },
 }
@@ -112,6 +118,7 @@ fn outcome_name(code: u8) -> &'static str {
         2 => "refused",
         3 => "uncertain",
         4 => "busy",
+        5 => "inconsistent",
         64 => "usage",
         _ => "internal",
     }
@@ -122,6 +129,14 @@ fn fail_with(json: bool, e: &Error, code: u8) -> ExitCode {
         let mut j = json!({"outcome": outcome_name(code), "exit": code, "message": e.to_string()});
         if let Error::Refused { reason, .. } = e {
             j["reason"] = json!(reason.as_str());
+        }
+        if let Error::Inconsistent(i, from) = e {
+            j["reason"] = json!(i.reason.as_str());
+            j["evidence"] = json!({
+                "checkpoint": {"size": i.old.0, "head": i.old.1.to_hex()},
+                "log": {"size": i.current.0, "head": i.current.1.to_hex()},
+                "rewritten_from_record": from,
+            });
         }
         say(&j.to_string());
     } else {
@@ -180,15 +195,36 @@ fn main() -> ExitCode {
             }
             Err(e) => fail(json, &e),
         },
-        Cmd::Verify { issuer_key, grant } => {
+        Cmd::Verify {
+            issuer_key,
+            log,
+            grant,
+        } => {
             let r = repoch_consumer::read_public(&issuer_key).and_then(|k| {
                 let bytes = std::fs::read(&grant)
                     .map_err(|e| Error::Usage(format!("{}: {e}", grant.display())))?;
-                repoch_consumer::verify(&bytes, &k, None).map(|g| (g, bytes))
+                let g = repoch_consumer::verify(&bytes, &k, None)?;
+                let ext = match &log {
+                    Some(l) => Some(repoch_consumer::verify_log_against(&g, &grant, l, &k)?),
+                    None => None,
+                };
+                Ok((g, bytes, ext))
             });
             match r {
-                Ok((g, bytes)) => {
-                    let s = summary(&g, &bytes);
+                Ok((g, bytes, ext)) => {
+                    let mut s = summary(&g, &bytes);
+                    if let Some((_, x)) = &ext {
+                        s["checkpoint"] = json!({
+                            "size": x.old.0, "head": x.old.1.to_hex(),
+                            "log": {"size": x.current.0, "head": x.current.1.to_hex()},
+                        });
+                        if !json {
+                            say(&format!(
+                                "checkpoint: the log ({} records) extends the checkpoint kept with the grant ({} records, head {})",
+                                x.current.0, x.old.0, x.old.1
+                            ));
+                        }
+                    }
                     if json {
                         say(&format!("{}", json!({"outcome": "verified", "grant": s})))
                     } else {

@@ -22,9 +22,14 @@ pub fn read_log(path: &Path) -> Result<Vec<u8>, String> {
     } else {
         path.to_path_buf()
     };
+    read_bounded(&p, LOG_BYTES_MAX)
+}
+
+/// Reads a regular file of at most `max` bytes (a FIFO never hangs the reader).
+pub fn read_bounded(p: &Path, max: usize) -> Result<Vec<u8>, String> {
     // Non-blocking, and a regular file only: a FIFO given to an auditor must not hang it.
     let fd = repoch_issuer::storage::open_path(
-        &p,
+        p,
         rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::NONBLOCK,
         0,
     )
@@ -33,8 +38,7 @@ pub fn read_log(path: &Path) -> Result<Vec<u8>, String> {
     if let Some(kind) = repoch_issuer::storage::not_regular(st.st_mode) {
         return Err(format!("{}: {kind}, not a log file", p.display()));
     }
-    repoch_issuer::storage::read_all_fd(&fd, LOG_BYTES_MAX)
-        .map_err(|e| format!("{}: {e}", p.display()))
+    repoch_issuer::storage::read_all_fd(&fd, max).map_err(|e| format!("{}: {e}", p.display()))
 }
 
 /// The deployments in chain order, or why the links do not verify (with its reason).

@@ -297,7 +297,80 @@ pub fn list(ctx: &Ctx) -> CmdResult {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn audit(ctx: &Ctx, issuer_key: Option<&Path>, paths: &[std::path::PathBuf]) -> CmdResult {
+/// `repoch checkpoint`: the log's head as a signed note (docs/AUDITOR.md, "Checkpoints").
+pub fn checkpoint(ctx: &Ctx, prefix: &str) -> CmdResult {
+    use repoch_protocol::checkpoint::{Checkpoint, KEY_NAME};
+    require_root("repoch checkpoint")?;
+    let d = open(ctx, prefix)?;
+    if let Some(r) = integrity_refusal(&d) {
+        return Err(Failure::refused(r));
+    }
+    let key = repoch_issuer::keys::read_secret(&ctx.layout.issuer_key())
+        .map_err(|e| Failure::Usage(e.to_string()))?;
+    let c = Checkpoint::of_log(d.report())
+        .ok_or_else(|| Failure::Internal("a verified log without a genesis".into()))?;
+    let note = c.sign(KEY_NAME, &key);
+    ctx.out(
+        json!({"deployment": d.id.to_hex(), "origin": c.origin, "size": c.size,
+               "head": c.head.to_hex(), "key_name": KEY_NAME, "note": note}),
+        || note.trim_end().to_owned(),
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `audit --checkpoint`: the note verified under the issuer key, and whether the log it
+/// names (by origin) among `logs` extends it.
+fn audit_checkpoint(
+    note: &Path,
+    issuer: &repoch_protocol::PublicKey,
+    logs: &[crate::audit::Audited],
+) -> Result<(serde_json::Value, Option<Refusal>), Failure> {
+    use repoch_protocol::checkpoint::{origin, Checkpoint, KEY_NAME};
+    let bytes = crate::audit::read_bounded(note, repoch_protocol::limits::CHECKPOINT_BYTES_MAX)
+        .map_err(Failure::Usage)?;
+    let invalid = |observed: String| {
+        Failure::refused(Refusal::new(
+            Reason::CheckpointInvalid,
+            note.display().to_string(),
+            format!("a note signed by {KEY_NAME} under the issuer key, about a log given"),
+            observed,
+        ))
+    };
+    let text = String::from_utf8(bytes).map_err(|_| invalid("not UTF-8".into()))?;
+    let c = Checkpoint::verify(&text, KEY_NAME, issuer).map_err(|e| invalid(e.to_string()))?;
+    let Some(a) = logs
+        .iter()
+        .find(|a| a.report.deployment().map(|d| origin(&d)).as_deref() == Some(&c.origin))
+    else {
+        return Err(invalid(format!("origin {:?}: no such log given", c.origin)));
+    };
+    let (extends, reason, now) = match c.extended_by(&a.report) {
+        Ok(x) => (true, None, x.current),
+        Err(i) => (false, Some(i.reason), i.current),
+    };
+    let j = json!({"origin": c.origin, "path": a.path, "size": c.size, "head": c.head.to_hex(),
+                   "log": {"size": now.0, "head": now.1.to_hex()}, "extends": extends,
+                   "reason": reason.map(|r| r.as_str())});
+    let refusal = reason.map(|r| {
+        Refusal::new(
+            r,
+            a.path.display().to_string(),
+            format!(
+                "a log extending the checkpoint: size {} head {}",
+                c.size, c.head
+            ),
+            format!("size {} head {}", now.0, now.1),
+        )
+    });
+    Ok((j, refusal))
+}
+
+pub fn audit(
+    ctx: &Ctx,
+    issuer_key: Option<&Path>,
+    checkpoint: Option<&Path>,
+    paths: &[std::path::PathBuf],
+) -> CmdResult {
     let issuer = match issuer_key {
         Some(p) => {
             repoch_issuer::keys::read_public(p).map_err(|e| Failure::Usage(e.to_string()))?
@@ -319,8 +392,14 @@ pub fn audit(ctx: &Ctx, issuer_key: Option<&Path>, paths: &[std::path::PathBuf])
                    "problem": r.problem.as_ref().map(|(at, why)| json!({"offset": at, "reason": why}))})
         })
         .collect();
-    let verified = bad.is_empty() && chain.is_ok();
-    ctx.out(json!({"verified": verified, "logs": rows, "chain": chain.as_ref().ok(), "chain_error": chain.as_ref().err().map(|(r, e)| json!({"reason": r.as_str(), "detail": e}))}), || {
+    let cp = match checkpoint {
+        Some(n) => Some(audit_checkpoint(n, &issuer, &logs)?),
+        None => None,
+    };
+    let inconsistent = cp.as_ref().and_then(|(_, r)| r.clone());
+    let verified = bad.is_empty() && chain.is_ok() && inconsistent.is_none();
+    ctx.out(json!({"verified": verified, "logs": rows, "chain": chain.as_ref().ok(), "chain_error": chain.as_ref().err().map(|(r, e)| json!({"reason": r.as_str(), "detail": e})),
+                   "checkpoint": cp.as_ref().map(|(j, _)| j)}), || {
         let mut s = format!("{:<32}  {:<10}  {:>7}  {:<16}  PREDECESSOR\n", "DEPLOYMENT", "EPOCH", "RECORDS", "HEAD");
         for a in &logs {
             let r = &a.report;
@@ -340,6 +419,12 @@ pub fn audit(ctx: &Ctx, issuer_key: Option<&Path>, paths: &[std::path::PathBuf])
             Ok(order) => s.push_str(&format!("chain: verified ({} deployment{})", order.len(), if order.len() == 1 { "" } else { "s" })),
             Err((r, e)) => s.push_str(&format!("chain: NOT verified: {r}: {e}")),
         }
+        if let Some((j, r)) = &cp {
+            match r {
+                None => s.push_str(&format!("\ncheckpoint: the log extends it (size {} -> {})", j["size"], j["log"]["size"])),
+                Some(r) => s.push_str(&format!("\ncheckpoint: NOT extended: {r}")),
+            }
+        }
         if verified {
             s.push_str("\naudit: verified");
         } else {
@@ -347,6 +432,11 @@ pub fn audit(ctx: &Ctx, issuer_key: Option<&Path>, paths: &[std::path::PathBuf])
         }
         s
     });
+    // A log that does not extend a signed checkpoint is the finding, even when it is also
+    // torn: the evidence pair says what was lost.
+    if let Some(r) = inconsistent {
+        return Err(Failure::Inconsistent(r));
+    }
     if verified {
         Ok(ExitCode::SUCCESS)
     } else {

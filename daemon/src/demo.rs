@@ -357,6 +357,7 @@ pub fn demo(ctx0: &Ctx, keep: bool) -> cli::CmdResult {
     let audit = cli::audit(
         &ctx,
         Some(&ctx.layout.issuer_pub()),
+        None,
         &[ctx.layout.state_dir(&e.id)],
     );
     let audited = matches!(&audit, Ok(code) if *code == ExitCode::SUCCESS);

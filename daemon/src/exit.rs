@@ -14,6 +14,9 @@ pub enum Failure {
     Uncertain(String),
     /// Another issuer holds the epoch now (exit 4).
     Busy(Refusal),
+    /// The epoch log does not extend a checkpoint its issuer signed earlier: rolled back,
+    /// forked or truncated, with the evidence pair (exit 5).
+    Inconsistent(Refusal),
     /// Bad arguments (exit 64).
     Usage(String),
     /// A manifest the host cannot enroll as written, with its reason (exit 64).
@@ -34,6 +37,7 @@ impl Failure {
             Failure::Refused(_) => 2,
             Failure::Uncertain(_) => 3,
             Failure::Busy(_) => 4,
+            Failure::Inconsistent(_) => 5,
             Failure::Usage(_) | Failure::Manifest(_) => 64,
             Failure::Internal(_) => 70,
         }
@@ -43,6 +47,7 @@ impl Failure {
             Failure::Refused(_) => "refused",
             Failure::Uncertain(_) => "uncertain",
             Failure::Busy(_) => "busy",
+            Failure::Inconsistent(_) => "inconsistent",
             Failure::Usage(_) | Failure::Manifest(_) => "usage",
             Failure::Internal(_) => "internal",
         }
@@ -50,7 +55,7 @@ impl Failure {
     pub fn refusals(&self) -> Vec<&Refusal> {
         match self {
             Failure::Refused(v) => v.iter().collect(),
-            Failure::Busy(r) | Failure::Manifest(r) => vec![r],
+            Failure::Busy(r) | Failure::Manifest(r) | Failure::Inconsistent(r) => vec![r],
             _ => vec![],
         }
     }
@@ -61,7 +66,7 @@ impl Failure {
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
                 .join("\n"),
-            Failure::Busy(r) | Failure::Manifest(r) => r.to_string(),
+            Failure::Busy(r) | Failure::Manifest(r) | Failure::Inconsistent(r) => r.to_string(),
             Failure::Uncertain(s) | Failure::Usage(s) | Failure::Internal(s) => s.clone(),
         }
     }

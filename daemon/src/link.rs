@@ -260,10 +260,19 @@ impl ConsumerLink for SocketLink {
         }
     }
 
-    fn dispatch(&mut self, grant: &[u8], fences: &[&OwnedFd]) -> Result<(), String> {
+    fn dispatch(
+        &mut self,
+        grant: &[u8],
+        checkpoint: &str,
+        fences: &[&OwnedFd],
+    ) -> Result<(), String> {
         use repoch_protocol::cbor::Canonical as _;
         use rustix::net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
-        let payload = repoch_protocol::wire::frame(&GrantMsg::Grant(grant.to_vec()).to_bytes());
+        let msg = GrantMsg::Grant {
+            grant: grant.to_vec(),
+            checkpoint: checkpoint.to_owned(),
+        };
+        let payload = repoch_protocol::wire::frame(&msg.to_bytes());
         let fds: Vec<_> = fences.iter().map(|f| f.as_fd()).collect();
         let mut space = vec![
             std::mem::MaybeUninit::uninit();

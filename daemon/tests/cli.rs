@@ -21,11 +21,18 @@ fn help_documents_every_command_and_the_exit_codes() {
     let (code, out, _) = repoch(&["--help"]);
     assert_eq!(code, 0);
     for cmd in [
-        "enroll", "recover", "status", "list", "audit", "journal", "demo",
+        "enroll",
+        "recover",
+        "status",
+        "list",
+        "audit",
+        "checkpoint",
+        "journal",
+        "demo",
     ] {
         assert!(out.contains(cmd), "--help lacks {cmd}");
     }
-    for code in ["64", "70", "uncertain", "busy"] {
+    for code in ["64", "70", "uncertain", "busy", "inconsistent"] {
         assert!(out.contains(code), "--help lacks exit code {code}");
     }
 }
@@ -222,4 +229,128 @@ fn audit_of_a_link_to_another_final_hash_is_predecessor_mismatch() {
         (2, "predecessor-mismatch"),
         "{out}"
     );
+}
+
+// ---- audit --checkpoint: extension, rollback, fork, truncation (offline, no root) ----
+
+use repoch_protocol::checkpoint::{origin, Checkpoint, KEY_NAME};
+
+/// Writes `note` beside the audit arguments and runs `audit --checkpoint NOTE`; returns the
+/// exit code, the refusal's reason and the audit object (its first JSON line).
+fn audit_checkpoint(
+    key: &ed25519_dalek::SigningKey,
+    log: &[u8],
+    note: &str,
+) -> (i32, String, serde_json::Value) {
+    let (d, mut args) = audit_dir(key, &[("epoch.log", log)]);
+    let n = d.path().join("old.note");
+    std::fs::write(&n, note).unwrap();
+    args.insert(4, "--checkpoint".into());
+    args.insert(5, n.display().to_string());
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, out, err) = repoch(&a);
+    let first: serde_json::Value = serde_json::from_str(out.lines().next().unwrap_or("{}"))
+        .unwrap_or_else(|e| panic!("{e}: {out}{err}"));
+    let last: serde_json::Value = serde_json::from_str(out.lines().last().unwrap_or("{}")).unwrap();
+    let reason = last["refusals"][0]["reason"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    (code, reason, first)
+}
+
+fn head_of(log: &[u8], key: &ed25519_dalek::SigningKey) -> Hash {
+    repoch_protocol::epoch::verify_log(log, &PublicKey::from(&key.verifying_key()), None)
+        .last_hash()
+        .unwrap()
+}
+
+#[test]
+fn audit_with_a_checkpoint_proves_extension_and_reports_rollback_fork_and_truncation() {
+    // Proves: a log extending a signed checkpoint audits 0; a log with fewer records is
+    // checkpoint-rollback, one whose record at the checkpoint's size has another hash is
+    // checkpoint-fork, one whose verified records end below it with bytes after them is
+    // checkpoint-truncated — each exit 5 with the evidence pair (checkpoint size/head, log
+    // size/head) in the audit object.
+    let key = ed25519_dalek::SigningKey::from_bytes(&[3; 32]);
+    let dep = DeploymentId([0xc; 16]);
+    let log = genesis_log(&key, dep, None);
+    let head = head_of(&log, &key);
+    let note = |size: u64, head: Hash| {
+        Checkpoint {
+            origin: origin(&dep),
+            size,
+            head,
+        }
+        .sign(KEY_NAME, &key)
+    };
+    // Extension: the log's own checkpoint (size 1).
+    let (code, _, j) = audit_checkpoint(&key, &log, &note(1, head));
+    assert_eq!(code, 0, "{j}");
+    assert_eq!(j["checkpoint"]["extends"], true, "{j}");
+    // Rollback: a checkpoint of 2 records, a verified log of 1.
+    let (code, reason, j) = audit_checkpoint(&key, &log, &note(2, Hash([7; 32])));
+    assert_eq!((code, reason.as_str()), (5, "checkpoint-rollback"), "{j}");
+    assert_eq!(j["checkpoint"]["size"], 2);
+    assert_eq!(j["checkpoint"]["head"], Hash([7; 32]).to_hex());
+    assert_eq!(j["checkpoint"]["log"]["size"], 1);
+    assert_eq!(j["checkpoint"]["log"]["head"], head.to_hex());
+    // Fork: the same size, another head (another genesis of the same deployment).
+    let other = SignedEpochRecord::sign(
+        EpochRecord {
+            deployment: dep,
+            seq: 0,
+            prev: Hash::ZERO,
+            body: EpochBody::Genesis {
+                manifest: Hash([2; 32]),
+                issuer_key: PublicKey::from(&key.verifying_key()),
+                predecessor: None,
+            },
+        },
+        &key,
+    )
+    .to_frame();
+    let (code, reason, j) = audit_checkpoint(&key, &other, &note(1, head));
+    assert_eq!((code, reason.as_str()), (5, "checkpoint-fork"), "{j}");
+    assert_eq!(
+        j["checkpoint"]["log"]["head"],
+        head_of(&other, &key).to_hex()
+    );
+    // Truncation: 2 records checkpointed, the log cut inside its second.
+    let mut cut = log.clone();
+    cut.extend_from_slice(&other[..other.len() - 5]);
+    let (code, reason, j) = audit_checkpoint(&key, &cut, &note(2, Hash([7; 32])));
+    assert_eq!((code, reason.as_str()), (5, "checkpoint-truncated"), "{j}");
+    assert_eq!(j["checkpoint"]["log"]["size"], 1);
+}
+
+#[test]
+fn audit_with_a_checkpoint_that_does_not_verify_is_checkpoint_invalid() {
+    // Proves: a note signed by another key, a tampered note, and a note about a log not
+    // given are refused as checkpoint-invalid (exit 2); an unreadable note is usage (64).
+    let key = ed25519_dalek::SigningKey::from_bytes(&[3; 32]);
+    let stranger = ed25519_dalek::SigningKey::from_bytes(&[4; 32]);
+    let dep = DeploymentId([0xc; 16]);
+    let log = genesis_log(&key, dep, None);
+    let c = Checkpoint {
+        origin: origin(&dep),
+        size: 1,
+        head: head_of(&log, &key),
+    };
+    let (code, reason, j) = audit_checkpoint(&key, &log, &c.sign(KEY_NAME, &stranger));
+    assert_eq!((code, reason.as_str()), (2, "checkpoint-invalid"), "{j}");
+    let tampered = c.sign(KEY_NAME, &key).replacen("\n1\n", "\n0\n", 1);
+    let (code, reason, j) = audit_checkpoint(&key, &log, &tampered);
+    assert_eq!((code, reason.as_str()), (2, "checkpoint-invalid"), "{j}");
+    let elsewhere = Checkpoint {
+        origin: origin(&DeploymentId([0xd; 16])),
+        ..c
+    };
+    let (code, reason, j) = audit_checkpoint(&key, &log, &elsewhere.sign(KEY_NAME, &key));
+    assert_eq!((code, reason.as_str()), (2, "checkpoint-invalid"), "{j}");
+    let (_d, mut args) = audit_dir(&key, &[("epoch.log", &log)]);
+    args.insert(4, "--checkpoint".into());
+    args.insert(5, "/nonexistent/old.note".into());
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert_eq!(repoch(&a).0, 64);
 }

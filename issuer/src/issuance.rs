@@ -82,7 +82,14 @@ pub trait ConsumerLink {
     /// Sends the challenge and returns the consumer's custody signature.
     fn challenge(&mut self, c: &Challenge) -> Result<[u8; 64], String>;
     /// Sends the signed grant with the fence fds (`SCM_RIGHTS`).
-    fn dispatch(&mut self, grant: &[u8], fences: &[&OwnedFd]) -> Result<(), String>;
+    /// `checkpoint`: the log's checkpoint with the receipt, a signed note
+    /// (docs/AUDITOR.md, "Checkpoints"), sent with the grant.
+    fn dispatch(
+        &mut self,
+        grant: &[u8],
+        checkpoint: &str,
+        fences: &[&OwnedFd],
+    ) -> Result<(), String>;
     /// Tells the consumer it gets nothing. Best effort.
     fn refuse(&mut self, reason: Reason, detail: &str);
     /// Describes the connected peer again, through the pidfd pinned at connect: what the
@@ -785,7 +792,14 @@ impl<C: ConsumerLink> Verified2<C> {
             format!("sending the grant with {} fence fd(s)", self.c.fences.len()),
         );
         let fds: Vec<&OwnedFd> = self.c.fences.fds();
-        match self.consumer.dispatch(&self.grant, &fds) {
+        // The log's head now (its receipt last), for the consumer to keep.
+        let checkpoint = repoch_protocol::checkpoint::Checkpoint {
+            origin: repoch_protocol::checkpoint::origin(&self.c.dep.id),
+            size: self.c.dep.log.next_seq(),
+            head: self.c.dep.log.last_hash(),
+        }
+        .sign(repoch_protocol::checkpoint::KEY_NAME, &self.c.key);
+        match self.consumer.dispatch(&self.grant, &checkpoint, &fds) {
             Ok(()) => {
                 // The fences are the consumer's now: repochd keeps none while it waits for
                 // the acknowledgement (only the issuer lock, until the issuance ends).

@@ -112,3 +112,88 @@ impl Checkpoint {
         Err(CheckpointError::Unverified(name.into()))
     }
 }
+
+/// The key name on every repoch checkpoint's signature line (the host issuer key).
+pub const KEY_NAME: &str = "repoch-issuer";
+
+/// A checkpoint's origin names the one log it is about: the deployment's epoch log.
+pub fn origin(deployment: &crate::types::DeploymentId) -> String {
+    format!("repoch/epoch-log/{}", deployment.to_hex())
+}
+
+/// Checkpoints of an epoch log, which is a hash chain, not a Merkle tree
+/// (docs/AUDITOR.md, "Checkpoints"): the size is the number of verified records and the
+/// head is the last one's hash. Proving that a log extends a checkpoint needs the records
+/// in between, which whoever holds the log has.
+impl Checkpoint {
+    /// The checkpoint of a log's verified records; `None` without a genesis.
+    pub fn of_log(report: &crate::epoch::LogReport) -> Option<Checkpoint> {
+        Some(Checkpoint {
+            origin: origin(&report.deployment()?),
+            size: report.records.len() as u64,
+            head: report.last_hash()?,
+        })
+    }
+
+    /// Whether `report` (the current log, its deployment the checkpoint's origin) extends
+    /// this checkpoint: its record number `size` (counting from 1) has the checkpoint's head.
+    pub fn extended_by(
+        &self,
+        report: &crate::epoch::LogReport,
+    ) -> Result<Extension, Inconsistency> {
+        let have = report.records.len() as u64;
+        let current = (have, report.last_hash().unwrap_or(crate::types::Hash::ZERO));
+        let old = (self.size, self.head);
+        // A checkpoint of no record is extended by every log.
+        let Some(last) = self.size.checked_sub(1) else {
+            return Ok(Extension { old, current });
+        };
+        match usize::try_from(last)
+            .ok()
+            .and_then(|i| report.records.get(i))
+        {
+            Some(r) if r.hash == self.head => Ok(Extension { old, current }),
+            Some(r) => Err(Inconsistency {
+                reason: crate::Reason::CheckpointFork,
+                old,
+                current: (self.size, r.hash),
+            }),
+            None => Err(Inconsistency {
+                reason: if report.problem.is_some() {
+                    crate::Reason::CheckpointTruncated
+                } else {
+                    crate::Reason::CheckpointRollback
+                },
+                old,
+                current,
+            }),
+        }
+    }
+}
+
+/// The current log extends the checkpoint: (size, head) then and now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Extension {
+    pub old: (u64, Hash),
+    pub current: (u64, Hash),
+}
+
+/// The current log does not extend the checkpoint. The evidence pair: the checkpoint's
+/// (size, head) and the log's (size, hash) — at the checkpoint's size for a fork, the
+/// log's own verified size and head for a rollback or a truncation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Inconsistency {
+    pub reason: crate::Reason,
+    pub old: (u64, Hash),
+    pub current: (u64, Hash),
+}
+
+impl std::fmt::Display for Inconsistency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "checkpoint size {} head {}; log size {} head {}",
+            self.old.0, self.old.1, self.current.0, self.current.1
+        )
+    }
+}

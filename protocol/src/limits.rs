@@ -44,6 +44,9 @@ pub const MANIFEST_TOML_BYTES_MAX: usize = 256 * 1024;
 
 /// Longest free text (labels, unit names, refusal details).
 pub const TEXT_BYTES_MAX: usize = 256;
+/// Longest checkpoint note accepted (docs/AUDITOR.md, "Checkpoints"); a repoch note is
+/// under 300 bytes: an origin of 50, a size, 44 of base64 head, one signature line.
+pub const CHECKPOINT_BYTES_MAX: usize = 1024;
 
 /// Lock fences per deployment (each is an fd passed with `SCM_RIGHTS`).
 pub const FENCES_MAX: usize = 8;

@@ -51,6 +51,10 @@ reasons! {
     PredecessorMismatch = "predecessor-mismatch", "The predecessor's log does not end in the recorded final hash, or is not the named deployment.", "Check the chain with `repoch audit`.";
     ChainFork = "chain-fork", "Two deployments name the same predecessor: the lineage forks (each successor could recover once).", "Find out which successor is legitimate; never recover the other.";
     ChainDuplicate = "chain-duplicate", "Two different logs claim the same deployment id.", "Find out which log is the deployment's own; treat the other as tampering.";
+    CheckpointRollback = "checkpoint-rollback", "The epoch log has fewer records than a checkpoint its issuer signed earlier: it was rolled back (truncated at a record boundary).", "Treat as tampering: an epoch may have been recovered twice. Keep the checkpoint and the log as evidence.";
+    CheckpointFork = "checkpoint-fork", "The epoch log's record at a signed checkpoint's size is not the checkpoint's head: the log was rewritten (rolled back and appended again) or forked.", "Treat as tampering: an epoch may have been recovered twice. Keep the checkpoint and the log as evidence.";
+    CheckpointTruncated = "checkpoint-truncated", "The epoch log's verified records end before a signed checkpoint's size and bytes that are not a valid record follow: it was cut inside a record or damaged below the checkpoint.", "Treat as tampering or media damage; keep the checkpoint and the log as evidence.";
+    CheckpointInvalid = "checkpoint-invalid", "A checkpoint note is malformed, no signature line verifies under the issuer key, or its origin names no log given.", "Check the note, the issuer key and the log it belongs to.";
     ControllerUnknown = "controller-unknown", "systemd (or another controller) could not be asked: the containment of a unit is unknown.", "Make systemd reachable, or remove the unit from the profile if it does not exist on this host.";
     UnitNotMasked = "unit-not-masked", "A unit is not masked.", "`systemctl mask` the old controller's unit.";
     UnitActive = "unit-active", "A unit is active, activating or deactivating.", "Stop it.";

@@ -406,8 +406,10 @@ pub enum GrantMsg {
     Challenge(Challenge),
     /// Consumer to daemon: the custody signature.
     Custody([u8; SIGNATURE_BYTES]),
-    /// Daemon to consumer: the signed grant bytes; the fence fds ride on this frame.
-    Grant(Vec<u8>),
+    /// Daemon to consumer: the signed grant bytes and the checkpoint of the epoch log with
+    /// its receipt (a C2SP signed note, docs/AUDITOR.md "Checkpoints"); the fence fds ride
+    /// on this frame.
+    Grant { grant: Vec<u8>, checkpoint: String },
     /// Daemon to consumer: refused, nothing granted. (A waiting consumer whose epoch a
     /// recovery found used is told `epoch-consumed`.)
     Refused { reason: Reason, detail: String },
@@ -431,7 +433,11 @@ impl Canonical for GrantMsg {
             GrantMsg::Accepted => cbor::array(vec![cbor::text("accepted")]),
             GrantMsg::Challenge(c) => cbor::array(vec![cbor::text("challenge"), c.to_value()]),
             GrantMsg::Custody(s) => cbor::array(vec![cbor::text("custody"), cbor::bytes(s)]),
-            GrantMsg::Grant(g) => cbor::array(vec![cbor::text("grant"), cbor::bytes(g)]),
+            GrantMsg::Grant { grant, checkpoint } => cbor::array(vec![
+                cbor::text("grant"),
+                cbor::bytes(grant),
+                cbor::text(checkpoint),
+            ]),
             GrantMsg::Refused { reason, detail } => cbor::array(vec![
                 cbor::text("refused"),
                 reason.to_value(),
@@ -493,9 +499,12 @@ impl Canonical for GrantMsg {
                 GrantMsg::Custody(f.bytes()?)
             }
             "grant" => {
-                let mut f = Fields::open(v, "grant-msg", 2)?;
+                let mut f = Fields::open(v, "grant-msg", 3)?;
                 f.expect_text("grant")?;
-                GrantMsg::Grant(f.bstr(RECORD_BYTES_MAX)?)
+                GrantMsg::Grant {
+                    grant: f.bstr(RECORD_BYTES_MAX)?,
+                    checkpoint: f.text(CHECKPOINT_BYTES_MAX)?,
+                }
             }
             "refused" => {
                 let mut f = Fields::open(v, "refused", 3)?;

@@ -17,6 +17,8 @@ EXIT CODES (one rule for every command; docs/EXIT-CODES.md has the full table):
         codes name each
     3   uncertain: the epoch was consumed or partially published; it is preserved as is
     4   busy: another issuer holds the epoch now (the holder is named)
+    5   inconsistent: audit --checkpoint: the log does not extend the checkpoint
+        (rollback, fork or truncation; the evidence pair printed)
     64  usage: bad or out-of-range arguments, or a manifest the host cannot enroll
     70  internal: a bug; never a silent success
 
@@ -87,15 +89,30 @@ enum Cmd {
     },
     /// List enrolled deployments and their epoch state.
     List,
+    /// Print the deployment's epoch-log checkpoint: a C2SP signed note (origin, record
+    /// count, head hash) under the host issuer key, for auditors (`audit --checkpoint`).
+    /// Root only; the log must verify.
+    Checkpoint {
+        /// Deployment id, or any unique prefix of it.
+        deployment: String,
+    },
     /// Verify epoch logs and the chain between deployments, offline.
     ///
     /// Each PATH is an epoch.log file or a deployment state directory. Checks every
     /// record's encoding, issuer signature, sequence, hash chain and phase order, and every
     /// predecessor link. Exit 0 only if all logs and links verify.
+    ///
+    /// With --checkpoint, also proves that the log the checkpoint is about (its origin
+    /// names the deployment) extends it, or reports rollback, fork or truncation with the
+    /// evidence pair (exit 5).
     Audit {
         /// The host issuer public key (default: the one under --root or /etc/repoch).
         #[arg(long, value_name = "PUBFILE")]
         issuer_key: Option<PathBuf>,
+        /// A checkpoint taken earlier (`repoch checkpoint`, or the one `repoch-consume`
+        /// keeps beside its grant).
+        #[arg(long, value_name = "NOTE")]
+        checkpoint: Option<PathBuf>,
         #[arg(required = true)]
         paths: Vec<PathBuf>,
     },
@@ -161,7 +178,12 @@ fn main() -> ExitCode {
             approve_ready,
         } => cli::observe(&ctx, &deployment, approve_ready.as_deref()),
         Cmd::List => cli::list(&ctx),
-        Cmd::Audit { issuer_key, paths } => cli::audit(&ctx, issuer_key.as_deref(), &paths),
+        Cmd::Checkpoint { deployment } => cli::checkpoint(&ctx, &deployment),
+        Cmd::Audit {
+            issuer_key,
+            checkpoint,
+            paths,
+        } => cli::audit(&ctx, issuer_key.as_deref(), checkpoint.as_deref(), &paths),
         Cmd::Journal(JournalCmd::Keygen { keyfile }) => cli::journal_keygen(&ctx, &keyfile),
         Cmd::Journal(JournalCmd::Append {
             journal,

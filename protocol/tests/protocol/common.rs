@@ -361,7 +361,14 @@ pub fn samples() -> Vec<(&'static str, Vec<u8>)> {
         ("grant-msg", GrantMsg::Accepted.to_bytes()),
         ("grant-msg", GrantMsg::Challenge(challenge()).to_bytes()),
         ("grant-msg", GrantMsg::Custody([9; 64]).to_bytes()),
-        ("grant-msg", GrantMsg::Grant(vec![1, 2, 3]).to_bytes()),
+        (
+            "grant-msg",
+            GrantMsg::Grant {
+                grant: vec![1, 2, 3],
+                checkpoint: "repoch/epoch-log/x\n4\nAA==\n\n\u{2014} repoch-issuer AA==\n".into(),
+            }
+            .to_bytes(),
+        ),
         (
             "grant-msg",
             GrantMsg::Refused {

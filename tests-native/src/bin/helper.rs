@@ -141,7 +141,7 @@ fn frame_kinds(b: &[u8]) -> Vec<String> {
         };
         out.push(match GrantMsg::from_bytes(body) {
             Ok(GrantMsg::Refused { .. }) => "refused".to_owned(),
-            Ok(GrantMsg::Grant(_)) => "grant".to_owned(),
+            Ok(GrantMsg::Grant { .. }) => "grant".to_owned(),
             Ok(m) => format!("{m:?}")
                 .split([' ', '(', '{'])
                 .next()
@@ -317,7 +317,8 @@ fn main() {
                             std::process::exit(0);
                         }
                         if args.get(5).map(String::as_str) == Some("wrong-ack") {
-                            let Ok(GrantMsg::Grant(g)) = read_msg::<GrantMsg>(&mut s) else {
+                            let Ok(GrantMsg::Grant { grant: g, .. }) = read_msg::<GrantMsg>(&mut s)
+                            else {
                                 std::process::exit(1)
                             };
                             let mut other = repoch_protocol::Hash::of(&g);
@@ -498,7 +499,7 @@ fn main() {
                         append(&out, "challenged");
                         let _ = write_msg(&mut s, &GrantMsg::Custody(c.answer(&stranger)));
                     }
-                    Ok(GrantMsg::Grant(_)) => {
+                    Ok(GrantMsg::Grant { .. }) => {
                         append(&out, "granted");
                         std::process::exit(0);
                     }
@@ -576,7 +577,19 @@ fn main() {
                 issued_at: 0,
             };
             let bytes = SignedGrant::sign(grant, &issuer).to_bytes();
-            let payload = frame(&GrantMsg::Grant(bytes).to_bytes());
+            let checkpoint = repoch_protocol::checkpoint::Checkpoint {
+                origin: repoch_protocol::checkpoint::origin(&deployment),
+                size: 4,
+                head: Hash([7; 32]),
+            }
+            .sign(repoch_protocol::checkpoint::KEY_NAME, &issuer);
+            let payload = frame(
+                &GrantMsg::Grant {
+                    grant: bytes,
+                    checkpoint,
+                }
+                .to_bytes(),
+            );
             use std::os::fd::AsFd as _;
             let fds = [sent.as_fd()];
             let mut space =

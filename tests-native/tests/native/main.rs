@@ -4,6 +4,7 @@
 mod abuse;
 mod acceptance;
 mod bounded;
+mod checkpoint;
 mod containment;
 mod contenders;
 mod cross;

@@ -1,0 +1,324 @@
+//! Checkpoints for auditors (docs/AUDITOR.md, "Checkpoints"): `repoch checkpoint` prints
+//! the log's head as a C2SP signed note that an independent implementation (Go's
+//! golang.org/x/mod/sumdb/note, Debian's golang-golang-x-mod-dev) verifies; the consumer
+//! keeps the checkpoint taken at its grant, and a root who truncates a granted log and
+//! recovers again is caught by `repoch audit --checkpoint` and `repoch-consume verify`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use repoch_tests_native::*;
+
+use crate::e2e::{records, run};
+
+/// Builds tests-native/go/noteverify with the system Go against Debian's packaged sources
+/// (GOPATH=/usr/share/gocode, modules off: no network). Fails loudly without them.
+fn noteverify(out_dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("go/noteverify/main.go");
+    let exe = out_dir.join("noteverify");
+    let o = Command::new("go")
+        .arg("build")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .env("GO111MODULE", "off")
+        .env("GOPATH", "/usr/share/gocode")
+        .env("GOFLAGS", "")
+        .env("GOPROXY", "off")
+        .env("GOCACHE", out_dir.join("gocache"))
+        .output()
+        .expect("go (Debian: apt-get install golang-go golang-golang-x-mod-dev)");
+    assert!(
+        o.status.success(),
+        "go build noteverify: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    exe
+}
+
+fn issuer_pub_hex(s: &Sandbox) -> String {
+    std::fs::read_to_string(s.issuer_pub())
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+/// `noteverify repoch-issuer PUBKEY NOTE`: its exit code and stdout.
+fn go_verify(exe: &Path, s: &Sandbox, note: &Path) -> (i32, String) {
+    let o = Command::new(exe)
+        .args(["repoch-issuer", &issuer_pub_hex(s)])
+        .arg(note)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+    )
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_checkpoint_verifies_with_go_sumdb_note_and_a_tampered_one_does_not() {
+    // Proves: `repoch checkpoint` prints a C2SP signed note that Go's sumdb/note accepts
+    // under the issuer key (origin, size 1, the genesis hash as base64), and rejects once
+    // a byte of its text changes.
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let r = s.repoch(&["checkpoint", &id[..6]]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let note = format!("{}\n", r.stdout.trim_end());
+    let good = s.path("good.note");
+    std::fs::write(&good, &note).unwrap();
+    let j = s.repoch(&["--json", "checkpoint", &id]).json();
+    assert_eq!(j["size"], 1);
+    assert_eq!(j["origin"], format!("repoch/epoch-log/{id}"));
+    let exe = noteverify(s.dir.path());
+    let (code, text) = go_verify(&exe, &s, &good);
+    assert_eq!(code, 0, "Go rejected repoch's note:\n{note}");
+    let head = s.status(&id).json()["records"][0]["hash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(hex::decode(&head).unwrap());
+    assert_eq!(text, format!("repoch/epoch-log/{id}\n1\n{b64}\n"));
+    let bad = s.path("tampered.note");
+    std::fs::write(&bad, note.replacen("\n1\n", "\n2\n", 1)).unwrap();
+    assert_eq!(
+        go_verify(&exe, &s, &bad).0,
+        1,
+        "Go accepted a tampered note"
+    );
+}
+
+/// Runs a consumer to `out` and a recovery; returns the recovery's run.
+fn recover_to(s: &Sandbox, id: &str, out: &str) -> (Run, Run) {
+    let c = s
+        .consumer(&id[..8], "consumer.key", out, &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let r = run(s.recover(id, 20, &[]));
+    (r, crate::e2e::finish(c))
+}
+
+fn audit_checkpoint(s: &Sandbox, id: &str, note: &Path) -> Run {
+    s.repoch(&[
+        "--json",
+        "audit",
+        "--checkpoint",
+        note.to_str().unwrap(),
+        s.state_dir(id).to_str().unwrap(),
+    ])
+}
+
+fn consume_verify(s: &Sandbox, id: &str, grant: &Path) -> Run {
+    s.run(
+        "repoch-consume",
+        &[
+            "--json",
+            "verify",
+            "--issuer-key",
+            s.issuer_pub().to_str().unwrap(),
+            "--log",
+            s.log(id).to_str().unwrap(),
+            grant.to_str().unwrap(),
+        ],
+    )
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_root_rollback_of_a_granted_log_is_caught_by_audit_and_by_the_consumer() {
+    // Proves: the consumer keeps the checkpoint taken at its grant beside the grant
+    // (GRANT.checkpoint, size 4, the receipt's hash); audit --checkpoint proves the log
+    // extends it (and a genesis checkpoint taken before). Then root clears the append-only
+    // flag and truncates the log back to its genesis: `audit --checkpoint` with the kept
+    // note and `repoch-consume verify --log` both exit 5 naming the rollback with the
+    // evidence pair; after a restarted repochd grants
+    // again (4 records, another head), the fork, and the consumer names record #1 as the
+    // first that is not its grant's.
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let genesis_note = s.path("genesis.note");
+    let r = s.repoch(&["checkpoint", &id]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    std::fs::write(&genesis_note, format!("{}\n", r.stdout.trim_end())).unwrap();
+    let d = s.daemon();
+    let (r, c) = recover_to(&s, &id, "grant.cbor");
+    assert_eq!(r.code, 0, "{}\n{}\n{}", r.stdout, r.stderr, c.stdout);
+    assert_eq!(c.code, 0, "{}\n{}", c.stdout, c.stderr);
+    let grant = s.path("grant.cbor");
+    let kept = s.path("grant.cbor.checkpoint");
+    let note = std::fs::read_to_string(&kept).expect("the consumer kept no checkpoint");
+    let st = s.status(&id).json();
+    let recs = st["records"].as_array().unwrap().clone();
+    assert_eq!(recs.len(), 4);
+    let receipt_head = recs[3]["hash"].as_str().unwrap().to_owned();
+    let genesis_len = recs[1]["offset"].as_u64().unwrap();
+    assert!(
+        note.starts_with(&format!("repoch/epoch-log/{id}\n4\n")),
+        "{note}"
+    );
+    // Before the rollback: both checkpoints extended, the consumer's too.
+    let a = audit_checkpoint(&s, &id, &kept);
+    assert_eq!(a.code, 0, "{}\n{}", a.stdout, a.stderr);
+    let a = audit_checkpoint(&s, &id, &genesis_note);
+    assert_eq!(a.code, 0, "{}\n{}", a.stdout, a.stderr);
+    let first: serde_json::Value = serde_json::from_str(a.stdout.lines().next().unwrap()).unwrap();
+    assert_eq!(first["checkpoint"]["log"]["size"], 4, "{first}");
+    let v = consume_verify(&s, &id, &grant);
+    assert_eq!(v.code, 0, "{}\n{}", v.stdout, v.stderr);
+    assert_eq!(v.json()["grant"]["checkpoint"]["size"], 4);
+    // The rollback, as root: the log back to its genesis; then recover again.
+    let log = s.log(&id);
+    unset_append_only(&log);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&log)
+        .unwrap()
+        .set_len(genesis_len)
+        .unwrap();
+    assert_eq!(records(&s, &id), ["genesis"]);
+    // Rolled back: the kept note (size 4) against a log of 1 record.
+    let genesis_head = recs[0]["hash"].as_str().unwrap();
+    caught(
+        &s,
+        &id,
+        &kept,
+        &grant,
+        "checkpoint-rollback",
+        &receipt_head,
+        (1, genesis_head),
+        None,
+    );
+    // A running repochd remembers the epoch used (daemon/src/epochs.rs) and refuses the
+    // consumer at hello; a restarted one has nothing to tell a truncated log from an
+    // enrolled one and grants again: a second grant for one epoch, which the kept
+    // checkpoint exposes.
+    drop(d);
+    let d = s.daemon();
+    let (again, c2) = recover_to(&s, &id, "grant2.cbor");
+    assert_eq!(
+        (again.code, c2.code),
+        (0, 0),
+        "{}\nconsumer: {}{}",
+        again.stdout.lines().last().unwrap_or(""),
+        c2.stdout,
+        c2.stderr
+    );
+    drop(d);
+    let st = s.status(&id).json();
+    let recs2 = st["records"].as_array().unwrap().clone();
+    assert_eq!(recs2.len(), 4);
+    let new_head = recs2[3]["hash"].as_str().unwrap();
+    // Re-extended to the same size: another head at size 4, a fork; the consumer, which
+    // holds the grant, names record #1 as the first rewritten: rolled back to its genesis.
+    caught(
+        &s,
+        &id,
+        &kept,
+        &grant,
+        "checkpoint-fork",
+        &receipt_head,
+        (4, new_head),
+        Some(1),
+    );
+}
+
+/// `audit --checkpoint NOTE` and `repoch-consume verify --log` both exit 5 with `reason`
+/// and the evidence pair: the note's (4, `old_head`) and the log's `now`.
+#[allow(clippy::too_many_arguments)]
+fn caught(
+    s: &Sandbox,
+    id: &str,
+    note: &Path,
+    grant: &Path,
+    reason: &str,
+    old_head: &str,
+    now: (u64, &str),
+    rewritten_from: Option<u64>,
+) {
+    let a = audit_checkpoint(s, id, note);
+    assert_eq!(a.code, 5, "{}\n{}", a.stdout, a.stderr);
+    let first: serde_json::Value = serde_json::from_str(a.stdout.lines().next().unwrap()).unwrap();
+    let cp = &first["checkpoint"];
+    assert_eq!(cp["reason"], reason, "{first}");
+    assert_eq!(
+        (&cp["size"], &cp["head"]),
+        (&4.into(), &old_head.into()),
+        "{first}"
+    );
+    assert_eq!(
+        (&cp["log"]["size"], &cp["log"]["head"]),
+        (&now.0.into(), &now.1.into()),
+        "{first}"
+    );
+    assert_eq!(a.json()["outcome"], "inconsistent");
+    assert_eq!(a.json()["refusals"][0]["reason"], reason);
+    let v = consume_verify(s, id, grant);
+    assert_eq!(v.code, 5, "{}\n{}", v.stdout, v.stderr);
+    let j = v.json();
+    assert_eq!(
+        (&j["outcome"], &j["reason"]),
+        (&"inconsistent".into(), &reason.into()),
+        "{j}"
+    );
+    let e = &j["evidence"];
+    assert_eq!(
+        (&e["checkpoint"]["size"], &e["checkpoint"]["head"]),
+        (&4.into(), &old_head.into()),
+        "{j}"
+    );
+    assert_eq!(
+        (&e["log"]["size"], &e["log"]["head"]),
+        (&now.0.into(), &now.1.into()),
+        "{j}"
+    );
+    assert_eq!(
+        e["rewritten_from_record"],
+        serde_json::json!(rewritten_from),
+        "{j}"
+    );
+}
+
+#[test]
+#[ignore = "needs root"]
+fn checkpoint_refuses_a_non_root_caller_and_a_log_that_does_not_verify() {
+    // Proves: `repoch checkpoint` signs only as root (admin-denied, exit 2), never signs a
+    // log that does not verify (a torn tail: epoch-torn, exit 2), and without a readable
+    // issuer key is a usage error (64).
+    require_root!();
+    use std::os::unix::fs::PermissionsExt as _;
+    use std::os::unix::process::CommandExt as _;
+    let s = Sandbox::new();
+    let id = s.enroll();
+    std::fs::set_permissions(s.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut c = s.cmd("repoch");
+    c.args(["--json", "checkpoint", &id]).uid(65534).gid(65534);
+    let r = run(c);
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.json()["refusals"][0]["reason"], "admin-denied");
+    let log = s.log(&id);
+    unset_append_only(&log);
+    use std::io::Write as _;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&log)
+        .unwrap()
+        .write_all(&[0x00, 0x00, 0x01])
+        .unwrap();
+    let r = s.repoch(&["--json", "checkpoint", &id]);
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.json()["refusals"][0]["reason"], "epoch-torn");
+    // Without a readable issuer key: usage (64).
+    let s = Sandbox::new();
+    let id = s.enroll();
+    std::fs::remove_file(s.root.join("etc/repoch/issuer.key")).unwrap();
+    let r = s.repoch(&["--json", "checkpoint", &id]);
+    assert_eq!(r.code, 64, "{}{}", r.stdout, r.stderr);
+}
