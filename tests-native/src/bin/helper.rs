@@ -577,12 +577,25 @@ fn main() {
                 issued_at: 0,
             };
             let bytes = SignedGrant::sign(grant, &issuer).to_bytes();
-            let checkpoint = repoch_protocol::checkpoint::Checkpoint {
+            // args[7], optional: a checkpoint the consumer must refuse.
+            let mut cp = repoch_protocol::checkpoint::Checkpoint {
                 origin: repoch_protocol::checkpoint::origin(&deployment),
                 size: 4,
                 head: Hash([7; 32]),
+            };
+            let mut signer = issuer.clone();
+            match args.get(7).map(String::as_str) {
+                None => {}
+                Some("checkpoint-by-another-key") => {
+                    signer = ed25519_dalek::SigningKey::from_bytes(&[0x42; 32]);
+                }
+                Some("checkpoint-of-another-log") => {
+                    cp.origin = repoch_protocol::checkpoint::origin(&DeploymentId([0x42; 16]));
+                }
+                Some("checkpoint-before-the-receipt") => cp.size = 3,
+                Some(other) => panic!("serve-grant: unknown variant {other}"),
             }
-            .sign(repoch_protocol::checkpoint::KEY_NAME, &issuer);
+            let checkpoint = cp.sign(repoch_protocol::checkpoint::KEY_NAME, &signer);
             let payload = frame(
                 &GrantMsg::Grant {
                     grant: bytes,

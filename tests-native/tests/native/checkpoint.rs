@@ -322,3 +322,62 @@ fn checkpoint_refuses_a_non_root_caller_and_a_log_that_does_not_verify() {
     let r = s.repoch(&["--json", "checkpoint", &id]);
     assert_eq!(r.code, 64, "{}{}", r.stdout, r.stderr);
 }
+
+#[test]
+#[ignore = "needs root"]
+fn the_consumer_refuses_a_grant_whose_checkpoint_does_not_verify() {
+    // A faithful fake repochd (the sandbox's issuer key, the right fence fd) sends a valid
+    // grant with a checkpoint signed by another key, about another deployment's log, or
+    // of 3 records (before the receipt). The consumer refuses each (exit 2) and keeps
+    // neither a grant nor a checkpoint; the control, a valid checkpoint, is granted and
+    // both files are kept.
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let fence = s.srv.join("lock");
+    for (n, (variant, code)) in [
+        ("checkpoint-by-another-key", 2),
+        ("checkpoint-of-another-log", 2),
+        ("checkpoint-before-the-receipt", 2),
+        ("", 0),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let socket = s.path(&format!("fake{n}.sock"));
+        let mut args = vec![
+            "serve-grant",
+            socket.to_str().unwrap(),
+            s.root.to_str().unwrap(),
+            &id,
+            fence.to_str().unwrap(),
+            fence.to_str().unwrap(),
+        ];
+        if !variant.is_empty() {
+            args.push(variant);
+        }
+        let _fake = spawn_ready(helper(&args));
+        let out = s.path(&format!("grant{n}.cbor"));
+        let mut cmd = Command::new(bin("repoch-consume"));
+        cmd.args(["--json", "receive", "--deployment", &id[..6], "--key"])
+            .arg(s.path("consumer.key"))
+            .arg("--issuer-key")
+            .arg(s.issuer_pub())
+            .arg("--out")
+            .arg(&out)
+            .arg("--socket")
+            .arg(&socket)
+            .args(["--wait", "10"]);
+        let r = run(cmd);
+        assert_eq!(r.code, code, "{variant}: {}{}", r.stdout, r.stderr);
+        let kept = out.with_file_name(format!("grant{n}.cbor.checkpoint"));
+        assert_eq!(
+            (out.exists(), kept.exists()),
+            (code == 0, code == 0),
+            "{variant}: grant and checkpoint files"
+        );
+        if code == 2 {
+            assert!(r.stdout.contains("checkpoint"), "{variant}: {}", r.stdout);
+        }
+    }
+}
