@@ -59,13 +59,7 @@ pub fn not_regular(mode: u32) -> Option<&'static str> {
 
 /// Opens an absolute path without following any symlink in any component.
 pub fn open_path(path: &std::path::Path, flags: OFlags, mode: u32) -> io::Result<OwnedFd> {
-    Ok(fs::openat2(
-        fs::CWD,
-        path,
-        flags | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-        Mode::from_raw_mode(mode),
-        OPEN_NOFOLLOW,
-    )?)
+    open_nofollow(fs::CWD, path, flags, Mode::from_raw_mode(mode))
 }
 
 /// Opens `name` inside `dir` without following symlinks.
@@ -76,12 +70,84 @@ pub fn open_at(dir: impl AsFd, name: &str, flags: OFlags, mode: u32) -> io::Resu
             format!("{name:?} is not a plain name"),
         ));
     }
-    Ok(fs::openat2(
+    open_nofollow(dir.as_fd(), name.as_ref(), flags, Mode::from_raw_mode(mode))
+}
+
+/// `openat2(RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`; where that call is not available
+/// (`ENOSYS`: systemd's `RestrictSUIDSGID=`, set in `repochd.service`, makes it so, since
+/// its filter cannot read the mode inside `open_how`; kernels before 5.6), the same walk
+/// one component at a time ([`open_walk`]).
+fn open_nofollow(
+    dir: std::os::fd::BorrowedFd<'_>,
+    path: &std::path::Path,
+    flags: OFlags,
+    mode: Mode,
+) -> io::Result<OwnedFd> {
+    match fs::openat2(
         dir,
-        name,
+        path,
         flags | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-        Mode::from_raw_mode(mode),
+        mode,
         OPEN_NOFOLLOW,
+    ) {
+        Err(rustix::io::Errno::NOSYS) => open_walk(dir, path, flags, mode),
+        r => Ok(r?),
+    }
+}
+
+/// Opens `path` relative to `dir` one component at a time, following no symlink: each
+/// directory on the way is opened `O_PATH | O_NOFOLLOW` and must be a directory (a symlink
+/// is `ELOOP`, as `RESOLVE_NO_SYMLINKS` answers), and the last component is opened with
+/// `flags | O_NOFOLLOW` (with `O_PATH`, which opens a symlink itself, it is checked too).
+pub fn open_walk(
+    dir: std::os::fd::BorrowedFd<'_>,
+    path: &std::path::Path,
+    flags: OFlags,
+    mode: Mode,
+) -> io::Result<OwnedFd> {
+    use std::path::Component;
+    let mut names: Vec<&std::ffi::OsStr> = Vec::new();
+    let mut held: Option<OwnedFd> = None;
+    for c in path.components() {
+        match c {
+            Component::RootDir => {
+                held = Some(fs::open(
+                    "/",
+                    OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )?);
+            }
+            Component::Prefix(_) => return Err(io::ErrorKind::InvalidInput.into()),
+            Component::CurDir => names.push(".".as_ref()),
+            Component::ParentDir => names.push("..".as_ref()),
+            Component::Normal(n) => names.push(n),
+        }
+    }
+    let Some((last, between)) = names.split_last() else {
+        return Err(io::ErrorKind::InvalidInput.into());
+    };
+    for name in between {
+        let at = held.as_ref().map_or(dir, AsFd::as_fd);
+        let next = fs::openat(
+            at,
+            *name,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let st = fs::fstat(&next)?;
+        match fs::FileType::from_raw_mode(st.st_mode) {
+            fs::FileType::Directory => {}
+            fs::FileType::Symlink => return Err(rustix::io::Errno::LOOP.into()),
+            _ => return Err(rustix::io::Errno::NOTDIR.into()),
+        }
+        held = Some(next);
+    }
+    let at = held.as_ref().map_or(dir, AsFd::as_fd);
+    Ok(fs::openat(
+        at,
+        *last,
+        flags | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        mode,
     )?)
 }
 
@@ -152,5 +218,58 @@ pub fn read_all_fd(f: impl AsFd, max: usize) -> io::Result<Vec<u8>> {
             ));
         }
         out.extend_from_slice(&buf[..n]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The walk answers as `openat2(RESOLVE_NO_SYMLINKS)` does: a symlink anywhere is
+    /// `ELOOP`, a file opens, a non-directory on the way is `ENOTDIR`.
+    #[test]
+    fn the_walk_follows_no_symlink_like_openat2() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        std::fs::create_dir(d.join("dir")).unwrap();
+        std::fs::write(d.join("dir/file"), b"x").unwrap();
+        std::os::unix::fs::symlink("dir", d.join("linkdir")).unwrap();
+        std::os::unix::fs::symlink("file", d.join("dir/linkfile")).unwrap();
+        let cases = [
+            ("dir/file", OFlags::RDONLY),
+            ("dir/file", OFlags::PATH),
+            ("linkdir/file", OFlags::RDONLY),
+            ("dir/linkfile", OFlags::RDONLY),
+            ("dir/linkfile", OFlags::PATH),
+            ("dir/file/x", OFlags::RDONLY),
+            ("dir/absent", OFlags::RDONLY),
+        ];
+        for (rel, flags) in cases {
+            let p = d.join(rel);
+            let want = fs::openat2(
+                fs::CWD,
+                &p,
+                flags | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+                Mode::empty(),
+                OPEN_NOFOLLOW,
+            )
+            .map(|_| ())
+            .map_err(|e| e.raw_os_error());
+            let got = open_walk(fs::CWD, &p, flags, Mode::empty())
+                .map(|_| ())
+                .map_err(|e| e.raw_os_error().unwrap());
+            assert_eq!(got, want, "{rel} {flags:?}");
+        }
+        assert_eq!(
+            open_walk(
+                fs::CWD,
+                &d.join("linkdir/file"),
+                OFlags::RDONLY,
+                Mode::empty()
+            )
+            .unwrap_err()
+            .raw_os_error(),
+            Some(rustix::io::Errno::LOOP.raw_os_error())
+        );
     }
 }

@@ -21,6 +21,7 @@ mod observers;
 mod powerloss;
 mod powerloss_real;
 mod store;
+mod systemd_recovery;
 mod told;
 mod units;
 mod zero_bytes;

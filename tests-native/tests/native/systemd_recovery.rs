@@ -1,0 +1,213 @@
+//! repochd under its own shipped unit's sandbox, in a real systemd (the nspawn container of
+//! `units.rs`): the shipped units, tmpfiles and sysusers entries installed, the sockets
+//! enabled, and a complete recovery through socket activation: the fence under `/srv`,
+//! the old root a real unit that is stopped and masked, the consumer a real service unit
+//! (its own user, in `repoch-consumer`) that receives the grant and its fences. Then
+//! `systemctl stop repochd` ends cleanly, a second recovery is refused, and
+//! `systemd-analyze verify` passes on every unit.
+
+use std::path::{Path, PathBuf};
+
+use repoch_tests_native::*;
+
+/// The workspace's `systemd/` directory: the shipped units.
+fn shipped() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../systemd")
+}
+
+/// Runs `script` in the container; its output as a [`Run`].
+fn run_in(c: &Container, script: &str) -> Run {
+    c.exec(&["sh", "-c", script]).into()
+}
+
+/// What systemd logged about the units of this test (for failure messages).
+fn journal(c: &Container) -> String {
+    run_in(
+        c,
+        "journalctl --no-pager -o cat -u repochd.service -u billing-new.service -u billing-old.service | tail -n 60",
+    )
+    .stdout
+}
+
+/// Installs the workspace's binaries and the shipped units, tmpfiles and sysusers entries
+/// at the places the package puts them, then enables the sockets.
+fn install_built(c: &Container) {
+    let root = PathBuf::from(format!("/proc/{}/root", c.leader));
+    for b in ["repoch", "repochd", "repoch-consume", "repoch-test-helper"] {
+        std::fs::copy(bin(b), root.join("usr/bin").join(b)).unwrap();
+    }
+    let units = root.join("usr/lib/systemd/system");
+    for u in [
+        "repochd.service",
+        "repochd-admin.socket",
+        "repochd-grant.socket",
+    ] {
+        std::fs::copy(shipped().join(u), units.join(u)).unwrap();
+    }
+    std::fs::copy(
+        shipped().join("repoch.tmpfiles.conf"),
+        root.join("usr/lib/tmpfiles.d/repoch.conf"),
+    )
+    .unwrap();
+    std::fs::copy(
+        shipped().join("repoch.sysusers.conf"),
+        root.join("usr/lib/sysusers.d/repoch.conf"),
+    )
+    .unwrap();
+    c.sh(
+        "systemd-sysusers && systemd-tmpfiles --create repoch.conf && systemctl daemon-reload \
+          && systemctl enable --now repochd-admin.socket repochd-grant.socket",
+    );
+}
+
+/// The recovery, against whatever `install` put in the container.
+pub(crate) fn recover_under_systemd(c: &Container) {
+    let j = |r: &Run| format!("{}\n{}\n--- journal:\n{}", r.stdout, r.stderr, journal(c));
+    // The consumer's user (a member of repoch-consumer through its unit), the deployment's
+    // fixtures under /srv, keys under /etc/billing. /srv is a tmpfs: the container's root is
+    // an overlay, where a flock shows in /proc/locks under the overlay's device while stat
+    // names the upper file system's, so a fence there is refused `fence-custody` (real
+    // deployments live on ext4, xfs, btrfs or tmpfs: docs/OPERATOR.md).
+    c.sh("mount -t tmpfs -o mode=0755 srv /srv && mkdir -p /etc/sysusers.d && echo 'u billing - \"billing root\" /var/lib/billing' > /etc/sysusers.d/billing.conf \
+          && systemd-sysusers \
+          && mkdir -p /srv/billing /etc/billing && cd /srv/billing \
+          && : > lock && chmod 600 lock && echo store > data && echo v1 > READY \
+          && repoch journal keygen /etc/billing/producer.key \
+          && repoch-consume keygen /etc/billing/consumer.key \
+          && chown billing /etc/billing/consumer.key");
+    let uid = run_in(c, "id -u billing").stdout.trim().to_owned();
+    let gid = run_in(c, "id -g billing").stdout.trim().to_owned();
+    // The old root: a real unit holding the fence, running.
+    c.sh("printf '[Unit]\\nDescription=billing old root\\n[Service]\\nExecStart=/usr/bin/flock --exclusive /srv/billing/lock /bin/sleep infinity\\n' \
+          > /usr/lib/systemd/system/billing-old.service \
+          && systemctl daemon-reload && systemctl start billing-old.service");
+    let manifest = format!(
+        "label = \"billing\"\nfences = [\"/srv/billing/lock\"]\nstores = [\"/srv/billing/data\"]\n\
+         ready = \"/srv/billing/READY\"\n\n[containment]\nunits = [\"billing-old.service\"]\n\n\
+         [journal]\npath = \"/srv/billing/journal\"\nproducer_key_file = \"/etc/billing/producer.key.pub\"\n\n\
+         [consumer]\nuid = {uid}\ngid = {gid}\nexecutable = \"/usr/bin/repoch-consume\"\n\
+         key_file = \"/etc/billing/consumer.key.pub\"\n"
+    );
+    std::fs::write(
+        format!("/proc/{}/root/etc/billing/billing.toml", c.leader),
+        manifest,
+    )
+    .unwrap();
+    let e = run_in(c, "repoch --json enroll /etc/billing/billing.toml");
+    assert_eq!(e.code, 0, "enroll: {}", j(&e));
+    let id = e.json()["deployment"].as_str().unwrap().to_owned();
+
+    // `repoch observe` (the CLI's own observation): the old root still runs and holds the
+    // fence.
+    let o = run_in(c, &format!("repoch --json observe {id}"));
+    assert_eq!(o.code, 2, "{}", j(&o));
+    let kinds: Vec<String> = failed(&o).into_iter().map(|(k, _)| k).collect();
+    assert!(
+        kinds.contains(&"fence".to_owned()),
+        "{kinds:?} {}",
+        o.stdout
+    );
+    // Contain it: stop and mask the unit.
+    c.sh("systemctl stop billing-old.service && systemctl mask billing-old.service");
+
+    // The consumer: a real service unit as `billing`, waiting on the grant socket (which
+    // activates repochd), then exec'ing the new root that holds the fences.
+    c.sh(&format!(
+        "printf '[Unit]\\nDescription=billing new root\\n[Service]\\nUser=billing\\n\
+         SupplementaryGroups=repoch-consumer\\nStateDirectory=billing\\n\
+         ExecStart=/usr/bin/repoch-consume --json receive --deployment {short} \
+         --key /etc/billing/consumer.key --issuer-key /etc/repoch/issuer.pub \
+         --out /var/lib/billing/grant.cbor -- /usr/bin/repoch-test-helper hold-fences \
+         /var/lib/billing/held.txt\\n' > /etc/systemd/system/billing-new.service \
+         && systemctl daemon-reload && systemctl start billing-new.service",
+        short = &id[..8]
+    ));
+    let r = run_in(
+        c,
+        &format!(
+            "repoch --json recover {id} --consumer-wait 20 --approve-ready \
+             $(sha256sum /srv/billing/READY | cut -d' ' -f1)"
+        ),
+    );
+    assert_eq!(r.code, 0, "recover: {}", j(&r));
+    assert_eq!(r.outcome()["outcome"], "granted", "{}", j(&r));
+    let st = run_in(c, &format!("repoch --json status {id}"));
+    let kinds: Vec<String> = st.json()["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(kinds, ["genesis", "intent", "consume", "receipt"]);
+    // The new root (exec'd by the consumer in its unit) holds the enrolled fence.
+    let fence = run_in(c, "stat -c %d:%i /srv/billing/lock").stdout;
+    let start = std::time::Instant::now();
+    let held = loop {
+        let h = run_in(c, "cat /var/lib/billing/held.txt");
+        if h.code == 0 {
+            break h.stdout;
+        }
+        assert!(
+            start.elapsed().as_secs() < DAEMON_WAIT_SECONDS_MAX,
+            "the new root never started\n{}",
+            journal(c)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(held.contains(&format!(":{}", fence.trim())), "{held}");
+    assert_ne!(
+        run_in(c, "flock --nonblock /srv/billing/lock true").code,
+        0,
+        "the fence was free while the new root runs"
+    );
+    let v = run_in(
+        c,
+        "repoch-consume --json verify --issuer-key /etc/repoch/issuer.pub /var/lib/billing/grant.cbor",
+    );
+    assert_eq!(v.code, 0, "{}", j(&v));
+    assert_eq!(v.json()["grant"]["deployment"], id.as_str());
+
+    // A clean stop.
+    c.sh("systemctl stop repochd.service");
+    let show = run_in(
+        c,
+        "systemctl show repochd.service -p Result -p ExecMainStatus -p ActiveState",
+    )
+    .stdout;
+    assert!(
+        show.contains("Result=success")
+            && show.contains("ExecMainStatus=0")
+            && show.contains("ActiveState=inactive"),
+        "{show}\n{}",
+        journal(c)
+    );
+    // A second recovery (activating repochd again) is refused and writes nothing.
+    let again = run_in(c, &format!("repoch --json recover {id} --consumer-wait 1"));
+    assert_eq!(again.code, 2, "{}", j(&again));
+    assert_eq!(again.reasons(), ["epoch-consumed"]);
+    let st = run_in(c, &format!("repoch --json status {id}"));
+    assert_eq!(st.json()["records"].as_array().unwrap().len(), 4);
+    c.sh("systemctl stop billing-new.service");
+}
+
+/// `systemd-analyze verify` on every shipped unit, as installed.
+pub(crate) fn verify_units(c: &Container) {
+    let v = run_in(
+        c,
+        "cd /usr/lib/systemd/system && systemd-analyze verify repochd.service \
+         repochd-admin.socket repochd-grant.socket 2>&1",
+    );
+    assert_eq!(v.code, 0, "{}", v.stdout);
+    assert_eq!(v.stdout.trim(), "", "systemd-analyze verify warned");
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_recovery_through_socket_activation_under_the_shipped_unit() {
+    require_root!();
+    let s = Sandbox::new();
+    let c = Container::boot(&s.tag);
+    install_built(&c);
+    verify_units(&c);
+    recover_under_systemd(&c);
+}
