@@ -18,7 +18,7 @@ pub enum KeyError {
     },
     #[error("{path}: not a key file (expected 64 hex digits)")]
     Format { path: String },
-    #[error("{path}: secret key must be mode 0600 and owned by uid {uid}; found mode {mode:o} uid {found}")]
+    #[error("{path}: secret key must be mode 0600 and owned by root or uid {uid}; found mode {mode:o} uid {found}")]
     Unprotected {
         path: String,
         uid: u32,
@@ -82,11 +82,13 @@ fn read_hex(path: &Path) -> Result<(String, rustix::fs::Stat), KeyError> {
     Ok((text.trim().to_owned(), st))
 }
 
-/// Reads a secret key, refusing one readable by others or owned by another user.
+/// Reads a secret key, refusing one readable by others or owned by another user than us
+/// or root. (repochd runs as its own user and reads the root-owned issuer key through
+/// `CAP_DAC_READ_SEARCH`: `systemd/repochd.service`.)
 pub fn read_secret(path: &Path) -> Result<SigningKey, KeyError> {
     let (text, st) = read_hex(path)?;
     let uid = rustix::process::geteuid().as_raw();
-    if st.st_mode & 0o077 != 0 || st.st_uid != uid {
+    if st.st_mode & 0o077 != 0 || (st.st_uid != uid && st.st_uid != 0) {
         return Err(KeyError::Unprotected {
             path: path.display().to_string(),
             uid,

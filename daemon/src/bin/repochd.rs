@@ -59,6 +59,16 @@ fn main() -> ExitCode {
             return ExitCode::from(70);
         }
     };
+    // The network namespace the admin socket is in (systemd's, when socket-activated) is
+    // the host's: TCP and UDP ports are looked for there too, since repochd may run in
+    // its own, empty one (`PrivateNetwork=yes`, systemd/repochd.service).
+    match repoch_issuer::os::sockdiag::adopt_host_netns(&admin) {
+        Ok(id) => tracing::debug!("host network namespace {id}"),
+        Err(e) => {
+            tracing::error!("cannot find the admin socket's network namespace: {e}");
+            return ExitCode::from(70);
+        }
+    }
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

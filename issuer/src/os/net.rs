@@ -1,6 +1,7 @@
 //! Listeners: a unix path judged by the socket bound to its inode in any network namespace
-//! (sock_diag) and by whether it accepts a connection; `/proc/net/tcp`, `tcp6`, `udp`,
-//! `udp6` of the observer's network namespace; the processes holding a socket inode.
+//! (sock_diag) and by whether it accepts a connection; the `net/tcp`, `tcp6`, `udp`, `udp6`
+//! tables of the observer's network namespace and of the host's (where repochd's sockets
+//! are); the processes holding a socket inode.
 
 use std::path::Path;
 
@@ -113,13 +114,29 @@ pub fn accepts_connection(fd: &std::os::fd::OwnedFd) -> Result<Option<&'static s
     Err("connect: no socket type fits the socket file".into())
 }
 
-/// TCP sockets listening on, or UDP sockets bound to, `port` (IPv4 and IPv6).
+/// TCP sockets listening on, or UDP sockets bound to, `port` (IPv4 and IPv6), in the
+/// observer's network namespace and in the host's, where repochd's sockets are
+/// ([`sockdiag::adopt_host_netns`]: repochd runs in its own, empty one, `PrivateNetwork=yes`
+/// in `systemd/repochd.service`). A host namespace that cannot be entered is an error,
+/// never skipped.
 pub fn inet_bound(udp: bool, port: u16) -> Result<Vec<Bound>, String> {
+    let mut out = inet_bound_here(udp, port)?;
+    if let Some((_, there)) = sockdiag::in_host_netns(|| inet_bound_here(udp, port))
+        .map_err(|e| format!("the host's network namespace: {e}"))?
+    {
+        out.extend(there);
+    }
+    Ok(out)
+}
+
+/// [`inet_bound`] in this thread's network namespace (`/proc/thread-self/net`: `/proc/net`
+/// is the thread group leader's).
+fn inet_bound_here(udp: bool, port: u16) -> Result<Vec<Bound>, String> {
     let mut out = Vec::new();
     let tables: [&str; 2] = if udp {
-        ["/proc/net/udp", "/proc/net/udp6"]
+        ["/proc/thread-self/net/udp", "/proc/thread-self/net/udp6"]
     } else {
-        ["/proc/net/tcp", "/proc/net/tcp6"]
+        ["/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"]
     };
     for t in tables {
         let s = match read_small(Path::new(t), NET_TABLE_BYTES_MAX) {

@@ -7,7 +7,8 @@
 //! and its peer's socket inode.
 //!
 //! - [`unix_sockets`]: every unix socket of this thread's network namespace.
-//! - [`unix_socket`], [`peer_of`]: one socket by inode (and cookie), in this namespace.
+//! - [`unix_socket`]: one socket by inode (and cookie), in this namespace; [`peer_of`]: a
+//!   socket's peer, wherever the socket is.
 //! - [`network_namespaces`], [`in_netns`]: the namespaces processes are in, and running a
 //!   closure in one of them (a short-lived thread that `setns()`es; other threads keep
 //!   theirs).
@@ -362,9 +363,32 @@ pub fn unix_socket(inode: u64, cookie: Option<u64>) -> Result<Option<UnixSocket>
 }
 
 /// The socket inode of the peer of socket `inode` (e.g. one's own connected socket, from
-/// `fstat`), in this thread's network namespace; `None` if unconnected or no such socket.
+/// `fstat`); `None` if unconnected or no such socket. The socket is looked for in this
+/// thread's network namespace, then in the host's ([`adopt_host_netns`]), then in every
+/// other a task is in: an
+/// accepted connection lives in its listening socket's namespace, which for a socket
+/// systemd passed is systemd's, not repochd's own (`PrivateNetwork=yes`).
 pub fn peer_of(inode: u64) -> Result<Option<u64>, String> {
-    Ok(unix_socket(inode, None)?.and_then(|s| s.peer))
+    if let Some(s) = unix_socket(inode, None)? {
+        return Ok(s.peer);
+    }
+    let host = match in_host_netns(|| unix_socket(inode, None))? {
+        Some((_, Some(s))) => return Ok(s.peer),
+        Some((id, None)) => Some(id),
+        None => None,
+    };
+    let own = own_netns()?;
+    for ns in network_namespaces()? {
+        if ns.id == own || Some(ns.id) == host {
+            continue;
+        }
+        let got = in_netns(&ns, || unix_socket(inode, None))
+            .map_err(|e| format!("network namespace {}: {e}", ns.id))?;
+        if let Some(Some(s)) = got {
+            return Ok(s.peer);
+        }
+    }
+    Ok(None)
 }
 
 /// The inode of a socket fd (the `N` of `socket:[N]`), as [`peer_of`] and
@@ -486,16 +510,88 @@ pub fn in_netns<T: Send>(
         }
     }
     let Some(fd) = fd else { return Ok(None) };
+    in_netns_fd(&fd, ns.id, f).map(Some)
+}
+
+/// Runs `f` on a short-lived thread that `setns()`es into the namespace open at `fd`.
+fn in_netns_fd<T: Send>(
+    fd: &std::os::fd::OwnedFd,
+    id: NetnsId,
+    f: impl FnOnce() -> Result<T, String> + Send,
+) -> Result<T, String> {
     std::thread::scope(|s| {
         s.spawn(move || {
-            nix::sched::setns(&fd, nix::sched::CloneFlags::CLONE_NEWNET)
-                .map_err(|e| format!("setns into {}: {e}", ns.id))?;
+            nix::sched::setns(fd, nix::sched::CloneFlags::CLONE_NEWNET)
+                .map_err(|e| format!("setns into {id}: {e}"))?;
             f()
         })
         .join()
-        .map_err(|_| format!("the thread observing {} panicked", ns.id))?
+        .map_err(|_| format!("the thread observing {id} panicked"))?
     })
-    .map(Some)
+}
+
+/// The host's network namespace, kept open for the process's life: see
+/// [`adopt_host_netns`].
+static HOST_NETNS: std::sync::OnceLock<(NetnsId, std::os::fd::OwnedFd)> =
+    std::sync::OnceLock::new();
+
+/// Records the network namespace that the listening socket `listener` lives in as the
+/// host's: TCP and UDP ports are looked for there besides the observer's own namespace,
+/// and a connection's peer is looked for there first. repochd calls it with its admin
+/// socket at start: socket-activated and in its own, empty namespace (`PrivateNetwork=yes`
+/// in `systemd/repochd.service`), that socket is in systemd's. Not recorded (an error)
+/// when the socket is in no namespace a task is in.
+pub fn adopt_host_netns(listener: impl std::os::fd::AsFd) -> Result<NetnsId, String> {
+    let inode = inode_of(listener)?;
+    let own = own_netns()?;
+    let open_own = || {
+        rustix::fs::open(
+            "/proc/thread-self/ns/net",
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|e| format!("/proc/thread-self/ns/net: {e}"))
+    };
+    let (id, fd) = if unix_socket(inode, None)?.is_some() {
+        (own, open_own()?)
+    } else {
+        let mut found = None;
+        for ns in network_namespaces()? {
+            if ns.id == own {
+                continue;
+            }
+            // Entered, the thread opens its namespace for us: the handle is then this very
+            // namespace whatever became of the task it was found through.
+            let got = in_netns(&ns, || {
+                Ok(match unix_socket(inode, None)? {
+                    Some(_) => Some(open_own()?),
+                    None => None,
+                })
+            })
+            .map_err(|e| format!("network namespace {}: {e}", ns.id))?;
+            if let Some(Some(fd)) = got {
+                found = Some((ns.id, fd));
+                break;
+            }
+        }
+        found.ok_or_else(|| format!("socket {inode}: in no network namespace a task is in"))?
+    };
+    let _ = HOST_NETNS.set((id, fd));
+    Ok(id)
+}
+
+/// Runs `f` in the host's network namespace ([`adopt_host_netns`]): `Ok(None)` when none
+/// was recorded or it is this thread's own.
+pub fn in_host_netns<T: Send>(
+    f: impl FnOnce() -> Result<T, String> + Send,
+) -> Result<Option<(NetnsId, T)>, String> {
+    let Some((id, fd)) = HOST_NETNS.get() else {
+        return Ok(None);
+    };
+    if *id == own_netns()? {
+        return Ok(None);
+    }
+    in_netns_fd(fd, *id, f).map(|t| Some((*id, t)))
 }
 
 /// Every unix socket bound to the file with `stat()` identity `dev`/`ino`, in every

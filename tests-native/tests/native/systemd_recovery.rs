@@ -77,13 +77,15 @@ pub(crate) fn recover_under_systemd(c: &Container) {
           && chown billing /etc/billing/consumer.key");
     let uid = run_in(c, "id -u billing").stdout.trim().to_owned();
     let gid = run_in(c, "id -g billing").stdout.trim().to_owned();
-    // The old root: a real unit holding the fence, running.
-    c.sh("printf '[Unit]\\nDescription=billing old root\\n[Service]\\nExecStart=/usr/bin/flock --exclusive /srv/billing/lock /bin/sleep infinity\\n' \
+    // The old root: a real unit holding the fence and listening on its port (in the
+    // container's network namespace, which is the host's), running.
+    c.sh("printf '[Unit]\\nDescription=billing old root\\n[Service]\\nExecStart=/usr/bin/flock --exclusive /srv/billing/lock /usr/bin/repoch-test-helper listen-tcp 7071\\n' \
           > /usr/lib/systemd/system/billing-old.service \
           && systemctl daemon-reload && systemctl start billing-old.service");
     let manifest = format!(
         "label = \"billing\"\nfences = [\"/srv/billing/lock\"]\nstores = [\"/srv/billing/data\"]\n\
-         ready = \"/srv/billing/READY\"\n\n[containment]\nunits = [\"billing-old.service\"]\n\n\
+         ready = \"/srv/billing/READY\"\n\n[containment]\nunits = [\"billing-old.service\"]\n\
+         listeners = [\"tcp:7071\"]\n\n\
          [journal]\npath = \"/srv/billing/journal\"\nproducer_key_file = \"/etc/billing/producer.key.pub\"\n\n\
          [consumer]\nuid = {uid}\ngid = {gid}\nexecutable = \"/usr/bin/repoch-consume\"\n\
          key_file = \"/etc/billing/consumer.key.pub\"\n"
@@ -106,6 +108,19 @@ pub(crate) fn recover_under_systemd(c: &Container) {
         kinds.contains(&"fence".to_owned()),
         "{kinds:?} {}",
         o.stdout
+    );
+    // repochd (activated by the admin socket) sees the same: the recovery is refused
+    // before anything is written. Its own network namespace is not the one the port is
+    // bound in, yet the listener is found.
+    let r = run_in(c, &format!("repoch --json recover {id} --consumer-wait 1"));
+    assert_eq!(r.code, 2, "{}", j(&r));
+    let mut reasons = r.reasons();
+    reasons.sort();
+    assert_eq!(
+        reasons,
+        ["fence-busy", "listener-present", "unit-not-masked"],
+        "{}",
+        j(&r)
     );
     // Contain it: stop and mask the unit.
     c.sh("systemctl stop billing-old.service && systemctl mask billing-old.service");
@@ -167,6 +182,23 @@ pub(crate) fn recover_under_systemd(c: &Container) {
     assert_eq!(v.code, 0, "{}", j(&v));
     assert_eq!(v.json()["grant"]["deployment"], id.as_str());
 
+    // It ran as the unit says: its own user, its own network namespace.
+    let pid = run_in(c, "systemctl show -p MainPID --value repochd.service").stdout;
+    let who = run_in(
+        c,
+        &format!(
+            "stat -c %U /proc/{p} && readlink /proc/{p}/ns/net /proc/1/ns/net",
+            p = pid.trim()
+        ),
+    )
+    .stdout;
+    let who: Vec<&str> = who.lines().collect();
+    assert_eq!(who.len(), 3, "{who:?}");
+    assert_eq!(who[0], "repoch", "{who:?}");
+    assert_ne!(
+        who[1], who[2],
+        "repochd in systemd's network namespace: {who:?}"
+    );
     // A clean stop.
     c.sh("systemctl stop repochd.service");
     let show = run_in(
