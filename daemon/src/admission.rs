@@ -147,11 +147,12 @@ pub struct HandshakeSlot {
 }
 
 impl Handshakes {
-    /// A slot for `uid`, or `None` when it already has `HANDSHAKES_PER_UID_MAX`.
+    /// A slot for `uid`, or `None` when it already has `limits.handshakes_per_uid`
+    /// (default `HANDSHAKES_PER_UID_MAX`).
     pub fn acquire(&self, uid: u32) -> Option<HandshakeSlot> {
         let mut m = self.by_uid.lock().unwrap_or_else(PoisonError::into_inner);
         let n = m.entry(uid).or_insert(0);
-        if *n >= HANDSHAKES_PER_UID_MAX {
+        if *n >= config().handshakes_per_uid {
             return None;
         }
         *n += 1;
@@ -174,8 +175,9 @@ impl Drop for HandshakeSlot {
     }
 }
 
-/// Warnings about grant-socket peers: at most `WARNINGS_PER_WINDOW_MAX` per
-/// `WARNING_WINDOW_SECONDS_MAX`; the rest are counted and reported once per window.
+/// Warnings about grant-socket peers: at most `limits.warnings_per_window` (default
+/// `WARNINGS_PER_WINDOW_MAX`) per `waits.warning_window_seconds` (default
+/// `WARNING_WINDOW_SECONDS_MAX`); the rest are counted and reported once per window.
 #[derive(Debug)]
 pub struct Warnings {
     state: Mutex<(Instant, u32, u64)>,
@@ -193,17 +195,16 @@ impl Warnings {
     pub fn warn(&self, msg: impl std::fmt::Display) {
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let (start, logged, suppressed) = &mut *st;
-        if start.elapsed() >= Duration::from_secs(WARNING_WINDOW_SECONDS_MAX) {
+        let window = config().warning_window_seconds;
+        if start.elapsed() >= Duration::from_secs(window) {
             if *suppressed > 0 {
-                tracing::warn!(
-                    "{suppressed} peer warnings suppressed in the last {WARNING_WINDOW_SECONDS_MAX}s"
-                );
+                tracing::warn!("{suppressed} peer warnings suppressed in the last {window}s");
             }
             *start = Instant::now();
             *logged = 0;
             *suppressed = 0;
         }
-        if *logged < WARNINGS_PER_WINDOW_MAX {
+        if *logged < config().warnings_per_window {
             *logged += 1;
             tracing::warn!("{msg}");
         } else {

@@ -39,7 +39,7 @@ pub struct Registry {
 /// Whether a waiting consumer is still there: not too old, its process alive, its
 /// connection open and silent.
 fn still_there(p: &Pending) -> bool {
-    p.since.elapsed() < Duration::from_secs(PENDING_CONSUMER_SECONDS_MAX)
+    p.since.elapsed() < Duration::from_secs(config().pending_consumer_seconds)
         && repoch_issuer::os::peer::alive(&p.pidfd).is_ok()
         && hung_up(&p.stream).is_ok()
 }
@@ -48,8 +48,9 @@ impl Registry {
     /// Adds a consumer; refuses it (saying why) when its epoch is known used (`used`,
     /// asked under the registry's lock: a recovery records the epoch used before it refuses
     /// the waiting consumers, so a consumer is either refused here or found waiting then),
-    /// when its uid already has `PENDING_PER_UID_MAX` waiting, or `PENDING_CONSUMERS_MAX`
-    /// are waiting in all. Peers that went away are purged first.
+    /// when its uid already has `limits.pending_per_uid` waiting, or
+    /// `limits.pending_consumers` are waiting in all (defaults `PENDING_PER_UID_MAX`,
+    /// `PENDING_CONSUMERS_MAX`). Peers that went away are purged first.
     pub fn push(
         &self,
         p: Pending,
@@ -72,18 +73,17 @@ impl Registry {
                 why,
             )
         };
-        if q.iter().filter(|o| o.peer.uid == uid).count() >= PENDING_PER_UID_MAX {
+        let (per_uid, all) = (config().pending_per_uid, config().pending_consumers);
+        if q.iter().filter(|o| o.peer.uid == uid).count() >= per_uid {
             return Err((
                 Box::new(p),
-                full(format!(
-                    "{PENDING_PER_UID_MAX} consumers of uid {uid} already waiting"
-                )),
+                full(format!("{per_uid} consumers of uid {uid} already waiting")),
             ));
         }
-        if q.len() >= PENDING_CONSUMERS_MAX {
+        if q.len() >= all {
             return Err((
                 Box::new(p),
-                full(format!("{PENDING_CONSUMERS_MAX} consumers already waiting")),
+                full(format!("{all} consumers already waiting")),
             ));
         }
         q.push_back(p);
@@ -245,9 +245,11 @@ pub struct SocketLink {
 }
 
 impl ConsumerLink for SocketLink {
-    /// The challenge out and the whole custody answer back within `CUSTODY_SECONDS_MAX`.
+    /// The challenge out and the whole custody answer back within `waits.custody_seconds`
+    /// (default `CUSTODY_SECONDS_MAX`).
     fn challenge(&mut self, c: &Challenge) -> Result<[u8; 64], String> {
-        let deadline = Instant::now() + Duration::from_secs(CUSTODY_SECONDS_MAX);
+        let secs = config().custody_seconds;
+        let deadline = Instant::now() + Duration::from_secs(secs);
         self.conn
             .write_msg(&GrantMsg::Challenge(c.clone()), deadline)
             .map_err(|e| format!("sending the challenge: {e}"))?;
@@ -255,7 +257,7 @@ impl ConsumerLink for SocketLink {
             Ok(GrantMsg::Custody(sig)) => Ok(sig),
             Ok(other) => Err(format!("expected custody, got {other:?}")),
             Err(e) => Err(format!(
-                "reading custody (deadline {CUSTODY_SECONDS_MAX}s for the whole answer): {e}"
+                "reading custody (deadline {secs}s for the whole answer): {e}"
             )),
         }
     }
@@ -282,10 +284,11 @@ impl ConsumerLink for SocketLink {
         if !fds.is_empty() && !anc.push(SendAncillaryMessage::ScmRights(&fds)) {
             return Err("fence fds do not fit the control buffer".into());
         }
-        let deadline = Instant::now() + Duration::from_secs(CUSTODY_SECONDS_MAX);
+        let secs = Duration::from_secs(config().custody_seconds);
+        let deadline = Instant::now() + secs;
         self.conn
             .stream()
-            .set_write_timeout(Some(Duration::from_secs(CUSTODY_SECONDS_MAX)))
+            .set_write_timeout(Some(secs))
             .map_err(|e| e.to_string())?;
         // The fds ride on the first byte; the rest of the frame follows.
         let n = sendmsg(
@@ -317,15 +320,17 @@ impl ConsumerLink for SocketLink {
         hung_up(self.conn.stream())
     }
 
-    /// The whole `persisted` frame within `PERSISTED_ACK_SECONDS_MAX` of the dispatch; a
-    /// consumer that dies or closes first ends the wait at once.
+    /// The whole `persisted` frame within `waits.persisted_ack_seconds` (default
+    /// `PERSISTED_ACK_SECONDS_MAX`) of the dispatch; a consumer that dies or closes first
+    /// ends the wait at once.
     fn acknowledgement(&mut self) -> Result<Hash, String> {
-        let deadline = Instant::now() + Duration::from_secs(PERSISTED_ACK_SECONDS_MAX);
+        let secs = config().persisted_ack_seconds;
+        let deadline = Instant::now() + Duration::from_secs(secs);
         match self.conn.read_msg::<GrantMsg>(deadline) {
             Ok(GrantMsg::Persisted { grant_sha256 }) => Ok(grant_sha256),
             Ok(other) => Err(format!("expected persisted, got {other:?}")),
             Err(e) => Err(format!(
-                "no acknowledgement (deadline {PERSISTED_ACK_SECONDS_MAX}s, PERSISTED_ACK_SECONDS_MAX): {e}"
+                "no acknowledgement (deadline {secs}s, waits.persisted_ack_seconds): {e}"
             )),
         }
     }

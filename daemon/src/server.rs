@@ -54,11 +54,10 @@ async fn read_first_frame(s: &mut UnixStream) -> Result<Vec<u8>, String> {
         s.read_exact(&mut buf).await.map_err(|e| e.to_string())?;
         Ok(buf)
     };
-    tokio::time::timeout(Duration::from_secs(HANDSHAKE_SECONDS_MAX), whole)
+    let secs = config().handshake_seconds;
+    tokio::time::timeout(Duration::from_secs(secs), whole)
         .await
-        .map_err(|_| {
-            format!("the whole first frame did not arrive within {HANDSHAKE_SECONDS_MAX}s")
-        })?
+        .map_err(|_| format!("the whole first frame did not arrive within {secs}s"))?
 }
 
 /// Sends an admin event, its texts clipped to the receiver's bounds ([`bounded`]).
@@ -168,8 +167,8 @@ impl Daemon {
         grant.set_nonblocking(true).map_err(|e| e.to_string())?;
         let admin = UnixListener::from_std(admin).map_err(|e| e.to_string())?;
         let grant = UnixListener::from_std(grant).map_err(|e| e.to_string())?;
-        let admin_slots = Arc::new(Semaphore::new(ADMIN_CONNECTIONS_MAX));
-        let grant_slots = Arc::new(Semaphore::new(GRANT_CONNECTIONS_MAX));
+        let admin_slots = Arc::new(Semaphore::new(config().admin_connections));
+        let grant_slots = Arc::new(Semaphore::new(config().grant_connections));
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .map_err(|e| e.to_string())?;
         let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
@@ -196,14 +195,15 @@ impl Daemon {
                         }
                     }
                     let Ok(permit) = admin_slots.clone().try_acquire_owned() else {
-                        self.warnings.warn(format_args!("admin connection refused: {ADMIN_CONNECTIONS_MAX} already open"));
+                        let n = config().admin_connections;
+                        self.warnings.warn(format_args!("admin connection refused: {n} already open"));
                         let r = Refusal::new(
                             Reason::IssuerBusy,
                             "admin socket",
-                            format!("fewer than {ADMIN_CONNECTIONS_MAX} admin connections (ADMIN_CONNECTIONS_MAX)"),
-                            format!("{ADMIN_CONNECTIONS_MAX} admin connections open"),
+                            format!("fewer than {n} admin connections (limits.admin_connections)"),
+                            format!("{n} admin connections open"),
                         );
-                        let e = outcome_event(Outcome::Busy, vec![r], &format!("repochd is busy: {ADMIN_CONNECTIONS_MAX} admin connections open (ADMIN_CONNECTIONS_MAX); retry later"), None);
+                        let e = outcome_event(Outcome::Busy, vec![r], &format!("repochd is busy: {n} admin connections open (limits.admin_connections); retry later"), None);
                         refuse_over_bound(&s, &frame(&bounded(e).to_bytes()));
                         continue;
                     };
@@ -222,11 +222,11 @@ impl Daemon {
                         continue;
                     }
                     let Some(slot) = self.handshakes.acquire(uid) else {
-                        self.turn_away(&s, pid, Reason::ProtocolError, &format!("uid {uid} already has {HANDSHAKES_PER_UID_MAX} handshakes in progress"));
+                        self.turn_away(&s, pid, Reason::ProtocolError, &format!("uid {uid} already has {} handshakes in progress", config().handshakes_per_uid));
                         continue;
                     };
                     let Ok(permit) = grant_slots.clone().try_acquire_owned() else {
-                        self.turn_away(&s, pid, Reason::ProtocolError, &format!("{GRANT_CONNECTIONS_MAX} grant connections already open"));
+                        self.turn_away(&s, pid, Reason::ProtocolError, &format!("{} grant connections already open", config().grant_connections));
                         continue;
                     };
                     let d = self.clone();
@@ -343,8 +343,9 @@ impl Daemon {
                 let _ = repoch_protocol::wire::write_msg(std, &refused(r.reason, &r.to_string()));
             };
             let _ = std.set_nonblocking(false);
-            let _ = std.set_read_timeout(Some(Duration::from_secs(HANDSHAKE_SECONDS_MAX)));
-            let _ = std.set_write_timeout(Some(Duration::from_secs(HANDSHAKE_SECONDS_MAX)));
+            let secs = Duration::from_secs(config().handshake_seconds);
+            let _ = std.set_read_timeout(Some(secs));
+            let _ = std.set_write_timeout(Some(secs));
             // Its epoch, read without the issuer lock (a verdict per log state, the "used"
             // one final: daemon/src/epochs.rs): only an early refusal, never a decision.
             if let Some(r) = d.epochs.unissuable(enrolled.deployment) {
@@ -386,8 +387,11 @@ impl Daemon {
             "grant peer pid={pid} refused: {reason}: {detail}"
         ));
         let m = frame(&refused(reason, detail).to_bytes());
-        let _ =
-            tokio::time::timeout(Duration::from_secs(HANDSHAKE_SECONDS_MAX), s.write_all(&m)).await;
+        let _ = tokio::time::timeout(
+            Duration::from_secs(config().handshake_seconds),
+            s.write_all(&m),
+        )
+        .await;
     }
 
     /// An admin connection: root only; one `recover` request; progress streamed back.

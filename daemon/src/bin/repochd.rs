@@ -25,6 +25,11 @@ struct Args {
     /// Log filter (tracing EnvFilter syntax), e.g. `info` or `repoch_daemon=debug`.
     #[arg(long, env = "REPOCH_LOG", default_value = "info")]
     log: String,
+    /// Limits and waits from a TOML file (tables [limits] and [waits]; every key, its
+    /// default and range: docs/OPERATOR.md, "Configuring repochd"). An invalid file is
+    /// refused at start, naming the key (exit 64).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
 }
 
 fn init_tracing(filter: &str) {
@@ -50,7 +55,17 @@ fn main() -> ExitCode {
         Ok(a) => a,
         Err(e) => return repoch_daemon::exit::clap_exit(e),
     };
+    if let Some(path) = &args.config {
+        match repoch_daemon::limits::Config::load(path) {
+            Ok(c) => repoch_daemon::limits::set_config(c),
+            Err(e) => {
+                eprintln!("repochd: config: {e}");
+                return ExitCode::from(64);
+            }
+        }
+    }
     init_tracing(&args.log);
+    tracing::debug!("limits and waits: {:?}", repoch_daemon::limits::config());
     let layout = repoch_issuer::Layout::new(args.root.as_deref());
     let (admin, grant) = match repoch_daemon::server::listeners(&layout) {
         Ok(l) => l,

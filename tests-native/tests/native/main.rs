@@ -8,6 +8,7 @@ mod checkpoint;
 mod containment;
 mod contenders;
 mod cross;
+mod daemon_config;
 mod deadlines;
 mod disks;
 mod e2e;
