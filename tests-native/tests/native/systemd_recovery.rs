@@ -4,7 +4,8 @@
 //! the old root a real unit that is stopped and masked, the consumer a real service unit
 //! (its own user, in `repoch-consumer`) that receives the grant and its fences. Then
 //! `systemctl stop repochd` ends cleanly, a second recovery is refused, and
-//! `systemd-analyze verify` passes on every unit.
+//! `systemd-analyze verify` passes on every unit. Twice: with the workspace's binaries and
+//! the shipped files copied in, and from the Debian package as installed by `dpkg -i`.
 
 use std::path::{Path, PathBuf};
 
@@ -231,6 +232,94 @@ pub(crate) fn verify_units(c: &Container) {
     );
     assert_eq!(v.code, 0, "{}", v.stdout);
     assert_eq!(v.stdout.trim(), "", "systemd-analyze verify warned");
+}
+
+/// The Debian package (`target/debian/repoch_*.deb`, built by
+/// `cargo build --release -p repoch-daemon -p repoch-consumer && cargo deb -p repoch-daemon
+/// --no-build`, as .ci/run does; `REPOCH_DEB` names another file).
+fn package() -> PathBuf {
+    if let Some(p) = std::env::var_os("REPOCH_DEB") {
+        return PathBuf::from(p);
+    }
+    let dir = bin_dir().parent().expect("target").join("debian");
+    let mut debs: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("repoch_") && n.ends_with(".deb"))
+        })
+        .collect();
+    debs.sort();
+    debs.pop().unwrap_or_else(|| {
+        panic!(
+            "no repoch_*.deb in {}: build it with `cargo build --release -p repoch-daemon \
+             -p repoch-consumer && cargo deb -p repoch-daemon --no-build` (or set REPOCH_DEB)",
+            dir.display()
+        )
+    })
+}
+
+/// Installs the package with `dpkg -i` (its maintainer scripts create the user and group,
+/// the directories, and enable and start the sockets); the test helper beside it.
+fn install_package(c: &Container) {
+    let root = PathBuf::from(format!("/proc/{}/root", c.leader));
+    std::fs::copy(package(), root.join("tmp/repoch.deb")).unwrap();
+    std::fs::copy(
+        bin("repoch-test-helper"),
+        root.join("usr/bin/repoch-test-helper"),
+    )
+    .unwrap();
+    let r = run_in(c, "dpkg -i /tmp/repoch.deb 2>&1");
+    assert_eq!(r.code, 0, "dpkg -i: {}", r.stdout);
+    let l = run_in(
+        c,
+        "dpkg -L repoch && systemctl is-enabled repochd-admin.socket repochd-grant.socket \
+         && systemctl is-active repochd-admin.socket repochd-grant.socket && id repoch",
+    );
+    assert_eq!(l.code, 0, "{}{}", l.stdout, l.stderr);
+    for f in [
+        "/usr/bin/repoch",
+        "/usr/bin/repochd",
+        "/usr/bin/repoch-consume",
+        "/usr/lib/systemd/system/repochd.service",
+        "/usr/lib/tmpfiles.d/repoch.conf",
+        "/usr/lib/sysusers.d/repoch.conf",
+        "/usr/share/doc/repoch/OPERATOR.md",
+    ] {
+        assert!(
+            l.stdout.lines().any(|x| x == f),
+            "{f} not in the package:\n{}",
+            l.stdout
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_recovery_from_the_installed_package() {
+    require_root!();
+    let s = Sandbox::new();
+    let c = Container::boot(&s.tag);
+    install_package(&c);
+    verify_units(&c);
+    recover_under_systemd(&c);
+    // Removing the package stops repochd and its sockets and keeps the state.
+    let r = run_in(
+        &c,
+        "dpkg -r repoch 2>&1 && ls /var/lib/repoch/deployments | wc -l",
+    );
+    assert_eq!(r.code, 0, "{}", r.stdout);
+    assert_eq!(r.stdout.lines().last(), Some("1"), "{}", r.stdout);
+    assert_ne!(
+        run_in(&c, "systemctl is-active repochd-admin.socket")
+            .stdout
+            .trim(),
+        "active"
+    );
 }
 
 #[test]
