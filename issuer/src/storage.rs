@@ -98,8 +98,9 @@ fn open_nofollow(
 /// Opens `path` relative to `dir` one component at a time, following no symlink: each
 /// directory on the way is opened `O_PATH | O_NOFOLLOW` and must be a directory (a symlink
 /// is `ELOOP`, as `RESOLVE_NO_SYMLINKS` answers), and the last component is opened with
-/// `flags | O_NOFOLLOW` (with `O_PATH`, which opens a symlink itself, it is checked too).
-pub fn open_walk(
+/// `flags | O_NOFOLLOW` (so a symlink there is `ELOOP`, or, with `O_PATH`, the symlink
+/// itself: as `openat2` answers).
+fn open_walk(
     dir: std::os::fd::BorrowedFd<'_>,
     path: &std::path::Path,
     flags: OFlags,

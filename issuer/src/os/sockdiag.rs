@@ -365,9 +365,8 @@ pub fn unix_socket(inode: u64, cookie: Option<u64>) -> Result<Option<UnixSocket>
 /// The socket inode of the peer of socket `inode` (e.g. one's own connected socket, from
 /// `fstat`); `None` if unconnected or no such socket. The socket is looked for in this
 /// thread's network namespace, then in the host's ([`adopt_host_netns`]), then in every
-/// other a task is in: an
-/// accepted connection lives in its listening socket's namespace, which for a socket
-/// systemd passed is systemd's, not repochd's own (`PrivateNetwork=yes`).
+/// other a task is in: an accepted connection lives in its listening socket's namespace,
+/// which for a socket systemd passed is systemd's, not repochd's own (`PrivateNetwork=yes`).
 pub fn peer_of(inode: u64) -> Result<Option<u64>, String> {
     if let Some(s) = unix_socket(inode, None)? {
         return Ok(s.peer);
