@@ -78,15 +78,17 @@ pub(crate) fn recover_under_systemd(c: &Container) {
           && chown billing /etc/billing/consumer.key");
     let uid = run_in(c, "id -u billing").stdout.trim().to_owned();
     let gid = run_in(c, "id -g billing").stdout.trim().to_owned();
-    // The old root: a real unit holding the fence and listening on its port (in the
-    // container's network namespace, which is the host's), running.
-    c.sh("printf '[Unit]\\nDescription=billing old root\\n[Service]\\nExecStart=/usr/bin/flock --exclusive /srv/billing/lock /usr/bin/repoch-test-helper listen-tcp 7071\\n' \
+    // The old root: a real unit holding the fence, listening on its port (in the
+    // container's network namespace, which is the host's) and on its unix socket, running.
+    c.sh("mkdir -p /run/billing && printf '[Unit]\\nDescription=billing old root\\n[Service]\\n\
+          ExecStart=/bin/sh -c \"/usr/bin/repoch-test-helper listen-unix /run/billing/old.sock & \
+          exec /usr/bin/flock --exclusive /srv/billing/lock /usr/bin/repoch-test-helper listen-tcp 7071\"\\n' \
           > /usr/lib/systemd/system/billing-old.service \
           && systemctl daemon-reload && systemctl start billing-old.service");
     let manifest = format!(
         "label = \"billing\"\nfences = [\"/srv/billing/lock\"]\nstores = [\"/srv/billing/data\"]\n\
          ready = \"/srv/billing/READY\"\n\n[containment]\nunits = [\"billing-old.service\"]\n\
-         listeners = [\"tcp:7071\"]\n\n\
+         listeners = [\"tcp:7071\", \"unix:/run/billing/old.sock\"]\n\n\
          [journal]\npath = \"/srv/billing/journal\"\nproducer_key_file = \"/etc/billing/producer.key.pub\"\n\n\
          [consumer]\nuid = {uid}\ngid = {gid}\nexecutable = \"/usr/bin/repoch-consume\"\n\
          key_file = \"/etc/billing/consumer.key.pub\"\n"
@@ -119,12 +121,20 @@ pub(crate) fn recover_under_systemd(c: &Container) {
     reasons.sort();
     assert_eq!(
         reasons,
-        ["fence-busy", "listener-present", "unit-not-masked"],
+        [
+            "fence-busy",
+            "listener-present",
+            "listener-present",
+            "unit-not-masked"
+        ],
         "{}",
         j(&r)
     );
-    // Contain it: stop and mask the unit.
-    c.sh("systemctl stop billing-old.service && systemctl mask billing-old.service");
+    // Contain it: stop and mask the unit, remove its stale socket file.
+    c.sh(
+        "systemctl stop billing-old.service && systemctl mask billing-old.service \
+          && rm /run/billing/old.sock",
+    );
 
     // The consumer: a real service unit as `billing`, waiting on the grant socket (which
     // activates repochd), then exec'ing the new root that holds the fences.
