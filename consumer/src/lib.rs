@@ -316,7 +316,7 @@ pub fn verify(bytes: &[u8], issuer: &PublicKey, ours: Option<&PublicKey>) -> Res
     Ok(g.grant)
 }
 
-/// Every received fd is the fence the grant names, by device and inode, in order.
+/// Every received fd is the fence the grant names, by device, inode and birth time, in order.
 /// `; rewritten from record #N ...` when the first rewritten record is known.
 fn rewritten(from: &Option<u64>) -> String {
     from.map_or(String::new(), |i| {
@@ -416,15 +416,54 @@ fn check_fences(g: &Grant, fds: &[OwnedFd]) -> Result<(), Error> {
         )));
     }
     for (fd, f) in fds.iter().zip(&g.fences) {
-        let st = rustix::fs::fstat(fd).map_err(|e| Error::BadGrant(e.to_string()))?;
-        if st.st_dev != f.identity.dev || st.st_ino != f.identity.ino {
+        let got = object_of(fd).map_err(|e| Error::BadGrant(e.to_string()))?;
+        let want = &f.identity;
+        if got.0 != want.dev || got.1 != want.ino || got.2 != want.birth {
+            let born = |b: Option<repoch_protocol::types::Birth>| {
+                b.map_or("unknown".to_owned(), |b| b.to_string())
+            };
             return Err(Error::BadGrant(format!(
-                "fd for {} is inode {}, the grant names {}",
-                f.path, st.st_ino, f.identity.ino
+                "fd for {} is inode {} born {}, the grant names inode {} born {}",
+                f.path,
+                got.1,
+                born(got.2),
+                want.ino,
+                born(want.birth)
             )));
         }
     }
     Ok(())
+}
+
+/// A received fd's object: device, inode number and birth time (`statx` `STATX_BTIME`,
+/// `None` where the file system gives none), compared the way the issuer compares enrolled
+/// objects (`Identity::same_object`): an inode number reused by a recreated file is another
+/// object.
+fn object_of(
+    fd: &OwnedFd,
+) -> rustix::io::Result<(u64, u64, Option<repoch_protocol::types::Birth>)> {
+    use rustix::fs::{AtFlags, StatxFlags};
+    let sx = rustix::fs::statx(
+        fd,
+        "",
+        AtFlags::EMPTY_PATH,
+        StatxFlags::INO | StatxFlags::BTIME,
+    )?;
+    let birth = StatxFlags::from_bits_retain(sx.stx_mask)
+        .contains(StatxFlags::BTIME)
+        .then(|| {
+            Some(repoch_protocol::types::Birth {
+                sec: u64::try_from(sx.stx_btime.tv_sec).ok()?,
+                nsec: sx.stx_btime.tv_nsec,
+            })
+        })
+        .flatten()
+        .filter(|b| b.nsec <= repoch_protocol::types::BIRTH_NSEC_MAX);
+    Ok((
+        rustix::fs::makedev(sx.stx_dev_major, sx.stx_dev_minor),
+        sx.stx_ino,
+        birth,
+    ))
 }
 
 /// Longest file name (`NAME_MAX`): the temporary name beside `--out` must fit it too.

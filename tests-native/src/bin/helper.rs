@@ -559,6 +559,14 @@ fn main() {
             };
             write_msg(&mut c, &GrantMsg::Challenge(challenge)).unwrap();
             let _ = read_msg::<GrantMsg>(&mut c);
+            let mut fence_identity = repoch_issuer::store::fstat_identity(&fence).unwrap();
+            // args[7] "fence-born-another-time": the grant names the fence's device and inode
+            // with another birth time, as a fence deleted and recreated on the same inode
+            // number would show.
+            if args.get(7).map(String::as_str) == Some("fence-born-another-time") {
+                let b = fence_identity.birth.as_mut().expect("a birth time");
+                b.sec = b.sec.saturating_sub(1);
+            }
             let grant = Grant {
                 deployment,
                 intent: Hash([1; 32]),
@@ -569,7 +577,7 @@ fn main() {
                 ready_sha256: Hash([5; 32]),
                 fences: vec![GrantFence {
                     path: args[5].clone(),
-                    identity: repoch_issuer::store::fstat_identity(&fence).unwrap(),
+                    identity: fence_identity,
                 }],
                 frontier_seq: 0,
                 frontier_hash: Hash([6; 32]),
@@ -585,7 +593,7 @@ fn main() {
             };
             let mut signer = issuer.clone();
             match args.get(7).map(String::as_str) {
-                None => {}
+                None | Some("fence-born-another-time") => {}
                 Some("checkpoint-by-another-key") => {
                     signer = ed25519_dalek::SigningKey::from_bytes(&[0x42; 32]);
                 }

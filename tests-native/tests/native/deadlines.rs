@@ -632,3 +632,43 @@ fn the_consumer_refuses_a_grant_whose_fence_fd_is_not_the_fence_it_names() {
         }
     }
 }
+
+#[test]
+#[ignore = "needs root"]
+fn the_consumer_refuses_a_fence_fd_on_the_named_inode_number_born_at_another_time() {
+    // The fd is the fence's device and inode number, but the grant names another birth
+    // time: what a fence deleted and recreated on a reused inode number looks like. The
+    // consumer compares the object (device, inode, birth), not the number: refused, exit 2,
+    // nothing persisted.
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let socket = s.path("fake.sock");
+    let fence = s.srv.join("lock");
+    let _fake = spawn_ready(helper(&[
+        "serve-grant",
+        socket.to_str().unwrap(),
+        s.root.to_str().unwrap(),
+        &id,
+        fence.to_str().unwrap(),
+        fence.to_str().unwrap(),
+        "fence-born-another-time",
+    ]));
+    let out = s.path("grant.cbor");
+    let mut cmd = Command::new(bin("repoch-consume"));
+    cmd.args(["--json", "receive", "--deployment", &id[..6], "--key"])
+        .arg(s.path("consumer.key"))
+        .arg("--issuer-key")
+        .arg(s.issuer_pub())
+        .arg("--out")
+        .arg(&out)
+        .arg("--socket")
+        .arg(&socket)
+        .args(["--wait", "10"]);
+    let r = Child::spawn(cmd)
+        .finish_within(Duration::from_secs(DAEMON_WAIT_SECONDS_MAX))
+        .expect("the consumer never ended");
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("born"), "{}", r.stdout);
+    assert!(!out.exists());
+}
