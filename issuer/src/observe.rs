@@ -102,6 +102,25 @@ impl Fences {
     }
 }
 
+/// What the issuance observes through (`crate::world::World::Observer`): the live
+/// [`Observer`], or the checker's scripted world.
+pub trait Observe {
+    /// Observes everything, in the fixed order. Acquires the fences on first use and keeps
+    /// them in `fences`; later observations re-verify the held fences.
+    fn observe(&mut self, fences: &mut Fences) -> Observation;
+    /// The consumer executable's identity and digest as first observed.
+    fn consumer_exe_baseline(&self) -> Option<(Identity, Hash)>;
+}
+
+impl Observe for Observer {
+    fn observe(&mut self, fences: &mut Fences) -> Observation {
+        Observer::observe(self, fences)
+    }
+    fn consumer_exe_baseline(&self) -> Option<(Identity, Hash)> {
+        Observer::consumer_exe_baseline(self)
+    }
+}
+
 /// The observer of one deployment, for one issuance.
 #[derive(Debug)]
 pub struct Observer {
