@@ -64,6 +64,8 @@ const STEPS_MAX: usize = 2_000;
 const RESTARTS_MAX: usize = 2;
 /// Deviations one random walk may take.
 const WALK_DEVIATIONS_MAX: u32 = 6;
+/// How long one path may take before the checker calls itself deadlocked.
+const PATH_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(60);
 
 fn issuer_key() -> SigningKey {
     SigningKey::from_bytes(&[7; 32])
@@ -983,8 +985,19 @@ fn run_path(disk: &(Sim, usize), contenders: usize, chooser: Chooser) -> PathRes
     SELF.with(|s| *s.borrow_mut() = Some(shared.clone()));
     let mut st = shared.lock();
     shared.activate(&mut st, 0);
+    let started = Instant::now();
     while st.alive_threads > 0 || st.active.is_some() {
-        st = shared.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        let (next, _) = shared
+            .cv
+            .wait_timeout(st, PATH_WAIT_MAX)
+            .unwrap_or_else(|p| p.into_inner());
+        st = next;
+        assert!(
+            started.elapsed() < PATH_WAIT_MAX,
+            "a path did not finish in {PATH_WAIT_MAX:?} (the checker deadlocked): {}\nreplay: REPOCH_SIM_TRACE={}",
+            st.trace.join("\n  "),
+            encode(&st.chooser.taken.iter().map(|t| t.0).collect::<Vec<_>>())
+        );
     }
     if st.violation.is_none() {
         check(&mut st, " at the end");
