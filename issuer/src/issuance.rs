@@ -29,11 +29,12 @@ use repoch_protocol::wire::{AdminEvent, Outcome};
 use repoch_protocol::{DeploymentId, Hash, Identity, Reason};
 
 use crate::layout::Layout;
-use crate::log::AppendError;
-use crate::observe::{Fences, Observation, Observer};
+use crate::log::{AppendError, EpochLog};
+use crate::observe::{Fences, Observation, Observe};
 use crate::refusal::Refusal;
-use crate::storage::Real;
-use crate::store::Deployment;
+use crate::storage::Storage;
+use crate::store::{read_epoch_log, read_only_refusal};
+use crate::world::{Host, World};
 
 /// How an issuance ended when it did not grant.
 #[derive(Debug)]
@@ -162,15 +163,22 @@ fn same_peer<C: ConsumerLink>(
 /// Where progress goes (the admin connection).
 pub type Progress = Box<dyn FnMut(AdminEvent) + Send>;
 
-struct Common {
-    dep: Deployment,
+/// What every state carries: the deployment, the storage its log is on, the held issuer
+/// lock, the observer and the fences.
+struct Common<W: World> {
+    id: DeploymentId,
+    manifest: Manifest,
+    storage: W::Storage,
+    log: EpochLog<<W::Storage as Storage>::File>,
     key: SigningKey,
-    observer: Observer,
+    observer: W::Observer,
     fences: Fences,
     progress: Progress,
+    /// The issuer lock, held while the issuance lives (last field: dropped last).
+    _lock: W::Lock,
 }
 
-impl Common {
+impl<W: World> Common<W> {
     fn say(&mut self, step: &str, detail: impl Into<String>) {
         (self.progress)(AdminEvent::Progress {
             step: step.into(),
@@ -186,22 +194,22 @@ impl Common {
 
     /// The epoch once this issuance's intent is durable (see [`Ended::used`]).
     fn used(&self) -> Option<Classification> {
-        Some(self.dep.classification()).filter(|k| *k != Classification::Enrolled)
+        Some(self.log.report().classification).filter(|k| *k != Classification::Enrolled)
     }
 
     /// Appends a record and reports it; any failure poisons the store (never retried).
     fn append(&mut self, body: EpochBody) -> Result<Hash, AppendError> {
         let kind = body.kind().as_str();
-        let log = &mut self.dep.log;
+        let log = &mut self.log;
         let rec = EpochRecord {
-            deployment: self.dep.id,
+            deployment: self.id,
             seq: log.next_seq(),
             prev: log.last_hash(),
             body,
         };
         let seq = rec.seq;
         let signed = SignedEpochRecord::sign(rec, &self.key);
-        let hash = log.append(&mut Real, &signed)?;
+        let hash = log.append(&mut self.storage, &signed)?;
         (self.progress)(AdminEvent::Record {
             kind: kind.into(),
             seq,
@@ -212,7 +220,7 @@ impl Common {
 }
 
 /// After the intent: append `withheld`, refuse the consumer, end.
-fn withhold<C: ConsumerLink>(mut c: Common, consumer: &mut C, r: Refusal) -> Ended {
+fn withhold<C: ConsumerLink, W: World>(mut c: Common<W>, consumer: &mut C, r: Refusal) -> Ended {
     consumer.refuse(r.reason, &r.to_string());
     let detail =
         repoch_protocol::types::clip(&r.to_string(), repoch_protocol::limits::TEXT_BYTES_MAX);
@@ -237,7 +245,7 @@ fn withhold<C: ConsumerLink>(mut c: Common, consumer: &mut C, r: Refusal) -> End
     }
 }
 
-fn uncertain(c: &Common, e: AppendError, what: &str) -> Ended {
+fn uncertain<W: World>(c: &Common<W>, e: AppendError, what: &str) -> Ended {
     Ended {
         outcome: Outcome::Uncertain,
         refusals: vec![Refusal::new(
@@ -254,8 +262,8 @@ fn uncertain(c: &Common, e: AppendError, what: &str) -> Ended {
 
 /// Appends a publication record (intent, consume, receipt). A failure is never retried:
 /// the consumer is told, and the outcome is uncertain.
-fn publish<C: ConsumerLink>(
-    c: &mut Common,
+fn publish<C: ConsumerLink, W: World>(
+    c: &mut Common<W>,
     consumer: &mut C,
     body: EpochBody,
 ) -> Result<Hash, Ended> {
@@ -291,48 +299,62 @@ pub fn epoch_refusal(
 }
 
 /// Step 1 done: the issuer lock is held and the epoch is `enrolled`.
-pub struct Reserved {
-    c: Common,
+pub struct Reserved<W: World = Host> {
+    c: Common<W>,
 }
 
-impl Reserved {
-    /// Takes the deployment's issuer lock (busy names the holder), then reads and checks
-    /// the epoch under it: never a classification read before the lock.
+impl<W: World> Reserved<W> {
+    /// Opens the deployment's objects, takes its issuer lock (busy names the holder), then
+    /// reads and checks the epoch under it: never a classification read before the lock.
+    /// A contender that paused after opening cannot act on a classification read before
+    /// another issuance finished.
     pub fn reserve(
-        layout: &Layout,
+        world: &mut W,
         key: SigningKey,
         id: DeploymentId,
         approve_ready: Option<Hash>,
         mut progress: Progress,
-    ) -> Result<Reserved, Ended> {
+    ) -> Result<Reserved<W>, Ended> {
         let issuer = repoch_protocol::PublicKey::from(&key.verifying_key());
-        let dep = Deployment::open_locked(layout, &issuer, id).map_err(Ended::one)?;
-        let class = dep.classification();
-        if let Some(r) = epoch_refusal(id, class, dep.report().problem.as_ref()) {
+        let o = world.open(&issuer, id).map_err(Ended::one)?;
+        crate::barrier::reach("after-open");
+        if o.read_only {
+            return Err(Ended::one(read_only_refusal()));
+        }
+        world.lock(&o.lock).map_err(Ended::one)?;
+        let mut storage = world.storage();
+        let log = read_epoch_log(&mut storage, o.log, &issuer, id, &o.manifest_hash)
+            .map_err(Ended::one)?;
+        let class = log.report().classification;
+        if let Some(r) = epoch_refusal(id, class, log.report().problem.as_ref()) {
             return Err(Ended::one(r));
         }
         progress(AdminEvent::Progress {
             step: "reserve".into(),
             detail: format!("issuer lock held; epoch {}", class.as_str()),
         });
-        let observer = Observer::new(dep.manifest.clone(), layout.clone(), approve_ready);
+        let observer = world.observer(&o.manifest, approve_ready);
         Ok(Reserved {
             c: Common {
-                dep,
+                id,
+                manifest: o.manifest,
+                storage,
+                log,
                 key,
                 observer,
                 fences: Fences::default(),
                 progress,
+                _lock: o.lock,
             },
         })
     }
 
     pub fn manifest(&self) -> &Manifest {
-        &self.c.dep.manifest
+        &self.c.manifest
     }
 
     /// Step 2: observe everything; acquire and hold the fences. Any failed fact refuses.
-    pub fn observe(mut self) -> Result<Observed, Ended> {
+    pub fn observe(mut self) -> Result<Observed<W>, Ended> {
         self.c.say(
             "observe",
             "lineage, containment, fences, READY, consumer executable",
@@ -446,15 +468,15 @@ impl<'id> Expected<'id> {
 }
 
 /// Step 2 done: every fact holds, the fences are held.
-pub struct Observed {
-    c: Common,
+pub struct Observed<W: World = Host> {
+    c: Common<W>,
     first: Observation,
 }
 
-impl Observed {
+impl<W: World> Observed<W> {
     /// Only `connect` calls this, once, for its `wait` closure.
     fn expected<'id>(&self) -> Expected<'id> {
-        let m = &self.c.dep.manifest;
+        let m = &self.c.manifest;
         Expected {
             brand: PhantomData,
             deployment: m.deployment,
@@ -477,7 +499,7 @@ impl Observed {
             &Expected<'id>,
             &mut dyn FnMut(AdminEvent),
         ) -> Result<(C, Authenticated<'id>), Refusal>,
-    ) -> Result<Connected<C>, Ended> {
+    ) -> Result<Connected<C, W>, Ended> {
         let expected = self.expected();
         let progress = &mut self.c.progress;
         let (consumer, auth) = wait(&expected, &mut |e| progress(e)).map_err(Ended::one)?;
@@ -496,17 +518,17 @@ impl Observed {
 }
 
 /// Step 3 done: the consumer is authenticated at transport level.
-pub struct Connected<C> {
-    c: Common,
+pub struct Connected<C, W: World = Host> {
+    c: Common<W>,
     first: Observation,
     consumer: C,
     peer: ConsumerPeer,
 }
 
-impl<C: ConsumerLink> Connected<C> {
+impl<C: ConsumerLink, W: World> Connected<C, W> {
     /// Step 4: describe the peer again (it must be the one authenticated: refused, nothing
     /// written, otherwise), then append and fsync the intent. From here the epoch is used.
-    pub fn intent(mut self, contender: Contender) -> Result<Intended<C>, Ended> {
+    pub fn intent(mut self, contender: Contender) -> Result<Intended<C, W>, Ended> {
         if let Err(r) = same_peer(&mut self.consumer, &self.peer) {
             self.consumer.refuse(r.reason, &r.to_string());
             self.c.say(
@@ -533,17 +555,17 @@ impl<C: ConsumerLink> Connected<C> {
 }
 
 /// Step 4 done: the intent is durable.
-pub struct Intended<C> {
-    c: Common,
+pub struct Intended<C, W: World = Host> {
+    c: Common<W>,
     first: Observation,
     consumer: C,
     peer: ConsumerPeer,
     intent: Hash,
 }
 
-impl<C: ConsumerLink> Intended<C> {
+impl<C: ConsumerLink, W: World> Intended<C, W> {
     /// Step 5: challenge the consumer; its enrolled key must sign (strictly verified).
-    pub fn custody(mut self) -> Result<Custodied<C>, Ended> {
+    pub fn custody(mut self) -> Result<Custodied<C, W>, Ended> {
         let nonce = match crate::keys::random() {
             Ok(n) => n,
             Err(e) => {
@@ -555,7 +577,7 @@ impl<C: ConsumerLink> Intended<C> {
             }
         };
         let challenge = Challenge {
-            deployment: self.c.dep.id,
+            deployment: self.c.id,
             intent: self.intent,
             nonce,
         };
@@ -570,7 +592,7 @@ impl<C: ConsumerLink> Intended<C> {
                 ))
             }
         };
-        if !challenge.check(&self.c.dep.manifest.consumer.key, &sig) {
+        if !challenge.check(&self.c.manifest.consumer.key, &sig) {
             let r = Refusal::new(
                 Reason::CustodyInvalid,
                 "custody signature",
@@ -592,7 +614,11 @@ impl<C: ConsumerLink> Intended<C> {
 }
 
 /// Observes everything again; the digest must be identical.
-fn verify_final(c: &mut Common, first: &Observation, which: &str) -> Result<(), Refusal> {
+fn verify_final<W: World>(
+    c: &mut Common<W>,
+    first: &Observation,
+    which: &str,
+) -> Result<(), Refusal> {
     c.say(which, "observing again");
     let again = c.observer.observe(&mut c.fences);
     if again.digest == first.digest && again.holds() {
@@ -627,8 +653,8 @@ fn verify_final(c: &mut Common, first: &Observation, which: &str) -> Result<(), 
 }
 
 /// Step 5 done: the consumer proved custody of its enrolled key.
-pub struct Custodied<C> {
-    c: Common,
+pub struct Custodied<C, W: World = Host> {
+    c: Common<W>,
     first: Observation,
     consumer: C,
     peer: ConsumerPeer,
@@ -637,9 +663,9 @@ pub struct Custodied<C> {
     custody: [u8; 64],
 }
 
-impl<C: ConsumerLink> Custodied<C> {
+impl<C: ConsumerLink, W: World> Custodied<C, W> {
     /// Step 6: final verification #1. Only its success, [`Verified1`], can consume.
-    pub fn verify(mut self) -> Result<Verified1<C>, Ended> {
+    pub fn verify(mut self) -> Result<Verified1<C, W>, Ended> {
         match verify_final(&mut self.c, &self.first, "final-verification-1") {
             Ok(()) => Ok(Verified1 {
                 c: self.c,
@@ -656,8 +682,8 @@ impl<C: ConsumerLink> Custodied<C> {
 }
 
 /// Step 6 done: final verification #1 observed the first observation's digest.
-pub struct Verified1<C> {
-    c: Common,
+pub struct Verified1<C, W: World = Host> {
+    c: Common<W>,
     first: Observation,
     consumer: C,
     peer: ConsumerPeer,
@@ -666,10 +692,10 @@ pub struct Verified1<C> {
     custody: [u8; 64],
 }
 
-impl<C: ConsumerLink> Verified1<C> {
+impl<C: ConsumerLink, W: World> Verified1<C, W> {
     /// Step 7: the consumer must still be there (else `withheld{consumer-lost}`, nothing
     /// consumed); append and fsync `consume`.
-    pub fn consume(mut self) -> Result<Consumed<C>, Ended> {
+    pub fn consume(mut self) -> Result<Consumed<C, W>, Ended> {
         if let Err(r) = still_alive(&mut self.consumer, &self.peer) {
             return Err(withhold(self.c, &mut self.consumer, r));
         }
@@ -691,8 +717,8 @@ impl<C: ConsumerLink> Verified1<C> {
 }
 
 /// Step 7 done.
-pub struct Consumed<C> {
-    c: Common,
+pub struct Consumed<C, W: World = Host> {
+    c: Common<W>,
     first: Observation,
     consumer: C,
     peer: ConsumerPeer,
@@ -707,10 +733,10 @@ fn now() -> u64 {
         .unwrap_or(0)
 }
 
-impl<C: ConsumerLink> Consumed<C> {
+impl<C: ConsumerLink, W: World> Consumed<C, W> {
     /// Step 8: sign the grant and append it in the receipt; fsync.
-    pub fn receipt(mut self) -> Result<Receipted<C>, Ended> {
-        let m = &self.c.dep.manifest;
+    pub fn receipt(mut self) -> Result<Receipted<C, W>, Ended> {
+        let m = &self.c.manifest;
         let grant = Grant {
             deployment: m.deployment,
             intent: self.intent,
@@ -744,17 +770,17 @@ impl<C: ConsumerLink> Consumed<C> {
 }
 
 /// Step 8 done: consume and receipt are durable.
-pub struct Receipted<C> {
-    c: Common,
+pub struct Receipted<C, W: World = Host> {
+    c: Common<W>,
     first: Observation,
     consumer: C,
     peer: ConsumerPeer,
     grant: Vec<u8>,
 }
 
-impl<C: ConsumerLink> Receipted<C> {
+impl<C: ConsumerLink, W: World> Receipted<C, W> {
     /// Step 9: final verification #2. Only its success, [`Verified2`], can dispatch.
-    pub fn verify(mut self) -> Result<Verified2<C>, Ended> {
+    pub fn verify(mut self) -> Result<Verified2<C, W>, Ended> {
         match verify_final(&mut self.c, &self.first, "final-verification-2") {
             Ok(()) => Ok(Verified2 {
                 c: self.c,
@@ -768,17 +794,17 @@ impl<C: ConsumerLink> Receipted<C> {
 }
 
 /// Step 9 done: final verification #2 observed the first observation's digest.
-pub struct Verified2<C> {
-    c: Common,
+pub struct Verified2<C, W: World = Host> {
+    c: Common<W>,
     consumer: C,
     peer: ConsumerPeer,
     grant: Vec<u8>,
 }
 
-impl<C: ConsumerLink> Verified2<C> {
+impl<C: ConsumerLink, W: World> Verified2<C, W> {
     /// Step 10: send the grant and pass the held fence fds. A failure here is a lost reply:
     /// the outcome is uncertain, and the epoch is preserved as receipted.
-    pub fn dispatch(mut self) -> Result<Dispatched<C>, Ended> {
+    pub fn dispatch(mut self) -> Result<Dispatched<C, W>, Ended> {
         // A consumer that went away gets nothing: `withheld{consumer-lost}`.
         if let Err(r) = still_alive(&mut self.consumer, &self.peer) {
             return Err(withhold(self.c, &mut self.consumer, r));
@@ -824,13 +850,13 @@ impl<C: ConsumerLink> Verified2<C> {
 
 /// Step 10 done: the grant and the fences left; whether the consumer holds them durably is
 /// not known yet.
-pub struct Dispatched<C> {
-    c: Common,
+pub struct Dispatched<C, W: World = Host> {
+    c: Common<W>,
     consumer: C,
     grant: Vec<u8>,
 }
 
-impl<C: ConsumerLink> Dispatched<C> {
+impl<C: ConsumerLink, W: World> Dispatched<C, W> {
     /// Step 11: the consumer's acknowledgement that its grant file is durable, naming the
     /// grant's sha256. Only then is the issuance granted (docs/OPERATOR.md, "Outcomes").
     /// Without it, in time and for these very bytes: "dispatched, not acknowledged", the
@@ -868,7 +894,7 @@ impl<C: ConsumerLink> Dispatched<C> {
                 );
                 Ok(Granted {
                     grant: self.grant,
-                    epoch: self.c.dep.classification(),
+                    epoch: self.c.log.report().classification,
                 })
             }
             Ok(h) => Err(failed(Reason::ProtocolError, format!("persisted {h}"))),
@@ -886,7 +912,8 @@ pub struct Granted {
     pub epoch: Classification,
 }
 
-/// Runs all eleven steps in order.
+/// Runs all eleven steps in order, on the host (the real file system, `flock`, the live
+/// observers).
 pub fn run<C: ConsumerLink>(
     layout: &Layout,
     key: SigningKey,
@@ -899,8 +926,28 @@ pub fn run<C: ConsumerLink>(
         &mut dyn FnMut(AdminEvent),
     ) -> Result<(C, Authenticated<'id>), Refusal>,
 ) -> Result<Granted, Ended> {
+    let mut host = Host {
+        layout: layout.clone(),
+    };
+    run_in(&mut host, key, id, approve_ready, contender, progress, wait)
+}
+
+/// Runs all eleven steps in order in any [`World`]: the code the host runs, and the code
+/// the checker (`issuer/tests/checker.rs`) explores.
+pub fn run_in<W: World, C: ConsumerLink>(
+    world: &mut W,
+    key: SigningKey,
+    id: DeploymentId,
+    approve_ready: Option<Hash>,
+    contender: Contender,
+    progress: Progress,
+    wait: impl for<'id> FnOnce(
+        &Expected<'id>,
+        &mut dyn FnMut(AdminEvent),
+    ) -> Result<(C, Authenticated<'id>), Refusal>,
+) -> Result<Granted, Ended> {
     use crate::barrier::reach;
-    let reserved = Reserved::reserve(layout, key, id, approve_ready, progress)?;
+    let reserved = Reserved::reserve(world, key, id, approve_ready, progress)?;
     reach("after-reserve");
     let observed = reserved.observe()?;
     reach("after-observe");

@@ -14,6 +14,7 @@ pub mod refusal;
 pub mod sim;
 pub mod storage;
 pub mod store;
+pub mod world;
 
 pub use layout::Layout;
 pub use refusal::Refusal;

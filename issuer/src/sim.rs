@@ -78,16 +78,6 @@ impl Sim {
         self.crashed
     }
 
-    fn rand(&mut self) -> u64 {
-        // xorshift64*: small, deterministic, good enough to pick crash outcomes.
-        let mut x = self.rng;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.rng = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
     /// Counts an operation and applies the configured fault.
     fn step(&mut self) -> io::Result<()> {
         if self.crashed {
@@ -105,13 +95,25 @@ impl Sim {
         }
     }
 
-    /// Power comes back: what is on disk now, after resolving every unsynced operation.
-    pub fn reboot(mut self) -> Sim {
+    /// Power comes back: what is on disk now, after resolving every unsynced operation
+    /// with the seeded generator.
+    pub fn reboot(self) -> Sim {
+        let mut rng = self.rng;
+        let mut sim = self.reboot_with(|n| xorshift(&mut rng) % n);
+        sim.rng = rng;
+        sim
+    }
+
+    /// Power comes back, each unsynced operation resolved by `pick(n)` (a number below
+    /// `n`): per unsynced write 0 dropped, 1 applied, 2 torn, and when torn, per sector 0
+    /// written or not; per directory, how many of its unsynced operations survive. The
+    /// checker (`issuer/tests/checker.rs`) enumerates these.
+    pub fn reboot_with(mut self, mut pick: impl FnMut(u64) -> u64) -> Sim {
         for i in 0..self.files.len() {
             let pending = std::mem::take(&mut self.files[i].pending);
             let mut disk = self.files[i].durable.clone();
             for (off, bytes) in pending {
-                match self.rand() % 3 {
+                match pick(3) {
                     0 => {} // dropped
                     1 => put(&mut disk, off, &bytes),
                     _ => {
@@ -120,7 +122,7 @@ impl Sim {
                         while pos < off + bytes.len() {
                             let end = ((pos / SECTOR_BYTES) + 1) * SECTOR_BYTES;
                             let end = end.min(off + bytes.len());
-                            if self.rand().is_multiple_of(2) {
+                            if pick(2) == 0 {
                                 put(&mut disk, pos, &bytes[pos - off..end - off]);
                             }
                             pos = end;
@@ -136,7 +138,7 @@ impl Sim {
         }
         for i in 0..self.dirs.len() {
             let pending = std::mem::take(&mut self.dirs[i].pending);
-            let keep = (self.rand() % (pending.len() as u64 + 1)) as usize;
+            let keep = pick(pending.len() as u64 + 1) as usize;
             let state = if keep == 0 {
                 self.dirs[i].durable.clone()
             } else {
@@ -167,6 +169,10 @@ impl Sim {
     pub fn content(&self, file: usize) -> &[u8] {
         &self.files[file].cached
     }
+    /// What a crash right now would keep at least: the file's synced content.
+    pub fn durable(&self, file: usize) -> &[u8] {
+        &self.files[file].durable
+    }
 
     fn dir_op(&mut self, dir: usize, f: impl FnOnce(&mut BTreeMap<String, Node>)) {
         let d = &mut self.dirs[dir];
@@ -174,6 +180,16 @@ impl Sim {
         let snap = d.cached.clone();
         d.pending.push(snap);
     }
+}
+
+/// xorshift64*: small, deterministic, good enough to pick crash outcomes.
+fn xorshift(state: &mut u64) -> u64 {
+    let mut x = *state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    x.wrapping_mul(0x2545_f491_4f6c_dd1d)
 }
 
 /// Writes `bytes` at `off`, extending with zeros as a sparse file would read.
@@ -230,10 +246,19 @@ impl Storage for Sim {
         Ok(bytes.len())
     }
     fn sync_data(&mut self, f: &usize) -> io::Result<()> {
-        self.step()?;
+        if let Err(e) = self.step() {
+            if !self.crashed {
+                // A failed fdatasync (fsyncgate): the kernel reports the error once and
+                // marks the dirty pages clean. Reads still see the writes; the disk never
+                // gets them, and a later fdatasync succeeds without writing them.
+                self.files[*f].pending.clear();
+            }
+            return Err(e);
+        }
         let file = &mut self.files[*f];
-        file.durable = file.cached.clone();
-        file.pending.clear();
+        for (off, bytes) in std::mem::take(&mut file.pending) {
+            put(&mut file.durable, off, &bytes);
+        }
         Ok(())
     }
     fn sync_dir(&mut self, d: &usize) -> io::Result<()> {

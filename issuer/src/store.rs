@@ -15,7 +15,7 @@ use crate::layout::{Layout, LOCK_FILE, LOG_FILE, MANIFEST_FILE};
 use crate::log::EpochLog;
 use crate::os::procfs;
 use crate::refusal::Refusal;
-use crate::storage::{open_at, open_path, read_all_fd, Real};
+use crate::storage::{open_at, open_path, read_all_fd, Real, Storage};
 
 /// Largest manifest file read.
 pub const MANIFEST_BYTES_MAX: usize = repoch_protocol::limits::FRAME_BYTES_MAX;
@@ -137,14 +137,16 @@ pub struct Deployment {
 }
 
 /// A deployment's objects opened and checked, its log not yet read.
-struct Opened {
-    id: DeploymentId,
-    manifest: Manifest,
-    bytes: Vec<u8>,
-    dir: OwnedFd,
-    lock: OwnedFd,
-    log_fd: OwnedFd,
-    read_only: bool,
+#[derive(Debug)]
+pub struct Opened {
+    pub id: DeploymentId,
+    pub manifest: Manifest,
+    /// The manifest file's bytes, as read (their sha256 is the genesis' manifest hash).
+    pub bytes: Vec<u8>,
+    pub dir: OwnedFd,
+    pub lock: OwnedFd,
+    pub log_fd: OwnedFd,
+    pub read_only: bool,
 }
 
 impl Deployment {
@@ -159,24 +161,9 @@ impl Deployment {
         Deployment::read_log(Deployment::open_objects(layout, issuer, id)?, issuer)
     }
 
-    /// Opens deployment `id` for issuance: the objects, then the issuer lock (busy names
-    /// the holder), and only then the log is read and classified. A contender that paused
-    /// after opening cannot act on a classification read before another issuance finished.
-    pub fn open_locked(
-        layout: &Layout,
-        issuer: &PublicKey,
-        id: DeploymentId,
-    ) -> Result<Deployment, Refusal> {
-        let o = Deployment::open_objects(layout, issuer, id)?;
-        crate::barrier::reach("after-open");
-        if o.read_only {
-            return Err(read_only_refusal());
-        }
-        lock_issuer(&o.lock)?;
-        Deployment::read_log(o, issuer)
-    }
-
-    fn open_objects(
+    /// Opens deployment `id`'s objects, each identity checked against the signed manifest;
+    /// takes no lock and reads no log (an issuance locks first: `issuance::Reserved::reserve`).
+    pub fn open_objects(
         layout: &Layout,
         issuer: &PublicKey,
         id: DeploymentId,
@@ -289,19 +276,8 @@ impl Deployment {
             log_fd,
             read_only,
         } = o;
-        let log =
-            EpochLog::open(&mut Real, log_fd, *issuer, id).map_err(|e| open_failed(LOG_FILE, e))?;
         let manifest_hash = Hash::of(&bytes);
-        if let Some((m, _)) = log.report().genesis() {
-            if *m != manifest_hash {
-                return Err(Refusal::new(
-                    Reason::ManifestForged,
-                    MANIFEST_FILE,
-                    format!("sha256 {m}"),
-                    format!("sha256 {manifest_hash}"),
-                ));
-            }
-        }
+        let log = read_epoch_log(&mut Real, log_fd, issuer, id, &manifest_hash)?;
         Ok(Deployment {
             id,
             manifest,
@@ -322,7 +298,7 @@ impl Deployment {
     }
 
     /// Takes the issuer lock (`flock` EX, non-blocking). Busy names the holder(s).
-    /// An issuance uses [`Deployment::open_locked`], which locks before reading the log.
+    /// An issuance locks before it reads the log (`issuance::Reserved::reserve`).
     pub fn lock_issuer(&self) -> Result<(), Refusal> {
         if self.read_only {
             return Err(read_only_refusal());
@@ -339,8 +315,32 @@ impl Deployment {
     }
 }
 
+/// Reads and verifies a deployment's epoch log through any [`Storage`]; its genesis must
+/// name the manifest whose sha256 is `manifest_hash`. The same code runs on the real file
+/// system and in the simulation (`issuer/tests/checker.rs`).
+pub fn read_epoch_log<S: Storage>(
+    s: &mut S,
+    log: S::File,
+    issuer: &PublicKey,
+    id: DeploymentId,
+    manifest_hash: &Hash,
+) -> Result<EpochLog<S::File>, Refusal> {
+    let log = EpochLog::open(s, log, *issuer, id).map_err(|e| open_failed(LOG_FILE, e))?;
+    if let Some((m, _)) = log.report().genesis() {
+        if m != manifest_hash {
+            return Err(Refusal::new(
+                Reason::ManifestForged,
+                MANIFEST_FILE,
+                format!("sha256 {m}"),
+                format!("sha256 {manifest_hash}"),
+            ));
+        }
+    }
+    Ok(log)
+}
+
 /// The state is on a read-only file system: it reads, it is never issued from.
-fn read_only_refusal() -> Refusal {
+pub fn read_only_refusal() -> Refusal {
     Refusal::new(
         Reason::StateReadOnly,
         LOG_FILE,
@@ -349,7 +349,9 @@ fn read_only_refusal() -> Refusal {
     )
 }
 
-fn lock_issuer(lock: &OwnedFd) -> Result<(), Refusal> {
+/// Takes the issuer lock on an open lock file (`flock` EX, non-blocking); released when
+/// the fd (and every dup of it) is closed. Busy names the holder(s).
+pub fn lock_issuer(lock: &OwnedFd) -> Result<(), Refusal> {
     match rustix::fs::flock(lock, FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => Ok(()),
         Err(e) if e == rustix::io::Errno::WOULDBLOCK => {

@@ -1,0 +1,242 @@
+//! Containment (docs/ARCHITECTURE.md, "Issuance", step 2): units, cgroups, listeners by
+//! the bound inode in every network namespace, and processes by executable or mapping.
+
+use repoch_protocol::manifest::{Listener, Manifest};
+use repoch_protocol::{Fact, Reason};
+
+use crate::os::{cgroup, net, proc, systemd};
+
+/// The enrolled units: masked, inactive, no main pid, no reload pending.
+pub(super) fn units(m: &Manifest, systemctl: &[String], facts: &mut Vec<Fact>) {
+    const WANT: &str = "masked, inactive, MainPID 0, no reload pending";
+    for u in &m.containment.units {
+        let fact = match systemd::show(systemctl, u) {
+            Err(e) => Fact::failed("unit", u, WANT, &e, Reason::ControllerUnknown),
+            Ok(s) => {
+                let observed = format!(
+                    "{} {}/{} MainPID {} reload {}",
+                    s.load,
+                    s.active,
+                    s.sub,
+                    s.main_pid,
+                    if s.need_reload { "pending" } else { "no" }
+                );
+                if s.need_reload {
+                    Fact::failed("unit", u, WANT, &observed, Reason::UnitReloadPending)
+                } else if s.load != "masked" {
+                    Fact::failed("unit", u, WANT, &observed, Reason::UnitNotMasked)
+                } else if !matches!(s.active.as_str(), "inactive" | "failed") {
+                    Fact::failed("unit", u, WANT, &observed, Reason::UnitActive)
+                } else if s.main_pid != 0 {
+                    Fact::failed("unit", u, WANT, &observed, Reason::UnitMainPid)
+                } else {
+                    Fact::ok("unit", u, WANT, &format!("masked {}", s.active))
+                }
+            }
+        };
+        facts.push(fact);
+    }
+}
+
+/// The enrolled cgroups: absent or empty, recursively.
+pub(super) fn cgroups(m: &Manifest, facts: &mut Vec<Fact>) {
+    const WANT: &str = "no process, no thread, not populated (recursively)";
+    if m.containment.cgroups.is_empty() {
+        return;
+    }
+    let root = match cgroup::mount_point() {
+        Ok(r) => r,
+        Err(e) => {
+            for c in &m.containment.cgroups {
+                facts.push(Fact::failed(
+                    "cgroup",
+                    c,
+                    WANT,
+                    &e,
+                    Reason::ControllerUnknown,
+                ));
+            }
+            return;
+        }
+    };
+    for c in &m.containment.cgroups {
+        facts.push(match cgroup::occupancy(&root, c) {
+            Err(e) => Fact::failed("cgroup", c, WANT, &e, Reason::ObserveFailed),
+            Ok(o) if !o.exists => Fact::ok("cgroup", c, WANT, "absent"),
+            Ok(o) if o.empty() => Fact::ok("cgroup", c, WANT, "empty"),
+            Ok(o) => {
+                let observed = format!(
+                    "at {} populated {} procs {:?} threads {:?}",
+                    o.at.unwrap_or_default(),
+                    u8::from(o.populated),
+                    &o.procs[..o.procs.len().min(cgroup::TASKS_SHOWN_MAX)],
+                    &o.threads[..o.threads.len().min(cgroup::TASKS_SHOWN_MAX)]
+                );
+                Fact::failed("cgroup", c, WANT, &observed, Reason::CgroupPopulated)
+            }
+        });
+    }
+}
+
+/// The enrolled listeners: nothing bound, in any network namespace.
+pub(super) fn listeners(m: &Manifest, facts: &mut Vec<Fact>) {
+    const WANT: &str = "nothing bound";
+    for l in &m.containment.listeners {
+        let subject = l.to_string();
+        let bound = match l {
+            // A unix path is judged by its inode: any socket bound to it in any
+            // network namespace, however it was bound, or anything accepting there.
+            Listener::Unix(p) => {
+                facts.push(match net::unix_at(p) {
+                    Err(e) => Fact::failed("listener", &subject, WANT, &e, Reason::ObserveFailed),
+                    Ok(net::UnixAt::Nothing(why)) => Fact::ok(
+                        "listener",
+                        &subject,
+                        WANT,
+                        &format!("nothing bound ({why})"),
+                    ),
+                    Ok(net::UnixAt::Symlink(target)) => Fact::failed(
+                        "listener",
+                        &subject,
+                        "nothing bound, no symlink",
+                        &format!("a symlink to {target}: connections follow it"),
+                        Reason::ListenerPresent,
+                    ),
+                    Ok(net::UnixAt::Bound {
+                        sockets,
+                        unsearched,
+                        accepts,
+                    }) => Fact::failed(
+                        "listener",
+                        &subject,
+                        WANT,
+                        &describe_unix_bound(&sockets, unsearched.as_deref(), accepts),
+                        Reason::ListenerPresent,
+                    ),
+                });
+                continue;
+            }
+            Listener::Tcp(p) => net::inet_bound(false, *p),
+            Listener::Udp(p) => net::inet_bound(true, *p),
+        };
+        facts.push(match bound {
+            Err(e) => Fact::failed(
+                "listener",
+                &subject,
+                "nothing bound",
+                &e,
+                Reason::ObserveFailed,
+            ),
+            Ok(b) if b.is_empty() => {
+                Fact::ok("listener", &subject, "nothing bound", "nothing bound")
+            }
+            Ok(b) => {
+                let holders: Vec<u32> = b
+                    .iter()
+                    .flat_map(|s| net::socket_holders(s.inode))
+                    .collect();
+                Fact::failed(
+                    "listener",
+                    &subject,
+                    "nothing bound",
+                    &format!("bound, held by pid {holders:?}"),
+                    Reason::ListenerPresent,
+                )
+            }
+        });
+    }
+}
+
+/// The enrolled executables: no live task runs them (by exe or mapping).
+pub(super) fn executables(m: &Manifest, facts: &mut Vec<Fact>) {
+    for exe in &m.containment.executables {
+        let (dev, ino) = match rustix::fs::stat(exe.as_str()) {
+            Ok(st) => (st.st_dev, st.st_ino),
+            // A removed executable can still run: match by its former path only.
+            Err(_) => (u64::MAX, u64::MAX),
+        };
+        facts.push(match proc::running(exe, dev, ino) {
+            Err(e) => Fact::failed(
+                "process",
+                exe,
+                "no live task runs it",
+                &e,
+                Reason::ObserveFailed,
+            ),
+            Ok(r) if r.is_empty() => Fact::ok("process", exe, "no live task runs it", "none"),
+            Ok(r) => {
+                let tasks: Vec<String> = r
+                    .iter()
+                    .take(cgroup::TASKS_SHOWN_MAX)
+                    .map(|t| {
+                        let cg = cgroup::of_pid(t.pid).unwrap_or_else(|_| "?".into());
+                        let how = if t.mapped {
+                            " (mapped, not its exe)"
+                        } else {
+                            ""
+                        };
+                        if t.tid == t.pid {
+                            format!("pid {}{how} in {cg}", t.pid)
+                        } else {
+                            format!("pid {} tid {}{how} in {cg}", t.pid, t.tid)
+                        }
+                    })
+                    .collect();
+                Fact::failed(
+                    "process",
+                    exe,
+                    "no live task runs it",
+                    &tasks.join(", "),
+                    Reason::EscapedTask,
+                )
+            }
+        });
+    }
+}
+
+/// The observed text of a unix path someone is bound to or accepts on: each socket bound
+/// to its inode (type, state, namespace when not ours, holder pids), and the socket type
+/// a connection was accepted for; "holder unknown" when no socket could be matched.
+fn describe_unix_bound(
+    sockets: &[(
+        crate::os::sockdiag::NetnsId,
+        crate::os::sockdiag::UnixSocket,
+    )],
+    unsearched: Option<&str>,
+    accepts: Option<&str>,
+) -> String {
+    let own = crate::os::sockdiag::own_netns().ok();
+    let shown = &sockets[..sockets.len().min(cgroup::TASKS_SHOWN_MAX)];
+    let inodes: Vec<u64> = shown.iter().map(|(_, s)| s.inode).collect();
+    let holders = net::socket_holders_of(&inodes);
+    let mut parts: Vec<String> = shown
+        .iter()
+        .zip(holders)
+        .map(|((ns, s), (_, pids))| {
+            let ns = if Some(*ns) == own {
+                String::new()
+            } else {
+                format!(" in {ns}")
+            };
+            format!(
+                "bound: socket {} ({} {}){ns}, held by pid {pids:?}",
+                s.inode,
+                s.kind_name(),
+                s.state_name()
+            )
+        })
+        .collect();
+    match (accepts, sockets.is_empty()) {
+        (Some(k), true) => parts.push(format!("accepts connections ({k}), holder unknown")),
+        (Some(k), false) => parts.push(format!("accepts connections ({k})")),
+        // Short: a fact's observed text is clipped at FACT_TEXT_BYTES_MAX.
+        (None, true) => {
+            parts.push("socket file, none shown bound: stale or hidden; remove if stale".into())
+        }
+        (None, false) => {}
+    }
+    if let Some(why) = unsearched {
+        parts.push(format!("not every namespace searched ({why})"));
+    }
+    parts.join("; ")
+}
