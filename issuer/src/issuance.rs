@@ -820,9 +820,9 @@ impl<C: ConsumerLink, W: World> Verified2<C, W> {
         let fds: Vec<&OwnedFd> = self.c.fences.fds();
         // The log's head now (its receipt last), for the consumer to keep.
         let checkpoint = repoch_protocol::checkpoint::Checkpoint {
-            origin: repoch_protocol::checkpoint::origin(&self.c.dep.id),
-            size: self.c.dep.log.next_seq(),
-            head: self.c.dep.log.last_hash(),
+            origin: repoch_protocol::checkpoint::origin(&self.c.id),
+            size: self.c.log.next_seq(),
+            head: self.c.log.last_hash(),
         }
         .sign(repoch_protocol::checkpoint::KEY_NAME, &self.c.key);
         match self.consumer.dispatch(&self.grant, &checkpoint, &fds) {

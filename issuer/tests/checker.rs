@@ -841,7 +841,12 @@ impl ConsumerLink for SimLink {
         drop(self.call("challenge the consumer")?);
         Ok(c.answer(&consumer_key()))
     }
-    fn dispatch(&mut self, grant: &[u8], _fences: &[&std::os::fd::OwnedFd]) -> Result<(), String> {
+    fn dispatch(
+        &mut self,
+        grant: &[u8],
+        _checkpoint: &str,
+        _fences: &[&std::os::fd::OwnedFd],
+    ) -> Result<(), String> {
         let mut st = self.call("dispatch the grant")?;
         if let Err(v) = check_dispatch(&st, self.me, grant) {
             st.violation
