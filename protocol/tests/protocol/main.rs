@@ -8,4 +8,5 @@ mod deadline;
 mod golden;
 mod props;
 mod reasons;
+mod signing;
 mod strict;
