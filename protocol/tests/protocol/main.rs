@@ -5,6 +5,7 @@ mod chain;
 mod common;
 mod corpus;
 mod deadline;
+mod fields;
 mod golden;
 mod props;
 mod reasons;
