@@ -6,6 +6,7 @@ mod common;
 mod corpus;
 mod deadline;
 mod fields;
+mod framing;
 mod golden;
 mod props;
 mod reasons;
