@@ -8,6 +8,7 @@ mod deadline;
 mod fields;
 mod framing;
 mod golden;
+mod lineage;
 mod props;
 mod reasons;
 mod signing;
