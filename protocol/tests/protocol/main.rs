@@ -13,3 +13,4 @@ mod props;
 mod reasons;
 mod signing;
 mod strict;
+mod values;
