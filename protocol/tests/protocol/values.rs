@@ -192,3 +192,51 @@ fn a_manifest_verifies_only_under_the_issuer_key_and_unaltered() {
     altered.manifest.label.push('x');
     assert!(!altered.verify(&pk(&issuer())));
 }
+
+#[test]
+fn an_absolute_path_is_canonical_text_within_its_bound() {
+    use repoch_protocol::limits::PATH_BYTES_MAX;
+    use repoch_protocol::types::check_abs_path;
+    for ok in ["/", "/srv", "/srv/billing/lock", "/a.b/..c/.d"] {
+        assert_eq!(check_abs_path(ok), Ok(()), "{ok}");
+    }
+    let longest = format!("/{}", "a".repeat(PATH_BYTES_MAX - 1));
+    assert_eq!(check_abs_path(&longest), Ok(()));
+    assert_eq!(
+        check_abs_path(&format!("{longest}b")),
+        Err(format!(
+            "path is {} bytes, over the bound of {PATH_BYTES_MAX}",
+            PATH_BYTES_MAX + 1
+        ))
+    );
+    assert_eq!(check_abs_path("srv/x"), Err("path must be absolute".into()));
+    assert_eq!(check_abs_path("/srv/\0"), Err("path contains NUL".into()));
+    for bad in [
+        "//srv", "/srv/", "/srv//x", "/srv/./x", "/srv/..", "/./srv", "/..",
+    ] {
+        let e = check_abs_path(bad).unwrap_err();
+        assert!(e.starts_with("path must be canonical"), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn a_text_is_within_its_bound_and_has_no_control_character() {
+    use repoch_protocol::limits::TEXT_BYTES_MAX;
+    use repoch_protocol::types::check_text;
+    let longest = "é".repeat(TEXT_BYTES_MAX / 2);
+    assert_eq!(check_text(&longest), Ok(()));
+    assert_eq!(check_text(""), Ok(()));
+    assert_eq!(
+        check_text(&format!("{longest}x")),
+        Err(format!(
+            "text is {} bytes, over the bound of {TEXT_BYTES_MAX}",
+            TEXT_BYTES_MAX + 1
+        ))
+    );
+    for bad in ["a\nb", "\u{7f}", "tab\there"] {
+        assert_eq!(
+            check_text(bad),
+            Err("text contains control characters".into())
+        );
+    }
+}
