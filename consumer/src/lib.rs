@@ -109,7 +109,16 @@ pub fn receive(o: &Options) -> Result<Received, Error> {
 }
 
 pub fn receive_with(o: &Options, progress: Observer<'_>) -> Result<Received, Error> {
-    let mut s = UnixStream::connect(&o.socket).map_err(io(&o.socket.display().to_string()))?;
+    let s = UnixStream::connect(&o.socket).map_err(io(&o.socket.display().to_string()))?;
+    receive_over(s, o, progress)
+}
+
+/// [`receive_with`] over a stream already connected to repochd's grant socket.
+pub fn receive_over(
+    mut s: UnixStream,
+    o: &Options,
+    progress: Observer<'_>,
+) -> Result<Received, Error> {
     s.set_read_timeout(Some(o.wait)).map_err(io("socket"))?;
     s.set_write_timeout(Some(o.wait)).map_err(io("socket"))?;
     let key = PublicKey::from(&o.key.verifying_key());
@@ -164,10 +173,8 @@ pub fn receive_with(o: &Options, progress: Observer<'_>) -> Result<Received, Err
                 let c = challenged
                     .ok_or_else(|| Error::BadGrant("a grant without a challenge".into()))?;
                 let grant = verify(&bytes, &o.issuer, Some(&key))?;
-                if Some(grant.deployment) != full
-                    || grant.deployment != c.deployment
-                    || grant.intent != c.intent
-                {
+                // The challenge named the resolved deployment (checked when it came).
+                if Some(grant.deployment) != full || grant.intent != c.intent {
                     return Err(Error::BadGrant(
                         "the grant is not for the challenged epoch of the resolved deployment"
                             .into(),
@@ -354,7 +361,7 @@ pub fn keygen(path: &Path) -> Result<PublicKey, Error> {
     let write = |p: &Path, text: String, mode: u32| -> Result<(), Error> {
         let fd = rustix::fs::open(
             p,
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            OFlags::WRONLY | OFlags::CLOEXEC | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::EXCL,
             Mode::from_raw_mode(mode),
         )
         .map_err(|e| Error::Usage(format!("{}: {e}", p.display())))?;

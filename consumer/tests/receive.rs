@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use ed25519_dalek::SigningKey;
-use repoch_consumer::{receive_with, Error, Options, Received};
+use repoch_consumer::{receive_over, receive_with, Error, Options, Received};
 use repoch_protocol::cbor::{self, Canonical as _};
 use repoch_protocol::grant::{Challenge, Grant, GrantFence, KeyProof, SignedGrant};
 use repoch_protocol::limits::FENCES_MAX;
@@ -169,8 +169,12 @@ fn challenge(c: &mut UnixStream) {
     assert!(ch.check(&pk(&consumer()), &sig), "custody does not verify");
 }
 
-/// Sends `payload` in pieces, each carrying its own fds (`SCM_RIGHTS`).
-fn send_with_fds(c: &mut UnixStream, pieces: &[(&[u8], Vec<BorrowedFd<'_>>)]) {
+/// Sends `payload` in pieces, each carrying its own fds (`SCM_RIGHTS`). Fails once the
+/// consumer has closed (it refuses a frame before reading all of it).
+fn send_with_fds(
+    c: &mut UnixStream,
+    pieces: &[(&[u8], Vec<BorrowedFd<'_>>)],
+) -> std::io::Result<()> {
     for (bytes, fds) in pieces {
         let mut space =
             vec![std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(FENCES_MAX + 1))];
@@ -181,10 +185,10 @@ fn send_with_fds(c: &mut UnixStream, pieces: &[(&[u8], Vec<BorrowedFd<'_>>)]) {
             &[std::io::IoSlice::new(bytes)],
             &mut anc,
             rustix::net::SendFlags::NOSIGNAL,
-        )
-        .unwrap();
-        c.write_all(&bytes[n..]).unwrap();
+        )?;
+        c.write_all(&bytes[n..])?;
     }
+    Ok(())
 }
 
 /// The grant message with `sent` as its fds, all on its first byte.
@@ -195,7 +199,7 @@ fn dispatch(c: &mut UnixStream, bytes: Vec<u8>, sent: &[PathBuf]) {
         .collect();
     let payload = frame(&GrantMsg::Grant(bytes).to_bytes());
     let fds = files.iter().map(|f| f.as_fd()).collect();
-    send_with_fds(c, &[(&payload[..1], fds), (&payload[1..], vec![])]);
+    send_with_fds(c, &[(&payload[..1], fds), (&payload[1..], vec![])]).unwrap();
     // Stay until the consumer has judged the grant (it closes the connection).
     let _ = read_msg::<GrantMsg>(c);
 }
@@ -284,7 +288,8 @@ fn more_than_fences_max_fds_are_refused_as_they_arrive() {
             .collect();
         let extra = std::fs::File::open(extra).unwrap();
         let payload = frame(&GrantMsg::Grant(bytes).to_bytes());
-        send_with_fds(
+        // The consumer refuses at the second piece and closes: the rest may not be sent.
+        let _ = send_with_fds(
             &mut c,
             &[
                 (&payload[..1], files.iter().map(|f| f.as_fd()).collect()),
@@ -518,4 +523,89 @@ fn a_connection_reset_by_repochd_is_reported_as_a_read_error() {
         Err(Error::Io(m)) => assert!(m.starts_with("reading from repochd"), "{m}"),
         other => panic!("expected a read error, got {other:?}"),
     }
+}
+
+#[test]
+fn a_refusal_sent_before_the_hello_could_be_written_is_still_read() {
+    // repochd refuses a peer at once and closes before the consumer's hello is written: the
+    // hello fails (EPIPE), and the refusal already sent is read and reported as such.
+    let fake = Fake::new();
+    let (ours, mut theirs) = UnixStream::pair().unwrap();
+    let m = GrantMsg::Refused {
+        reason: Reason::DeploymentUnknown,
+        detail: "no deployment 3f3f3f".into(),
+    };
+    write_msg(&mut theirs, &m).unwrap();
+    drop(theirs);
+    let r = receive_over(ours, &fake.options(Duration::from_secs(10)), &mut |_| {});
+    match r {
+        Err(Error::Refused { reason, detail }) => {
+            assert_eq!(reason, Reason::DeploymentUnknown);
+            assert_eq!(detail, "no deployment 3f3f3f");
+        }
+        other => panic!("expected the refusal, got {other:?}"),
+    }
+    // Closed with nothing sent: the failed hello itself is reported.
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    drop(theirs);
+    match receive_over(ours, &fake.options(Duration::from_secs(10)), &mut |_| {}) {
+        Err(Error::Io(m)) => assert!(m.starts_with("hello: "), "{m}"),
+        other => panic!("expected a failed hello, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_existing_grant_file_is_never_overwritten() {
+    let fake = Fake::new();
+    std::fs::write(fake.out(), b"an earlier grant").unwrap();
+    let fences = vec![fake.file("lock0")];
+    let bytes = signed(grant(&fences), &issuer());
+    let (r, _, fake) = fake.run(move |mut c| {
+        challenge(&mut c);
+        dispatch(&mut c, bytes, &fences);
+    });
+    match r {
+        Err(e @ Error::Persist(_)) => assert_eq!(e.exit_code(), 3),
+        other => panic!("expected a persist failure, got {other:?}"),
+    }
+    assert_eq!(std::fs::read(fake.out()).unwrap(), b"an earlier grant");
+}
+
+#[test]
+fn the_cli_persists_the_grant_at_a_path_relative_to_its_working_directory() {
+    // repoch-consume receive --out grant.cbor, run in the tempdir: the grant and its
+    // directory are made durable there.
+    let mut fake = Fake::new();
+    let fences = vec![fake.file("lock0")];
+    let bytes = signed(grant(&fences), &issuer());
+    let want = bytes.clone();
+    std::fs::write(fake.path("c.key"), hex::encode(consumer().to_bytes())).unwrap();
+    std::fs::write(fake.path("i.pub"), pk(&issuer()).to_hex()).unwrap();
+    let server = fake.serve(move |mut c| {
+        challenge(&mut c);
+        dispatch(&mut c, bytes, &fences);
+    });
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_repoch-consume"))
+        .current_dir(fake.dir.path())
+        .args(["--json", "receive", "--deployment", &DEP.to_hex()[..6]])
+        .args([
+            "--key",
+            "c.key",
+            "--issuer-key",
+            "i.pub",
+            "--out",
+            "grant.cbor",
+        ])
+        .args(["--socket", "grant.sock", "--wait", "10"])
+        .output()
+        .unwrap();
+    server.join().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read(fake.out()).unwrap(), want);
 }
