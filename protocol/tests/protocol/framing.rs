@@ -76,10 +76,12 @@ fn a_record_of_exactly_the_bound_is_framed_and_decoded() {
     let mut tail = (RECORD_BYTES_MAX as u32).to_be_bytes().to_vec();
     tail.resize(4 + RECORD_BYTES_MAX, 0xff);
     let (at, b) = after_genesis(&tail);
-    let (got_at, why, _) = problem(&b);
+    let (got_at, why, c) = problem(&b);
     assert_eq!(got_at, at);
     assert!(why.starts_with("record 1: "), "{why}");
     assert!(!why.contains("outside"), "{why}");
+    // Bytes that form no valid record, with none after them: a crash tail.
+    assert_eq!(c, Classification::Torn);
 }
 
 #[test]
