@@ -51,7 +51,11 @@ pub enum Error {
 impl Error {
     /// Exit codes as docs/EXIT-CODES.md: refused 2, uncertain 3, usage 64, internal 70.
     pub fn exit_code(&self) -> u8 {
-        0 /* ~ changed by cargo-mutants ~ */
+        match self {
+            Error::Usage(_) => 64,
+            Error::Refused { .. } | Error::BadGrant(_) => 2,
+            Error::Io(_) | Error::Persist(_) => 3,
+        }
     }
 }
 
@@ -313,7 +317,7 @@ pub fn persist(out: &Path, bytes: &[u8]) -> Result<(), Error> {
     let perr = |e: std::io::Error| Error::Persist(format!("{}: {e}", out.display()));
     let fd = rustix::fs::open(
         out,
-        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        OFlags::WRONLY | OFlags::CLOEXEC | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::EXCL,
         Mode::from_raw_mode(0o600),
     )
     .map_err(|e| perr(e.into()))?;
@@ -324,13 +328,13 @@ pub fn persist(out: &Path, bytes: &[u8]) -> Result<(), Error> {
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let d = rustix::fs::open(
-        dir,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| perr(e.into()))?;
-    rustix::fs::fsync(&d).map_err(|e| perr(e.into()))
+    sync_dir(dir).map_err(perr)
+}
+
+/// Fsyncs a directory (the one a file was just created in).
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    let d = rustix::fs::open(dir, OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+    Ok(rustix::fs::fsync(&d)?)
 }
 
 pub fn read_key(p: &Path) -> Result<SigningKey, Error> {

@@ -86,7 +86,7 @@ impl Fake {
     ) -> (Result<Received, Error>, Vec<String>, Fake) {
         let server = self.serve(script);
         let mut seen = Vec::new();
-        let r = receive_with(&self.options(Duration::from_secs(10)), &mut |s| {
+        let r = receive_with(&self.options(Duration::from_secs(5)), &mut |s| {
             seen.push(s.to_owned())
         });
         server.join().unwrap();
