@@ -5,6 +5,7 @@ mod chain;
 mod common;
 mod corpus;
 mod deadline;
+mod events;
 mod fields;
 mod framing;
 mod golden;
