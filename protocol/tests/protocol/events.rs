@@ -74,3 +74,45 @@ fn an_outcome_carries_a_reason_per_fact_and_four_more_at_most() {
         )
     );
 }
+
+#[test]
+fn an_outcome_carries_a_grant_of_at_most_a_record() {
+    use repoch_protocol::limits::RECORD_BYTES_MAX;
+    let outcome = |n: usize| AdminEvent::Outcome {
+        outcome: Outcome::Granted,
+        reasons: vec![],
+        detail: String::new(),
+        grant: Some(vec![7; n]),
+    };
+    let e = outcome(RECORD_BYTES_MAX);
+    assert_eq!(AdminEvent::from_bytes(&e.to_bytes()).unwrap(), e);
+    assert_eq!(
+        AdminEvent::from_bytes(&outcome(RECORD_BYTES_MAX + 1).to_bytes()).unwrap_err(),
+        DecodeError::schema("outcome", "grant must be bytes within bounds")
+    );
+}
+
+#[test]
+fn a_hello_names_one_to_32_lowercase_hex_digits() {
+    use repoch_protocol::PublicKey;
+    let hello = |d: &str| GrantMsg::Hello {
+        deployment: d.into(),
+        key: PublicKey([3; 32]),
+    };
+    for ok in ["0", "3f", &"ab".repeat(16)] {
+        let m = hello(ok);
+        assert_eq!(GrantMsg::from_bytes(&m.to_bytes()).unwrap(), m, "{ok}");
+    }
+    let digits = DecodeError::schema("hello", "deployment must be 1 to 32 lowercase hex digits");
+    for bad in ["", "3F", "3g", "-1"] {
+        assert_eq!(
+            GrantMsg::from_bytes(&hello(bad).to_bytes()).unwrap_err(),
+            digits,
+            "{bad:?}"
+        );
+    }
+    assert_eq!(
+        GrantMsg::from_bytes(&hello(&"a".repeat(33)).to_bytes()).unwrap_err(),
+        DecodeError::schema("hello", "text of 33 bytes > 32")
+    );
+}
