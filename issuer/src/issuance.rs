@@ -711,3 +711,113 @@ pub fn run<C: ConsumerLink>(
     reach("after-dispatch");
     Ok(dispatched)
 }
+
+#[cfg(test)]
+mod tests {
+    //! `same_peer` (docs/ARCHITECTURE.md, "Issuance", steps 3 and 9): the peer described
+    //! again is compared field by field with the one authenticated, and a refusal names the
+    //! field that changed. The link here only returns descriptions; the comparison is the
+    //! code under test.
+    use super::*;
+    use repoch_protocol::Birth;
+
+    struct Described(Result<ConsumerPeer, String>);
+
+    impl ConsumerLink for Described {
+        fn challenge(&mut self, _: &Challenge) -> Result<[u8; 64], String> {
+            unreachable!()
+        }
+        fn dispatch(&mut self, _: &[u8], _: &[&OwnedFd]) -> Result<(), String> {
+            unreachable!()
+        }
+        fn refuse(&mut self, _: Reason, _: &str) {}
+        fn describe_again(&mut self) -> Result<ConsumerPeer, String> {
+            self.0.clone()
+        }
+    }
+
+    fn peer() -> ConsumerPeer {
+        ConsumerPeer {
+            pid: 77,
+            uid: 1000,
+            gid: 1001,
+            exe: Identity {
+                dev: 2049,
+                ino: 4242,
+                uid: 0,
+                gid: 0,
+                mode: 0o100755,
+                birth: Some(Birth { sec: 1, nsec: 2 }),
+            },
+            exe_sha256: Hash([9; 32]),
+            cgroup: "/system.slice/supervisor.service".into(),
+        }
+    }
+
+    /// The refusal for a peer now described as `now`: (expected, observed).
+    fn refused(now: Result<ConsumerPeer, String>) -> (String, String) {
+        let r = same_peer(&mut Described(now), &peer()).unwrap_err();
+        assert_eq!(r.reason, Reason::ConsumerRejected, "{r}");
+        assert_eq!(r.subject, "grant socket peer pid 77");
+        (r.expected, r.observed)
+    }
+
+    #[test]
+    fn the_same_peer_passes() {
+        same_peer(&mut Described(Ok(peer())), &peer()).unwrap();
+    }
+
+    #[test]
+    fn another_executable_object_or_digest_is_named_as_the_executable() {
+        let exe = |ino: u64, sha: u8| format!("executable ino {ino} sha256 {}", Hash([sha; 32]));
+        let mut p = peer();
+        p.exe.ino = 4243;
+        assert_eq!(refused(Ok(p)), (exe(4242, 9), exe(4243, 9)));
+        let mut p = peer();
+        p.exe_sha256 = Hash([8; 32]);
+        assert_eq!(refused(Ok(p)), (exe(4242, 9), exe(4242, 8)));
+        // Another object with the same inode number (a new birth), cgroup moved too: the
+        // executable is what is named.
+        let mut p = peer();
+        p.exe.birth = Some(Birth { sec: 3, nsec: 0 });
+        p.cgroup = "/user.slice".into();
+        assert_eq!(refused(Ok(p)), (exe(4242, 9), exe(4242, 9)));
+    }
+
+    #[test]
+    fn another_cgroup_is_named_as_the_cgroup() {
+        let mut p = peer();
+        p.cgroup = "/user.slice".into();
+        assert_eq!(
+            refused(Ok(p)),
+            (
+                "cgroup /system.slice/supervisor.service".into(),
+                "cgroup /user.slice".into()
+            )
+        );
+    }
+
+    #[test]
+    fn another_pid_uid_or_gid_is_named_as_the_credentials() {
+        let mut p = peer();
+        p.gid = 0;
+        assert_eq!(
+            refused(Ok(p)),
+            (
+                "pid 77 uid 1000 gid 1001".into(),
+                "pid 77 uid 1000 gid 0".into()
+            )
+        );
+    }
+
+    #[test]
+    fn a_peer_that_cannot_be_described_again_is_refused_with_why() {
+        assert_eq!(
+            refused(Err("the process exited".into())),
+            (
+                "the peer authenticated at connect".into(),
+                "the process exited".into()
+            )
+        );
+    }
+}

@@ -72,6 +72,21 @@ fn a_recovery_grants_once_and_the_new_root_holds_the_fences() {
         .map(|j| j["kind"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(kinds, ["intent", "consume", "receipt"]);
+    // It also shows the first observation's facts and each step as it happens.
+    let lines = r.json_lines();
+    assert!(
+        lines.iter().any(|j| j["event"] == "fact"),
+        "no fact shown: {}",
+        r.stdout
+    );
+    let steps: Vec<&str> = lines
+        .iter()
+        .filter(|j| j["event"] == "progress")
+        .filter_map(|j| j["step"].as_str())
+        .collect();
+    for step in ["observe", "evidence", "custody"] {
+        assert!(steps.contains(&step), "{step} not shown: {steps:?}");
+    }
     // Oracle 1: the epoch log, through status (8-digit prefix) and audit.
     assert_eq!(
         records(&s, &id[..8]),
