@@ -60,6 +60,7 @@ fn a_recovery_grants_once_and_the_new_root_holds_the_fences() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let before = unix_now();
     let r = run(s.recover(&id[..5], 20, &[]));
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     let out = r.outcome();
@@ -111,6 +112,16 @@ fn a_recovery_grants_once_and_the_new_root_holds_the_fences() {
     assert_eq!(v.code, 0, "{}", v.stdout);
     assert_eq!(v.json()["grant"]["sha256"], out["grant"]["sha256"]);
     assert_eq!(v.json()["grant"]["deployment"], id.as_str());
+    // Its issue time is the time of this recovery.
+    let signed = <repoch_protocol::grant::SignedGrant as repoch_protocol::Canonical>::from_bytes(
+        &std::fs::read(&g).unwrap(),
+    )
+    .unwrap();
+    let issued = signed.grant.issued_at;
+    assert!(
+        (before..=unix_now()).contains(&issued),
+        "issued at {issued}"
+    );
     // Oracle 3: the exec'd new root holds the fence: its fd is the enrolled inode, and no
     // one else can lock it.
     let start = std::time::Instant::now();
@@ -1058,4 +1069,11 @@ fn the_consumer_executable_replaced_after_the_intent_is_withheld() {
         "consumer-exe",
         &exe,
     );
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
 }
