@@ -995,7 +995,9 @@ fn the_old_root_appending_to_its_journal_after_the_intent_is_withheld() {
         "after-intent",
         append,
         &["genesis", "intent"],
-        "lineage",
+        // The frontier fact still holds (a valid, longer journal) but changed: it is the
+        // one named, with its subject, not the first fact of the set (`lineage`).
+        &format!("lineage-frontier {}", s.srv.join("journal").display()),
     );
 }
 
