@@ -120,7 +120,23 @@ pub fn receive(o: &Options) -> Result<Received, Error> {
 pub fn receive_with(o: &Options, progress: Observer<'_>) -> Result<Received, Error> {
     // Before connecting: a bad `--out` must not cost the epoch.
     let out = Out::prepare(&o.out)?;
-    let mut s = UnixStream::connect(&o.socket).map_err(io(&o.socket.display().to_string()))?;
+    let s = UnixStream::connect(&o.socket).map_err(io(&o.socket.display().to_string()))?;
+    receive_on(s, &out, o, progress)
+}
+
+/// [`receive_with`] over a stream already connected to repochd's grant socket (`--out` is
+/// checked first, as [`receive_with`] checks it before connecting).
+pub fn receive_over(s: UnixStream, o: &Options, progress: Observer<'_>) -> Result<Received, Error> {
+    let out = Out::prepare(&o.out)?;
+    receive_on(s, &out, o, progress)
+}
+
+fn receive_on(
+    mut s: UnixStream,
+    out: &Out,
+    o: &Options,
+    progress: Observer<'_>,
+) -> Result<Received, Error> {
     s.set_read_timeout(Some(o.wait)).map_err(io("socket"))?;
     s.set_write_timeout(Some(o.wait)).map_err(io("socket"))?;
     let key = PublicKey::from(&o.key.verifying_key());
@@ -181,10 +197,8 @@ pub fn receive_with(o: &Options, progress: Observer<'_>) -> Result<Received, Err
                 let c = challenged
                     .ok_or_else(|| Error::BadGrant("a grant without a challenge".into()))?;
                 let grant = verify(&bytes, &o.issuer, Some(&key))?;
-                if Some(grant.deployment) != full
-                    || grant.deployment != c.deployment
-                    || grant.intent != c.intent
-                {
+                // The challenge named the resolved deployment (checked when it came).
+                if Some(grant.deployment) != full || grant.intent != c.intent {
                     return Err(Error::BadGrant(
                         "the grant is not for the challenged epoch of the resolved deployment"
                             .into(),
@@ -577,7 +591,7 @@ impl Out {
         let fd = rustix::fs::openat(
             &self.dir,
             &tmp,
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            OFlags::WRONLY | OFlags::CLOEXEC | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::EXCL,
             Mode::from_raw_mode(0o600),
         )
         .map_err(|e| perr("temporary file", e.into()))?;
@@ -658,7 +672,7 @@ pub fn keygen(path: &Path) -> Result<PublicKey, Error> {
     let write = |p: &Path, text: String, mode: u32| -> Result<(), Error> {
         let fd = rustix::fs::open(
             p,
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            OFlags::WRONLY | OFlags::CLOEXEC | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::EXCL,
             Mode::from_raw_mode(mode),
         )
         .map_err(|e| Error::Usage(format!("{}: {e}", p.display())))?;
@@ -689,6 +703,17 @@ mod tests {
             .collect();
         v.sort();
         v
+    }
+
+    #[test]
+    fn an_out_under_a_file_is_refused_as_its_directory() {
+        // `--out FILE/grant.cbor`: the directory open (O_DIRECTORY) is what refuses it.
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("f"), b"").unwrap();
+        match Out::prepare(&d.path().join("f").join("grant.cbor")) {
+            Err(Error::Usage(m)) => assert!(m.contains("its directory: Not a directory"), "{m}"),
+            other => panic!("expected a usage error, got {other:?}"),
+        }
     }
 
     #[test]
