@@ -120,7 +120,23 @@ pub fn receive(o: &Options) -> Result<Received, Error> {
 pub fn receive_with(o: &Options, progress: Observer<'_>) -> Result<Received, Error> {
     // Before connecting: a bad `--out` must not cost the epoch.
     let out = Out::prepare(&o.out)?;
-    let mut s = UnixStream::connect(&o.socket).map_err(io(&o.socket.display().to_string()))?;
+    let s = UnixStream::connect(&o.socket).map_err(io(&o.socket.display().to_string()))?;
+    receive_on(s, &out, o, progress)
+}
+
+/// [`receive_with`] over a stream already connected to repochd's grant socket (`--out` is
+/// checked first, as [`receive_with`] checks it before connecting).
+pub fn receive_over(s: UnixStream, o: &Options, progress: Observer<'_>) -> Result<Received, Error> {
+    let out = Out::prepare(&o.out)?;
+    receive_on(s, &out, o, progress)
+}
+
+fn receive_on(
+    mut s: UnixStream,
+    out: &Out,
+    o: &Options,
+    progress: Observer<'_>,
+) -> Result<Received, Error> {
     s.set_read_timeout(Some(o.wait)).map_err(io("socket"))?;
     s.set_write_timeout(Some(o.wait)).map_err(io("socket"))?;
     let key = PublicKey::from(&o.key.verifying_key());
@@ -181,10 +197,8 @@ pub fn receive_with(o: &Options, progress: Observer<'_>) -> Result<Received, Err
                 let c = challenged
                     .ok_or_else(|| Error::BadGrant("a grant without a challenge".into()))?;
                 let grant = verify(&bytes, &o.issuer, Some(&key))?;
-                if Some(grant.deployment) != full
-                    || grant.deployment != c.deployment
-                    || grant.intent != c.intent
-                {
+                // The challenge named the resolved deployment (checked when it came).
+                if Some(grant.deployment) != full || grant.intent != c.intent {
                     return Err(Error::BadGrant(
                         "the grant is not for the challenged epoch of the resolved deployment"
                             .into(),
@@ -577,7 +591,10 @@ impl Out {
         let fd = rustix::fs::openat(
             &self.dir,
             &tmp,
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            // Ordered so that any `|` -> `&` mutant drops WRONLY or CREATE, which a test
+            // sees: NOFOLLOW, EXCL and CLOEXEC cannot be seen on a random name
+            // (docs/MUTANTS.md).
+            OFlags::NOFOLLOW | OFlags::WRONLY | OFlags::EXCL | OFlags::CREATE | OFlags::CLOEXEC,
             Mode::from_raw_mode(0o600),
         )
         .map_err(|e| perr("temporary file", e.into()))?;
@@ -658,7 +675,7 @@ pub fn keygen(path: &Path) -> Result<PublicKey, Error> {
     let write = |p: &Path, text: String, mode: u32| -> Result<(), Error> {
         let fd = rustix::fs::open(
             p,
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            OFlags::WRONLY | OFlags::CLOEXEC | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::EXCL,
             Mode::from_raw_mode(mode),
         )
         .map_err(|e| Error::Usage(format!("{}: {e}", p.display())))?;
@@ -692,6 +709,17 @@ mod tests {
     }
 
     #[test]
+    fn an_out_under_a_file_is_refused_as_its_directory() {
+        // `--out FILE/grant.cbor`: the directory open (O_DIRECTORY) is what refuses it.
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("f"), b"").unwrap();
+        match Out::prepare(&d.path().join("f").join("grant.cbor")) {
+            Err(Error::Usage(m)) => assert!(m.contains("its directory: Not a directory"), "{m}"),
+            other => panic!("expected a usage error, got {other:?}"),
+        }
+    }
+
+    #[test]
     fn a_leftover_temporary_file_does_not_block_a_later_persist() {
         // What a crash between the write and the link leaves: a temporary file under a
         // name of the same shape. A later persist picks a new unique name and succeeds.
@@ -722,6 +750,113 @@ mod tests {
         assert!(matches!(o.persist(b"grant"), Err(Error::Persist(_))));
         assert_eq!(std::fs::read(&out).unwrap(), b"someone else's");
         assert_eq!(names(d.path()), ["grant.cbor"]);
+    }
+
+    #[test]
+    fn an_out_naming_a_directory_is_not_a_file_name() {
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path().join("grant.cbor/");
+        match Out::prepare(Path::new(&format!("{}/", out.display()))) {
+            Err(Error::Usage(m)) => assert!(m.ends_with("not a file name"), "{m}"),
+            other => panic!("expected a usage error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_longest_out_name_whose_temporary_names_fit_name_max_is_accepted_and_persisted() {
+        let d = tempfile::tempdir().unwrap();
+        let overhead =
+            Out::temporary_name(std::ffi::OsStr::new(""), u32::MAX, &[0; TEMP_RANDOM_BYTES]).len()
+                + CHECKPOINT_SUFFIX.len();
+        let longest = "g".repeat(NAME_BYTES_MAX - overhead);
+        let o = Out::prepare(&d.path().join(&longest)).unwrap();
+        // Its checkpoint's temporary name is the longest and still fits, whatever the pid.
+        o.persist_checkpoint("note").unwrap();
+        o.persist(b"grant").unwrap();
+        assert_eq!(std::fs::read(d.path().join(&longest)).unwrap(), b"grant");
+        let over = format!("{longest}g");
+        match Out::prepare(&d.path().join(over)) {
+            Err(Error::Usage(m)) => assert!(m.contains("NAME_MAX"), "{m}"),
+            other => panic!("expected a usage error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn read_bounded_reads_a_regular_file_of_at_most_its_bound() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("f");
+        std::fs::write(&p, b"0123456789").unwrap();
+        assert_eq!(read_bounded(&p, 10).unwrap(), b"0123456789");
+        assert_eq!(read_bounded(&p, 11).unwrap(), b"0123456789");
+        let e = read_bounded(&p, 9).unwrap_err();
+        assert_eq!(e.to_string(), "over its bound of 9 bytes");
+        // A FIFO is refused, never waited on.
+        let fifo = d.path().join("fifo");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        assert_eq!(
+            read_bounded(&fifo, 10).unwrap_err().to_string(),
+            "not a regular file"
+        );
+    }
+
+    #[test]
+    fn a_rewritten_log_names_its_first_record_not_the_grants() {
+        use repoch_protocol::epoch::{EpochBody, EpochRecord, LogReport, SignedEpochRecord};
+        let rec = |seq: u64, hash: u8| repoch_protocol::epoch::VerifiedRecord {
+            offset: seq,
+            hash: repoch_protocol::Hash([hash; 32]),
+            record: SignedEpochRecord {
+                record: EpochRecord {
+                    deployment: repoch_protocol::DeploymentId([1; 16]),
+                    seq,
+                    prev: repoch_protocol::Hash([0; 32]),
+                    body: EpochBody::Withheld {
+                        reason: Reason::EvidenceChanged,
+                        detail: String::new(),
+                    },
+                },
+                signature: [0; 64],
+            },
+        };
+        let g = Grant {
+            deployment: repoch_protocol::DeploymentId([1; 16]),
+            intent: repoch_protocol::Hash([11; 32]),
+            consume: repoch_protocol::Hash([12; 32]),
+            evidence: repoch_protocol::Hash([4; 32]),
+            consumer_key: PublicKey([3; 32]),
+            ready_path: "/READY".into(),
+            ready_sha256: repoch_protocol::Hash([5; 32]),
+            fences: vec![],
+            frontier_seq: 0,
+            frontier_hash: repoch_protocol::Hash([6; 32]),
+            unknown_ops: vec![],
+            issued_at: 0,
+        };
+        let report = |hashes: &[u8]| LogReport {
+            classification: repoch_protocol::epoch::Classification::Receipted,
+            records: hashes
+                .iter()
+                .enumerate()
+                .map(|(i, h)| rec(i as u64, *h))
+                .collect(),
+            problem: None,
+        };
+        assert_eq!(rewritten_from(&g, &report(&[0, 11, 12, 13])), None);
+        assert_eq!(rewritten_from(&g, &report(&[0, 11])), None);
+        assert_eq!(rewritten_from(&g, &report(&[0, 21, 12])), Some(1));
+        assert_eq!(rewritten_from(&g, &report(&[0, 11, 22])), Some(2));
+        assert_eq!(rewritten(&None), "");
+        assert_eq!(
+            rewritten(&Some(2)),
+            "; rewritten from record #2, which is not the one the grant names"
+        );
     }
 
     #[test]

@@ -969,3 +969,288 @@ pub fn run_in<W: World, C: ConsumerLink>(
     reach("after-dispatch");
     dispatched.acknowledged()
 }
+
+#[cfg(test)]
+mod tests {
+    //! `same_peer` (docs/ARCHITECTURE.md, "Issuance", steps 3 and 9): the peer described
+    //! again is compared field by field with the one authenticated, and a refusal names the
+    //! field that changed. The link here only returns descriptions; the comparison is the
+    //! code under test.
+    use super::*;
+    use repoch_protocol::Birth;
+
+    struct Described(Result<ConsumerPeer, String>);
+
+    impl ConsumerLink for Described {
+        fn challenge(&mut self, _: &Challenge) -> Result<[u8; 64], String> {
+            unreachable!()
+        }
+        fn dispatch(&mut self, _: &[u8], _: &str, _: &[&OwnedFd]) -> Result<(), String> {
+            unreachable!()
+        }
+        fn refuse(&mut self, _: Reason, _: &str) {}
+        fn describe_again(&mut self) -> Result<ConsumerPeer, String> {
+            self.0.clone()
+        }
+        fn alive(&mut self) -> Result<(), String> {
+            unreachable!()
+        }
+        fn acknowledgement(&mut self) -> Result<Hash, String> {
+            unreachable!()
+        }
+    }
+
+    fn peer() -> ConsumerPeer {
+        ConsumerPeer {
+            pid: 77,
+            uid: 1000,
+            gid: 1001,
+            exe: Identity {
+                dev: 2049,
+                ino: 4242,
+                uid: 0,
+                gid: 0,
+                mode: 0o100755,
+                birth: Some(Birth { sec: 1, nsec: 2 }),
+            },
+            exe_sha256: Hash([9; 32]),
+            cgroup: "/system.slice/supervisor.service".into(),
+        }
+    }
+
+    /// The refusal for a peer now described as `now`: (expected, observed).
+    fn refused(now: Result<ConsumerPeer, String>) -> (String, String) {
+        let r = same_peer(&mut Described(now), &peer()).unwrap_err();
+        assert_eq!(r.reason, Reason::ConsumerRejected, "{r}");
+        assert_eq!(r.subject, "grant socket peer pid 77");
+        (r.expected, r.observed)
+    }
+
+    #[test]
+    fn the_same_peer_passes() {
+        same_peer(&mut Described(Ok(peer())), &peer()).unwrap();
+    }
+
+    #[test]
+    fn another_executable_object_or_digest_is_named_as_the_executable() {
+        let exe = |ino: u64, sha: u8| format!("executable ino {ino} sha256 {}", Hash([sha; 32]));
+        let mut p = peer();
+        p.exe.ino = 4243;
+        assert_eq!(refused(Ok(p)), (exe(4242, 9), exe(4243, 9)));
+        let mut p = peer();
+        p.exe_sha256 = Hash([8; 32]);
+        assert_eq!(refused(Ok(p)), (exe(4242, 9), exe(4242, 8)));
+        // Another object with the same inode number (a new birth), cgroup moved too: the
+        // executable is what is named.
+        let mut p = peer();
+        p.exe.birth = Some(Birth { sec: 3, nsec: 0 });
+        p.cgroup = "/user.slice".into();
+        assert_eq!(refused(Ok(p)), (exe(4242, 9), exe(4242, 9)));
+    }
+
+    #[test]
+    fn another_cgroup_is_named_as_the_cgroup() {
+        let mut p = peer();
+        p.cgroup = "/user.slice".into();
+        assert_eq!(
+            refused(Ok(p)),
+            (
+                "cgroup /system.slice/supervisor.service".into(),
+                "cgroup /user.slice".into()
+            )
+        );
+    }
+
+    #[test]
+    fn another_pid_uid_or_gid_is_named_as_the_credentials() {
+        let mut p = peer();
+        p.gid = 0;
+        assert_eq!(
+            refused(Ok(p)),
+            (
+                "pid 77 uid 1000 gid 1001".into(),
+                "pid 77 uid 1000 gid 0".into()
+            )
+        );
+    }
+
+    #[test]
+    fn a_peer_that_cannot_be_described_again_is_refused_with_why() {
+        assert_eq!(
+            refused(Err("the process exited".into())),
+            (
+                "the peer authenticated at connect".into(),
+                "the process exited".into()
+            )
+        );
+    }
+    mod authenticate {
+        //! `Expected::authenticate` (docs/ARCHITECTURE.md, "Issuance", step 3): a peer that fails
+        //! exactly one check — uid, gid, executable identity, executable digest, cgroup, key — is
+        //! refused `consumer-rejected` naming that field, and only a peer passing every check is
+        //! accepted. Each case differs from the accepted peer in one field alone.
+        use super::super::*;
+        use repoch_protocol::{Birth, PublicKey};
+
+        const KEY: PublicKey = PublicKey([3; 32]);
+
+        fn exe() -> Identity {
+            Identity {
+                dev: 2049,
+                ino: 4242,
+                uid: 0,
+                gid: 0,
+                mode: 0o100755,
+                birth: Some(Birth {
+                    sec: 1_700_000_000,
+                    nsec: 5,
+                }),
+            }
+        }
+
+        fn expected() -> Expected<'static> {
+            Expected {
+                brand: PhantomData,
+                deployment: DeploymentId([0xd5; 16]),
+                uid: 1000,
+                gid: 1001,
+                key: KEY,
+                exe: Some((exe(), Hash([9; 32]))),
+                cgroup: Some("/system.slice/billing-supervisor.service".into()),
+            }
+        }
+
+        /// The peer `expected()` accepts.
+        fn peer() -> ConsumerPeer {
+            ConsumerPeer {
+                pid: 77,
+                uid: 1000,
+                gid: 1001,
+                exe: exe(),
+                exe_sha256: Hash([9; 32]),
+                cgroup: "/system.slice/billing-supervisor.service".into(),
+            }
+        }
+
+        /// Refused `consumer-rejected` about the peer, expected and observed naming `field`.
+        fn rejected(
+            e: &Expected<'_>,
+            p: &ConsumerPeer,
+            key: &PublicKey,
+            field: &str,
+        ) -> (String, String) {
+            let r = e
+                .authenticate(p, key)
+                .err()
+                .unwrap_or_else(|| panic!("a peer failing {field} was accepted"));
+            assert_eq!(r.reason, Reason::ConsumerRejected, "{r}");
+            assert_eq!(r.subject, "grant socket peer pid 77", "{r}");
+            assert!(r.expected.starts_with(field), "{field}: {r}");
+            assert!(r.observed.starts_with(field), "{field}: {r}");
+            (r.expected, r.observed)
+        }
+
+        #[test]
+        fn the_peer_passing_every_check_is_accepted() {
+            expected().authenticate(&peer(), &KEY).unwrap();
+            // A descendant of the enrolled cgroup is within it.
+            let mut p = peer();
+            p.cgroup = "/system.slice/billing-supervisor.service/worker".into();
+            expected().authenticate(&p, &KEY).unwrap();
+            // No cgroup enrolled: any cgroup.
+            let mut e = expected();
+            e.cgroup = None;
+            p.cgroup = "/user.slice".into();
+            e.authenticate(&p, &KEY).unwrap();
+        }
+
+        #[test]
+        fn another_uid_alone_is_refused() {
+            let mut p = peer();
+            p.uid = 1002;
+            let (want, got) = rejected(&expected(), &p, &KEY, "uid/gid");
+            assert_eq!(
+                (want.as_str(), got.as_str()),
+                ("uid/gid 1000/1001", "uid/gid 1002/1001")
+            );
+        }
+
+        #[test]
+        fn another_gid_alone_is_refused() {
+            let mut p = peer();
+            p.gid = 0;
+            let (want, got) = rejected(&expected(), &p, &KEY, "uid/gid");
+            assert_eq!(
+                (want.as_str(), got.as_str()),
+                ("uid/gid 1000/1001", "uid/gid 1000/0")
+            );
+        }
+
+        #[test]
+        fn another_executable_object_alone_is_refused() {
+            // Same digest, another object: by inode, by device, and by birth (a reused inode).
+            let changes: [fn(&mut Identity); 3] = [
+                |i| i.ino += 1,
+                |i| i.dev += 1,
+                |i| {
+                    i.birth = Some(Birth {
+                        sec: 1_700_000_001,
+                        nsec: 5,
+                    })
+                },
+            ];
+            for change in changes {
+                let mut p = peer();
+                change(&mut p.exe);
+                rejected(&expected(), &p, &KEY, "executable");
+            }
+        }
+
+        #[test]
+        fn another_executable_digest_alone_is_refused() {
+            let mut p = peer();
+            p.exe_sha256 = Hash([8; 32]);
+            let (want, got) = rejected(&expected(), &p, &KEY, "executable");
+            assert_eq!(
+                want,
+                format!("executable ino 4242 sha256 {}", Hash([9; 32]))
+            );
+            assert_eq!(got, format!("executable ino 4242 sha256 {}", Hash([8; 32])));
+        }
+
+        #[test]
+        fn no_executable_baseline_refuses_every_peer() {
+            let mut e = expected();
+            e.exe = None;
+            let (want, got) = rejected(&e, &peer(), &KEY, "executable");
+            assert_eq!(
+                (want.as_str(), got.as_str()),
+                ("executable observed", "executable no baseline")
+            );
+        }
+
+        #[test]
+        fn a_cgroup_outside_the_enrolled_one_alone_is_refused() {
+            // A sibling whose name extends the enrolled one's is outside it, as is its parent.
+            for outside in [
+                "/system.slice/billing-supervisor.service2",
+                "/system.slice",
+                "/user.slice/billing-supervisor.service",
+            ] {
+                let mut p = peer();
+                p.cgroup = outside.into();
+                let (want, got) = rejected(&expected(), &p, &KEY, "cgroup");
+                assert_eq!(want, "cgroup /system.slice/billing-supervisor.service");
+                assert_eq!(got, format!("cgroup {outside}"));
+            }
+        }
+
+        #[test]
+        fn another_key_alone_is_refused() {
+            let other = PublicKey([4; 32]);
+            let (want, got) = rejected(&expected(), &peer(), &other, "key");
+            assert_eq!(want, format!("key {}", KEY.to_hex()));
+            assert_eq!(got, format!("key {}", other.to_hex()));
+        }
+    }
+}

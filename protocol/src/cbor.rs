@@ -123,10 +123,6 @@ impl Fields {
         }
     }
 
-    pub fn what(&self) -> &'static str {
-        self.what
-    }
-
     pub fn field(&mut self) -> Result<Value, DecodeError> {
         self.items
             .next()
@@ -154,13 +150,6 @@ impl Fields {
 
     pub fn text(&mut self, max: usize) -> Result<String, DecodeError> {
         as_text(self.field()?, self.what, max)
-    }
-
-    pub fn boolean(&mut self) -> Result<bool, DecodeError> {
-        match self.field()? {
-            Value::Bool(b) => Ok(b),
-            _ => Err(DecodeError::schema(self.what, "expected a boolean")),
-        }
     }
 
     /// `null` or a value.

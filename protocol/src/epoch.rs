@@ -467,33 +467,19 @@ enum Problem {
     Corrupt,
 }
 
-/// Whether everything from the problem at `at` to the end is zeros a crash can leave:
-/// from `at` itself, or from a sector boundary within or after the problem record.
-fn zero_tail(bytes: &[u8], at: usize) -> bool {
-    let zeros = bytes.iter().rev().take_while(|b| **b == 0).count();
-    let z = bytes.len().saturating_sub(zeros);
-    if zeros == 0 {
-        return false;
-    }
-    if z <= at {
-        return true;
-    }
-    // The first sector boundary at or after `z`, if it is before the end.
-    let aligned = z.div_ceil(SECTOR_BYTES).saturating_mul(SECTOR_BYTES);
-    aligned < bytes.len()
-}
-
-/// Whether a whole sector from the problem at `at` on reads as zeros: a sector of the last,
-/// unsynced append that never reached the disk while a later one did (out-of-order sector
-/// loss). The record around it then decodes with zeros inside and fails its signature or
-/// its decoding: a crash tail, not a forgery.
+/// Whether a sector from the problem at `at` on reads as zeros (the file's last, partial
+/// sector counts): a sector of the last, unsynced append that never reached the disk,
+/// either while a later one did (out-of-order sector loss) or to the end of the file (zeros
+/// from a sector boundary to the end). The record around it then decodes with zeros
+/// inside and fails its signature or its decoding: a crash tail, not a forgery, unless a
+/// valid record follows it. (Zeros from the record's own start fail its framing.)
 fn lost_sector(bytes: &[u8], at: usize) -> bool {
     let first = at.div_ceil(SECTOR_BYTES).saturating_mul(SECTOR_BYTES);
     bytes
         .get(first..)
         .unwrap_or_default()
         .chunks(SECTOR_BYTES)
-        .take(LOG_BYTES_MAX / SECTOR_BYTES)
+        .take(LOG_BYTES_MAX.div_ceil(SECTOR_BYTES))
         .any(|c| c.iter().all(|b| *b == 0))
 }
 
@@ -517,9 +503,9 @@ fn valid_record_after(bytes: &[u8], at: usize, issuer: &PublicKey) -> bool {
 ///
 /// The first failing record is classified so that what a crash can produce is never read
 /// as tampering (docs/REASONS.md): `torn` for a record cut short, an impossible length
-/// (framing lost), zeros from the record's start or from a sector boundary to the end, a
-/// whole zero sector inside the last record (a sector lost out of order), or an
-/// undecodable record with no valid record after it; `forged` for a well-formed record
+/// (framing lost), or, with no valid record after it, zeros from a sector boundary to the
+/// end or a whole zero sector inside the record (a sector lost out of order), or an
+/// undecodable record; `forged` for a well-formed record
 /// whose signature fails; `foreign` for an issuer-signed record of another deployment;
 /// `corrupt` for everything else (damage followed by valid records, issuer-signed records
 /// out of order, a log over its bound).
@@ -552,9 +538,6 @@ pub fn verify_log(bytes: &[u8], issuer: &PublicKey, expected: Option<DeploymentI
             let at = usize::try_from(*at).unwrap_or(usize::MAX);
             match kind {
                 Problem::Torn => Classification::Torn,
-                Problem::Undecodable | Problem::Forged if zero_tail(bytes, at) => {
-                    Classification::Torn
-                }
                 Problem::Undecodable | Problem::Forged
                     if lost_sector(bytes, at) && !valid_record_after(bytes, at, issuer) =>
                 {
@@ -729,10 +712,12 @@ pub fn verify_chain(reports: &[LogReport]) -> Result<Vec<DeploymentId>, ChainErr
         if r.genesis().and_then(|(_, p)| p).is_none() {
             let mut cur = *d;
             order.push(cur);
-            while let Some(next) = successor_of.get(&cur) {
-                if order.len() > by_id.len() {
+            // Each deployment names one predecessor and has at most one successor, so a
+            // path from a root visits each log once: at most `by_id.len()` steps.
+            for _ in 1..by_id.len() {
+                let Some(next) = successor_of.get(&cur) else {
                     break;
-                }
+                };
                 order.push(*next);
                 cur = *next;
             }

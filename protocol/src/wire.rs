@@ -341,8 +341,8 @@ impl Canonical for AdminEvent {
                 let mut f = Fields::open(v, "progress", 3)?;
                 f.expect_text("progress")?;
                 AdminEvent::Progress {
-                    step: f.text(64)?,
-                    detail: f.text(4 * TEXT_BYTES_MAX)?,
+                    step: f.text(STEP_BYTES_MAX)?,
+                    detail: f.text(WIRE_TEXT_BYTES_MAX)?,
                 }
             }
             "fact" => {
@@ -369,7 +369,7 @@ impl Canonical for AdminEvent {
                 AdminEvent::Outcome {
                     outcome,
                     reasons: f.list(REASONS_MAX, Reason::from_value)?,
-                    detail: f.text(4 * TEXT_BYTES_MAX)?,
+                    detail: f.text(WIRE_TEXT_BYTES_MAX)?,
                     grant: f.opt(|v| match v {
                         Value::Bytes(b) if b.len() <= RECORD_BYTES_MAX => Ok(b),
                         _ => Err(DecodeError::schema(
@@ -511,7 +511,7 @@ impl Canonical for GrantMsg {
                 f.expect_text("refused")?;
                 GrantMsg::Refused {
                     reason: Reason::from_value(f.field()?)?,
-                    detail: f.text(4 * TEXT_BYTES_MAX)?,
+                    detail: f.text(WIRE_TEXT_BYTES_MAX)?,
                 }
             }
             "persisted" => {

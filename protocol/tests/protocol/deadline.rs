@@ -96,3 +96,139 @@ fn refusal_and_event_texts_are_clipped_to_what_receivers_accept() {
         AdminEvent::from_bytes(&bounded(e).to_bytes()).expect("a bounded event decodes");
     }
 }
+
+/// A peer that answers each call with the next scripted step: an error kind, or at most
+/// `n` bytes moved.
+struct Script {
+    steps: Vec<Result<usize, std::io::ErrorKind>>,
+    data: Vec<u8>,
+    at: usize,
+    written: Vec<u8>,
+}
+
+impl Script {
+    fn new(steps: Vec<Result<usize, std::io::ErrorKind>>, data: &[u8]) -> Script {
+        Script {
+            steps,
+            data: data.to_vec(),
+            at: 0,
+            written: Vec::new(),
+        }
+    }
+    fn step(&mut self) -> Result<usize, std::io::Error> {
+        if self.steps.is_empty() {
+            return Ok(usize::MAX);
+        }
+        self.steps.remove(0).map_err(std::io::Error::from)
+    }
+}
+
+impl Read for Script {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.step()?.min(buf.len()).min(self.data.len() - self.at);
+        buf[..n].copy_from_slice(&self.data[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+impl std::io::Write for Script {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.step()?.min(buf.len());
+        self.written.extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn soon() -> Instant {
+    Instant::now() + Duration::from_secs(5)
+}
+
+#[test]
+fn a_message_is_framed_written_and_read_back() {
+    use repoch_protocol::wire::{read_frame, read_msg, write_msg};
+    let m = GrantMsg::Accepted;
+    let mut out = Vec::new();
+    write_msg(&mut out, &m).unwrap();
+    assert_eq!(out, frame(&m.to_bytes()));
+    assert_eq!(read_frame(&mut out.as_slice()).unwrap(), m.to_bytes());
+    assert_eq!(read_msg::<GrantMsg>(&mut out.as_slice()).unwrap(), m);
+    // A length over the bound is refused before the payload is read.
+    let over = (repoch_protocol::limits::FRAME_BYTES_MAX as u32 + 1).to_be_bytes();
+    let e = read_frame(&mut over.as_slice()).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+}
+
+#[test]
+fn transient_read_errors_are_retried_and_others_returned_at_once() {
+    use std::io::ErrorKind::*;
+    let payload = frame(b"abcdef");
+    let mut s = Script::new(
+        vec![
+            Ok(1),
+            Err(Interrupted),
+            Ok(2),
+            Err(WouldBlock),
+            Err(TimedOut),
+            Ok(1),
+        ],
+        &payload,
+    );
+    let got = read_frame_by(&mut s, soon(), &mut |_: &Script, _| Ok(())).unwrap();
+    assert_eq!(got, b"abcdef");
+    let start = Instant::now();
+    let mut s = Script::new(vec![Ok(2), Err(ConnectionReset)], &payload);
+    let e = read_frame_by(&mut s, soon(), &mut |_: &Script, _| Ok(())).unwrap_err();
+    assert_eq!(e.kind(), ConnectionReset);
+    assert!(start.elapsed() < Duration::from_secs(1));
+    // A peer that closes mid-frame.
+    let mut s = Script::new(vec![], &payload[..5]);
+    let e = read_frame_by(&mut s, soon(), &mut |_: &Script, _| Ok(())).unwrap_err();
+    assert_eq!(e.kind(), UnexpectedEof);
+}
+
+#[test]
+fn a_message_is_written_whole_a_byte_at_a_time_and_transient_errors_retried() {
+    use repoch_protocol::wire::write_all_by;
+    use std::io::ErrorKind::*;
+    let bytes = frame(b"abcdef");
+    let mut steps = vec![Err(Interrupted), Err(WouldBlock), Err(TimedOut)];
+    steps.extend(std::iter::repeat_n(Ok(1), bytes.len()));
+    let mut s = Script::new(steps, b"");
+    let mut armed = 0;
+    write_all_by(&mut s, &bytes, soon(), &mut |_: &Script, _| {
+        armed += 1;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(s.written, bytes);
+    assert_eq!(armed, bytes.len() + 3, "armed before every write");
+    let mut s = Script::new(vec![Ok(1), Err(BrokenPipe)], b"");
+    let e = write_all_by(&mut s, &bytes, soon(), &mut |_: &Script, _| Ok(())).unwrap_err();
+    assert_eq!(e.kind(), BrokenPipe);
+    let mut s = Script::new(vec![Ok(0)], b"");
+    let e = write_all_by(&mut s, &bytes, soon(), &mut |_: &Script, _| Ok(())).unwrap_err();
+    assert_eq!(e.kind(), WriteZero);
+}
+
+#[test]
+fn a_peer_that_takes_nothing_holds_the_writer_only_until_the_deadline() {
+    use repoch_protocol::wire::write_all_by;
+    let mut s = Script::new(vec![Err(std::io::ErrorKind::WouldBlock); 10_000], b"");
+    let start = Instant::now();
+    let e = write_all_by(
+        &mut s,
+        b"abc",
+        start + Duration::from_millis(50),
+        &mut |_: &Script, _| {
+            std::thread::sleep(Duration::from_millis(1));
+            Ok(())
+        },
+    )
+    .unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+    assert!(start.elapsed() < Duration::from_secs(1));
+}

@@ -61,6 +61,7 @@ fn a_recovery_grants_once_and_the_new_root_holds_the_fences() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let before = unix_now();
     let r = run(s.recover(&id[..5], 20, &[]));
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     let out = r.outcome();
@@ -73,6 +74,21 @@ fn a_recovery_grants_once_and_the_new_root_holds_the_fences() {
         .map(|j| j["kind"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(kinds, ["intent", "consume", "receipt"]);
+    // It also shows the first observation's facts and each step as it happens.
+    let lines = r.json_lines();
+    assert!(
+        lines.iter().any(|j| j["event"] == "fact"),
+        "no fact shown: {}",
+        r.stdout
+    );
+    let steps: Vec<&str> = lines
+        .iter()
+        .filter(|j| j["event"] == "progress")
+        .filter_map(|j| j["step"].as_str())
+        .collect();
+    for step in ["observe", "evidence", "custody"] {
+        assert!(steps.contains(&step), "{step} not shown: {steps:?}");
+    }
     // Oracle 1: the epoch log, through status (8-digit prefix) and audit.
     assert_eq!(
         records(&s, &id[..8]),
@@ -97,6 +113,16 @@ fn a_recovery_grants_once_and_the_new_root_holds_the_fences() {
     assert_eq!(v.code, 0, "{}", v.stdout);
     assert_eq!(v.json()["grant"]["sha256"], out["grant"]["sha256"]);
     assert_eq!(v.json()["grant"]["deployment"], id.as_str());
+    // Its issue time is the time of this recovery.
+    let signed = <repoch_protocol::grant::SignedGrant as repoch_protocol::Canonical>::from_bytes(
+        &std::fs::read(&g).unwrap(),
+    )
+    .unwrap();
+    let issued = signed.grant.issued_at;
+    assert!(
+        (before..=unix_now()).contains(&issued),
+        "issued at {issued}"
+    );
     // Oracle 3: the exec'd new root holds the fence: its fd is the enrolled inode, and no
     // one else can lock it.
     let start = std::time::Instant::now();
@@ -1139,7 +1165,9 @@ fn the_old_root_appending_to_its_journal_after_the_intent_is_withheld() {
             "after-intent",
             append,
             &["genesis", "intent"],
-            "lineage",
+            // The frontier fact still holds (a valid, longer journal) but changed: it is
+            // the one named, with its subject, not the first fact of the set (`lineage`).
+            &format!("lineage-frontier {}", s.srv.join("journal").display()),
         );
     }
 }
@@ -1226,4 +1254,11 @@ fn the_consumer_executable_replaced_after_the_intent_is_withheld() {
             &exe,
         );
     }
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
 }

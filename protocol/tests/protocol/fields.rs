@@ -1,0 +1,163 @@
+//! The strict decoder's building blocks, each bound at its edge (the bound accepted, one
+//! over refused) and each refusal with its own message: a refusal that only reads as some
+//! other refusal hides which check ran.
+
+use ciborium::value::Value;
+use repoch_protocol::cbor::{self, decode_strict, Canonical, DecodeError, Fields};
+
+use crate::common::*;
+
+fn schema(what: &'static str, why: &str) -> DecodeError {
+    DecodeError::schema(what, why)
+}
+
+fn one(v: Value) -> Fields {
+    Fields::open(cbor::array(vec![v]), "t", 1).unwrap()
+}
+
+#[test]
+fn input_of_exactly_the_bound_is_decoded_and_one_byte_more_is_not() {
+    let b = challenge().to_bytes();
+    assert!(decode_strict(&b, b.len()).is_ok());
+    assert_eq!(
+        decode_strict(&b, b.len() - 1).unwrap_err(),
+        DecodeError::TooLarge {
+            len: b.len(),
+            max: b.len() - 1
+        }
+    );
+}
+
+#[test]
+fn a_tag_is_refused_as_a_tag() {
+    // tag 24 (embedded CBOR) around a byte string, inside an array too
+    assert_eq!(
+        decode_strict(&[0xd8, 0x18, 0x41, 0x00], 16).unwrap_err(),
+        DecodeError::Forbidden("tag")
+    );
+    assert_eq!(
+        decode_strict(&[0x81, 0xd8, 0x18, 0x41, 0x00], 16).unwrap_err(),
+        DecodeError::Forbidden("tag")
+    );
+}
+
+#[test]
+fn an_array_of_another_arity_is_refused_naming_both_counts() {
+    let v = || cbor::array(vec![cbor::uint(1), cbor::uint(2)]);
+    assert!(Fields::open(v(), "t", 2).is_ok());
+    assert_eq!(
+        Fields::open(v(), "t", 3).unwrap_err(),
+        schema("t", "expected 3 fields, found 2")
+    );
+    assert_eq!(
+        Fields::open(v(), "t", 1).unwrap_err(),
+        schema("t", "expected 1 fields, found 2")
+    );
+    assert_eq!(
+        Fields::open(cbor::uint(1), "t", 1).unwrap_err(),
+        schema("t", "expected an array")
+    );
+}
+
+#[test]
+fn a_byte_string_field_is_bounded_at_its_maximum() {
+    assert_eq!(one(cbor::bytes(&[7; 5])).bstr(5).unwrap(), vec![7; 5]);
+    assert_eq!(
+        one(cbor::bytes(&[7; 6])).bstr(5).unwrap_err(),
+        schema("t", "6 bytes > 5")
+    );
+    assert_eq!(
+        one(cbor::text("x")).bstr(5).unwrap_err(),
+        schema("t", "expected a byte string")
+    );
+}
+
+#[test]
+fn a_text_field_is_bounded_at_its_maximum() {
+    assert_eq!(one(cbor::text("abcde")).text(5).unwrap(), "abcde");
+    assert_eq!(
+        one(cbor::text("abcdef")).text(5).unwrap_err(),
+        schema("t", "text of 6 bytes > 5")
+    );
+    assert_eq!(
+        one(cbor::bytes(b"abc")).text(5).unwrap_err(),
+        schema("t", "expected a text string")
+    );
+}
+
+#[test]
+fn a_list_field_is_bounded_at_its_maximum() {
+    let items = |n| cbor::array((0..n).map(cbor::uint).collect());
+    let read = |v: Value| cbor::as_uint(v, "item");
+    assert_eq!(one(items(3)).list(3, read).unwrap(), vec![0, 1, 2]);
+    assert_eq!(
+        one(items(4)).list(3, read).unwrap_err(),
+        schema("t", "4 items > 3")
+    );
+    assert_eq!(
+        one(cbor::uint(1)).list(3, read).unwrap_err(),
+        schema("t", "expected an array")
+    );
+    // each item goes through the item reader
+    assert_eq!(
+        one(cbor::array(vec![cbor::text("x")]))
+            .list(3, read)
+            .unwrap_err(),
+        schema("item", "expected an unsigned integer")
+    );
+}
+
+#[test]
+fn fixed_size_byte_fields_take_exactly_their_size() {
+    assert_eq!(one(cbor::bytes(&[1; 4])).bytes::<4>().unwrap(), [1; 4]);
+    assert_eq!(
+        one(cbor::bytes(&[1; 3])).bytes::<4>().unwrap_err(),
+        schema("t", "expected 4 bytes, found 3")
+    );
+    assert_eq!(
+        one(cbor::bytes(&[1; 5])).bytes::<4>().unwrap_err(),
+        schema("t", "expected 4 bytes, found 5")
+    );
+    assert_eq!(
+        one(cbor::uint(1)).bytes::<4>().unwrap_err(),
+        schema("t", "expected a byte string")
+    );
+}
+
+#[test]
+fn unsigned_integers_only() {
+    assert_eq!(one(cbor::uint(u64::MAX)).uint().unwrap(), u64::MAX);
+    let negative = decode_strict(&[0x20], 16).unwrap();
+    assert_eq!(
+        one(negative).uint().unwrap_err(),
+        schema("t", "expected an unsigned integer")
+    );
+    assert_eq!(
+        one(cbor::text("1")).uint().unwrap_err(),
+        schema("t", "expected an unsigned integer")
+    );
+}
+
+#[test]
+fn optional_fields_and_missing_fields() {
+    assert_eq!(
+        one(Value::Null).opt(|v| cbor::as_uint(v, "t")).unwrap(),
+        None
+    );
+    assert_eq!(
+        one(cbor::uint(4)).opt(|v| cbor::as_uint(v, "t")).unwrap(),
+        Some(4)
+    );
+    let mut f = one(cbor::uint(4));
+    f.uint().unwrap();
+    assert_eq!(f.uint().unwrap_err(), schema("t", "missing field"));
+}
+
+#[test]
+fn a_discriminant_must_be_the_expected_text() {
+    one(cbor::text("grant")).expect_text("grant").unwrap();
+    assert_eq!(
+        one(cbor::text("grants")).expect_text("grant").unwrap_err(),
+        schema("t", "expected \"grant\", found \"grants\"")
+    );
+}

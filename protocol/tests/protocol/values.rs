@@ -1,0 +1,242 @@
+//! The small value types and the manifest's helpers: their text forms (what refusals,
+//! facts and `repoch` print), file identity, facts, and the inventory's bound.
+
+use repoch_protocol::cbor::{Canonical, DecodeError};
+use repoch_protocol::limits::{FENCES_MAX, STORES_MAX};
+use repoch_protocol::manifest::{InventoryEntry, Listener, Role, SignedManifest, INVENTORY_MAX};
+use repoch_protocol::types::evidence_digest;
+use repoch_protocol::{Birth, DeploymentId, Fact, Hash, Identity, PublicKey, Reason};
+
+use crate::common::*;
+
+#[test]
+fn ids_digests_and_keys_print_and_parse_as_lowercase_hex() {
+    let d = DeploymentId([0xab; 16]);
+    let hex_d = "ab".repeat(16);
+    assert_eq!(d.to_string(), hex_d);
+    assert_eq!(format!("{d:?}"), format!("DeploymentId({hex_d})"));
+    assert_eq!(DeploymentId::from_hex(&hex_d), Some(d));
+    assert_eq!(DeploymentId::from_hex(&hex_d[..30]), None);
+
+    let h = Hash([0x0f; 32]);
+    let hex_h = "0f".repeat(32);
+    assert_eq!((h.to_string(), h.to_hex()), (hex_h.clone(), hex_h.clone()));
+    assert_eq!(format!("{h:?}"), format!("Hash({hex_h})"));
+    assert_eq!(Hash::from_hex(&hex_h), Some(h));
+    assert_eq!(Hash::from_hex(&hex_h.replace('f', "g")), None);
+
+    let k = pk(&issuer());
+    let hex_k = hex::encode(k.0);
+    assert_eq!((k.to_string(), k.to_hex()), (hex_k.clone(), hex_k.clone()));
+    assert_eq!(format!("{k:?}"), format!("PublicKey({hex_k})"));
+    // A key file's line: surrounding whitespace is not part of the key.
+    assert_eq!(PublicKey::from_hex(&format!(" {hex_k}\n")), Some(k));
+    assert_eq!(PublicKey::from_hex(&hex_k[..62]), None);
+}
+
+#[test]
+fn the_same_object_is_the_same_device_inode_and_birth() {
+    let a = identity(10);
+    assert!(a.same_object(&a));
+    // Owner and mode are not the object: a chmod keeps it the same object.
+    let chmod = Identity {
+        mode: 0o100644,
+        uid: 5,
+        gid: 6,
+        ..a
+    };
+    assert!(a.same_object(&chmod));
+    let others = [
+        Identity {
+            dev: a.dev + 1,
+            ..a
+        },
+        Identity {
+            ino: a.ino + 1,
+            ..a
+        },
+        Identity {
+            birth: Some(Birth { sec: 1, nsec: 0 }),
+            ..a
+        },
+        Identity { birth: None, ..a },
+    ];
+    for o in others {
+        assert!(!a.same_object(&o), "{o}");
+        assert!(!o.same_object(&a), "{o}");
+    }
+    let unknown = Identity { birth: None, ..a };
+    assert!(unknown.same_object(&unknown));
+}
+
+#[test]
+fn an_identity_prints_what_it_compares() {
+    let a = identity(10);
+    assert_eq!(a.object(), "ino 10 born 1700000010.123456789");
+    assert_eq!(
+        a.to_string(),
+        "dev=2049 ino=10 uid=0 gid=0 mode=100600 born=1700000010.123456789"
+    );
+    let b = Identity {
+        birth: Some(Birth { sec: 3, nsec: 5 }),
+        ..a
+    };
+    assert_eq!(b.object(), "ino 10 born 3.000000005");
+    let none = Identity { birth: None, ..a };
+    assert_eq!(none.object(), "ino 10 born unknown");
+    assert!(none.to_string().ends_with("born=unknown"));
+}
+
+#[test]
+fn a_fact_holds_only_without_a_reason() {
+    assert!(Fact::ok("fence", "/l", "held", "held").holds());
+    assert!(!Fact::failed("fence", "/l", "held", "busy", Reason::FenceBusy).holds());
+}
+
+#[test]
+fn the_evidence_digest_is_the_hash_of_the_facts_in_order() {
+    let f = facts();
+    let d = evidence_digest(&f);
+    assert_eq!(
+        d,
+        Hash::of(&repoch_protocol::cbor::encode(
+            &repoch_protocol::cbor::list(&f)
+        ))
+    );
+    let reversed: Vec<Fact> = f.iter().rev().cloned().collect();
+    assert_ne!(evidence_digest(&reversed), d);
+}
+
+#[test]
+fn listeners_print_as_kind_and_address() {
+    assert_eq!(
+        Listener::Unix("/run/x.sock".into()).to_string(),
+        "unix:/run/x.sock"
+    );
+    assert_eq!(Listener::Tcp(7070).to_string(), "tcp:7070");
+    assert_eq!(Listener::Udp(53).to_string(), "udp:53");
+}
+
+const ROLES: [Role; 6] = [
+    Role::StateDir,
+    Role::EpochLog,
+    Role::IssuerLock,
+    Role::Fence,
+    Role::Store,
+    Role::Journal,
+];
+
+#[test]
+fn every_role_reads_back_as_itself() {
+    for r in ROLES {
+        assert_eq!(Role::parse(r.as_str()), Some(r));
+    }
+    assert_eq!(Role::parse("socket"), None);
+}
+
+#[test]
+fn a_manifest_finds_its_entries_by_role() {
+    let m = manifest();
+    assert_eq!(m.entry(Role::Fence).unwrap().path, "/srv/billing/lock");
+    assert_eq!(
+        m.entry(Role::EpochLog).unwrap().path,
+        "/var/lib/repoch/d/x/epoch.log"
+    );
+    assert!(m.entry(Role::Journal).is_none());
+    let stores: Vec<&str> = m.entries(Role::Store).map(|e| e.path.as_str()).collect();
+    assert_eq!(stores, ["/srv/billing/data"]);
+}
+
+#[test]
+fn the_inventory_holds_the_four_fixed_objects_every_fence_and_every_store() {
+    assert_eq!(INVENTORY_MAX, 4 + FENCES_MAX + STORES_MAX);
+    let entry = |role: Role, n: usize| InventoryEntry {
+        role,
+        path: format!("/srv/{}/{n}", role.as_str()),
+        identity: identity(n as u64),
+    };
+    let mut m = manifest();
+    m.inventory = [
+        Role::StateDir,
+        Role::EpochLog,
+        Role::IssuerLock,
+        Role::Journal,
+    ]
+    .into_iter()
+    .map(|r| entry(r, 0))
+    .chain((0..FENCES_MAX).map(|n| entry(Role::Fence, n)))
+    .chain((0..STORES_MAX).map(|n| entry(Role::Store, n)))
+    .collect();
+    let signed = SignedManifest::sign(m.clone(), &issuer());
+    assert_eq!(
+        SignedManifest::from_bytes(&signed.to_bytes()).unwrap(),
+        signed
+    );
+    m.inventory.push(entry(Role::Store, STORES_MAX));
+    let over = SignedManifest::sign(m, &issuer());
+    assert_eq!(
+        SignedManifest::from_bytes(&over.to_bytes()).unwrap_err(),
+        DecodeError::schema(
+            "manifest",
+            format!("{} items > {INVENTORY_MAX}", INVENTORY_MAX + 1)
+        )
+    );
+}
+
+#[test]
+fn a_manifest_verifies_only_under_the_issuer_key_and_unaltered() {
+    let s = SignedManifest::sign(manifest(), &issuer());
+    assert!(s.verify(&pk(&issuer())));
+    assert!(!s.verify(&pk(&producer())));
+    let mut altered = s.clone();
+    altered.manifest.label.push('x');
+    assert!(!altered.verify(&pk(&issuer())));
+}
+
+#[test]
+fn an_absolute_path_is_canonical_text_within_its_bound() {
+    use repoch_protocol::limits::PATH_BYTES_MAX;
+    use repoch_protocol::types::check_abs_path;
+    for ok in ["/", "/srv", "/srv/billing/lock", "/a.b/..c/.d"] {
+        assert_eq!(check_abs_path(ok), Ok(()), "{ok}");
+    }
+    let longest = format!("/{}", "a".repeat(PATH_BYTES_MAX - 1));
+    assert_eq!(check_abs_path(&longest), Ok(()));
+    assert_eq!(
+        check_abs_path(&format!("{longest}b")),
+        Err(format!(
+            "path is {} bytes, over the bound of {PATH_BYTES_MAX}",
+            PATH_BYTES_MAX + 1
+        ))
+    );
+    assert_eq!(check_abs_path("srv/x"), Err("path must be absolute".into()));
+    assert_eq!(check_abs_path("/srv/\0"), Err("path contains NUL".into()));
+    for bad in [
+        "//srv", "/srv/", "/srv//x", "/srv/./x", "/srv/..", "/./srv", "/..",
+    ] {
+        let e = check_abs_path(bad).unwrap_err();
+        assert!(e.starts_with("path must be canonical"), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn a_text_is_within_its_bound_and_has_no_control_character() {
+    use repoch_protocol::limits::TEXT_BYTES_MAX;
+    use repoch_protocol::types::check_text;
+    let longest = "é".repeat(TEXT_BYTES_MAX / 2);
+    assert_eq!(check_text(&longest), Ok(()));
+    assert_eq!(check_text(""), Ok(()));
+    assert_eq!(
+        check_text(&format!("{longest}x")),
+        Err(format!(
+            "text is {} bytes, over the bound of {TEXT_BYTES_MAX}",
+            TEXT_BYTES_MAX + 1
+        ))
+    );
+    for bad in ["a\nb", "\u{7f}", "tab\there"] {
+        assert_eq!(
+            check_text(bad),
+            Err("text contains control characters".into())
+        );
+    }
+}
