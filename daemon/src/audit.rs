@@ -36,7 +36,7 @@ pub fn read_bounded(p: &Path, max: usize) -> Result<Vec<u8>, String> {
     .map_err(|e| format!("{}: {e}", p.display()))?;
     let st = rustix::fs::fstat(&fd).map_err(|e| format!("{}: {e}", p.display()))?;
     if let Some(kind) = repoch_issuer::storage::not_regular(st.st_mode) {
-        return Err(format!("{}: {kind}, not a log file", p.display()));
+        return Err(format!("{}: {kind}, not a regular file", p.display()));
     }
     repoch_issuer::storage::read_all_fd(&fd, max).map_err(|e| format!("{}: {e}", p.display()))
 }

@@ -250,12 +250,10 @@ impl Config {
 
     /// Reads and validates `path` (at most [`CONFIG_BYTES_MAX`] bytes).
     pub fn load(path: &std::path::Path) -> Result<Config, String> {
-        use std::io::Read as _;
-        let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let mut text = String::new();
-        f.take(CONFIG_BYTES_MAX + 1)
-            .read_to_string(&mut text)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        // Non-blocking and a regular file only: a FIFO must not hang repochd's start.
+        let bytes = crate::audit::read_bounded(path, CONFIG_BYTES_MAX as usize)?;
+        let text =
+            String::from_utf8(bytes).map_err(|_| format!("{}: not UTF-8 text", path.display()))?;
         if text.len() as u64 > CONFIG_BYTES_MAX {
             return Err(format!(
                 "{}: more than {CONFIG_BYTES_MAX} bytes",

@@ -18,6 +18,8 @@ pub enum KeyError {
     },
     #[error("{path}: not a key file (expected 64 hex digits)")]
     Format { path: String },
+    #[error("{path}: {kind}, not a key file")]
+    NotRegular { path: String, kind: &'static str },
     #[error("{path}: secret key must be mode 0600 and owned by root or uid {uid}; found mode {mode:o} uid {found}")]
     Unprotected {
         path: String,
@@ -73,8 +75,15 @@ pub fn write_pair(path: &Path, pub_path: &Path, key: &SigningKey) -> Result<(), 
 }
 
 fn read_hex(path: &Path) -> Result<(String, rustix::fs::Stat), KeyError> {
-    let fd = open_path(path, OFlags::RDONLY, 0).map_err(io(path))?;
+    // Non-blocking and a regular file only: a FIFO given as a key must not hang the reader.
+    let fd = open_path(path, OFlags::RDONLY | OFlags::NONBLOCK, 0).map_err(io(path))?;
     let st = rustix::fs::fstat(&fd).map_err(|e| io(path)(e.into()))?;
+    if let Some(kind) = crate::storage::not_regular(st.st_mode) {
+        return Err(KeyError::NotRegular {
+            path: path.display().to_string(),
+            kind,
+        });
+    }
     let bytes = read_all_fd(&fd, 256).map_err(io(path))?;
     let text = String::from_utf8(bytes).map_err(|_| KeyError::Format {
         path: path.display().to_string(),

@@ -413,3 +413,28 @@ fn a_fifo_given_to_audit_or_journal_append_is_refused_at_once() {
     assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("a fifo"), "{}", r.stdout);
 }
+
+#[test]
+#[ignore = "needs root"]
+fn a_fifo_given_as_a_key_file_or_repochd_config_is_refused_at_once() {
+    // `repoch audit --issuer-key FIFO` and `repochd --config FIFO` blocked forever in
+    // open(2) (found by attacking the release binaries); both refuse at once, naming the
+    // file type: audit exit 64 (usage), repochd exit 64 (a bad configuration).
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let fifo = s.path("key.fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let mut c = s.cmd("repoch");
+    c.args(["--json", "audit", "--issuer-key"])
+        .arg(&fifo)
+        .arg(s.state_dir(&id));
+    let r = run_within(c, COMMAND_SECONDS_MAX);
+    assert_eq!(r.code, 64, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("a fifo"), "{}", r.stdout);
+    let mut c = s.cmd("repochd");
+    c.arg("--config").arg(&fifo);
+    let r = run_within(c, COMMAND_SECONDS_MAX);
+    assert_eq!(r.code, 64, "{}{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("a fifo"), "{}", r.stderr);
+}
