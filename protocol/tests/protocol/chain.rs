@@ -301,3 +301,91 @@ fn checkpoint_round_trips_and_refuses_other_keys() {
     )
     .is_err());
 }
+
+/// The C2SP key hash of an Ed25519 verifier key: SHA-256(name || "\n" || 0x01 || key)[..4].
+fn c2sp_key_id(name: &str, key: &repoch_protocol::PublicKey) -> [u8; 4] {
+    let mut m = name.as_bytes().to_vec();
+    m.push(b'\n');
+    m.push(0x01);
+    m.extend_from_slice(&key.0);
+    let h = Hash::of(&m).0;
+    [h[0], h[1], h[2], h[3]]
+}
+
+fn signature_blob(note: &str) -> Vec<u8> {
+    use base64::Engine as _;
+    let line = note.lines().last().unwrap();
+    let b = line.rsplit(' ').next().unwrap();
+    base64::engine::general_purpose::STANDARD.decode(b).unwrap()
+}
+
+#[test]
+fn a_checkpoint_signature_carries_the_c2sp_key_hash_and_a_line_is_judged_by_name_length_and_id() {
+    use base64::Engine as _;
+    use repoch_protocol::checkpoint::{origin, Checkpoint, CheckpointError, KEY_NAME};
+    let b64 = base64::engine::general_purpose::STANDARD;
+    assert_eq!(origin(&DEP), format!("repoch/epoch-log/{}", DEP.to_hex()));
+    let cp = Checkpoint {
+        origin: origin(&DEP),
+        size: 4,
+        head: Hash([7; 32]),
+    };
+    let note = cp.sign(KEY_NAME, &issuer());
+    let blob = signature_blob(&note);
+    assert_eq!(blob.len(), 68);
+    assert_eq!(blob[..4], c2sp_key_id(KEY_NAME, &pk(&issuer())));
+    let (body, _) = note.split_once("\n\n").unwrap();
+    // A valid signature under another name on its line: not the key asked for.
+    let renamed = format!("{body}\n\n\u{2014} someone-else {}\n", b64.encode(&blob));
+    assert_eq!(
+        Checkpoint::verify(&renamed, KEY_NAME, &pk(&issuer())),
+        Err(CheckpointError::Unverified(KEY_NAME.into()))
+    );
+    // The right name and key hash with a blob of the wrong length: skipped, never read.
+    let short = format!(
+        "{body}\n\n\u{2014} {KEY_NAME} {}\n",
+        b64.encode(&blob[..14])
+    );
+    assert_eq!(
+        Checkpoint::verify(&short, KEY_NAME, &pk(&issuer())),
+        Err(CheckpointError::Unverified(KEY_NAME.into()))
+    );
+}
+
+#[test]
+fn a_log_extends_its_own_checkpoint_and_a_fork_or_rollback_is_named_with_its_evidence() {
+    use repoch_protocol::checkpoint::Checkpoint;
+    let records = epoch_records();
+    let rep = verify_log(&log_bytes(&records), &pk(&issuer()), Some(DEP));
+    let cp = Checkpoint::of_log(&rep).expect("a log with a genesis has a checkpoint");
+    assert_eq!(cp.size, records.len() as u64);
+    assert_eq!(cp.head, rep.last_hash().unwrap());
+    assert_eq!(cp.origin, repoch_protocol::checkpoint::origin(&DEP));
+    let ext = cp
+        .extended_by(&rep)
+        .expect("a log extends its own checkpoint");
+    assert_eq!(ext.old, ext.current);
+    // The same size with another head: a fork, the evidence pair at the checkpoint's size.
+    let forked = Checkpoint {
+        head: Hash([9; 32]),
+        ..cp.clone()
+    };
+    let e = forked.extended_by(&rep).unwrap_err();
+    assert_eq!(e.reason, Reason::CheckpointFork);
+    assert_eq!(e.current, (cp.size, cp.head));
+    let text = e.to_string();
+    assert!(
+        text.contains(&format!("checkpoint size {}", cp.size)),
+        "{text}"
+    );
+    assert!(text.contains(&cp.head.to_string()), "{text}");
+    // A longer checkpoint than the log: a rollback.
+    let longer = Checkpoint {
+        size: cp.size + 1,
+        ..cp.clone()
+    };
+    assert_eq!(
+        longer.extended_by(&rep).unwrap_err().reason,
+        Reason::CheckpointRollback
+    );
+}
