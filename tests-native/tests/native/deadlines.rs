@@ -465,11 +465,23 @@ fn an_admin_connection_past_the_bound_is_told_busy_naming_the_bound() {
 
 /// `repoch-consume receive` against a fake repochd at `socket`, waiting `wait` seconds.
 fn consume_from_fake(s: &Sandbox, socket: &std::path::Path, wait: u64) -> Command {
+    consume_from_fake_as(s, socket, "ab12", &s.path("producer.key.pub"), wait)
+}
+
+/// `repoch-consume --json receive` from a fake repochd at `socket`, for deployment
+/// `prefix`, pinning `issuer`, persisting to the sandbox's `grant.cbor`.
+fn consume_from_fake_as(
+    s: &Sandbox,
+    socket: &std::path::Path,
+    prefix: &str,
+    issuer: &std::path::Path,
+    wait: u64,
+) -> Command {
     let mut c = Command::new(bin("repoch-consume"));
-    c.args(["--json", "receive", "--deployment", "ab12", "--key"])
+    c.args(["--json", "receive", "--deployment", prefix, "--key"])
         .arg(s.path("consumer.key"))
         .arg("--issuer-key")
-        .arg(s.path("producer.key.pub"))
+        .arg(issuer)
         .arg("--out")
         .arg(s.path("grant.cbor"))
         .arg("--socket")
@@ -599,17 +611,13 @@ fn the_consumer_refuses_a_grant_whose_fence_fd_is_not_the_fence_it_names() {
         ]));
         let out = s.path("grant.cbor");
         let _ = std::fs::remove_file(&out);
-        let mut cmd = Command::new(bin("repoch-consume"));
-        cmd.args(["--json", "receive", "--deployment", &id[..6], "--key"])
-            .arg(s.path("consumer.key"))
-            .arg("--issuer-key")
-            .arg(s.issuer_pub())
-            .arg("--out")
-            .arg(&out)
-            .arg("--socket")
-            .arg(&socket)
-            .args(["--wait", "10"]);
-        let mut c = Child::spawn(cmd);
+        let mut c = Child::spawn(consume_from_fake_as(
+            &s,
+            &socket,
+            &id[..6],
+            &s.issuer_pub(),
+            10,
+        ));
         let r = c
             .finish_within(Duration::from_secs(DAEMON_WAIT_SECONDS_MAX))
             .expect("the consumer never ended");
@@ -655,19 +663,15 @@ fn the_consumer_refuses_a_fence_fd_on_the_named_inode_number_born_at_another_tim
         "fence-born-another-time",
     ]));
     let out = s.path("grant.cbor");
-    let mut cmd = Command::new(bin("repoch-consume"));
-    cmd.args(["--json", "receive", "--deployment", &id[..6], "--key"])
-        .arg(s.path("consumer.key"))
-        .arg("--issuer-key")
-        .arg(s.issuer_pub())
-        .arg("--out")
-        .arg(&out)
-        .arg("--socket")
-        .arg(&socket)
-        .args(["--wait", "10"]);
-    let r = Child::spawn(cmd)
-        .finish_within(Duration::from_secs(DAEMON_WAIT_SECONDS_MAX))
-        .expect("the consumer never ended");
+    let r = Child::spawn(consume_from_fake_as(
+        &s,
+        &socket,
+        &id[..6],
+        &s.issuer_pub(),
+        10,
+    ))
+    .finish_within(Duration::from_secs(DAEMON_WAIT_SECONDS_MAX))
+    .expect("the consumer never ended");
     assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("born"), "{}", r.stdout);
     assert!(!out.exists());
