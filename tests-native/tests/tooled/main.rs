@@ -108,13 +108,21 @@ impl Need {
 
     /// The command that provides it.
     fn install(self) -> String {
-        match self {
-            Need::Program { package, .. } | Need::Dir { package, .. } => apt(package),
-            Need::DebianPackage => "cargo install cargo-deb --locked && cargo build --release \
+        match self.package() {
+            Some(package) => apt(package),
+            None => "cargo install cargo-deb --locked && cargo build --release \
                  -p repoch-daemon -p repoch-consumer && cargo deb -p repoch-daemon --no-build \
                  (or set REPOCH_DEB to the package)"
                 .to_owned(),
-            Need::NspawnRootfs => apt("mmdebstrap"),
+        }
+    }
+
+    /// The Debian package that provides it, if one does.
+    fn package(self) -> Option<&'static str> {
+        match self {
+            Need::Program { package, .. } | Need::Dir { package, .. } => Some(package),
+            Need::DebianPackage => None,
+            Need::NspawnRootfs => Some("mmdebstrap"),
         }
     }
 
@@ -389,8 +397,56 @@ pub(crate) fn assert_refused(r: &repoch_tests_native::Run, reason: &str) {
     assert_eq!(reasons, [reason], "{}", r.stdout);
 }
 
+/// Options of the harness's command line that take a value in the next argument.
+const VALUED_OPTIONS: &[&str] = &[
+    "--test-threads",
+    "--logfile",
+    "--skip",
+    "--color",
+    "--format",
+    "-Z",
+];
+
+/// The command line, and its filters: std's harness takes any number of them (`cargo
+/// test -- a b` gives both to every test binary), libtest-mimic one. With more than one,
+/// they are matched here (a trial runs if any matches) and the harness gets none.
+fn arguments() -> (libtest_mimic::Arguments, Vec<String>) {
+    let argv: Vec<String> = std::env::args().collect();
+    let mut rest = vec![argv[0].clone()];
+    let mut filters = Vec::new();
+    let mut it = argv.into_iter().skip(1);
+    while let Some(a) = it.next() {
+        if VALUED_OPTIONS.contains(&a.as_str()) {
+            rest.push(a);
+            rest.extend(it.next());
+        } else if a.starts_with('-') {
+            rest.push(a);
+        } else {
+            filters.push(a);
+        }
+    }
+    if filters.len() == 1 {
+        rest.append(&mut filters);
+    }
+    (libtest_mimic::Arguments::from_iter(rest), filters)
+}
+
+/// Whether `t` is out of every one of `filters` (never, when there are none).
+fn filtered_out(
+    args: &libtest_mimic::Arguments,
+    filters: &[String],
+    t: &libtest_mimic::Trial,
+) -> bool {
+    !filters.is_empty()
+        && filters.iter().all(|f| {
+            let mut one = args.clone();
+            one.filter = Some(f.clone());
+            one.is_filtered_out(t)
+        })
+}
+
 fn main() -> std::process::ExitCode {
-    let args = libtest_mimic::Arguments::from_args();
+    let (args, filters) = arguments();
     let mut ready = Vec::new();
     let mut skipped = Vec::new();
     // Each missing need once, with the names of the trials it skips.
@@ -398,13 +454,19 @@ fn main() -> std::process::ExitCode {
     for d in declared() {
         let lacking: Vec<Need> = d.needs.iter().copied().filter(|n| !n.met()).collect();
         if lacking.is_empty() {
-            ready.push(trial(&d));
+            let t = trial(&d);
+            if !filtered_out(&args, &filters, &t) {
+                ready.push(t);
+            }
             continue;
         }
         let labels: Vec<&str> = lacking.iter().map(|n| n.label()).collect();
         let t = trial(&d)
             .with_kind(format!("missing: {}", labels.join(", ")))
             .with_ignored_flag(true);
+        if filtered_out(&args, &filters, &t) {
+            continue;
+        }
         if args.is_filtered_out(&t) {
             skipped.push(t);
             continue;
@@ -428,6 +490,18 @@ fn main() -> std::process::ExitCode {
             names.len(),
             if names.len() == 1 { "" } else { "s" },
             need.install()
+        );
+    }
+    let mut packages: Vec<&str> = Vec::new();
+    for p in missing.iter().filter_map(|(n, _)| n.package()) {
+        if !packages.contains(&p) {
+            packages.push(p);
+        }
+    }
+    if packages.len() > 1 {
+        eprintln!(
+            "every missing package at once: {}",
+            apt(&packages.join(" "))
         );
     }
     // Ignored whatever the arguments ask: a trial that cannot run is never run.
