@@ -5,7 +5,7 @@
 pub mod sys;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 use rustix::fs::IFlags;
 
@@ -566,7 +566,7 @@ pub fn nspawn_rootfs() -> PathBuf {
     let rootfs = target.join("nspawn-rootfs");
     let lock = std::fs::File::create(target.join("nspawn-rootfs.lock")).unwrap();
     rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).unwrap();
-    if !rootfs.join("usr/lib/systemd/systemd").exists() {
+    if !nspawn_rootfs_built() {
         let tmp = target.join("nspawn-rootfs.tmp");
         let _ = std::fs::remove_dir_all(&tmp);
         let o = Command::new("mmdebstrap")
@@ -587,6 +587,39 @@ pub fn nspawn_rootfs() -> PathBuf {
         std::fs::rename(&tmp, &rootfs).unwrap();
     }
     rootfs
+}
+
+/// Whether [`nspawn_rootfs`] is already built (then mmdebstrap is not needed).
+pub fn nspawn_rootfs_built() -> bool {
+    bin_dir()
+        .parent()
+        .expect("target")
+        .join("nspawn-rootfs/usr/lib/systemd/systemd")
+        .exists()
+}
+
+/// The Debian package built from this tree: `REPOCH_DEB` if set, else the last
+/// `target/debian/repoch_*.deb` (built by `cargo build --release -p repoch-daemon -p
+/// repoch-consumer && cargo deb -p repoch-daemon --no-build`, as .ci/run does). `None`
+/// when there is no such file.
+pub fn debian_package() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("REPOCH_DEB") {
+        return Some(PathBuf::from(p)).filter(|p| p.is_file());
+    }
+    let dir = bin_dir().parent().expect("target").join("debian");
+    let mut debs: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("repoch_") && n.ends_with(".deb"))
+        })
+        .collect();
+    debs.sort();
+    debs.pop()
 }
 
 /// A booted systemd container (`systemd-nspawn -b`, volatile overlay so tests can share
@@ -972,4 +1005,119 @@ pub fn rename_copy_over(path: &Path) {
     let new = path.with_extension("repoch-new");
     std::fs::copy(path, &new).unwrap();
     std::fs::rename(&new, path).unwrap();
+}
+
+// Issuance helpers shared by both test binaries (tests/native and tests/tooled).
+
+pub fn run(mut c: Command) -> Run {
+    c.stdin(Stdio::null()).output().expect("spawn").into()
+}
+
+pub fn records(s: &Sandbox, id: &str) -> Vec<String> {
+    s.status(id).json()["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Starts a recovery in the background (its wait covers consumers started afterwards).
+pub fn recover_bg(s: &Sandbox, prefix: &str, wait: u64) -> std::process::Child {
+    s.recover(prefix, wait, &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+pub fn finish(c: std::process::Child) -> Run {
+    c.wait_with_output().unwrap().into()
+}
+
+pub fn open_to_all(s: &Sandbox) {
+    use std::os::unix::fs::PermissionsExt as _;
+    // Let an unprivileged process reach the sandbox's sockets and binaries.
+    std::fs::set_permissions(s.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    for p in ["root", "root/run", "root/run/repoch"] {
+        std::fs::set_permissions(s.dir.path().join(p), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+    }
+}
+
+/// Whether `pid` is stopped (state T in /proc/PID/stat).
+fn stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('T'))
+    })
+}
+
+/// repochd started with `REPOCH_BARRIER`: it stops itself right after the named step.
+#[derive(Debug)]
+pub struct AtBarrier {
+    daemon: std::process::Child,
+    log: std::path::PathBuf,
+    barrier: String,
+}
+
+impl AtBarrier {
+    pub fn start(s: &Sandbox, barrier: &str) -> AtBarrier {
+        let log = s.path("repochd.log");
+        let daemon = s
+            .cmd("repochd")
+            .env("REPOCH_BARRIER", barrier)
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let d = AtBarrier {
+            daemon,
+            log,
+            barrier: barrier.to_owned(),
+        };
+        d.wait_for(|t| t.contains("repochd ready"), "start");
+        assert!(d.text().contains("barriers=true"), "this repochd was built without barriers: build it with `cargo test --workspace` (a plain `cargo build` leaves one without)");
+        d
+    }
+    pub fn pid(&self) -> u32 {
+        self.daemon.id()
+    }
+    pub fn text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+    fn wait_for(&self, ok: impl Fn(&str) -> bool, what: &str) {
+        let start = std::time::Instant::now();
+        while !ok(&self.text()) {
+            assert!(
+                start.elapsed().as_secs() < DAEMON_WAIT_SECONDS_MAX,
+                "repochd did not {what}:\n{}",
+                self.text()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+    /// The barrier: logged, and the process stopped there.
+    pub fn reached(&self) {
+        let line = format!("barrier {} reached", self.barrier);
+        let pid = self.daemon.id();
+        self.wait_for(
+            |t| t.contains(&line) && stopped(pid),
+            &format!("stop at {}", self.barrier),
+        );
+    }
+    pub fn signal(&self, sig: rustix::process::Signal) {
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(self.daemon.id() as i32).unwrap(),
+            sig,
+        )
+        .unwrap();
+    }
+}
+
+impl Drop for AtBarrier {
+    fn drop(&mut self) {
+        let _ = self.daemon.kill();
+        let _ = self.daemon.wait();
+    }
 }

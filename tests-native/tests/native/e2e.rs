@@ -9,31 +9,8 @@ use std::process::{Command, Stdio};
 
 use repoch_tests_native::*;
 
-pub(crate) fn run(mut c: Command) -> Run {
-    c.stdin(Stdio::null()).output().expect("spawn").into()
-}
-
-pub(crate) fn records(s: &Sandbox, id: &str) -> Vec<String> {
-    s.status(id).json()["records"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["kind"].as_str().unwrap().to_owned())
-        .collect()
-}
-
-/// Starts a recovery in the background (its wait covers consumers started afterwards).
-pub(crate) fn recover_bg(s: &Sandbox, prefix: &str, wait: u64) -> std::process::Child {
-    s.recover(prefix, wait, &[])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-pub(crate) fn finish(c: std::process::Child) -> Run {
-    c.wait_with_output().unwrap().into()
-}
+// Shared with the other modules and with the `tooled` test binary (tests/tooled).
+pub(crate) use repoch_tests_native::{finish, open_to_all, records, recover_bg, run, AtBarrier};
 
 #[test]
 #[ignore = "needs root"]
@@ -186,15 +163,6 @@ fn a_failed_observation_refuses_with_every_reason_and_writes_nothing() {
     reasons.sort();
     assert_eq!(reasons, ["fence-busy", "ready-missing"]);
     assert_eq!(records(&s, &id), ["genesis"]);
-}
-
-pub(crate) fn open_to_all(s: &Sandbox) {
-    // Let an unprivileged process reach the sandbox's sockets and binaries.
-    std::fs::set_permissions(s.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    for p in ["root", "root/run", "root/run/repoch"] {
-        std::fs::set_permissions(s.dir.path().join(p), std::fs::Permissions::from_mode(0o755))
-            .unwrap();
-    }
 }
 
 #[test]
@@ -603,128 +571,6 @@ fn the_demo_as_another_user_runs_the_offline_parts_and_says_what_it_skipped() {
         .unwrap()
         .iter()
         .any(|s| s == "recover"));
-}
-
-#[test]
-#[ignore = "needs root"]
-fn a_failed_append_is_uncertain_never_retried_and_repochd_stops_issuing() {
-    // The deployment's state lives on a loop-mounted ext4. Barrier: repochd has observed
-    // everything and waits for the consumer. Then the file system dies (EXT4_IOC_SHUTDOWN),
-    // the consumer connects, and the intent's write or fdatasync fails: the outcome is
-    // uncertain (exit 3), the consumer is told, and repochd refuses every later recovery
-    // with store-poisoned until restarted.
-    require_root!();
-    let _no_netns = mount_namespace_guard();
-    let fs = Ext4::new();
-    let s = Sandbox::within(Some(&fs.mnt));
-    let id = s.enroll();
-    let d = s.daemon();
-    let rec = recover_bg(&s, &id[..6], 20);
-    d.wait_log("waiting for the consumer");
-    // The consumer's pinned key lives with it, not on the dying file system.
-    std::fs::copy(s.issuer_pub(), s.path("issuer.pub")).unwrap();
-    fs.cut_power();
-    let mut c = s.cmd("repoch-consume");
-    c.args(["--json", "receive", "--deployment", &id[..6], "--key"])
-        .arg(s.path("consumer.key"))
-        .arg("--issuer-key")
-        .arg(s.path("issuer.pub"));
-    c.arg("--out")
-        .arg(s.path("grant.cbor"))
-        .arg("--socket")
-        .arg(s.grant_socket());
-    let c = run(c);
-    let r = finish(rec);
-    assert_eq!(r.code, 3, "{}{}", r.stdout, r.stderr);
-    assert_eq!(r.outcome()["outcome"], "uncertain");
-    assert_eq!(r.reasons(), ["store-poisoned"]);
-    assert_eq!(c.code, 2, "{}", c.stdout);
-    assert!(c.stdout.contains("store-poisoned"), "{}", c.stdout);
-    assert!(!s.path("grant.cbor").exists());
-    // The daemon stops issuing: the next request is refused before anything is touched.
-    let again = run(s.recover(&id[..6], 1, &[]));
-    assert_eq!(again.code, 2, "{}", again.stdout);
-    assert_eq!(again.reasons(), ["store-poisoned"]);
-    let log = d.wait_log("poisoned");
-    assert!(log.contains("no further issuance until restart"), "{log}");
-    drop(d);
-    drop(s);
-}
-
-/// Whether `pid` is stopped (state T in /proc/PID/stat).
-fn stopped(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rsplit(')')
-            .next()
-            .is_some_and(|r| r.trim_start().starts_with('T'))
-    })
-}
-
-/// repochd started with `REPOCH_BARRIER`: it stops itself right after the named step.
-pub(crate) struct AtBarrier {
-    daemon: std::process::Child,
-    log: std::path::PathBuf,
-    barrier: String,
-}
-
-impl AtBarrier {
-    pub(crate) fn start(s: &Sandbox, barrier: &str) -> AtBarrier {
-        let log = s.path("repochd.log");
-        let daemon = s
-            .cmd("repochd")
-            .env("REPOCH_BARRIER", barrier)
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let d = AtBarrier {
-            daemon,
-            log,
-            barrier: barrier.to_owned(),
-        };
-        d.wait_for(|t| t.contains("repochd ready"), "start");
-        assert!(d.text().contains("barriers=true"), "this repochd was built without barriers: build it with `cargo test --workspace` (a plain `cargo build` leaves one without)");
-        d
-    }
-    pub(crate) fn pid(&self) -> u32 {
-        self.daemon.id()
-    }
-    pub(crate) fn text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-    fn wait_for(&self, ok: impl Fn(&str) -> bool, what: &str) {
-        let start = std::time::Instant::now();
-        while !ok(&self.text()) {
-            assert!(
-                start.elapsed().as_secs() < DAEMON_WAIT_SECONDS_MAX,
-                "repochd did not {what}:\n{}",
-                self.text()
-            );
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-    }
-    /// The barrier: logged, and the process stopped there.
-    pub(crate) fn reached(&self) {
-        let line = format!("barrier {} reached", self.barrier);
-        let pid = self.daemon.id();
-        self.wait_for(
-            |t| t.contains(&line) && stopped(pid),
-            &format!("stop at {}", self.barrier),
-        );
-    }
-    pub(crate) fn signal(&self, sig: rustix::process::Signal) {
-        rustix::process::kill_process(
-            rustix::process::Pid::from_raw(self.daemon.id() as i32).unwrap(),
-            sig,
-        )
-        .unwrap();
-    }
-}
-
-impl Drop for AtBarrier {
-    fn drop(&mut self) {
-        let _ = self.daemon.kill();
-        let _ = self.daemon.wait();
-    }
 }
 
 /// `kill -9` of repochd stopped at `barrier` (a named publication point), then the oracles:

@@ -1,5 +1,6 @@
 //! The suite's own rules, checked on its source: a test that needs root is listed as
-//! ignored when it cannot run, never reported as passed (README.md, "Test it").
+//! ignored when it cannot run, never reported as passed (README.md, "Test it"), in both
+//! test binaries (tests/native, and tests/tooled with its own harness).
 
 use std::path::{Path, PathBuf};
 
@@ -78,7 +79,7 @@ fn every_test_that_needs_root_is_marked_ignored() {
     // user `cargo test` then lists it as ignored, and `--include-ignored` runs it (as
     // another user it fails, naming root). Without the attribute a plain run would fail as
     // a user; with an early return instead it would read as passed without having run.
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/native");
     let mut files = Vec::new();
     sources(&dir, &mut files);
     files.sort();
@@ -111,4 +112,77 @@ fn every_test_that_needs_root_is_marked_ignored() {
     );
     // The scan found the root tests at all (a layout it cannot parse would find none).
     assert!(marked > 100, "only {marked} root tests found");
+}
+
+/// Every top-level `pub(crate) fn` of `src` (rustfmt layout: `fn` at column 0, closed by
+/// `}` at column 0): (name, body), and every line that calls `require_root!` outside them.
+fn trial_fns_of(src: &str) -> (Vec<(String, String)>, Vec<usize>) {
+    let lines: Vec<&str> = src.lines().collect();
+    let mut fns = Vec::new();
+    let mut in_fn = vec![false; lines.len()];
+    for (k, l) in lines.iter().enumerate() {
+        let Some(rest) = l.strip_prefix("pub(crate) fn ") else {
+            continue;
+        };
+        let name = rest.split('(').next().unwrap().to_owned();
+        let end = (k..lines.len())
+            .find(|&j| lines[j] == "}")
+            .unwrap_or_else(|| panic!("{name}: no closing brace at column 0"));
+        for f in in_fn.iter_mut().take(end + 1).skip(k) {
+            *f = true;
+        }
+        fns.push((name, lines[k..=end].join("\n")));
+    }
+    let stray = lines
+        .iter()
+        .enumerate()
+        .filter(|(k, l)| !in_fn[*k] && calls_require_root(l))
+        .map(|(k, _)| k + 1)
+        .collect();
+    (fns, stray)
+}
+
+#[test]
+fn every_tooled_trial_that_needs_root_is_declared_root() {
+    // tests/tooled has its own harness: a trial is ignored unless asked for when it is
+    // declared `trial!(root, module::name, …)` in its main.rs. A function there that calls
+    // `require_root!` must be declared so (declared `plain`, or not at all, it would fail
+    // as another user, or never run).
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tooled");
+    let main: String = std::fs::read_to_string(dir.join("main.rs"))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    let mut files = Vec::new();
+    sources(&dir, &mut files);
+    files.sort();
+    let mut missing = Vec::new();
+    let mut stray = Vec::new();
+    let mut marked = 0;
+    for f in files.iter().filter(|f| !f.ends_with("main.rs")) {
+        let module = f.file_stem().unwrap().to_string_lossy();
+        let (fns, outside) = trial_fns_of(&std::fs::read_to_string(f).unwrap());
+        for (name, body) in fns {
+            if !body.lines().any(calls_require_root) {
+                continue;
+            }
+            if main.contains(&format!("trial!(root,{module}::{name},")) {
+                marked += 1;
+            } else {
+                missing.push(format!("{module}::{name}"));
+            }
+        }
+        stray.extend(outside.iter().map(|l| format!("{}:{l}", f.display())));
+    }
+    assert!(
+        missing.is_empty(),
+        "functions in tests/tooled that call require_root! without trial!(root, …) in its \
+         main.rs:\n{}",
+        missing.join("\n")
+    );
+    assert!(
+        stray.is_empty(),
+        "require_root! called outside a trial's body in tests/tooled: {stray:?}"
+    );
+    assert!(marked > 30, "only {marked} root trials found");
 }

@@ -1,7 +1,6 @@
 //! Native tests: the real binaries as real processes against real files, locks, sockets,
 //! cgroups and file systems. One binary, one module per area; a fresh sandbox per test.
 
-mod abuse;
 mod acceptance;
 mod bounded;
 mod checkpoint;
@@ -10,7 +9,6 @@ mod contenders;
 mod cross;
 mod daemon_config;
 mod deadlines;
-mod disks;
 mod e2e;
 mod granted;
 mod hostile;
@@ -19,10 +17,6 @@ mod identity;
 mod inputs;
 mod matrix_types;
 mod observers;
-mod powerloss;
-mod powerloss_real;
 mod store;
-mod systemd_recovery;
 mod told;
-mod units;
 mod zero_bytes;

@@ -25,8 +25,6 @@ use repoch_protocol::epoch::{verify_log, EpochBody, LogReport};
 use repoch_protocol::{DeploymentId, PublicKey};
 use repoch_tests_native::*;
 
-use super::e2e::{recover_bg, run, AtBarrier};
-
 /// Every issuance barrier, in order, with the records its steps have appended (and
 /// fsynced) when it is reached.
 const CASES: &[(&str, &[&str])] = &[
@@ -366,8 +364,7 @@ fn power_cut_at(barrier: &str) {
     drop(daemon);
 }
 
-#[test]
-fn every_issuance_barrier_has_a_power_cut_case_in_order() {
+pub(crate) fn every_issuance_barrier_has_a_power_cut_case_in_order() {
     let issuance: Vec<&str> = repoch_issuer::barrier::BARRIERS
         .iter()
         .copied()
@@ -377,79 +374,58 @@ fn every_issuance_barrier_has_a_power_cut_case_in_order() {
     assert_eq!(cases, issuance);
 }
 
-#[test]
-#[ignore = "needs root"]
-fn power_cut_after_open_writes_nothing_and_grants_once() {
+pub(crate) fn power_cut_after_open_writes_nothing_and_grants_once() {
     require_root!();
     power_cut_at("after-open");
 }
 
-#[test]
-#[ignore = "needs root"]
-fn power_cut_after_reserve_writes_nothing_and_grants_once() {
+pub(crate) fn power_cut_after_reserve_writes_nothing_and_grants_once() {
     require_root!();
     power_cut_at("after-reserve");
 }
 
-#[test]
-#[ignore = "needs root"]
-fn power_cut_after_observe_writes_nothing_and_grants_once() {
+pub(crate) fn power_cut_after_observe_writes_nothing_and_grants_once() {
     require_root!();
     power_cut_at("after-observe");
 }
 
-#[test]
-#[ignore = "needs root"]
-fn power_cut_after_connect_writes_nothing_and_grants_once() {
+pub(crate) fn power_cut_after_connect_writes_nothing_and_grants_once() {
     require_root!();
     power_cut_at("after-connect");
 }
 
-#[test]
-#[ignore = "needs root"]
-fn power_cut_after_intent_keeps_the_epoch_intended_and_refused() {
+pub(crate) fn power_cut_after_intent_keeps_the_epoch_intended_and_refused() {
     require_root!();
     power_cut_at("after-intent");
 }
 
-#[test]
-#[ignore = "needs root"]
-fn power_cut_after_custody_keeps_the_epoch_intended_and_refused() {
+pub(crate) fn power_cut_after_custody_keeps_the_epoch_intended_and_refused() {
     require_root!();
     power_cut_at("after-custody");
 }
 
-#[test]
-#[ignore = "needs root"]
-fn power_cut_after_the_first_final_verification_keeps_the_epoch_intended_and_refused() {
+pub(crate) fn power_cut_after_the_first_final_verification_keeps_the_epoch_intended_and_refused() {
     require_root!();
     power_cut_at("after-final-1");
 }
 
-#[test]
-#[ignore = "needs root"]
-fn power_cut_after_consume_keeps_the_epoch_consumed_and_refused() {
+pub(crate) fn power_cut_after_consume_keeps_the_epoch_consumed_and_refused() {
     require_root!();
     power_cut_at("after-consume");
 }
 
-#[test]
-#[ignore = "needs root"]
-fn power_cut_after_receipt_keeps_the_epoch_receipted_and_refused() {
+pub(crate) fn power_cut_after_receipt_keeps_the_epoch_receipted_and_refused() {
     require_root!();
     power_cut_at("after-receipt");
 }
 
-#[test]
-#[ignore = "needs root"]
-fn power_cut_after_the_second_final_verification_keeps_the_epoch_receipted_and_refused() {
+pub(crate) fn power_cut_after_the_second_final_verification_keeps_the_epoch_receipted_and_refused()
+{
     require_root!();
     power_cut_at("after-final-2");
 }
 
-#[test]
-#[ignore = "needs root"]
-fn power_cut_after_dispatch_keeps_the_receipt_the_persisted_grant_carries() {
+pub(crate) fn power_cut_after_dispatch_keeps_the_receipt_the_persisted_grant_carries() {
     require_root!();
     power_cut_at("after-dispatch");
 }

@@ -8,8 +8,6 @@ use std::time::{Duration, Instant};
 
 use repoch_tests_native::*;
 
-use super::e2e::{finish, records, recover_bg};
-
 /// Connections of each kind the abuser opens on each socket.
 const FLOOD_CONNECTIONS: usize = 1000;
 /// Resident memory repochd may reach under the flood.
@@ -96,9 +94,8 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-#[test]
-#[ignore = "needs root"]
-fn a_flood_of_hostile_connections_from_another_user_neither_delays_nor_touches_a_real_recovery() {
+pub(crate) fn a_flood_of_hostile_connections_from_another_user_neither_delays_nor_touches_a_real_recovery(
+) {
     // A recovery waits for its consumer. As uid 65534, 1,000 idle connections and 100 each
     // of drip-feeders, oversized and zero lengths, garbage and truncated frames hit the
     // admin socket (its mode opened for the test: repochd itself must refuse) and the grant
@@ -109,7 +106,7 @@ fn a_flood_of_hostile_connections_from_another_user_neither_delays_nor_touches_a
     let s = Sandbox::new();
     let id = s.enroll();
     let d = s.daemon();
-    super::e2e::open_to_all(&s);
+    open_to_all(&s);
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(admin_socket(&s), std::fs::Permissions::from_mode(0o666)).unwrap();
     let rec = recover_bg(&s, &id[..6], 60);
@@ -226,9 +223,7 @@ while True:
 /// hard limit these machines give (20,000).
 const HOARDED_FDS: u64 = 17_000;
 
-#[test]
-#[ignore = "needs root"]
-fn another_user_holding_many_descriptors_cannot_deny_a_recovery() {
+pub(crate) fn another_user_holding_many_descriptors_cannot_deny_a_recovery() {
     // The consumer's sole-holder check and the lock and socket holder searches walk every
     // process's descriptors. As uid 65534, one process holds 17,000 (past the old bound of
     // 16,384 per process: the walk then failed, and the real consumer was rejected
@@ -241,7 +236,7 @@ fn another_user_holding_many_descriptors_cannot_deny_a_recovery() {
     let script = s.path("hoarder.py");
     std::fs::write(&script, FD_HOARDER).unwrap();
     use std::os::unix::fs::PermissionsExt as _;
-    super::e2e::open_to_all(&s);
+    open_to_all(&s);
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
     let mut c = Command::new("setpriv");
     c.args([
@@ -258,7 +253,7 @@ fn another_user_holding_many_descriptors_cannot_deny_a_recovery() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let r = super::e2e::run(s.recover(&id[..6], 20, &[]));
+    let r = run(s.recover(&id[..6], 20, &[]));
     let c = finish(consumer);
     assert_eq!(c.code, 0, "the consumer: {}", c.stdout);
     assert_eq!(r.code, 0, "{}", r.stdout);

@@ -244,31 +244,14 @@ pub(crate) fn verify_units(c: &Container) {
     assert_eq!(v.stdout.trim(), "", "systemd-analyze verify warned");
 }
 
-/// The Debian package (`target/debian/repoch_*.deb`, built by
-/// `cargo build --release -p repoch-daemon -p repoch-consumer && cargo deb -p repoch-daemon
-/// --no-build`, as .ci/run does; `REPOCH_DEB` names another file).
+/// The Debian package ([`debian_package`]); the `tooled` harness skips this test when
+/// there is none.
 fn package() -> PathBuf {
-    if let Some(p) = std::env::var_os("REPOCH_DEB") {
-        return PathBuf::from(p);
-    }
-    let dir = bin_dir().parent().expect("target").join("debian");
-    let mut debs: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("repoch_") && n.ends_with(".deb"))
-        })
-        .collect();
-    debs.sort();
-    debs.pop().unwrap_or_else(|| {
+    debian_package().unwrap_or_else(|| {
         panic!(
-            "no repoch_*.deb in {}: build it with `cargo build --release -p repoch-daemon \
-             -p repoch-consumer && cargo deb -p repoch-daemon --no-build` (or set REPOCH_DEB)",
-            dir.display()
+            "no repoch_*.deb in target/debian: build it with `cargo build --release -p \
+             repoch-daemon -p repoch-consumer && cargo deb -p repoch-daemon --no-build` (or \
+             set REPOCH_DEB)"
         )
     })
 }
@@ -308,9 +291,7 @@ fn install_package(c: &Container) {
     }
 }
 
-#[test]
-#[ignore = "needs root"]
-fn a_recovery_from_the_installed_package() {
+pub(crate) fn a_recovery_from_the_installed_package() {
     require_root!();
     let s = Sandbox::new();
     let c = Container::boot(&s.tag);
@@ -332,9 +313,7 @@ fn a_recovery_from_the_installed_package() {
     );
 }
 
-#[test]
-#[ignore = "needs root"]
-fn a_recovery_through_socket_activation_under_the_shipped_unit() {
+pub(crate) fn a_recovery_through_socket_activation_under_the_shipped_unit() {
     require_root!();
     let s = Sandbox::new();
     let c = Container::boot(&s.tag);

@@ -16,9 +16,7 @@ fn reasons(r: &Run) -> Vec<String> {
     failed(r).into_iter().map(|(_, reason)| reason).collect()
 }
 
-#[test]
-#[ignore = "needs root"]
-fn units_masked_active_reload_pending_and_absent_systemd() {
+pub(crate) fn units_masked_active_reload_pending_and_absent_systemd() {
     require_root!();
     let s = Sandbox::new();
     let id = s.enroll_with(&s.manifest("[containment]\nunits = [\"oldroot.service\"]"));

@@ -158,27 +158,21 @@ fn power_loss_at(phase: usize, before_sync: bool) {
     let _ = Path::new(&fs.mnt);
 }
 
-#[test]
-#[ignore = "needs root"]
-fn power_loss_right_after_each_fsynced_append_keeps_it() {
+pub(crate) fn power_loss_right_after_each_fsynced_append_keeps_it() {
     require_root!();
     for phase in 1..=3 {
         power_loss_at(phase, false);
     }
 }
 
-#[test]
-#[ignore = "needs root"]
-fn power_loss_right_before_each_fsync_loses_only_the_unsynced_record() {
+pub(crate) fn power_loss_right_before_each_fsync_loses_only_the_unsynced_record() {
     require_root!();
     for phase in 1..=3 {
         power_loss_at(phase, true);
     }
 }
 
-#[test]
-#[ignore = "needs root"]
-fn power_loss_right_after_enrollment_keeps_the_deployment() {
+pub(crate) fn power_loss_right_after_enrollment_keeps_the_deployment() {
     // enroll returns only after every file and directory is fsynced.
     require_root!();
     let _no_netns = mount_namespace_guard();

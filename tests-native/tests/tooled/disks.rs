@@ -10,8 +10,6 @@ use std::process::Stdio;
 
 use repoch_tests_native::*;
 
-use super::e2e::{finish, records, recover_bg, run, AtBarrier};
-
 /// Bytes written per call while filling a file system.
 const FILL_CHUNK_BYTES: usize = 64 * 1024;
 /// Name length of the extra fences that make every record larger than a block.
@@ -165,9 +163,7 @@ fn disk_fails_before(barrier: &str, kind: &str, failure: Failure, kept: &[&str])
     );
 }
 
-#[test]
-#[ignore = "needs root"]
-fn a_full_disk_at_each_append_is_uncertain_leaves_the_log_as_it_was_and_stops_issuing() {
+pub(crate) fn a_full_disk_at_each_append_is_uncertain_leaves_the_log_as_it_was_and_stops_issuing() {
     require_root!();
     disk_fails_before("after-connect", "intent", Failure::NoSpace, &["genesis"]);
     disk_fails_before(
@@ -178,9 +174,7 @@ fn a_full_disk_at_each_append_is_uncertain_leaves_the_log_as_it_was_and_stops_is
     );
 }
 
-#[test]
-#[ignore = "needs root"]
-fn a_dead_disk_at_each_append_is_uncertain_leaves_the_log_as_it_was_and_stops_issuing() {
+pub(crate) fn a_dead_disk_at_each_append_is_uncertain_leaves_the_log_as_it_was_and_stops_issuing() {
     require_root!();
     disk_fails_before("after-connect", "intent", Failure::Dead, &["genesis"]);
     disk_fails_before(
@@ -202,9 +196,7 @@ const PAGE_BYTES: usize = 4096;
 /// Facts tried while padding the intent so the log ends where the case needs it.
 const PAD_FACTS_MAX: usize = 64;
 
-#[test]
-#[ignore = "needs root"]
-fn a_full_disk_never_leaves_a_partial_record() {
+pub(crate) fn a_full_disk_never_leaves_a_partial_record() {
     // The page-cache write path fills page by page: on a full ext4 with 1 KiB blocks, an
     // append that starts in the last, already allocated block of a page and runs into the
     // next page writes the first part and then fails, leaving a partial record (seen: 596

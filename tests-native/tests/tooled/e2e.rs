@@ -1,0 +1,48 @@
+//! An issuance whose append fails on a dying ext4 (the rest of the end-to-end tests:
+//! tests/native/e2e.rs).
+
+use repoch_tests_native::*;
+
+pub(crate) fn a_failed_append_is_uncertain_never_retried_and_repochd_stops_issuing() {
+    // The deployment's state lives on a loop-mounted ext4. Barrier: repochd has observed
+    // everything and waits for the consumer. Then the file system dies (EXT4_IOC_SHUTDOWN),
+    // the consumer connects, and the intent's write or fdatasync fails: the outcome is
+    // uncertain (exit 3), the consumer is told, and repochd refuses every later recovery
+    // with store-poisoned until restarted.
+    require_root!();
+    let _no_netns = mount_namespace_guard();
+    let fs = Ext4::new();
+    let s = Sandbox::within(Some(&fs.mnt));
+    let id = s.enroll();
+    let d = s.daemon();
+    let rec = recover_bg(&s, &id[..6], 20);
+    d.wait_log("waiting for the consumer");
+    // The consumer's pinned key lives with it, not on the dying file system.
+    std::fs::copy(s.issuer_pub(), s.path("issuer.pub")).unwrap();
+    fs.cut_power();
+    let mut c = s.cmd("repoch-consume");
+    c.args(["--json", "receive", "--deployment", &id[..6], "--key"])
+        .arg(s.path("consumer.key"))
+        .arg("--issuer-key")
+        .arg(s.path("issuer.pub"));
+    c.arg("--out")
+        .arg(s.path("grant.cbor"))
+        .arg("--socket")
+        .arg(s.grant_socket());
+    let c = run(c);
+    let r = finish(rec);
+    assert_eq!(r.code, 3, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.outcome()["outcome"], "uncertain");
+    assert_eq!(r.reasons(), ["store-poisoned"]);
+    assert_eq!(c.code, 2, "{}", c.stdout);
+    assert!(c.stdout.contains("store-poisoned"), "{}", c.stdout);
+    assert!(!s.path("grant.cbor").exists());
+    // The daemon stops issuing: the next request is refused before anything is touched.
+    let again = run(s.recover(&id[..6], 1, &[]));
+    assert_eq!(again.code, 2, "{}", again.stdout);
+    assert_eq!(again.reasons(), ["store-poisoned"]);
+    let log = d.wait_log("poisoned");
+    assert!(log.contains("no further issuance until restart"), "{log}");
+    drop(d);
+    drop(s);
+}

@@ -1,0 +1,517 @@
+//! The native tests that need a tool or an artifact beyond the workspace and a Debian base
+//! system: a loop-mounted ext4 (`mkfs.ext4`, `losetup`), network namespaces (`ip`), a
+//! systemd container (`systemd-nspawn`, a rootfs built by `mmdebstrap`), Debian's
+//! `/usr/bin/python3`, Go with golang.org/x/mod's packaged sources, the Debian package
+//! built from this tree. Same rules as tests/native otherwise (README.md, "Test it").
+//!
+//! Rust's own test harness can only ignore a test at compile time, so this binary has its
+//! own (`harness = false`, libtest-mimic): each trial declares what it needs, checked when
+//! the binary starts. A trial whose need is missing is reported as ignored, labelled
+//! `[missing: TOOL]`, and the command that installs it is printed once to stderr (a line
+//! starting `skipped, missing `, which .ci/run turns into a failure under CI). It
+//! stays ignored under `--include-ignored`: it never fails for the missing tool, and never
+//! reads as passed. Those trials run through a second pass of the harness, so a run that
+//! skips some prints two `test result:` lines.
+//!
+//! A trial that needs root is declared `root`: it is ignored unless `--include-ignored`
+//! (or `--ignored`) is given, like `#[ignore = "needs root"]`, and starts with
+//! `require_root!()`. The hygiene test (tests/native/hygiene.rs) holds every function here
+//! that calls `require_root!` to a `root` declaration.
+
+mod abuse;
+mod checkpoint;
+mod containment;
+mod disks;
+mod e2e;
+mod identity;
+mod inputs;
+mod observers;
+mod powerloss;
+mod powerloss_real;
+mod systemd_recovery;
+mod units;
+
+use std::path::Path;
+
+use repoch_tests_native::{debian_package, nspawn_rootfs_built};
+
+/// What a trial needs besides the workspace's binaries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Need {
+    /// A program: on `PATH`, or at this absolute path. `package` is the Debian package
+    /// that provides it.
+    Program {
+        name: &'static str,
+        package: &'static str,
+    },
+    /// A directory that a Debian package installs.
+    Dir {
+        path: &'static str,
+        package: &'static str,
+    },
+    /// The Debian package built from this tree ([`debian_package`]).
+    DebianPackage,
+    /// The container's rootfs: built once under target/ by mmdebstrap
+    /// (`repoch_tests_native::nspawn_rootfs`); once it is there, mmdebstrap is not needed.
+    NspawnRootfs,
+}
+
+const MKFS_EXT4: Need = Need::Program {
+    name: "mkfs.ext4",
+    package: "e2fsprogs",
+};
+const LOSETUP: Need = Need::Program {
+    name: "losetup",
+    package: "mount",
+};
+const IP: Need = Need::Program {
+    name: "ip",
+    package: "iproute2",
+};
+/// Debian's interpreter (the tests run it as uid 65534, so never a per-user one).
+const PYTHON3: Need = Need::Program {
+    name: "/usr/bin/python3",
+    package: "python3",
+};
+const NSPAWN: Need = Need::Program {
+    name: "systemd-nspawn",
+    package: "systemd-container",
+};
+const GO: Need = Need::Program {
+    name: "go",
+    package: "golang-go",
+};
+/// The sources the independent note verifier (tests-native/go/noteverify) builds against,
+/// offline.
+const GO_X_MOD: Need = Need::Dir {
+    path: "/usr/share/gocode/src/golang.org/x/mod/sumdb/note",
+    package: "golang-golang-x-mod-dev",
+};
+const EXT4: &[Need] = &[MKFS_EXT4, LOSETUP];
+const CONTAINER: &[Need] = &[NSPAWN, Need::NspawnRootfs];
+
+/// The command that installs the packages, as `apt-get install` takes them.
+fn apt(packages: &str) -> String {
+    format!("apt-get install {packages}")
+}
+
+impl Need {
+    /// What the `[missing: …]` label and the stderr line name.
+    fn label(self) -> &'static str {
+        match self {
+            Need::Program { name, .. } => name,
+            Need::Dir { path, .. } => path,
+            Need::DebianPackage => "target/debian/repoch_*.deb",
+            Need::NspawnRootfs => "mmdebstrap",
+        }
+    }
+
+    /// The command that provides it.
+    fn install(self) -> String {
+        match self.package() {
+            Some(package) => apt(package),
+            None => "cargo install cargo-deb --locked && cargo build --release \
+                 -p repoch-daemon -p repoch-consumer && cargo deb -p repoch-daemon --no-build \
+                 (or set REPOCH_DEB to the package)"
+                .to_owned(),
+        }
+    }
+
+    /// The Debian package that provides it, if one does.
+    fn package(self) -> Option<&'static str> {
+        match self {
+            Need::Program { package, .. } | Need::Dir { package, .. } => Some(package),
+            Need::DebianPackage => None,
+            Need::NspawnRootfs => Some("mmdebstrap"),
+        }
+    }
+
+    fn met(self) -> bool {
+        match self {
+            Need::Program { name, .. } => program(name),
+            Need::Dir { path, .. } => Path::new(path).is_dir(),
+            Need::DebianPackage => debian_package().is_some(),
+            Need::NspawnRootfs => nspawn_rootfs_built() || program("mmdebstrap"),
+        }
+    }
+}
+
+/// Whether `name` runs: an executable file at that path (absolute), or in a directory of
+/// `PATH`.
+fn program(name: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    let runs = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if name.contains('/') {
+        return runs(Path::new(name));
+    }
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|d| d.is_absolute() && runs(&d.join(name)))
+    })
+}
+
+/// Root: ignored unless asked for, like `#[ignore = "needs root"]`. Plain: always runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Privilege {
+    Root,
+    Plain,
+}
+
+#[derive(Debug)]
+struct Declared {
+    name: &'static str,
+    privilege: Privilege,
+    needs: &'static [Need],
+    run: fn(),
+}
+
+/// `trial!(root|plain, module::function, NEEDS)`: the trial is named `module::function`,
+/// the name it had as a `#[test]` in tests/native.
+macro_rules! trial {
+    (root, $f:path, $needs:expr) => {
+        trial!(@ Privilege::Root, $f, $needs)
+    };
+    (plain, $f:path, $needs:expr) => {
+        trial!(@ Privilege::Plain, $f, $needs)
+    };
+    (@ $p:expr, $f:path, $needs:expr) => {
+        Declared {
+            name: stringify!($f),
+            privilege: $p,
+            needs: $needs,
+            run: $f,
+        }
+    };
+}
+
+fn declared() -> Vec<Declared> {
+    vec![
+        trial!(
+            root,
+            abuse::a_flood_of_hostile_connections_from_another_user_neither_delays_nor_touches_a_real_recovery,
+            &[PYTHON3]
+        ),
+        trial!(
+            root,
+            abuse::another_user_holding_many_descriptors_cannot_deny_a_recovery,
+            &[PYTHON3]
+        ),
+        trial!(
+            root,
+            checkpoint::a_checkpoint_verifies_with_go_sumdb_note_and_a_tampered_one_does_not,
+            &[GO, GO_X_MOD]
+        ),
+        trial!(
+            root,
+            containment::a_unix_listener_bound_in_another_network_namespace_is_listener_present,
+            &[IP]
+        ),
+        trial!(
+            root,
+            containment::a_listener_in_a_namespace_no_process_is_in_is_found_by_connecting,
+            &[PYTHON3]
+        ),
+        trial!(
+            root,
+            containment::a_network_namespace_the_observer_cannot_enter_is_still_listener_present,
+            &[IP]
+        ),
+        trial!(
+            root,
+            containment::a_datagram_socket_bound_to_the_enrolled_path_is_listener_present,
+            &[PYTHON3]
+        ),
+        trial!(
+            root,
+            containment::a_socket_bound_in_a_namespace_no_task_is_in_and_listening_later_is_refused,
+            &[PYTHON3]
+        ),
+        trial!(
+            root,
+            disks::a_full_disk_at_each_append_is_uncertain_leaves_the_log_as_it_was_and_stops_issuing,
+            EXT4
+        ),
+        trial!(
+            root,
+            disks::a_dead_disk_at_each_append_is_uncertain_leaves_the_log_as_it_was_and_stops_issuing,
+            EXT4
+        ),
+        trial!(
+            root,
+            disks::a_full_disk_never_leaves_a_partial_record,
+            EXT4
+        ),
+        trial!(
+            root,
+            e2e::a_failed_append_is_uncertain_never_retried_and_repochd_stops_issuing,
+            EXT4
+        ),
+        trial!(
+            root,
+            identity::a_store_deleted_and_recreated_on_the_same_inode_number_is_store_replaced,
+            EXT4
+        ),
+        trial!(
+            root,
+            identity::a_fence_deleted_and_recreated_on_the_same_inode_number_is_fence_replaced,
+            EXT4
+        ),
+        trial!(
+            root,
+            inputs::a_read_only_state_directory_is_refused_before_anything_is_written,
+            EXT4
+        ),
+        trial!(
+            root,
+            inputs::a_journal_append_whose_write_fails_is_uncertain_exit_3,
+            EXT4
+        ),
+        trial!(
+            root,
+            observers::tcp_and_udp_ports_bound_in_a_network_namespace_are_listener_present,
+            &[IP]
+        ),
+        trial!(
+            root,
+            powerloss::power_loss_right_after_each_fsynced_append_keeps_it,
+            EXT4
+        ),
+        trial!(
+            root,
+            powerloss::power_loss_right_before_each_fsync_loses_only_the_unsynced_record,
+            EXT4
+        ),
+        trial!(
+            root,
+            powerloss::power_loss_right_after_enrollment_keeps_the_deployment,
+            EXT4
+        ),
+        trial!(
+            plain,
+            powerloss_real::every_issuance_barrier_has_a_power_cut_case_in_order,
+            &[]
+        ),
+        trial!(
+            root,
+            powerloss_real::power_cut_after_open_writes_nothing_and_grants_once,
+            EXT4
+        ),
+        trial!(
+            root,
+            powerloss_real::power_cut_after_reserve_writes_nothing_and_grants_once,
+            EXT4
+        ),
+        trial!(
+            root,
+            powerloss_real::power_cut_after_observe_writes_nothing_and_grants_once,
+            EXT4
+        ),
+        trial!(
+            root,
+            powerloss_real::power_cut_after_connect_writes_nothing_and_grants_once,
+            EXT4
+        ),
+        trial!(
+            root,
+            powerloss_real::power_cut_after_intent_keeps_the_epoch_intended_and_refused,
+            EXT4
+        ),
+        trial!(
+            root,
+            powerloss_real::power_cut_after_custody_keeps_the_epoch_intended_and_refused,
+            EXT4
+        ),
+        trial!(
+            root,
+            powerloss_real::power_cut_after_the_first_final_verification_keeps_the_epoch_intended_and_refused,
+            EXT4
+        ),
+        trial!(
+            root,
+            powerloss_real::power_cut_after_consume_keeps_the_epoch_consumed_and_refused,
+            EXT4
+        ),
+        trial!(
+            root,
+            powerloss_real::power_cut_after_receipt_keeps_the_epoch_receipted_and_refused,
+            EXT4
+        ),
+        trial!(
+            root,
+            powerloss_real::power_cut_after_the_second_final_verification_keeps_the_epoch_receipted_and_refused,
+            EXT4
+        ),
+        trial!(
+            root,
+            powerloss_real::power_cut_after_dispatch_keeps_the_receipt_the_persisted_grant_carries,
+            EXT4
+        ),
+        trial!(
+            root,
+            systemd_recovery::a_recovery_through_socket_activation_under_the_shipped_unit,
+            CONTAINER
+        ),
+        trial!(
+            root,
+            systemd_recovery::a_recovery_from_the_installed_package,
+            &[NSPAWN, Need::NspawnRootfs, Need::DebianPackage]
+        ),
+        trial!(
+            root,
+            units::units_masked_active_reload_pending_and_absent_systemd,
+            CONTAINER
+        ),
+    ]
+}
+
+/// A panic in the trial is its failure (libtest-mimic catches it and reports its message).
+fn trial(d: &Declared) -> libtest_mimic::Trial {
+    let run = d.run;
+    libtest_mimic::Trial::test(d.name, move || {
+        run();
+        Ok(())
+    })
+    .with_ignored_flag(d.privilege == Privilege::Root)
+}
+
+/// Every fact held: exit 0.
+pub(crate) fn assert_holds(r: &repoch_tests_native::Run) {
+    assert_eq!(
+        r.code,
+        0,
+        "expected every fact to hold: {:?}\n{}{}",
+        repoch_tests_native::failed(r),
+        r.stdout,
+        r.stderr
+    );
+}
+
+/// Refused (exit 2) for `reason` alone.
+pub(crate) fn assert_refused(r: &repoch_tests_native::Run, reason: &str) {
+    assert_eq!(r.code, 2, "expected {reason}: {}{}", r.stdout, r.stderr);
+    let reasons: Vec<String> = repoch_tests_native::failed(r)
+        .into_iter()
+        .map(|(_, reason)| reason)
+        .collect();
+    assert_eq!(reasons, [reason], "{}", r.stdout);
+}
+
+/// Options of the harness's command line that take a value in the next argument.
+const VALUED_OPTIONS: &[&str] = &[
+    "--test-threads",
+    "--logfile",
+    "--skip",
+    "--color",
+    "--format",
+    "-Z",
+];
+
+/// The command line, and its filters: std's harness takes any number of them (`cargo
+/// test -- a b` gives both to every test binary), libtest-mimic one. With more than one,
+/// they are matched here (a trial runs if any matches) and the harness gets none.
+fn arguments() -> (libtest_mimic::Arguments, Vec<String>) {
+    let argv: Vec<String> = std::env::args().collect();
+    let mut rest = vec![argv[0].clone()];
+    let mut filters = Vec::new();
+    let mut it = argv.into_iter().skip(1);
+    while let Some(a) = it.next() {
+        if VALUED_OPTIONS.contains(&a.as_str()) {
+            rest.push(a);
+            rest.extend(it.next());
+        } else if a.starts_with('-') {
+            rest.push(a);
+        } else {
+            filters.push(a);
+        }
+    }
+    if filters.len() == 1 {
+        rest.append(&mut filters);
+    }
+    (libtest_mimic::Arguments::from_iter(rest), filters)
+}
+
+/// Whether `t` is out of every one of `filters` (never, when there are none).
+fn filtered_out(
+    args: &libtest_mimic::Arguments,
+    filters: &[String],
+    t: &libtest_mimic::Trial,
+) -> bool {
+    !filters.is_empty()
+        && filters.iter().all(|f| {
+            let mut one = args.clone();
+            one.filter = Some(f.clone());
+            one.is_filtered_out(t)
+        })
+}
+
+fn main() -> std::process::ExitCode {
+    let (args, filters) = arguments();
+    let mut ready = Vec::new();
+    let mut skipped = Vec::new();
+    // Each missing need once, with the names of the trials it skips.
+    let mut missing: Vec<(Need, Vec<&'static str>)> = Vec::new();
+    for d in declared() {
+        let lacking: Vec<Need> = d.needs.iter().copied().filter(|n| !n.met()).collect();
+        if lacking.is_empty() {
+            let t = trial(&d);
+            if !filtered_out(&args, &filters, &t) {
+                ready.push(t);
+            }
+            continue;
+        }
+        let labels: Vec<&str> = lacking.iter().map(|n| n.label()).collect();
+        let t = trial(&d)
+            .with_kind(format!("missing: {}", labels.join(", ")))
+            .with_ignored_flag(true);
+        if filtered_out(&args, &filters, &t) {
+            continue;
+        }
+        if args.is_filtered_out(&t) {
+            skipped.push(t);
+            continue;
+        }
+        for n in lacking {
+            match missing.iter_mut().find(|(m, _)| *m == n) {
+                Some((_, names)) => names.push(d.name),
+                None => missing.push((n, vec![d.name])),
+            }
+        }
+        skipped.push(t);
+    }
+    let first = libtest_mimic::run(&args, ready);
+    if skipped.is_empty() {
+        return first.exit_code();
+    }
+    for (need, names) in &missing {
+        eprintln!(
+            "skipped, missing {}: {} test{}; install it with: {}",
+            need.label(),
+            names.len(),
+            if names.len() == 1 { "" } else { "s" },
+            need.install()
+        );
+    }
+    let mut packages: Vec<&str> = Vec::new();
+    for p in missing.iter().filter_map(|(n, _)| n.package()) {
+        if !packages.contains(&p) {
+            packages.push(p);
+        }
+    }
+    if packages.len() > 1 {
+        eprintln!(
+            "every missing package at once: {}",
+            apt(&packages.join(" "))
+        );
+    }
+    // Ignored whatever the arguments ask: a trial that cannot run is never run.
+    let mut only_listed = args.clone();
+    only_listed.include_ignored = false;
+    only_listed.ignored = false;
+    let second = libtest_mimic::run(&only_listed, skipped);
+    if first.has_failed() || second.has_failed() {
+        std::process::ExitCode::from(101)
+    } else {
+        std::process::ExitCode::SUCCESS
+    }
+}
