@@ -633,7 +633,7 @@ pub struct Container {
 }
 
 /// Longest wait for a container's systemd to come up.
-pub const CONTAINER_BOOT_SECONDS_MAX: u64 = 60;
+pub const CONTAINER_BOOT_SECONDS_MAX: u64 = 180;
 
 impl Container {
     pub fn boot(tag: &str) -> Container {
@@ -669,7 +669,7 @@ impl Container {
         loop {
             assert!(
                 start.elapsed().as_secs() < CONTAINER_BOOT_SECONDS_MAX,
-                "container did not boot"
+                "container did not boot within {CONTAINER_BOOT_SECONDS_MAX} s"
             );
             if c.leader == 0 {
                 let kids = std::fs::read_to_string(format!(
