@@ -818,7 +818,7 @@ pub fn recover(ctx: &Ctx, prefix: &str, approve: Option<&str>, wait: u64) -> Cmd
             print_event(ctx, &e);
             continue;
         };
-        let code = outcome.exit_code();
+        let code = outcome.outcome().code();
         let g = grant.as_deref().map(grant_json);
         ctx.out(
             json!({"event": "outcome", "outcome": outcome.as_str(), "exit": code, "reasons": reasons.iter().map(|r| r.as_str()).collect::<Vec<_>>(), "detail": detail, "grant": g}),
