@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 pub mod barrier;
+pub mod cli;
 
 use std::io::Write as _;
 use std::os::fd::OwnedFd;
@@ -56,13 +57,14 @@ pub enum Error {
 }
 
 impl Error {
-    /// Exit codes as docs/EXIT-CODES.md: refused 2, uncertain 3, usage 64, internal 70.
-    pub fn exit_code(&self) -> u8 {
+    /// The outcome of docs/EXIT-CODES.md: refused, uncertain, inconsistent or usage.
+    pub fn outcome(&self) -> repoch_protocol::Outcome {
+        use repoch_protocol::Outcome;
         match self {
-            Error::Usage(_) => 64,
-            Error::Refused { .. } | Error::BadGrant(_) => 2,
-            Error::Io(_) | Error::Persist(_) | Error::Unacknowledged { .. } => 3,
-            Error::Inconsistent(..) => 5,
+            Error::Usage(_) => Outcome::Usage,
+            Error::Refused { .. } | Error::BadGrant(_) => Outcome::Refused,
+            Error::Io(_) | Error::Persist(_) | Error::Unacknowledged { .. } => Outcome::Uncertain,
+            Error::Inconsistent(..) => Outcome::Inconsistent,
         }
     }
 }

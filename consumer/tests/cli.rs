@@ -22,6 +22,22 @@ fn help_names_the_commands_and_exit_codes() {
     for w in ["keygen", "receive", "verify", "REPOCH_FENCE_FDS", "64"] {
         assert!(out.contains(w), "--help lacks {w}");
     }
+    // Each outcome repoch-consume ends with (docs/EXIT-CODES.md), as its own line of EXIT
+    // CODES: its code, then its name (a success names what succeeded).
+    use repoch_protocol::Outcome;
+    for o in [
+        Outcome::Refused,
+        Outcome::Uncertain,
+        Outcome::Inconsistent,
+        Outcome::Usage,
+    ] {
+        let line = format!("\n    {:<4}{}", o.code(), o.name());
+        assert!(out.contains(&line), "--help lacks {line:?}");
+    }
+    assert!(
+        out.contains("\n    0   granted"),
+        "--help lacks the success line"
+    );
     assert_eq!(consume(&["receive"]).0, 64);
 }
 

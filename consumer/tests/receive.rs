@@ -500,7 +500,7 @@ fn a_refusal_is_reported_with_its_reason_and_detail() {
     });
     match r {
         Err(e @ Error::Refused { .. }) => {
-            assert_eq!(e.exit_code(), 2);
+            assert_eq!(e.outcome(), repoch_protocol::Outcome::Refused);
             let Error::Refused { reason, detail } = e else {
                 unreachable!()
             };
@@ -547,7 +547,7 @@ fn a_malformed_message_shaped_like_a_refusal_is_not_read_as_one() {
     match r {
         Err(e @ Error::Io(_)) => {
             assert!(e.to_string().contains("malformed message"), "{e}");
-            assert_eq!(e.exit_code(), 3);
+            assert_eq!(e.outcome(), repoch_protocol::Outcome::Uncertain);
         }
         other => panic!("expected a malformed message, got {other:?}"),
     }
@@ -637,7 +637,9 @@ fn an_existing_grant_file_is_refused_before_connecting() {
         std::fs::write(fake.path(existing), b"an earlier grant").unwrap();
         let r = receive_with(&fake.options(Duration::from_secs(5)), &mut |_| {});
         match r {
-            Err(e @ Error::Usage(_)) => assert_eq!(e.exit_code(), 64, "{e}"),
+            Err(e @ Error::Usage(_)) => {
+                assert_eq!(e.outcome(), repoch_protocol::Outcome::Usage, "{e}")
+            }
             other => panic!("expected a usage error, got {other:?}"),
         }
         let l = fake.listener.as_ref().unwrap();
@@ -665,7 +667,7 @@ fn a_grant_file_appearing_while_connected_is_never_overwritten() {
         assert_eq!(dispatch(&mut c, bytes, &fences), None, "acknowledged");
     });
     match r {
-        Err(e @ Error::Persist(_)) => assert_eq!(e.exit_code(), 3),
+        Err(e @ Error::Persist(_)) => assert_eq!(e.outcome(), repoch_protocol::Outcome::Uncertain),
         other => panic!("expected a persist failure, got {other:?}"),
     }
     assert_eq!(std::fs::read(fake.out()).unwrap(), b"an earlier grant");

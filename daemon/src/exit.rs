@@ -1,9 +1,8 @@
-//! Outcomes and exit codes (docs/EXIT-CODES.md), mapped in exactly one place.
-
-use std::process::ExitCode;
+//! A command's failures, each with its [`Outcome`] (docs/EXIT-CODES.md), and how they are
+//! reported.
 
 use repoch_issuer::Refusal;
-use repoch_protocol::Reason;
+use repoch_protocol::{Outcome, Reason};
 
 /// Everything a command can end with besides success.
 #[derive(Debug)]
@@ -32,24 +31,14 @@ impl Failure {
         }
         Failure::Refused(vec![r])
     }
-    pub fn code(&self) -> u8 {
+    pub fn outcome(&self) -> Outcome {
         match self {
-            Failure::Refused(_) => 2,
-            Failure::Uncertain(_) => 3,
-            Failure::Busy(_) => 4,
-            Failure::Inconsistent(_) => 5,
-            Failure::Usage(_) | Failure::Manifest(_) => 64,
-            Failure::Internal(_) => 70,
-        }
-    }
-    pub fn outcome(&self) -> &'static str {
-        match self {
-            Failure::Refused(_) => "refused",
-            Failure::Uncertain(_) => "uncertain",
-            Failure::Busy(_) => "busy",
-            Failure::Inconsistent(_) => "inconsistent",
-            Failure::Usage(_) | Failure::Manifest(_) => "usage",
-            Failure::Internal(_) => "internal",
+            Failure::Refused(_) => Outcome::Refused,
+            Failure::Uncertain(_) => Outcome::Uncertain,
+            Failure::Busy(_) => Outcome::Busy,
+            Failure::Inconsistent(_) => Outcome::Inconsistent,
+            Failure::Usage(_) | Failure::Manifest(_) => Outcome::Usage,
+            Failure::Internal(_) => Outcome::Internal,
         }
     }
     pub fn refusals(&self) -> Vec<&Refusal> {
@@ -72,20 +61,20 @@ impl Failure {
     }
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
-            "outcome": self.outcome(),
-            "exit": self.code(),
+            "outcome": self.outcome().name(),
+            "exit": self.outcome().code(),
             "message": self.message(),
             "refusals": self.refusals().iter().map(|r| refusal_json(r)).collect::<Vec<_>>(),
         })
     }
-    /// Prints the failure (to stderr, or as JSON on stdout) and returns the exit code.
-    pub fn report(&self, json: bool) -> ExitCode {
+    /// Prints the failure (to stderr, or as JSON on stdout) and returns its outcome.
+    pub fn report(&self, json: bool) -> Outcome {
         if json {
-            crate::cli::say(&self.to_json().to_string());
+            crate::cmd::say(&self.to_json().to_string());
         } else {
-            crate::cli::warn(&format!("repoch: {}: {}", self.outcome(), self.message()));
+            crate::cmd::warn(&format!("repoch: {}: {}", self.outcome(), self.message()));
         }
-        ExitCode::from(self.code())
+        self.outcome()
     }
 }
 
@@ -101,11 +90,11 @@ impl From<Refusal> for Failure {
 
 /// clap's errors: help and version print and exit 0; every usage error exits 64 (not
 /// clap's default 2, which would read as a refusal).
-pub fn clap_exit(e: clap::Error) -> ExitCode {
+pub fn clap_exit(e: clap::Error) -> Outcome {
     use clap::error::ErrorKind;
     let _ = e.print();
     match e.kind() {
-        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => ExitCode::SUCCESS,
-        _ => ExitCode::from(64),
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => Outcome::Success,
+        _ => Outcome::Usage,
     }
 }

@@ -4,13 +4,13 @@
 
 pub mod admission;
 pub mod audit;
-pub mod cli;
+pub mod cmd;
 pub mod conn;
-pub mod demo;
 pub mod epochs;
 pub mod exit;
 pub mod limits;
 pub mod link;
 pub mod notify;
+pub mod repochd;
 pub mod server;
 pub mod sys;

@@ -32,8 +32,18 @@ fn help_documents_every_command_and_the_exit_codes() {
     ] {
         assert!(out.contains(cmd), "--help lacks {cmd}");
     }
-    for code in ["64", "70", "uncertain", "busy", "inconsistent"] {
-        assert!(out.contains(code), "--help lacks exit code {code}");
+    // Every outcome of docs/EXIT-CODES.md (protocol/tests: that table is Outcome::ALL),
+    // as its own line of EXIT CODES: its code, then its name.
+    let exit_codes = out
+        .split_once("EXIT CODES")
+        .map(|(_, t)| t)
+        .expect("--help has EXIT CODES");
+    for o in repoch_protocol::Outcome::ALL {
+        let line = format!("\n    {:<4}{}: ", o.code(), o.name());
+        assert!(
+            exit_codes.contains(&line),
+            "--help's EXIT CODES lacks {line:?}:\n{exit_codes}"
+        );
     }
 }
 

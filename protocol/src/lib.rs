@@ -6,6 +6,7 @@
 //! * [`journal`]: the producer journal, its writer and [`journal::verify_journal`].
 //! * [`grant`], [`manifest`], [`wire`]: grants, challenges, the manifest and socket frames.
 //! * [`limits`]: every bound, in one place.
+//! * [`outcome`]: every command's outcome and its exit code (docs/EXIT-CODES.md).
 #![forbid(unsafe_code)]
 // Every value here is decoded from adversarial bytes (even when signed): arithmetic is
 // checked, and an overflow is a refusal with its reason, never a panic.
@@ -19,11 +20,13 @@ pub mod grant;
 pub mod journal;
 pub mod limits;
 pub mod manifest;
+pub mod outcome;
 pub mod reason;
 pub mod sign;
 pub mod types;
 pub mod wire;
 
 pub use cbor::{Canonical, DecodeError};
+pub use outcome::Outcome;
 pub use reason::Reason;
 pub use types::{Birth, DeploymentId, Fact, Hash, Identity, PublicKey};

@@ -230,14 +230,14 @@ impl Outcome {
             _ => return None,
         })
     }
-    /// The process exit code of docs/EXIT-CODES.md.
-    pub fn exit_code(self) -> u8 {
+    /// The command outcome (and so the exit code) of docs/EXIT-CODES.md.
+    pub fn outcome(self) -> crate::Outcome {
         match self {
-            Outcome::Granted => 0,
-            Outcome::Refused => 2,
-            Outcome::Uncertain => 3,
-            Outcome::Busy => 4,
-            Outcome::Internal => 70,
+            Outcome::Granted => crate::Outcome::Success,
+            Outcome::Refused => crate::Outcome::Refused,
+            Outcome::Uncertain => crate::Outcome::Uncertain,
+            Outcome::Busy => crate::Outcome::Busy,
+            Outcome::Internal => crate::Outcome::Internal,
         }
     }
 }

@@ -9,13 +9,15 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use repoch_protocol::journal::{next_frame, JournalBody, Outcome};
+use repoch_protocol::journal::{next_frame, JournalBody, Outcome as OpOutcome};
+use repoch_protocol::Outcome;
 use serde_json::json;
 
-use crate::cli::{self, Ctx};
+use super::common::{say, Ctx};
+use super::CmdResult;
 use crate::exit::Failure;
 
 /// Longest wait for repochd to come up, or for the old root to stop.
@@ -23,7 +25,7 @@ pub const DEMO_WAIT_SECONDS_MAX: u64 = 15;
 
 fn step(ctx: &Ctx, title: &str) {
     if !ctx.json {
-        println!("\n== {title}");
+        say(&format!("\n== {title}"));
     }
 }
 
@@ -107,19 +109,19 @@ fn wait_for(what: &str, mut ok: impl FnMut() -> bool) -> Result<(), Failure> {
 }
 
 /// The stand-in old root (hidden subcommand): holds the fence and a listener, sleeps.
-pub fn old_root(fence: &Path, socket: &Path) -> ExitCode {
+pub fn old_root(fence: &Path, socket: &Path) -> Outcome {
     let Ok(f) = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(fence)
     else {
-        return ExitCode::from(70);
+        return Outcome::Internal;
     };
     if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
-        return ExitCode::from(4);
+        return Outcome::Busy;
     }
     let Ok(_l) = std::os::unix::net::UnixListener::bind(socket) else {
-        return ExitCode::from(70);
+        return Outcome::Internal;
     };
     println!("{}", std::process::id());
     let _ = std::io::stdout().flush();
@@ -128,7 +130,7 @@ pub fn old_root(fence: &Path, socket: &Path) -> ExitCode {
     }
 }
 
-pub fn demo(ctx0: &Ctx, keep: bool) -> cli::CmdResult {
+pub fn run(ctx0: &Ctx, keep: bool) -> CmdResult {
     let root_user = rustix::process::geteuid().is_root();
     let dir = tempfile::Builder::new()
         .prefix("repoch-demo-")
@@ -235,7 +237,7 @@ pub fn demo(ctx0: &Ctx, keep: bool) -> cli::CmdResult {
         },
         JournalBody::OpEnd {
             op: 0,
-            outcome: Outcome::Succeeded,
+            outcome: OpOutcome::Succeeded,
         },
         JournalBody::OpBegin {
             op: 1,
@@ -243,7 +245,7 @@ pub fn demo(ctx0: &Ctx, keep: bool) -> cli::CmdResult {
         },
         JournalBody::OpEnd {
             op: 1,
-            outcome: Outcome::Unknown,
+            outcome: OpOutcome::Unknown,
         },
     ] {
         let kind = body.kind();
@@ -306,8 +308,8 @@ pub fn demo(ctx0: &Ctx, keep: bool) -> cli::CmdResult {
         &ctx,
         "recovery while the old root still lives: refused, nothing written",
     );
-    let first = cli::recover(&ctx, &id[..6], None, 1);
-    let refused_first = matches!(&first, Ok(code) if *code == ExitCode::from(2));
+    let first = super::recover::run(&ctx, &id[..6], None, 1);
+    let refused_first = matches!(first, Ok(Outcome::Refused));
 
     step(
         &ctx,
@@ -333,13 +335,12 @@ pub fn demo(ctx0: &Ctx, keep: bool) -> cli::CmdResult {
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| Failure::Internal(e.to_string()))?;
-    let granted = cli::recover(&ctx, &id[..6], None, 20);
+    let granted = super::recover::run(&ctx, &id[..6], None, 20);
     let out = consumer
         .wait_with_output()
         .map_err(|e| Failure::Internal(e.to_string()))?;
     let consumer_said: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or(json!({}));
-    let granted_ok =
-        matches!(&granted, Ok(code) if *code == ExitCode::SUCCESS) && out.status.success();
+    let granted_ok = matches!(granted, Ok(Outcome::Success)) && out.status.success();
     ctx.out(json!({"event": "consumer", "result": consumer_said}), || {
         format!(
             "repoch-consume: {} grant persisted at {}\n  unknown operations carried to the new root: {}",
@@ -350,17 +351,17 @@ pub fn demo(ctx0: &Ctx, keep: bool) -> cli::CmdResult {
     });
 
     step(&ctx, "a second recovery of the same deployment");
-    let second = cli::recover(&ctx, &id[..6], None, 1);
-    let refused_second = matches!(&second, Ok(code) if *code == ExitCode::from(2));
+    let second = super::recover::run(&ctx, &id[..6], None, 1);
+    let refused_second = matches!(second, Ok(Outcome::Refused));
 
     step(&ctx, "the auditor verifies the epoch log offline");
-    let audit = cli::audit(
+    let audit = super::audit::run(
         &ctx,
         Some(&ctx.layout.issuer_pub()),
         None,
         &[ctx.layout.state_dir(&e.id)],
     );
-    let audited = matches!(&audit, Ok(code) if *code == ExitCode::SUCCESS);
+    let audited = matches!(audit, Ok(Outcome::Success));
 
     let ok = refused_first && granted_ok && refused_second && audited;
     step(&ctx, "summary");
@@ -375,7 +376,7 @@ pub fn demo(ctx0: &Ctx, keep: bool) -> cli::CmdResult {
         },
     );
     if ok {
-        Ok(ExitCode::SUCCESS)
+        Ok(Outcome::Success)
     } else {
         Err(Failure::Internal(
             "the demo did not behave as designed (see above)".into(),
@@ -386,7 +387,7 @@ pub fn demo(ctx0: &Ctx, keep: bool) -> cli::CmdResult {
 /// Without root: the parts that need no privilege. A producer journal written through the
 /// journal writer and verified (frontier, the operation of unknown outcome carried
 /// forward), then one flipped byte refused, and a checkpoint signed and verified.
-fn offline_demo(ctx: &Ctx, producer: &ed25519_dalek::SigningKey) -> cli::CmdResult {
+fn offline_demo(ctx: &Ctx, producer: &ed25519_dalek::SigningKey) -> CmdResult {
     use repoch_protocol::journal::{verify_journal, JournalPins};
     let err = |e: String| Failure::Internal(e);
     step(
@@ -412,7 +413,7 @@ fn offline_demo(ctx: &Ctx, producer: &ed25519_dalek::SigningKey) -> cli::CmdResu
         },
         JournalBody::OpEnd {
             op: 0,
-            outcome: Outcome::Unknown,
+            outcome: OpOutcome::Unknown,
         },
     ];
     for body in bodies {
@@ -467,7 +468,7 @@ fn offline_demo(ctx: &Ctx, producer: &ed25519_dalek::SigningKey) -> cli::CmdResu
         },
     );
     if checked && refused != "accepted (a bug)" {
-        Ok(ExitCode::SUCCESS)
+        Ok(Outcome::Success)
     } else {
         Err(Failure::Internal(
             "the offline demo did not behave as designed".into(),

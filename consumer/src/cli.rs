@@ -1,0 +1,339 @@
+//! `repoch-consume`, the worker supervisor's CLI: its clap definition ([`Args`], also the
+//! source of its man page and shell completions) and its run. See `repoch-consume --help`.
+
+use std::os::fd::AsRawFd as _;
+use std::os::unix::process::CommandExt as _;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use repoch_protocol::Outcome;
+use serde_json::json;
+
+use crate::{Error, Options};
+
+/// What each outcome means for `repoch-consume`, in its `--help`; `None` for an outcome it
+/// never ends with. Exhaustive: an outcome cannot be added without saying so here.
+fn exit_code_meaning(o: Outcome) -> Option<&'static str> {
+    match o {
+        Outcome::Success => Some(
+            "granted (receive: verified, persisted and acknowledged), verified (verify),
+        created (keygen)",
+        ),
+        Outcome::Refused => Some(
+            "by repochd (the epoch already used included), the grant does not verify,
+        or nothing was used: repochd is not there, or the wait ended before repochd
+        challenged this consumer",
+        ),
+        Outcome::Uncertain => Some(
+            "the connection was lost after the challenge, the grant could not be
+        persisted, or repochd did not take the acknowledgement (the grant is kept)",
+        ),
+        Outcome::Inconsistent => Some(
+            "(verify --log): the epoch log does not extend the checkpoint kept
+        beside the grant (rollback, fork or truncation; the evidence pair printed)",
+        ),
+        Outcome::Usage => Some(
+            "bad arguments or key files, or --out exists or its directory cannot be
+        opened (checked before connecting)",
+        ),
+        Outcome::Busy | Outcome::Internal => None,
+    }
+}
+
+/// `repoch-consume --help`'s EXIT CODES, generated from [`Outcome::ALL`] (docs/EXIT-CODES.md).
+pub fn exit_codes_help() -> String {
+    let mut s = String::from("EXIT CODES (with --json, `outcome` names the code as below):");
+    for o in Outcome::ALL {
+        let Some(meaning) = exit_code_meaning(o) else {
+            continue;
+        };
+        // A success names what succeeded; every other outcome its name.
+        let sep = match o {
+            Outcome::Success => "",
+            Outcome::Inconsistent => " ",
+            _ => ": ",
+        };
+        let name = if o.is_success() { "" } else { o.name() };
+        s.push_str(&format!("\n    {:<4}{name}{sep}{meaning}", o.code()));
+    }
+    s
+}
+
+/// Longest `receive --wait` (seconds): a day.
+const RECEIVE_WAIT_SECONDS_MAX: u64 = 86_400;
+
+/// Writes one line to stdout; an output error (EPIPE) never aborts nor changes the exit
+/// code (`println!` panics, and a panic aborts).
+fn say(line: &str) {
+    use std::io::Write as _;
+    let mut o = std::io::stdout().lock();
+    let _ = writeln!(o, "{line}").and_then(|()| o.flush());
+}
+
+/// [`say`] for stderr.
+fn warn(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
+/// repoch-consume: receive a deployment's single-use recovery grant.
+///
+/// `receive` connects to repochd's grant socket, waits for the operator's `repoch recover`,
+/// proves custody of the enrolled consumer key, receives the grant with the held lock
+/// fences, verifies it against the pinned issuer key, persists it durably (a temporary
+/// name in the same directory, fsync, moved into place never over a file, directory
+/// fsync) and acknowledges it to repochd before reporting success (repochd reports
+/// `granted` only on that acknowledgement). With `-- CMD...` it then executes the
+/// new root with the fence fds inherited, their numbers in REPOCH_FENCE_FDS (comma
+/// separated) and the grant's path in REPOCH_GRANT.
+#[derive(Parser, Debug)]
+#[command(name = "repoch-consume", version, after_help = exit_codes_help(), after_long_help = exit_codes_help())]
+pub struct Args {
+    /// Machine-readable output: one JSON object on stdout.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// Create a consumer key pair: KEYFILE (secret, 0600) and KEYFILE.pub; prints the public key.
+    Keygen { keyfile: PathBuf },
+    /// Receive the grant of DEPLOYMENT's recovery (waits for the operator).
+    Receive {
+        /// Deployment id or unique prefix (as `repoch list` prints it).
+        #[arg(long)]
+        deployment: String,
+        /// The consumer's secret key file.
+        #[arg(long)]
+        key: PathBuf,
+        /// The host issuer's public key, pinned.
+        #[arg(long)]
+        issuer_key: PathBuf,
+        /// Where to persist the grant (must not exist; a crash may leave a temporary
+        /// `.NAME.PID.RANDOM.tmp` beside it, never a partial file at NAME).
+        #[arg(long)]
+        out: PathBuf,
+        /// repochd's grant socket.
+        #[arg(
+            long,
+            default_value = "/run/repoch/grant.sock",
+            env = "REPOCH_GRANT_SOCKET"
+        )]
+        socket: PathBuf,
+        /// Longest wait for repochd at each step, in seconds (1..=86400).
+        #[arg(long, default_value_t = crate::WAIT_SECONDS_DEFAULT,
+              value_parser = clap::value_parser!(u64).range(1..=RECEIVE_WAIT_SECONDS_MAX))]
+        wait: u64,
+        /// The new root to execute with the fences inherited.
+        #[arg(last = true)]
+        cmd: Vec<String>,
+    },
+    /// Verify a persisted grant offline against the pinned issuer key; with --log, also
+    /// that the epoch log extends the checkpoint kept beside the grant (GRANT.checkpoint).
+    Verify {
+        #[arg(long)]
+        issuer_key: PathBuf,
+        /// The deployment's epoch log (or a copy of it) to check against GRANT.checkpoint.
+        #[arg(long)]
+        log: Option<PathBuf>,
+        grant: PathBuf,
+    },
+}
+
+fn fail(json: bool, e: &Error) -> Outcome {
+    fail_with(json, e, e.outcome())
+}
+
+/// One rule (docs/EXIT-CODES.md): a failure's `outcome` is the exit-code table's name for
+/// its code.
+fn fail_with(json: bool, e: &Error, outcome: Outcome) -> Outcome {
+    if json {
+        let mut j =
+            json!({"outcome": outcome.name(), "exit": outcome.code(), "message": e.to_string()});
+        if let Error::Refused { reason, .. } = e {
+            j["reason"] = json!(reason.as_str());
+        }
+        if let Error::Inconsistent(i, from) = e {
+            j["reason"] = json!(i.reason.as_str());
+            j["evidence"] = json!({
+                "checkpoint": {"size": i.old.0, "head": i.old.1.to_hex()},
+                "log": {"size": i.current.0, "head": i.current.1.to_hex()},
+                "rewritten_from_record": from,
+            });
+        }
+        say(&j.to_string());
+    } else {
+        warn(&format!("repoch-consume: {e}"));
+    }
+    outcome
+}
+
+/// docs/EXIT-CODES.md: a connection that failed, timed out or ended before repochd
+/// challenged this consumer leaves nothing uncertain for it: repochd signs a grant only
+/// after the consumer proves custody in answer to the challenge, so none exists: 2 (not
+/// granted). After the challenge a grant may have been signed and lost: the library's
+/// code (3, uncertain).
+fn receive_outcome(e: &Error, challenged: bool) -> Outcome {
+    match e {
+        Error::Io(_) if !challenged => Outcome::Refused,
+        _ => e.outcome(),
+    }
+}
+
+fn summary(g: &repoch_protocol::grant::Grant, bytes: &[u8]) -> serde_json::Value {
+    json!({"deployment": g.deployment.to_hex(), "ready": g.ready_path, "ready_sha256": g.ready_sha256.to_hex(),
+           "fences": g.fences.iter().map(|f| f.path.clone()).collect::<Vec<_>>(),
+           "frontier": {"seq": g.frontier_seq, "hash": g.frontier_hash.to_hex()},
+           "unknown_ops": g.unknown_ops.iter().map(|u| json!({"op": u.op, "name": u.name})).collect::<Vec<_>>(),
+           "sha256": repoch_protocol::Hash::of(bytes).to_hex()})
+}
+
+/// `repoch-consume`'s whole run: the command line parsed, the command run, its outcome.
+pub fn main() -> Outcome {
+    match Args::try_parse() {
+        Ok(args) => run(args),
+        Err(e) => {
+            let _ = e.print();
+            match e.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                    Outcome::Success
+                }
+                _ => Outcome::Usage,
+            }
+        }
+    }
+}
+
+/// Runs one parsed command line.
+pub fn run(args: Args) -> Outcome {
+    let json = args.json;
+    match args.cmd {
+        Cmd::Keygen { keyfile } => match crate::keygen(&keyfile) {
+            Ok(k) => {
+                if json {
+                    say(&format!("{}", json!({"public_key": k.to_hex()})))
+                } else {
+                    say(&format!("{k}"))
+                }
+                Outcome::Success
+            }
+            Err(e) => fail(json, &e),
+        },
+        Cmd::Verify {
+            issuer_key,
+            log,
+            grant,
+        } => {
+            let r = crate::read_public(&issuer_key).and_then(|k| {
+                let bytes = std::fs::read(&grant)
+                    .map_err(|e| Error::Usage(format!("{}: {e}", grant.display())))?;
+                let g = crate::verify(&bytes, &k, None)?;
+                let ext = match &log {
+                    Some(l) => Some(crate::verify_log_against(&g, &grant, l, &k)?),
+                    None => None,
+                };
+                Ok((g, bytes, ext))
+            });
+            match r {
+                Ok((g, bytes, ext)) => {
+                    let mut s = summary(&g, &bytes);
+                    if let Some((_, x)) = &ext {
+                        s["checkpoint"] = json!({
+                            "size": x.old.0, "head": x.old.1.to_hex(),
+                            "log": {"size": x.current.0, "head": x.current.1.to_hex()},
+                        });
+                        if !json {
+                            say(&format!(
+                                "checkpoint: the log ({} records) extends the checkpoint kept with the grant ({} records, head {})",
+                                x.current.0, x.old.0, x.old.1
+                            ));
+                        }
+                    }
+                    if json {
+                        say(&format!("{}", json!({"outcome": "verified", "grant": s})))
+                    } else {
+                        say(&format!(
+                            "verified: grant for deployment {} (sha256 {})",
+                            g.deployment,
+                            s["sha256"].as_str().unwrap_or("")
+                        ))
+                    }
+                    Outcome::Success
+                }
+                Err(e) => fail(json, &e),
+            }
+        }
+        Cmd::Receive {
+            deployment,
+            key,
+            issuer_key,
+            out,
+            socket,
+            wait,
+            cmd,
+        } => {
+            let opts = crate::read_key(&key).and_then(|k| {
+                let issuer = crate::read_public(&issuer_key)?;
+                let mut o = Options::new(socket, &deployment, k, issuer, out.clone());
+                o.wait = std::time::Duration::from_secs(wait);
+                Ok(o)
+            });
+            let opts = match opts {
+                Ok(o) => o,
+                Err(e) => return fail(json, &e),
+            };
+            let mut challenged = false;
+            let r = crate::receive_with(&opts, &mut |step| {
+                challenged |= step == "challenge";
+                if !json {
+                    warn(&format!("repoch-consume: {step}"));
+                }
+            });
+            let got = match r {
+                Ok(g) => g,
+                Err(e) => return fail_with(json, &e, receive_outcome(&e, challenged)),
+            };
+            let s = summary(&got.grant, &got.bytes);
+            if json {
+                say(&format!(
+                    "{}",
+                    json!({"outcome": "granted", "grant_file": out, "grant": s})
+                ));
+            } else {
+                say(&format!(
+                    "granted: deployment {} (grant {}, sha256 {})",
+                    got.grant.deployment,
+                    out.display(),
+                    s["sha256"].as_str().unwrap_or("")
+                ));
+            }
+            let Some((prog, rest)) = cmd.split_first() else {
+                return Outcome::Success;
+            };
+            // Hand the fences to the new root: clear close-on-exec and name their numbers.
+            let mut nums = Vec::new();
+            for fd in &got.fences {
+                if let Err(e) = rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()) {
+                    return fail(json, &Error::Io(format!("fence fd: {e}")));
+                }
+                nums.push(fd.as_raw_fd().to_string());
+            }
+            let err = std::process::Command::new(prog)
+                .args(rest)
+                .env("REPOCH_FENCE_FDS", nums.join(","))
+                .env("REPOCH_GRANT", &out)
+                .exec();
+            // exec only returns on failure; the grant is persisted and the fences are held
+            // by no one once we exit: say so.
+            fail(
+                json,
+                &Error::Io(format!(
+                    "exec {prog}: {err} (the grant is persisted at {})",
+                    out.display()
+                )),
+            )
+        }
+    }
+}

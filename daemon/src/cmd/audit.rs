@@ -1,0 +1,161 @@
+//! `repoch audit`: epoch logs and the chain between deployments, verified offline; with
+//! `--checkpoint`, whether a log extends a checkpoint signed earlier.
+
+use std::path::Path;
+
+use repoch_issuer::store;
+use repoch_issuer::Refusal;
+use repoch_protocol::{Outcome, Reason};
+use serde_json::json;
+
+use super::common::Ctx;
+use super::CmdResult;
+use crate::exit::Failure;
+
+/// `audit --checkpoint`: the note verified under the issuer key, and whether the log it
+/// names (by origin) among `logs` extends it.
+fn audit_checkpoint(
+    note: &Path,
+    issuer: &repoch_protocol::PublicKey,
+    logs: &[crate::audit::Audited],
+) -> Result<(serde_json::Value, Option<Refusal>), Failure> {
+    use repoch_protocol::checkpoint::{origin, Checkpoint, KEY_NAME};
+    let bytes = crate::audit::read_bounded(note, repoch_protocol::limits::CHECKPOINT_BYTES_MAX)
+        .map_err(Failure::Usage)?;
+    let invalid = |observed: String| {
+        Failure::refused(Refusal::new(
+            Reason::CheckpointInvalid,
+            note.display().to_string(),
+            format!("a note signed by {KEY_NAME} under the issuer key, about a log given"),
+            observed,
+        ))
+    };
+    let text = String::from_utf8(bytes).map_err(|_| invalid("not UTF-8".into()))?;
+    let c = Checkpoint::verify(&text, KEY_NAME, issuer).map_err(|e| invalid(e.to_string()))?;
+    let Some(a) = logs
+        .iter()
+        .find(|a| a.report.deployment().map(|d| origin(&d)).as_deref() == Some(&c.origin))
+    else {
+        return Err(invalid(format!("origin {:?}: no such log given", c.origin)));
+    };
+    let (extends, reason, now) = match c.extended_by(&a.report) {
+        Ok(x) => (true, None, x.current),
+        Err(i) => (false, Some(i.reason), i.current),
+    };
+    let j = json!({"origin": c.origin, "path": a.path, "size": c.size, "head": c.head.to_hex(),
+                   "log": {"size": now.0, "head": now.1.to_hex()}, "extends": extends,
+                   "reason": reason.map(|r| r.as_str())});
+    let refusal = reason.map(|r| {
+        Refusal::new(
+            r,
+            a.path.display().to_string(),
+            format!(
+                "a log extending the checkpoint: size {} head {}",
+                c.size, c.head
+            ),
+            format!("size {} head {}", now.0, now.1),
+        )
+    });
+    Ok((j, refusal))
+}
+
+pub fn run(
+    ctx: &Ctx,
+    issuer_key: Option<&Path>,
+    checkpoint: Option<&Path>,
+    paths: &[std::path::PathBuf],
+) -> CmdResult {
+    let issuer = match issuer_key {
+        Some(p) => {
+            repoch_issuer::keys::read_public(p).map_err(|e| Failure::Usage(e.to_string()))?
+        }
+        None => store::issuer_public(&ctx.layout)?,
+    };
+    let (logs, chain) = crate::audit::audit(paths, &issuer).map_err(Failure::Usage)?;
+    let bad: Vec<&crate::audit::Audited> = logs
+        .iter()
+        .filter(|a| a.report.problem.is_some() || a.report.records.is_empty())
+        .collect();
+    let rows: Vec<serde_json::Value> = logs
+        .iter()
+        .map(|a| {
+            let r = &a.report;
+            json!({"path": a.path, "deployment": r.deployment().map(|d| d.to_hex()), "epoch": r.classification.as_str(),
+                   "records": r.records.len(), "head": r.last_hash().map(|h| h.to_hex()),
+                   "predecessor": r.genesis().and_then(|(_, p)| p).map(|p| p.deployment.to_hex()),
+                   "problem": r.problem.as_ref().map(|(at, why)| json!({"offset": at, "reason": why}))})
+        })
+        .collect();
+    let cp = match checkpoint {
+        Some(n) => Some(audit_checkpoint(n, &issuer, &logs)?),
+        None => None,
+    };
+    let inconsistent = cp.as_ref().and_then(|(_, r)| r.clone());
+    let verified = bad.is_empty() && chain.is_ok() && inconsistent.is_none();
+    ctx.out(json!({"verified": verified, "logs": rows, "chain": chain.as_ref().ok(), "chain_error": chain.as_ref().err().map(|(r, e)| json!({"reason": r.as_str(), "detail": e})),
+                   "checkpoint": cp.as_ref().map(|(j, _)| j)}), || {
+        let mut s = format!("{:<32}  {:<10}  {:>7}  {:<16}  PREDECESSOR\n", "DEPLOYMENT", "EPOCH", "RECORDS", "HEAD");
+        for a in &logs {
+            let r = &a.report;
+            s.push_str(&format!(
+                "{:<32}  {:<10}  {:>7}  {:<16}  {}\n",
+                r.deployment().map_or("-".into(), |d| d.to_hex()),
+                r.classification.as_str(),
+                r.records.len(),
+                r.last_hash().map_or("-".into(), |h| h.to_hex()[..16].to_owned()),
+                r.genesis().and_then(|(_, p)| p).map_or("-".into(), |p| p.deployment.to_hex()),
+            ));
+            if let Some((at, why)) = &r.problem {
+                s.push_str(&format!("  {}: problem at offset {at}: {why}\n", a.path.display()));
+            }
+        }
+        match &chain {
+            Ok(order) => s.push_str(&format!("chain: verified ({} deployment{})", order.len(), if order.len() == 1 { "" } else { "s" })),
+            Err((r, e)) => s.push_str(&format!("chain: NOT verified: {r}: {e}")),
+        }
+        if let Some((j, r)) = &cp {
+            match r {
+                None => s.push_str(&format!("\ncheckpoint: the log extends it (size {} -> {})", j["size"], j["log"]["size"])),
+                Some(r) => s.push_str(&format!("\ncheckpoint: NOT extended: {r}")),
+            }
+        }
+        if verified {
+            s.push_str("\naudit: verified");
+        } else {
+            s.push_str("\naudit: FAILED");
+        }
+        s
+    });
+    // A log that does not extend a signed checkpoint is the finding, even when it is also
+    // torn: the evidence pair says what was lost.
+    if let Some(r) = inconsistent {
+        return Err(Failure::Inconsistent(r));
+    }
+    if verified {
+        Ok(Outcome::Success)
+    } else {
+        let first = bad.first().map(|a| {
+            let reason = a
+                .report
+                .classification
+                .refusal()
+                .unwrap_or(Reason::EpochMissing);
+            Refusal::new(
+                reason,
+                a.path.display().to_string(),
+                "a valid log",
+                a.report
+                    .problem
+                    .as_ref()
+                    .map_or("no record".into(), |(at, w)| format!("offset {at}: {w}")),
+            )
+        });
+        let r = first.unwrap_or_else(|| {
+            let (reason, why) = chain
+                .err()
+                .unwrap_or((Reason::Internal, "no chain error".into()));
+            Refusal::new(reason, "chain", "verified links", why)
+        });
+        Err(Failure::Refused(vec![r]))
+    }
+}

@@ -1,0 +1,183 @@
+//! `repoch journal`: producer journal records, for roots not written in Rust.
+
+use std::path::Path;
+
+use repoch_issuer::store;
+use repoch_issuer::Refusal;
+use repoch_protocol::journal::{
+    next_frame, verify_journal, JournalBody, JournalPins, Outcome as OpOutcome,
+};
+use repoch_protocol::{Outcome, Reason};
+use rustix::fs::OFlags;
+use serde_json::json;
+
+use super::common::Ctx;
+use super::CmdResult;
+use crate::exit::Failure;
+
+/// A producer journal record, as typed on the command line.
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum JournalRecordArg {
+    /// The root started (records this process's parent pid unless --pid).
+    RootStart {
+        /// 1..=4194304 (the kernel's PID_MAX_LIMIT).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=crate::limits::PID_MAX))]
+        pid: Option<u32>,
+    },
+    /// An operation begins; prints its op id (use it with op-end).
+    OpBegin { name: String },
+    /// An operation ended: succeeded, failed or unknown.
+    OpEnd {
+        /// The op id op-begin printed (below 18446744073709551615: the largest id leaves
+        /// no next one).
+        #[arg(value_parser = clap::value_parser!(u64).range(..=crate::limits::OP_ID_MAX))]
+        op: u64,
+        outcome: String,
+    },
+    /// The root stopped cleanly.
+    RootStop,
+}
+
+pub fn keygen(ctx: &Ctx, keyfile: &Path) -> CmdResult {
+    let key = repoch_issuer::keys::generate()
+        .map_err(|e| Failure::Internal(format!("getrandom: {e}")))?;
+    let pub_path = std::path::PathBuf::from(format!("{}.pub", keyfile.display()));
+    repoch_issuer::keys::write_pair(keyfile, &pub_path, &key)
+        .map_err(|e| Failure::Usage(e.to_string()))?;
+    let pk = hex::encode(key.verifying_key().to_bytes());
+    ctx.out(
+        json!({"key": keyfile, "public": pub_path, "public_key": pk}),
+        || pk.clone(),
+    );
+    Ok(Outcome::Success)
+}
+
+pub fn append(
+    ctx: &Ctx,
+    journal: &Path,
+    key: &Path,
+    deployment: &str,
+    rec: JournalRecordArg,
+) -> CmdResult {
+    let key = repoch_issuer::keys::read_secret(key).map_err(|e| Failure::Usage(e.to_string()))?;
+    let id = store::resolve(&ctx.layout, deployment)?;
+    let issuer = store::issuer_public(&ctx.layout)?;
+    let producer = repoch_protocol::PublicKey::from(&key.verifying_key());
+    let fd = repoch_issuer::storage::open_path(
+        journal,
+        OFlags::RDWR | OFlags::APPEND | OFlags::NONBLOCK,
+        0,
+    )
+    .map_err(|e| {
+        Failure::refused(Refusal::new(
+            Reason::LineageMissing,
+            journal.display().to_string(),
+            "present",
+            e.to_string(),
+        ))
+    })?;
+    // A FIFO or device at the journal path is no journal (and would block or never end).
+    let st = rustix::fs::fstat(&fd).map_err(|e| Failure::Internal(format!("fstat: {e}")))?;
+    if let Some(kind) = repoch_issuer::storage::not_regular(st.st_mode) {
+        return Err(Failure::refused(Refusal::new(
+            Reason::LineageReplaced,
+            journal.display().to_string(),
+            "the journal, a regular file",
+            kind,
+        )));
+    }
+    // One writer at a time: an exclusive flock on the journal while appending.
+    rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(|e| Failure::Internal(format!("flock: {e}")))?;
+    let bytes =
+        repoch_issuer::storage::read_all_fd(&fd, repoch_protocol::limits::JOURNAL_BYTES_MAX)
+            .map_err(|e| Failure::Internal(e.to_string()))?;
+    let f = verify_journal(
+        &bytes,
+        JournalPins {
+            deployment: id,
+            issuer: &issuer,
+            producer: &producer,
+            genesis: None,
+        },
+    )
+    .map_err(|e| {
+        Failure::refused(Refusal::new(
+            e.reason,
+            journal.display().to_string(),
+            "a valid journal",
+            format!("offset {}: {}", e.offset, e.detail),
+        ))
+    })?;
+    let body = match rec {
+        JournalRecordArg::RootStart { pid } => JournalBody::RootStart {
+            pid: pid.unwrap_or_else(|| {
+                rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32)
+            }),
+        },
+        JournalRecordArg::OpBegin { name } => {
+            repoch_protocol::types::check_text(&name).map_err(Failure::Usage)?;
+            if name.len() > repoch_protocol::limits::OP_NAME_BYTES_MAX {
+                return Err(Failure::Usage(format!(
+                    "op name over {} bytes",
+                    repoch_protocol::limits::OP_NAME_BYTES_MAX
+                )));
+            }
+            JournalBody::OpBegin {
+                op: f.next_op,
+                name,
+            }
+        }
+        JournalRecordArg::OpEnd { op, outcome } => JournalBody::OpEnd {
+            op,
+            outcome: OpOutcome::parse(&outcome).ok_or_else(|| {
+                Failure::Usage(format!(
+                    "outcome {outcome:?}: expected succeeded, failed or unknown"
+                ))
+            })?,
+        },
+        JournalRecordArg::RootStop => JournalBody::RootStop,
+    };
+    let op = if let JournalBody::OpBegin { op, .. } = &body {
+        Some(*op)
+    } else {
+        None
+    };
+    let kind = body.kind();
+    let (frame, hash) = next_frame(id, Some((f.last_seq, f.last_hash)), body, &key);
+    // Validate the result before writing: the new journal must verify.
+    let mut after = bytes.clone();
+    after.extend_from_slice(&frame);
+    verify_journal(
+        &after,
+        JournalPins {
+            deployment: id,
+            issuer: &issuer,
+            producer: &producer,
+            genesis: None,
+        },
+    )
+    .map_err(|e| Failure::Usage(format!("this record would break the journal: {}", e.detail)))?;
+    repoch_issuer::barrier::reach("journal-before-write");
+    // A failed write may have reached the disk in part: as uncertain as a failed fdatasync.
+    let n = rustix::io::write(&fd, &frame)
+        .map_err(|e| Failure::Uncertain(format!("write failed (not retried): {e}")))?;
+    if n != frame.len() {
+        return Err(Failure::Uncertain(format!(
+            "short write ({n} of {} bytes): the journal is torn",
+            frame.len()
+        )));
+    }
+    rustix::fs::fdatasync(&fd)
+        .map_err(|e| Failure::Uncertain(format!("fdatasync failed (not retried): {e}")))?;
+    // A verified journal has at most JOURNAL_RECORDS_MAX records: never u64::MAX.
+    let seq = f.last_seq.saturating_add(1);
+    ctx.out(
+        json!({"seq": seq, "kind": kind, "hash": hash.to_hex(), "op": op}),
+        || match op {
+            Some(op) => op.to_string(),
+            None => format!("appended {kind} as record {seq}"),
+        },
+    );
+    Ok(Outcome::Success)
+}
