@@ -14,8 +14,9 @@ pub const HANDSHAKES_PER_UID_MAX: usize = 4;
 pub const PENDING_CONSUMER_SECONDS_MAX: u64 = 3600;
 /// Epoch verdicts the grant socket keeps (daemon/src/epochs.rs): one per deployment.
 pub const EPOCH_VERDICTS_MAX: usize = repoch_issuer::store::DEPLOYMENTS_MAX;
-/// Longest a waiting consumer that hung up or exited stays in the registry: the registry is
-/// swept this often (and on every arrival and every take).
+/// Longest a waiting consumer that hung up or exited stays in the registry: while one
+/// waits, the registry is swept this often (and on every arrival and every take); while
+/// none waits, nothing is swept and nothing wakes repochd.
 pub const REGISTRY_SWEEP_SECONDS_MAX: u64 = 1;
 /// Grant-socket warnings logged per window; the rest are counted and reported once.
 pub const WARNINGS_PER_WINDOW_MAX: u32 = 20;

@@ -34,6 +34,8 @@ pub struct Pending {
 pub struct Registry {
     pending: Mutex<VecDeque<Pending>>,
     arrived: Condvar,
+    /// Told of every arrival, so the sweeper sleeps without a timer while none waits.
+    occupied: tokio::sync::Notify,
 }
 
 /// Whether a waiting consumer is still there: not too old, its process alive, its
@@ -88,6 +90,7 @@ impl Registry {
         }
         q.push_back(p);
         self.arrived.notify_all();
+        self.occupied.notify_one();
         Ok(())
     }
 
@@ -120,6 +123,26 @@ impl Registry {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .retain(still_there);
+    }
+
+    /// Sweeps every `REGISTRY_SWEEP_SECONDS_MAX` while a consumer waits, and sleeps on the
+    /// next arrival, with no timer, while none does: an idle repochd is never woken.
+    pub async fn sweeper(&self) {
+        loop {
+            let empty = self
+                .pending
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .is_empty();
+            if empty {
+                // An arrival between the check and this wait left a permit: no arrival is
+                // missed.
+                self.occupied.notified().await;
+                continue;
+            }
+            tokio::time::sleep(Duration::from_secs(REGISTRY_SWEEP_SECONDS_MAX)).await;
+            self.sweep();
+        }
     }
 
     /// Takes the next pending consumer for `id` until `deadline`.

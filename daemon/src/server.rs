@@ -174,7 +174,10 @@ impl Daemon {
         let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
             .map_err(|e| e.to_string())?;
         self.admission.warm();
-        let mut sweep = tokio::time::interval(Duration::from_secs(REGISTRY_SWEEP_SECONDS_MAX));
+        let sweeper = {
+            let d = self.clone();
+            tokio::spawn(async move { d.registry.sweeper().await })
+        };
         crate::notify::notify("READY=1\nSTATUS=waiting for recoveries");
         tracing::info!(admin = %self.layout.admin_socket().display(), grant = %self.layout.grant_socket().display(), barriers = repoch_issuer::barrier::ENABLED, "repochd ready");
         loop {
@@ -232,11 +235,11 @@ impl Daemon {
                     let d = self.clone();
                     tokio::spawn(async move { d.grant(s, slot).await; drop(permit); });
                 }
-                _ = sweep.tick() => self.registry.sweep(),
                 _ = term.recv() => break,
                 _ = int.recv() => break,
             }
         }
+        sweeper.abort();
         crate::notify::notify("STOPPING=1");
         tracing::info!("repochd stopping");
         Ok(())

@@ -14,6 +14,7 @@ mod granted;
 mod hostile;
 mod hygiene;
 mod identity;
+mod idle;
 mod inputs;
 mod matrix_types;
 mod observers;
