@@ -227,7 +227,9 @@ pub fn run(args: Args) -> Outcome {
             grant,
         } => {
             let r = crate::read_public(&issuer_key).and_then(|k| {
-                let bytes = std::fs::read(&grant)
+                // A grant travels in one frame: a larger file is no grant; a FIFO is
+                // refused, never waited on.
+                let bytes = crate::read_bounded(&grant, repoch_protocol::limits::FRAME_BYTES_MAX)
                     .map_err(|e| Error::Usage(format!("{}: {e}", grant.display())))?;
                 let g = crate::verify(&bytes, &k, None)?;
                 let ext = match &log {

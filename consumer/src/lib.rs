@@ -403,7 +403,7 @@ fn rewritten_from(g: &Grant, report: &repoch_protocol::epoch::LogReport) -> Opti
 }
 
 /// Reads a regular file of at most `max` bytes (non-blocking open: a FIFO never hangs).
-fn read_bounded(p: &Path, max: usize) -> std::io::Result<Vec<u8>> {
+pub(crate) fn read_bounded(p: &Path, max: usize) -> std::io::Result<Vec<u8>> {
     use std::io::Read as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let f = std::fs::OpenOptions::new()
@@ -653,16 +653,26 @@ pub fn persist(out: &Path, bytes: &[u8]) -> Result<(), Error> {
     Out::prepare(out)?.persist(bytes)
 }
 
+/// Largest key file read (64 hex digits and a newline, with room for a comment-free
+/// editor's whitespace).
+pub const KEY_FILE_BYTES_MAX: usize = 1024;
+
+/// A key file's text: a regular file, read without waiting (a FIFO is refused) and at most
+/// `KEY_FILE_BYTES_MAX` bytes.
+fn read_key_text(p: &Path) -> Result<String, Error> {
+    let bytes = read_bounded(p, KEY_FILE_BYTES_MAX)
+        .map_err(|e| Error::Usage(format!("{}: {e}", p.display())))?;
+    String::from_utf8(bytes).map_err(|_| Error::Usage(format!("{}: not UTF-8", p.display())))
+}
+
 pub fn read_key(p: &Path) -> Result<SigningKey, Error> {
-    let text =
-        std::fs::read_to_string(p).map_err(|e| Error::Usage(format!("{}: {e}", p.display())))?;
+    let text = read_key_text(p)?;
     repoch_protocol::sign::signing_key_from_hex(&text)
         .ok_or_else(|| Error::Usage(format!("{}: not a key file (64 hex digits)", p.display())))
 }
 
 pub fn read_public(p: &Path) -> Result<PublicKey, Error> {
-    let text =
-        std::fs::read_to_string(p).map_err(|e| Error::Usage(format!("{}: {e}", p.display())))?;
+    let text = read_key_text(p)?;
     PublicKey::from_hex(&text)
         .filter(|k| k.verifying_key().is_some())
         .ok_or_else(|| Error::Usage(format!("{}: not a public key (64 hex digits)", p.display())))

@@ -80,3 +80,71 @@ fn verify_refuses_a_malformed_grant() {
     assert_eq!(code, 2, "{out}");
     assert!(!public.is_empty());
 }
+
+/// repoch-consume run with a deadline: (exit code, stderr), or None if it was still
+/// running after `VERIFY_SECONDS_MAX` (then killed).
+fn consume_within(args: &[&str]) -> Option<(i32, String)> {
+    const VERIFY_SECONDS_MAX: u64 = 10;
+    let mut c = Command::new(env!("CARGO_BIN_EXE_repoch-consume"))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(st) = c.try_wait().unwrap() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(&mut c.stderr.take().unwrap(), &mut err).unwrap();
+            return Some((st.code().unwrap_or(-1), err));
+        }
+        if start.elapsed().as_secs() >= VERIFY_SECONDS_MAX {
+            let _ = c.kill();
+            let _ = c.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn verify_reads_its_files_bounded_and_never_waits_on_a_fifo() {
+    let d = tempfile::tempdir().unwrap();
+    let k = d.path().join("i.key");
+    consume(&["keygen", k.to_str().unwrap()]);
+    let pubf = d.path().join("i.key.pub");
+    let grant = d.path().join("grant.cbor");
+    std::fs::write(&grant, b"\x82\x01\x02").unwrap();
+    let fifo = d.path().join("fifo");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let big = d.path().join("big");
+    std::fs::write(
+        &big,
+        vec![b'0'; repoch_protocol::limits::FRAME_BYTES_MAX + 1],
+    )
+    .unwrap();
+    let (p, g, f, b) = (
+        pubf.to_str().unwrap(),
+        grant.to_str().unwrap(),
+        fifo.to_str().unwrap(),
+        big.to_str().unwrap(),
+    );
+    for (args, says) in [
+        (["verify", "--issuer-key", f, g], "not a regular file"),
+        (["verify", "--issuer-key", p, f], "not a regular file"),
+        (["verify", "--issuer-key", b, g], "over its bound"),
+        (["verify", "--issuer-key", p, b], "over its bound"),
+    ] {
+        let (code, err) = consume_within(&args)
+            .unwrap_or_else(|| panic!("repoch-consume {args:?} still running after its bound"));
+        assert_eq!(code, 64, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
