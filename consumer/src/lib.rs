@@ -525,6 +525,18 @@ impl Out {
             Mode::empty(),
         )
         .map_err(|e| usage(format!("its directory: {e}")))?;
+        // Only this user may write the directory: anyone else who can could plant the
+        // grant's or its checkpoint's name between this check and the persist, and the
+        // epoch would end uncertain with no grant file (docs/OPERATOR.md, "Recovering (once)").
+        let st = rustix::fs::fstat(&dir).map_err(|e| usage(format!("its directory: {e}")))?;
+        let me = rustix::process::geteuid().as_raw();
+        if st.st_uid != me || st.st_mode & 0o022 != 0 {
+            return Err(usage(format!(
+                "its directory is owned by uid {} with mode {:o}; it must be owned by this user (uid {me}) and writable by no one else",
+                st.st_uid,
+                st.st_mode & 0o7777
+            )));
+        }
         for n in [name.clone(), checkpoint_name(&name)] {
             match rustix::fs::statat(&dir, &n, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(_) => {
@@ -729,6 +741,48 @@ mod tests {
             Err(Error::Usage(m)) => assert!(m.contains("its directory: Not a directory"), "{m}"),
             other => panic!("expected a usage error, got {other:?}"),
         }
+    }
+
+    fn refused_for_its_directory(out: &Path) -> String {
+        match Out::prepare(out) {
+            Err(Error::Usage(m)) => m,
+            other => panic!("expected a usage error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_out_directory_others_can_write_is_refused_before_connecting() {
+        // Another user who can write the directory could plant the grant's or its
+        // checkpoint's name after this check and make the persist fail: the epoch would
+        // end uncertain with no grant file. Refused up front, nothing burnt.
+        use std::os::unix::fs::PermissionsExt as _;
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path().join("grant.cbor");
+        for mode in [0o1777, 0o777, 0o770, 0o730, 0o702] {
+            std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(mode)).unwrap();
+            let m = refused_for_its_directory(&out);
+            assert!(m.contains(&format!("mode {mode:o}")), "{mode:o}: {m}");
+            assert!(m.contains("writable by no one else"), "{mode:o}: {m}");
+        }
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(Out::prepare(&out).is_ok());
+    }
+
+    #[test]
+    #[ignore = "needs root"]
+    fn an_out_directory_owned_by_another_user_is_refused_before_connecting() {
+        assert!(rustix::process::geteuid().is_root(), "needs root");
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path().join("grant.cbor");
+        rustix::fs::chown(
+            d.path(),
+            Some(rustix::fs::Uid::from_raw(65534)),
+            Some(rustix::fs::Gid::from_raw(65534)),
+        )
+        .unwrap();
+        let m = refused_for_its_directory(&out);
+        assert!(m.contains("owned by uid 65534"), "{m}");
+        assert!(m.contains("must be owned by this user (uid 0)"), "{m}");
     }
 
     #[test]

@@ -212,9 +212,18 @@ fn a_wrong_uid_peer_is_rejected_burns_nothing_and_the_real_consumer_succeeds() {
     let key = s.path("consumer.key");
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
     std::fs::set_permissions(s.issuer_pub(), std::fs::Permissions::from_mode(0o644)).unwrap();
-    let mut imp = s.consumer(&id[..8], "consumer.key", "impostor.cbor", &[]);
+    // The impostor's --out is in a directory of its own (the consumer refuses one that
+    // another user can write).
+    let own = s.path("impostor");
+    std::fs::create_dir(&own).unwrap();
+    rustix::fs::chown(
+        &own,
+        Some(rustix::fs::Uid::from_raw(65534)),
+        Some(rustix::fs::Gid::from_raw(65534)),
+    )
+    .unwrap();
+    let mut imp = s.consumer(&id[..8], "consumer.key", "impostor/impostor.cbor", &[]);
     imp.uid(65534).gid(65534);
-    std::fs::set_permissions(s.dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let imp = imp
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -225,7 +234,7 @@ fn a_wrong_uid_peer_is_rejected_burns_nothing_and_the_real_consumer_succeeds() {
     let imp = finish(imp);
     assert_eq!(imp.code, 2, "{}{}", imp.stdout, imp.stderr);
     assert!(imp.stdout.contains("consumer-rejected"), "{}", imp.stdout);
-    assert!(!s.path("impostor.cbor").exists());
+    assert!(!s.path("impostor/impostor.cbor").exists());
     assert_eq!(
         records(&s, &id),
         ["genesis"],
