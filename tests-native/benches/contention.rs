@@ -1,0 +1,2 @@
+mod common;
+fn main() {}
