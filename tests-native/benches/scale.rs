@@ -287,7 +287,10 @@ fn main() {
     std::fs::write(&svg_path, svg(&cells, &floors, &note)).unwrap();
     md.push_str(&format!(
         "\nPlot: [bench-scale.svg](bench-scale.svg) (written to {}).\n",
-        svg_path.display()
+        svg_path
+            .strip_prefix(bench::workspace_root())
+            .unwrap_or(&svg_path)
+            .display()
     ));
     bench::emit("scale", &md);
 }
