@@ -51,8 +51,8 @@ fn main() {
     }
     require_root!();
     let rounds = bench::iterations(10, 1);
-    let mut w = World::new(false);
-    let p = Profile::of(1, false);
+    let mut w = World::new(Systemd::None);
+    let p = Profile::of(1, Systemd::None);
     let id = w.enroll(&p);
     // The recovery that proceeds: it takes the issuer lock and waits for its consumer.
     let mut first = Kill(

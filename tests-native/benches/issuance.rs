@@ -14,7 +14,7 @@ fn main() {
         return;
     }
     require_root!();
-    let systemd = host_systemd();
+    let systemd = Systemd::detect();
     let n = bench::iterations(50, 3);
     let mut w = World::new(systemd);
     // One recovery not measured: it warms the caches and gives the appended sizes.
@@ -39,11 +39,7 @@ fn main() {
     md.push_str(&format!(
         " repochd barriers={}. {}\n\n",
         w.barriers(),
-        if systemd {
-            "Units enrolled (masked on this host's systemd)."
-        } else {
-            "Units skipped: no systemd runs this host (PID 1), so none can be enrolled."
-        }
+        systemd.describe()
     ));
     md.push_str(&format!(
         "{n} recoveries per profile, each of a new deployment, its consumer already waiting; \

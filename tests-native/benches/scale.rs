@@ -163,7 +163,7 @@ fn main() {
         return;
     }
     require_root!();
-    let systemd = host_systemd();
+    let systemd = Systemd::detect();
     let hosts: &[usize] = if bench::quick() {
         &[100, 1000]
     } else {
@@ -206,11 +206,7 @@ fn main() {
     md.push_str(&format!(
         " repochd barriers={}. {}\n\n",
         w.barriers(),
-        if systemd {
-            "Units enrolled (masked on this host's systemd)."
-        } else {
-            "Units skipped: no systemd runs this host (PID 1)."
-        }
+        systemd.describe()
     ));
     md.push_str(&format!(
         "Issuance (spawn of `repoch recover` to the grant sent), {n} recoveries per cell, with N \

@@ -29,6 +29,11 @@ impl Drop for Kill {
     }
 }
 
+/// `REPOCH_BENCH_UNITS=nspawn`: where no systemd runs the host, boot one in a container
+/// (`systemd-nspawn`, as the unit tests do) and have repochd ask it through
+/// `REPOCH_SYSTEMCTL=nsenter -t LEADER -a systemctl`.
+pub const UNITS_ENV: &str = "REPOCH_BENCH_UNITS";
+
 /// Whether a systemd runs this host (PID 1), so units can be enrolled and masked.
 pub fn host_systemd() -> bool {
     Command::new("systemctl")
@@ -37,6 +42,46 @@ pub fn host_systemd() -> bool {
         .ok()
         .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
         .is_some_and(|s| s.starts_with("running") || s.starts_with("degraded"))
+}
+
+/// Where the enrolled units live, if anywhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Systemd {
+    /// No systemd reachable: units are skipped.
+    None,
+    /// The host's (PID 1).
+    Host,
+    /// A container's, booted for the bench (`REPOCH_BENCH_UNITS=nspawn`).
+    Container,
+}
+
+impl Systemd {
+    pub fn detect() -> Systemd {
+        if host_systemd() {
+            Systemd::Host
+        } else if std::env::var(UNITS_ENV).is_ok_and(|v| v == "nspawn") {
+            Systemd::Container
+        } else {
+            Systemd::None
+        }
+    }
+    pub fn units(self) -> bool {
+        self != Systemd::None
+    }
+    /// A sentence for the report.
+    pub fn describe(self) -> String {
+        match self {
+            Systemd::Host => "Units enrolled (masked on this host's systemd).".into(),
+            Systemd::Container => format!(
+                "Units enrolled, masked in a systemd container that repochd asks through \
+                 `nsenter -t LEADER -a systemctl` ({UNITS_ENV}=nspawn: no systemd runs this host)."
+            ),
+            Systemd::None => format!(
+                "Units skipped: no systemd runs this host (PID 1), so none can be enrolled \
+                 ({UNITS_ENV}=nspawn boots one in a container)."
+            ),
+        }
+    }
 }
 
 /// How many objects of each kind a profile enrolls: `n` of each, capped at the manifest's
@@ -52,7 +97,8 @@ pub struct Profile {
 }
 
 impl Profile {
-    pub fn of(n: usize, units: bool) -> Profile {
+    pub fn of(n: usize, systemd: Systemd) -> Profile {
+        let units = systemd.units();
         Profile {
             n,
             fences: n.min(FENCES_MAX),
@@ -77,7 +123,8 @@ pub struct Units(pub Vec<String>);
 
 impl Drop for Units {
     fn drop(&mut self) {
-        if !self.0.is_empty() {
+        // A container's masks go with the container.
+        if !self.0.is_empty() && host_systemd() {
             let _ = Command::new("systemctl")
                 .args(["unmask", "--runtime"])
                 .args(&self.0)
@@ -90,17 +137,18 @@ impl Drop for Units {
 /// deployments (each epoch is issued once, so every measured recovery enrolls a new one).
 #[derive(Debug)]
 pub struct World {
-    // Dropped in order: the daemon, then the cgroups, the units, the sandbox.
+    // Dropped in order: the daemon, then the cgroups, the units, the container, the sandbox.
     pub d: Daemon,
     pub cg: Cgroup,
     pub units: Units,
+    pub container: Option<Container>,
     pub s: Sandbox,
-    pub systemd: bool,
+    pub systemd: Systemd,
     enrolled: usize,
 }
 
 impl World {
-    pub fn new(systemd: bool) -> World {
+    pub fn new(systemd: Systemd) -> World {
         let s = Sandbox::new();
         let cg = Cgroup::new(&format!("repoch-bench-{}", s.tag));
         let mut units = Units::default();
@@ -114,23 +162,43 @@ impl World {
         for i in 0..CGROUPS_MAX {
             let _ = cg.child(&format!("c{i}"));
         }
-        if systemd {
-            let names: Vec<String> = (0..UNITS_MAX)
-                .map(|i| format!("repoch-bench-{}-{i}.service", s.tag.to_lowercase()))
-                .collect();
-            let o = Command::new("systemctl")
-                .args(["mask", "--runtime"])
-                .args(&names)
-                .output()
-                .expect("systemctl");
-            assert!(o.status.success(), "systemctl mask: {o:?}");
-            units.0 = names;
+        let names: Vec<String> = (0..UNITS_MAX)
+            .map(|i| format!("repoch-bench-{}-{i}.service", s.tag.to_lowercase()))
+            .collect();
+        let mut container = None;
+        let mut cmd = s.cmd("repochd");
+        match systemd {
+            Systemd::None => {}
+            Systemd::Host => {
+                let o = Command::new("systemctl")
+                    .args(["mask", "--runtime"])
+                    .args(&names)
+                    .output()
+                    .expect("systemctl");
+                assert!(o.status.success(), "systemctl mask: {o:?}");
+                units.0 = names;
+            }
+            Systemd::Container => {
+                let c = Container::boot(&s.tag);
+                c.sh(&format!("systemctl mask --runtime {}", names.join(" ")));
+                cmd.env("REPOCH_SYSTEMCTL", c.systemctl());
+                container = Some(c);
+                units.0 = names;
+            }
         }
-        let d = s.daemon();
+        let log = s.path("repochd.log");
+        let child = cmd
+            .stderr(std::fs::File::create(&log).unwrap())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("repochd");
+        let d = Daemon { child, log };
+        d.wait_log("repochd ready");
         World {
             d,
             cg,
             units,
+            container,
             s,
             systemd,
             enrolled: 0,
