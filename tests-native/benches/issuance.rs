@@ -51,15 +51,23 @@ fn main() {
     for (p, ts) in &runs {
         let mut d = Samples::new();
         let mut o = Samples::new();
+        let mut r = Samples::new();
         for t in ts {
             d.push(t.dispatched);
             o.push(t.outcome);
+            r.push(t.dispatched.saturating_sub(t.at("start")));
         }
         md.push_str(&format!(
             "| issuance, profile {} | {} | {} |\n",
             p.describe(),
             d.len(),
             d.cells()
+        ));
+        md.push_str(&format!(
+            "| issuance from the request sent (the `start` line), profile {} | {} | {} |\n",
+            p.n,
+            r.len(),
+            r.cells()
         ));
         md.push_str(&format!(
             "| outcome, profile {} | {} | {} |\n",

@@ -334,6 +334,16 @@ pub struct Timeline {
     pub outcome: Duration,
 }
 
+impl Timeline {
+    /// When the event labelled `l` was read (zero if it never came).
+    pub fn at(&self, l: &str) -> Duration {
+        self.events
+            .iter()
+            .find(|(x, _)| x == l)
+            .map_or(Duration::ZERO, |(_, t)| *t)
+    }
+}
+
 /// The label of a streamed event: its step (or `record KIND`), and `STEP done` the second
 /// time a step is reported (connect, final-1, final-2 and acknowledge each report twice:
 /// started, then done).
