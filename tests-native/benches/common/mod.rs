@@ -516,20 +516,35 @@ pub struct Sleepers {
     cg: Cgroup,
 }
 
+/// Processes the host may need beside the sleepers.
+pub const SLEEPERS_HEADROOM: usize = 4096;
+
 /// Longest wait for sleepers to start or die.
 pub const SLEEPERS_WAIT_SECONDS_MAX: u64 = 300;
 
 impl Sleepers {
     pub fn new(n: usize, tag: &str) -> Sleepers {
         let cg = Cgroup::new(&format!("repoch-bench-sleepers-{tag}"));
-        let pid_max: usize = std::fs::read_to_string("/proc/sys/kernel/pid_max")
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(32768);
-        assert!(
-            n + 1024 < pid_max,
-            "{n} sleepers do not fit under pid_max {pid_max}"
-        );
+        // Room for them and for what runs already: pid_max, threads-max, RLIMIT_NPROC.
+        let sysctl = |name: &str| -> usize {
+            std::fs::read_to_string(format!("/proc/sys/kernel/{name}"))
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(usize::MAX)
+        };
+        let nproc = rustix::process::getrlimit(rustix::process::Resource::Nproc)
+            .current
+            .map_or(usize::MAX, |v| v as usize);
+        for (what, limit) in [
+            ("kernel.pid_max", sysctl("pid_max")),
+            ("kernel.threads-max", sysctl("threads-max")),
+            ("RLIMIT_NPROC", nproc),
+        ] {
+            assert!(
+                n.saturating_add(SLEEPERS_HEADROOM) < limit,
+                "{n} sleepers do not fit under {what} = {limit}"
+            );
+        }
         let mut sh = Command::new("sh")
             .arg("-c")
             .arg(format!(
