@@ -168,6 +168,10 @@ pub fn machine(fs_dir: &std::path::Path) -> String {
         ],
     );
     let bins = crate::bin_dir();
+    let bins_shown = bins
+        .strip_prefix(workspace_root())
+        .unwrap_or(&bins)
+        .to_path_buf();
     let profile = if bins.ends_with("release") {
         "release"
     } else if bins.ends_with("debug") {
@@ -178,7 +182,7 @@ pub fn machine(fs_dir: &std::path::Path) -> String {
     format!(
         "Machine: {cpu}, {cores} cores, {mem}, Linux {kernel}; file system of the state root: {fs}; \
          binaries: {} ({profile}); commit {commit}; {}.",
-        bins.display(),
+        bins_shown.display(),
         if quick() {
             "QUICK run (REPOCH_BENCH_QUICK=1: tiny iteration counts)"
         } else {
