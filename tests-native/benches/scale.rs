@@ -164,11 +164,20 @@ fn main() {
     }
     require_root!();
     let systemd = Systemd::detect();
-    let hosts: &[usize] = if bench::quick() {
-        &[100, 1000]
-    } else {
-        &[100, 1000, 10_000]
+    // REPOCH_BENCH_HOSTS=100,1000 overrides the host sizes (sleepers added).
+    let hosts: Vec<usize> = match std::env::var("REPOCH_BENCH_HOSTS") {
+        Ok(v) if !v.trim().is_empty() => v
+            .split(',')
+            .map(|x| {
+                x.trim()
+                    .parse()
+                    .expect("REPOCH_BENCH_HOSTS: numbers, comma-separated")
+            })
+            .collect(),
+        _ if bench::quick() => vec![100, 1000],
+        _ => vec![100, 1000, 10_000],
     };
+    let hosts = &hosts[..];
     let n = bench::iterations(20, 2);
     let mut w = World::new(systemd);
     let warm = w.issue(&Profile::of(1, systemd));

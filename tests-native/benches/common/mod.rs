@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use repoch_protocol::limits::{CGROUPS_MAX, FENCES_MAX, LISTENERS_MAX, STORES_MAX, UNITS_MAX};
+use repoch_protocol::limits::{
+    CGROUPS_MAX, EXECUTABLES_MAX, FENCES_MAX, LISTENERS_MAX, STORES_MAX, UNITS_MAX,
+};
 use repoch_tests_native::bench::Samples;
 use repoch_tests_native::*;
 
@@ -93,6 +95,7 @@ pub struct Profile {
     pub stores: usize,
     pub cgroups: usize,
     pub listeners: usize,
+    pub executables: usize,
     pub units: usize,
 }
 
@@ -105,14 +108,21 @@ impl Profile {
             stores: n.min(STORES_MAX),
             cgroups: n.min(CGROUPS_MAX),
             listeners: n.min(LISTENERS_MAX),
+            executables: n.min(EXECUTABLES_MAX),
             units: if units { n.min(UNITS_MAX) } else { 0 },
         }
     }
-    /// "16 (8 fences, 16 stores, 8 cgroups, 16 listeners, 0 units)".
+    /// "16 (8 fences, 16 stores, 8 cgroups, 16 listeners, 8 executables, 0 units)".
     pub fn describe(&self) -> String {
         format!(
-            "{} ({} fences, {} stores, {} cgroups, {} listeners, {} units)",
-            self.n, self.fences, self.stores, self.cgroups, self.listeners, self.units
+            "{} ({} fences, {} stores, {} cgroups, {} listeners, {} executables, {} units)",
+            self.n,
+            self.fences,
+            self.stores,
+            self.cgroups,
+            self.listeners,
+            self.executables,
+            self.units
         )
     }
 }
@@ -161,6 +171,13 @@ impl World {
         }
         for i in 0..CGROUPS_MAX {
             let _ = cg.child(&format!("c{i}"));
+        }
+        // The old root's executables: files no process runs.
+        for i in 0..EXECUTABLES_MAX {
+            let e = s.srv.join(format!("old-root-{i}"));
+            std::fs::write(&e, b"#!/bin/sh\nexit 0\n").unwrap();
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&e, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
         let names: Vec<String> = (0..UNITS_MAX)
             .map(|i| format!("repoch-bench-{}-{i}.service", s.tag.to_lowercase()))
@@ -238,10 +255,16 @@ impl World {
                 .collect(),
         );
         let units = list(self.units.0.iter().take(p.units).cloned().collect());
+        let executables = list(
+            (0..p.executables)
+                .map(|i| format!("{srv}/old-root-{i}"))
+                .collect(),
+        );
         let d = self.s.dir.path().display();
         format!(
             "label = \"bench-{tag}-{idx}\"\nfences = [{fences}]\nstores = [{stores}]\nready = \"{srv}/READY\"\n\n\
-             [containment]\ncgroups = [{cgroups}]\nlisteners = [{listeners}]\nunits = [{units}]\n\n\
+             [containment]\ncgroups = [{cgroups}]\nlisteners = [{listeners}]\nunits = [{units}]\n\
+             executables = [{executables}]\n\n\
              [journal]\npath = \"{srv}/journal-{idx}\"\nproducer_key_file = \"{d}/producer.key.pub\"\n\n\
              [consumer]\nuid = 0\ngid = 0\nexecutable = \"{exe}\"\nkey_file = \"{d}/consumer.key.pub\"\n",
             tag = self.s.tag,
