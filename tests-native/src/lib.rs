@@ -2,6 +2,7 @@
 //! state root, fixture files, keys and ids) and helpers to run the real binaries.
 #![deny(unsafe_code)]
 
+pub mod bench;
 pub mod sys;
 
 use std::path::{Path, PathBuf};
@@ -9,8 +10,17 @@ use std::process::{Command, Output, Stdio};
 
 use rustix::fs::IFlags;
 
-/// The directory holding the workspace's built binaries (`target/debug`).
+/// Names the directory of the binaries to drive instead of the one this executable was
+/// built into (the benchmarks: docs/BENCHMARKS.md).
+pub const BIN_DIR_ENV: &str = "REPOCH_BIN_DIR";
+
+/// The directory holding the workspace's built binaries: `$REPOCH_BIN_DIR` when set, else
+/// the profile directory this executable was built into (`target/debug` for the tests,
+/// `target/release` for `cargo bench`).
 pub fn bin_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os(BIN_DIR_ENV).filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
     let exe = std::env::current_exe().expect("current_exe");
     let deps = exe.parent().expect("deps dir");
     let dir = if deps.ends_with("deps") {
