@@ -212,7 +212,7 @@ impl Registry {
             let authenticated = match expected.authenticate(&p.peer, &p.key) {
                 Ok(a) => a,
                 Err(r) => {
-                    conn.refuse(r.reason, &r.to_string());
+                    conn.refuse(r.reason, &r.detail());
                     progress(AdminEvent::Progress {
                         step: "connect".into(),
                         detail: format!("rejected a peer: {r}"),

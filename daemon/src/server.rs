@@ -290,11 +290,7 @@ impl Daemon {
         let (uid, gid) = (cred.uid(), cred.gid());
         let enrolled = match self.admission.resolve(&prefix) {
             Ok(e) => e,
-            Err(r) => {
-                return self
-                    .refuse_grant(&mut s, pid, r.reason, &r.to_string())
-                    .await
-            }
+            Err(r) => return self.refuse_grant(&mut s, pid, r.reason, &r.detail()).await,
         };
         let subject = format!("grant socket peer pid {pid}");
         let mismatch = if (enrolled.uid, enrolled.gid) != (uid, gid) {
@@ -315,9 +311,7 @@ impl Daemon {
             None
         };
         if let Some(r) = mismatch {
-            return self
-                .refuse_grant(&mut s, pid, r.reason, &r.to_string())
-                .await;
+            return self.refuse_grant(&mut s, pid, r.reason, &r.detail()).await;
         }
         let pidfd = match peer_pidfd(&s, pid) {
             Ok(fd) => fd,
@@ -343,7 +337,7 @@ impl Daemon {
             let refuse = |std: &mut std::os::unix::net::UnixStream, r: Refusal| {
                 d.warnings
                     .warn(format_args!("grant peer pid={pid} refused: {r}"));
-                let _ = repoch_protocol::wire::write_msg(std, &refused(r.reason, &r.to_string()));
+                let _ = repoch_protocol::wire::write_msg(std, &refused(r.reason, &r.detail()));
             };
             let _ = std.set_nonblocking(false);
             let secs = Duration::from_secs(config().handshake_seconds);
@@ -549,7 +543,7 @@ impl Daemon {
                 }
                 let n = d
                     .registry
-                    .refuse_waiting(&deployment, r.reason, &r.to_string());
+                    .refuse_waiting(&deployment, r.reason, &r.detail());
                 if n > 0 {
                     tracing::info!(%deployment, n, "told the waiting consumers: {}", r.reason);
                 }

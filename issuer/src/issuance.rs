@@ -221,7 +221,7 @@ impl<W: World> Common<W> {
 
 /// After the intent: append `withheld`, refuse the consumer, end.
 fn withhold<C: ConsumerLink, W: World>(mut c: Common<W>, consumer: &mut C, r: Refusal) -> Ended {
-    consumer.refuse(r.reason, &r.to_string());
+    consumer.refuse(r.reason, &r.detail());
     let detail =
         repoch_protocol::types::clip(&r.to_string(), repoch_protocol::limits::TEXT_BYTES_MAX);
     match c.append(EpochBody::Withheld {
@@ -530,7 +530,7 @@ impl<C: ConsumerLink, W: World> Connected<C, W> {
     /// written, otherwise), then append and fsync the intent. From here the epoch is used.
     pub fn intent(mut self, contender: Contender) -> Result<Intended<C, W>, Ended> {
         if let Err(r) = same_peer(&mut self.consumer, &self.peer) {
-            self.consumer.refuse(r.reason, &r.to_string());
+            self.consumer.refuse(r.reason, &r.detail());
             self.c.say(
                 "connect",
                 format!("rejected the consumer before the intent: {r}"),

@@ -26,6 +26,14 @@ impl Refusal {
             observed: observed.into(),
         }
     }
+    /// Everything but the reason: what a wire `refused` message, which carries the reason
+    /// apart, says as its detail.
+    pub fn detail(&self) -> String {
+        format!(
+            "{}: expected {}, observed {}",
+            self.subject, self.expected, self.observed
+        )
+    }
     pub fn from_fact(f: &Fact) -> Option<Refusal> {
         f.reason
             .map(|r| Refusal::new(r, &f.subject, &f.expected, &f.observed))
@@ -34,11 +42,7 @@ impl Refusal {
 
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}: {}: expected {}, observed {}",
-            self.reason, self.subject, self.expected, self.observed
-        )
+        write!(f, "{}: {}", self.reason, self.detail())
     }
 }
 

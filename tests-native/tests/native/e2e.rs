@@ -553,7 +553,7 @@ fn the_shipped_example_manifest_enrolls() {
             &s.path("consumer.key.pub").display().to_string(),
         )
         .replace(
-            "/usr/local/bin/repoch-consume",
+            "/usr/bin/repoch-consume",
             &bin("repoch-consume").display().to_string(),
         );
     let id = s.enroll_with(&m);

@@ -35,6 +35,11 @@ fn told(c: &mut Guard, reason: &str, state: &str, what: &str) {
         message.contains(state),
         "{what}: the refusal does not name the epoch's state {state:?}: {message}"
     );
+    assert_eq!(
+        message.matches(reason).count(),
+        1,
+        "{what}: the message names the reason more than once: {message}"
+    );
 }
 
 /// A new consumer for `id` is refused at once (`reason`, naming `state`); the log is byte
