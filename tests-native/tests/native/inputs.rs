@@ -344,3 +344,53 @@ fn a_fifo_given_as_a_key_file_or_repochd_config_is_refused_at_once() {
     assert_eq!(r.code, 64, "{}{}", r.stdout, r.stderr);
     assert!(r.stderr.contains("a fifo"), "{}", r.stderr);
 }
+
+#[test]
+#[ignore = "needs root"]
+fn enroll_names_the_containment_objects_that_do_not_exist_now() {
+    // A cgroup or executable path that does not exist is observed as absent: contained,
+    // checking nothing if it was misspelt. Enrollment (done while the old root runs) says
+    // which ones it could not find, in --json and as a warning.
+    require_root!();
+    let s = Sandbox::new();
+    let here = bin("repoch-test-helper").display().to_string();
+    let cg = Cgroup::new(&format!("repoch-there-{}", s.tag));
+    let m = s.manifest(&format!(
+        "[containment]\ncgroups = [\"/repoch-misspelt-{t}.service\", \"{there}\"]\nexecutables = [\"/usr/local/bin/repoch-misspelt-{t}\", \"{here}\"]\n",
+        t = s.tag,
+        there = cg.rel
+    ));
+    let p = s.path("manifest.toml");
+    std::fs::write(&p, &m).unwrap();
+    let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let absent = r.json()["absent_at_enrollment"].clone();
+    assert_eq!(
+        absent,
+        serde_json::json!([
+            {"kind": "cgroup", "path": format!("/repoch-misspelt-{}.service", s.tag)},
+            {"kind": "executable", "path": format!("/usr/local/bin/repoch-misspelt-{}", s.tag)},
+        ]),
+        "{}",
+        r.stdout
+    );
+    // In human form: the id alone on stdout, one warning per object on stderr.
+    let s2 = Sandbox::new();
+    let m2 = s2.manifest(&format!(
+        "[containment]\ncgroups = [\"/repoch-misspelt-{t}.service\"]\n",
+        t = s2.tag
+    ));
+    let p2 = s2.path("manifest.toml");
+    std::fs::write(&p2, &m2).unwrap();
+    let r = s2.repoch(&["enroll", p2.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.stdout.trim().len(), 32, "{}", r.stdout);
+    assert!(
+        r.stderr.contains(&format!(
+            "warning: cgroup /repoch-misspelt-{}.service does not exist now",
+            s2.tag
+        )),
+        "{}",
+        r.stderr
+    );
+}
