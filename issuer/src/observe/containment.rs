@@ -81,6 +81,18 @@ pub(super) fn cgroups(m: &Manifest, facts: &mut Vec<Fact>) {
 /// The enrolled listeners: nothing bound, in any network namespace.
 pub(super) fn listeners(m: &Manifest, facts: &mut Vec<Fact>) {
     const WANT: &str = "nothing bound";
+    // Every TCP and UDP port at once: each net table is read once per namespace.
+    let ports: Vec<(bool, u16)> = m
+        .containment
+        .listeners
+        .iter()
+        .filter_map(|l| match l {
+            Listener::Tcp(p) => Some((false, *p)),
+            Listener::Udp(p) => Some((true, *p)),
+            Listener::Unix(_) => None,
+        })
+        .collect();
+    let mut inet = net::inet_bound_all(&ports).into_iter();
     for l in &m.containment.listeners {
         let subject = l.to_string();
         let bound = match l {
@@ -116,8 +128,9 @@ pub(super) fn listeners(m: &Manifest, facts: &mut Vec<Fact>) {
                 });
                 continue;
             }
-            Listener::Tcp(p) => net::inet_bound(false, *p),
-            Listener::Udp(p) => net::inet_bound(true, *p),
+            Listener::Tcp(_) | Listener::Udp(_) => inet
+                .next()
+                .unwrap_or_else(|| Err("no lookup for this port".into())),
         };
         facts.push(match bound {
             Err(e) => Fact::failed(
