@@ -162,13 +162,27 @@ pub(super) fn listeners(m: &Manifest, facts: &mut Vec<Fact>) {
 
 /// The enrolled executables: no live task runs them (by exe or mapping).
 pub(super) fn executables(m: &Manifest, facts: &mut Vec<Fact>) {
-    for exe in &m.containment.executables {
-        let (dev, ino) = match rustix::fs::stat(exe.as_str()) {
-            Ok(st) => (st.st_dev, st.st_ino),
-            // A removed executable can still run: match by its former path only.
-            Err(_) => (u64::MAX, u64::MAX),
-        };
-        facts.push(match proc::running(exe, dev, ino) {
+    let wanted: Vec<proc::Wanted<'_>> = m
+        .containment
+        .executables
+        .iter()
+        .map(|exe| {
+            let (dev, ino) = match rustix::fs::stat(exe.as_str()) {
+                Ok(st) => (st.st_dev, st.st_ino),
+                // A removed executable can still run: match by its former path only.
+                Err(_) => (u64::MAX, u64::MAX),
+            };
+            proc::Wanted {
+                path: exe,
+                dev,
+                ino,
+            }
+        })
+        .collect();
+    // One walk of /proc for every enrolled executable.
+    let running = proc::running_all(&wanted);
+    for (exe, running) in m.containment.executables.iter().zip(running) {
+        facts.push(match running {
             Err(e) => Fact::failed(
                 "process",
                 exe,
