@@ -267,3 +267,68 @@ pub fn socket_holders_of(inodes: &[u64]) -> Vec<(u64, Vec<u32>)> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{scan_table, Bound};
+
+    const HEADER: &str = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n";
+
+    fn line(port: u16, state: u8, inode: &str) -> String {
+        format!(
+            "   0: 0100007F:{port:04X} 00000000:0000 {state:02X} 00000000:00000000 00:00000000 00000000     0        0 {inode} 1 0000000000000000 100 0 0 10 0\n"
+        )
+    }
+
+    type PerPort = Vec<Result<Vec<Bound>, String>>;
+
+    /// Scans `table` for the TCP ports `ports`, each starting without an error.
+    fn scan(table: &str, ports: &[u16]) -> (Result<(), String>, PerPort) {
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path().join("tcp");
+        std::fs::write(&t, table).unwrap();
+        let ports: Vec<(bool, u16)> = ports.iter().map(|p| (false, *p)).collect();
+        let mine: Vec<usize> = (0..ports.len()).collect();
+        let mut out = ports.iter().map(|_| Ok(Vec::new())).collect::<Vec<_>>();
+        let r = scan_table(t.to_str().unwrap(), false, &ports, &mine, &mut out);
+        (r, out)
+    }
+
+    #[test]
+    fn each_port_gets_its_own_listening_sockets_and_a_bad_inode_fails_its_port_alone() {
+        let table = format!(
+            "{HEADER}{}{}{}{}",
+            line(7070, 0x0a, "111"),
+            line(7071, 0x01, "222"), // established, not listening
+            line(7072, 0x0a, "x"),
+            line(7071, 0x0a, "333"),
+        );
+        let (r, out) = scan(&table, &[7071, 7070, 7072, 7073]);
+        assert_eq!(r, Ok(()));
+        let tcp = |inode, port| Bound {
+            inode,
+            what: format!("tcp:{port}"),
+        };
+        assert_eq!(out[0], Ok(vec![tcp(333, 7071)]));
+        assert_eq!(out[1], Ok(vec![tcp(111, 7070)]));
+        assert!(
+            out[2]
+                .as_ref()
+                .is_err_and(|e| e.ends_with("tcp: bad inode")),
+            "{:?}",
+            out[2]
+        );
+        assert_eq!(out[3], Ok(vec![]));
+    }
+
+    #[test]
+    fn a_table_in_an_unknown_format_or_with_a_short_line_is_an_error_of_the_whole_table() {
+        let (r, _) = scan("garbage\n", &[7070]);
+        assert!(r.is_err_and(|e| e.ends_with("tcp: unknown format")));
+        let (r, _) = scan(
+            &format!("{HEADER}{}   1: short\n", line(7070, 0x0a, "1")),
+            &[7070],
+        );
+        assert!(r.is_err_and(|e| e.ends_with("tcp: short line")));
+    }
+}

@@ -306,7 +306,45 @@ pub fn running_all(wanted: &[Wanted<'_>]) -> Vec<Result<Vec<Runner>, String>> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_maps_line;
+    use super::{maps_has, parse_maps_line, Maps, Wanted};
+
+    #[test]
+    fn one_read_of_maps_answers_for_each_executable_and_an_error_fails_those_not_found_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let maps = dir.path().join("maps");
+        let by_path = |path| Wanted {
+            path,
+            dev: u64::MAX,
+            ino: u64::MAX,
+        };
+        let (a, b, c) = (by_path("/srv/a"), by_path("/srv/b"), by_path("/srv/c"));
+        std::fs::write(
+            &maps,
+            "5555-6666 r-xp 00000000 fe:00 77   /srv/a\n\
+             7777-8888 r-xp 00000000 fe:00 78   /srv/c (deleted)\n",
+        )
+        .unwrap();
+        assert_eq!(
+            maps_has(&maps, &[a, b, c]),
+            [Ok(Maps::Has), Ok(Maps::HasNot), Ok(Maps::Has)]
+        );
+        std::fs::write(
+            &maps,
+            "5555-6666 r-xp 00000000 fe:00 77   /srv/a\ngarbage\n7777-8888 r-xp 00000000 fe:00 78   /srv/c\n",
+        )
+        .unwrap();
+        let got = maps_has(&maps, &[a, b, c]);
+        assert_eq!(got[0], Ok(Maps::Has));
+        for r in &got[1..] {
+            assert!(
+                r.as_ref().is_err_and(|e| e.contains("unknown line")),
+                "{r:?}"
+            );
+        }
+        std::fs::write(&maps, "").unwrap();
+        assert_eq!(maps_has(&maps, &[a, b]), [Ok(Maps::Empty), Ok(Maps::Empty)]);
+        assert_eq!(maps_has(&dir.path().join("gone"), &[a]), [Ok(Maps::Empty)]);
+    }
 
     #[test]
     fn maps_lines_parse_device_inode_and_a_path_with_spaces() {
