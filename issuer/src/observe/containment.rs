@@ -81,6 +81,18 @@ pub(super) fn cgroups(m: &Manifest, facts: &mut Vec<Fact>) {
 /// The enrolled listeners: nothing bound, in any network namespace.
 pub(super) fn listeners(m: &Manifest, facts: &mut Vec<Fact>) {
     const WANT: &str = "nothing bound";
+    // Every TCP and UDP port at once: each net table is read once per namespace.
+    let ports: Vec<(bool, u16)> = m
+        .containment
+        .listeners
+        .iter()
+        .filter_map(|l| match l {
+            Listener::Tcp(p) => Some((false, *p)),
+            Listener::Udp(p) => Some((true, *p)),
+            Listener::Unix(_) => None,
+        })
+        .collect();
+    let mut inet = net::inet_bound_all(&ports).into_iter();
     for l in &m.containment.listeners {
         let subject = l.to_string();
         let bound = match l {
@@ -116,8 +128,9 @@ pub(super) fn listeners(m: &Manifest, facts: &mut Vec<Fact>) {
                 });
                 continue;
             }
-            Listener::Tcp(p) => net::inet_bound(false, *p),
-            Listener::Udp(p) => net::inet_bound(true, *p),
+            Listener::Tcp(_) | Listener::Udp(_) => inet
+                .next()
+                .unwrap_or_else(|| Err("no lookup for this port".into())),
         };
         facts.push(match bound {
             Err(e) => Fact::failed(
@@ -149,13 +162,27 @@ pub(super) fn listeners(m: &Manifest, facts: &mut Vec<Fact>) {
 
 /// The enrolled executables: no live task runs them (by exe or mapping).
 pub(super) fn executables(m: &Manifest, facts: &mut Vec<Fact>) {
-    for exe in &m.containment.executables {
-        let (dev, ino) = match rustix::fs::stat(exe.as_str()) {
-            Ok(st) => (st.st_dev, st.st_ino),
-            // A removed executable can still run: match by its former path only.
-            Err(_) => (u64::MAX, u64::MAX),
-        };
-        facts.push(match proc::running(exe, dev, ino) {
+    let wanted: Vec<proc::Wanted<'_>> = m
+        .containment
+        .executables
+        .iter()
+        .map(|exe| {
+            let (dev, ino) = match rustix::fs::stat(exe.as_str()) {
+                Ok(st) => (st.st_dev, st.st_ino),
+                // A removed executable can still run: match by its former path only.
+                Err(_) => (u64::MAX, u64::MAX),
+            };
+            proc::Wanted {
+                path: exe,
+                dev,
+                ino,
+            }
+        })
+        .collect();
+    // One walk of /proc for every enrolled executable.
+    let running = proc::running_all(&wanted);
+    for (exe, running) in m.containment.executables.iter().zip(running) {
+        facts.push(match running {
             Err(e) => Fact::failed(
                 "process",
                 exe,

@@ -401,6 +401,45 @@ fn a_task_running_a_contained_executable_anywhere_is_an_escaped_task() {
     assert_holds(&s.observe(&id));
 }
 
+#[test]
+#[ignore = "needs root"]
+fn of_several_contained_executables_only_the_running_one_is_an_escaped_task() {
+    // /proc is scanned once per observation for every enrolled executable: each fact must
+    // be judged by its own executable. Only the second one runs.
+    require_root!();
+    let s = Sandbox::new();
+    let (first, second) = (s.srv.join("old-root-1"), s.srv.join("old-root-2"));
+    for exe in [&first, &second] {
+        std::fs::copy(bin("repoch-test-helper"), exe).unwrap();
+    }
+    let id = s.enroll_with(&s.manifest(&format!(
+        "[containment]\nexecutables = [\"{}\", \"{}\"]",
+        first.display(),
+        second.display()
+    )));
+    assert_holds(&s.observe(&id));
+    let mut c = Command::new(&second);
+    c.arg("threads");
+    let p = spawn_ready(c);
+    let r = s.observe(&id);
+    assert_refused(&r, "escaped-task");
+    let subjects: Vec<String> = r.json()["facts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "process" && f["holds"] == false)
+        .map(|f| f["subject"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(subjects, [second.display().to_string()], "{}", r.stdout);
+    assert!(
+        observed(&r, "process").contains(&format!("pid {} ", p.pid())),
+        "{}",
+        r.stdout
+    );
+    drop(p);
+    assert_holds(&s.observe(&id));
+}
+
 // ---- fences ----
 
 #[test]

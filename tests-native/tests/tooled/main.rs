@@ -274,6 +274,11 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            observers::of_several_enrolled_ports_only_the_bound_one_is_listener_present,
+            &[IP]
+        ),
+        trial!(
+            root,
             powerloss::power_loss_right_after_each_fsynced_append_keeps_it,
             EXT4
         ),
