@@ -1129,6 +1129,15 @@ fn bytes_read(pid: u32) -> u64 {
         .unwrap()
 }
 
+/// CPU time a process has used (utime + stime in `/proc/PID/stat`), in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after_comm = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after_comm.split_whitespace().collect();
+    // Fields 14 and 15 of stat(5), counted from the state (field 3) here.
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
 #[test]
 #[ignore = "needs root"]
 fn a_granted_recovery_reads_the_consumer_executable_at_most_twice() {
@@ -1152,6 +1161,8 @@ fn a_granted_recovery_reads_the_consumer_executable_at_most_twice() {
     ));
     let d = s.daemon();
     let before = bytes_read(d.child.id());
+    let cpu_before = cpu_ticks(d.child.id());
+    let started = std::time::Instant::now();
     let consumer = s
         .consumer_from(
             &exe,
@@ -1170,9 +1181,11 @@ fn a_granted_recovery_reads_the_consumer_executable_at_most_twice() {
     let c = finish(consumer);
     assert_eq!(c.code, 0, "{}", c.stderr);
     let read = bytes_read(d.child.id()) - before;
+    let ticks = cpu_ticks(d.child.id()) - cpu_before;
     eprintln!(
-        "repochd read {read} bytes during the recovery; the consumer executable is {size} bytes ({:.2} times)",
-        read as f64 / size as f64
+        "repochd read {read} bytes during the recovery; the consumer executable is {size} bytes ({:.2} times); recover took {:?}, repochd used {ticks} CPU ticks",
+        read as f64 / size as f64,
+        started.elapsed()
     );
     assert!(
         read < 2 * size + size / 4,
