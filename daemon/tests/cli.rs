@@ -364,3 +364,44 @@ fn audit_with_a_checkpoint_that_does_not_verify_is_checkpoint_invalid() {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     assert_eq!(repoch(&a).0, 64);
 }
+
+#[test]
+fn audit_with_batch_prints_what_audit_prints() {
+    // Proves: --batch changes nothing an auditor reads (docs/AUDITOR.md, "Batch
+    // verification"): the same output and exit code on valid logs and with one forged
+    // signature among them, which both name.
+    let key = ed25519_dalek::SigningKey::from_bytes(&[3; 32]);
+    let logs: Vec<Vec<u8>> = (0..5u8)
+        .map(|i| genesis_log(&key, DeploymentId([i; 16]), None))
+        .collect();
+    let mut forged = logs.clone();
+    let last = forged[3].len() - 1;
+    forged[3][last] ^= 1;
+    for set in [&logs, &forged] {
+        let named: Vec<(String, &[u8])> = set
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (format!("{i}.log"), b.as_slice()))
+            .collect();
+        let refs: Vec<(&str, &[u8])> = named.iter().map(|(n, b)| (n.as_str(), *b)).collect();
+        let (_d, args) = audit_dir(&key, &refs);
+        let mut batched = args.clone();
+        batched.insert(2, "--batch".into());
+        let strict = audit_reason(&args);
+        assert_eq!(audit_reason(&batched), strict);
+        if std::ptr::eq(set, &forged) {
+            assert_eq!(
+                (strict.0, strict.1.as_str()),
+                (2, "epoch-forged"),
+                "{}",
+                strict.2
+            );
+            assert!(strict.2.contains("3.log"), "{}", strict.2);
+        } else {
+            assert_eq!(strict.0, 0, "{}", strict.2);
+        }
+    }
+    let (code, out, _) = repoch(&["audit", "--help"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("--batch"), "{out}");
+}

@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod barrier;
+pub mod digest;
 pub mod enroll;
 pub mod issuance;
 pub mod keys;

@@ -35,6 +35,11 @@ pub fn fstat_identity(fd: impl std::os::fd::AsFd) -> std::io::Result<Identity> {
         AtFlags::EMPTY_PATH,
         StatxFlags::BASIC_STATS | StatxFlags::BTIME,
     )?;
+    identity_of(&sx)
+}
+
+/// The identity in a `statx` answer asked for `BASIC_STATS | BTIME` (see [`fstat_identity`]).
+pub(crate) fn identity_of(sx: &rustix::fs::Statx) -> std::io::Result<Identity> {
     let basic = StatxFlags::TYPE | StatxFlags::MODE | StatxFlags::UID | StatxFlags::GID;
     if !StatxFlags::from_bits_retain(sx.stx_mask).contains(basic | StatxFlags::INO) {
         return Err(std::io::Error::other(format!(
@@ -48,7 +53,7 @@ pub fn fstat_identity(fd: impl std::os::fd::AsFd) -> std::io::Result<Identity> {
         uid: sx.stx_uid,
         gid: sx.stx_gid,
         mode: sx.stx_mode.into(),
-        birth: birth_of(&sx),
+        birth: birth_of(sx),
     })
 }
 

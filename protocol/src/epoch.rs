@@ -1,5 +1,7 @@
 //! The epoch log (docs/PROTOCOL.md, "The epoch log"): signed, hash-chained records and their classification.
 
+use std::collections::HashSet;
+
 use ciborium::value::Value;
 
 use crate::cbor::{self, Canonical, DecodeError, Fields};
@@ -510,6 +512,19 @@ fn valid_record_after(bytes: &[u8], at: usize, issuer: &PublicKey) -> bool {
 /// `corrupt` for everything else (damage followed by valid records, issuer-signed records
 /// out of order, a log over its bound).
 pub fn verify_log(bytes: &[u8], issuer: &PublicKey, expected: Option<DeploymentId>) -> LogReport {
+    verify_log_proven(bytes, issuer, expected, &HashSet::new())
+}
+
+/// [`verify_log`], with the records whose payload hash is in `proven` taken as carrying a
+/// valid issuer signature (what [`batch_proven`] returns: each one's strict verification
+/// would hold); every other record is verified strictly, as by `verify_log`, so the report
+/// is the same.
+pub fn verify_log_proven(
+    bytes: &[u8],
+    issuer: &PublicKey,
+    expected: Option<DeploymentId>,
+    proven: &HashSet<Hash>,
+) -> LogReport {
     let mut records: Vec<VerifiedRecord> = Vec::new();
     let mut problem = None;
     if bytes.len() > LOG_BYTES_MAX {
@@ -522,7 +537,7 @@ pub fn verify_log(bytes: &[u8], issuer: &PublicKey, expected: Option<DeploymentI
         for (at, frame) in frames(bytes, RECORD_BYTES_MAX) {
             let checked = frame
                 .map_err(|(_, why)| (Problem::Torn, why))
-                .and_then(|payload| check_record(&records, at, payload, issuer, expected));
+                .and_then(|payload| check_record(&records, at, payload, issuer, expected, proven));
             match checked {
                 Ok(r) => records.push(r),
                 Err((kind, why)) => {
@@ -569,6 +584,7 @@ fn check_record(
     payload: &[u8],
     issuer: &PublicKey,
     expected: Option<DeploymentId>,
+    proven: &HashSet<Hash>,
 ) -> Result<VerifiedRecord, (Problem, String)> {
     let n = records.len();
     let fail = |kind: Problem, why: String| Err((kind, format!("record {n}: {why}")));
@@ -582,7 +598,8 @@ fn check_record(
         Ok(r) => r,
         Err(e) => return fail(Problem::Undecodable, e.to_string()),
     };
-    if !rec.verify(issuer) {
+    let hash = Hash::of(payload);
+    if !proven.contains(&hash) && !rec.verify(issuer) {
         return fail(Problem::Forged, "bad issuer signature".into());
     }
     let r = &rec.record;
@@ -619,9 +636,37 @@ fn check_record(
     }
     Ok(VerifiedRecord {
         offset: at,
-        hash: Hash::of(payload),
+        hash,
         record: rec,
     })
+}
+
+/// The payload hashes of the records in `logs` whose issuer signature a batch verification
+/// proves (`sign::proven_by_batch`: exactly those whose strict verification holds, or
+/// fewer), for [`verify_log_proven`]. Reads each log as `verify_log` does, as far as its
+/// frames decode, bounded by `LOG_RECORDS_MAX` frames per log; a log over `LOG_BYTES_MAX`
+/// contributes nothing.
+pub fn batch_proven(logs: &[&[u8]], issuer: &PublicKey) -> HashSet<Hash> {
+    let mut hashes = Vec::new();
+    let mut records = Vec::new();
+    for bytes in logs.iter().filter(|b| b.len() <= LOG_BYTES_MAX) {
+        for payload in frames(bytes, RECORD_BYTES_MAX)
+            .take(LOG_RECORDS_MAX)
+            .map_while(|(_, f)| f.ok())
+        {
+            if let Ok(r) = SignedEpochRecord::from_bytes(payload) {
+                hashes.push(Hash::of(payload));
+                records.push((r.record.to_bytes(), r.signature));
+            }
+        }
+    }
+    let items: Vec<(&[u8], &[u8; SIGNATURE_BYTES])> =
+        records.iter().map(|(m, s)| (m.as_slice(), s)).collect();
+    sign::proven_by_batch(issuer, Context::EpochRecord, &items)
+        .into_iter()
+        .zip(hashes)
+        .filter_map(|(ok, h)| ok.then_some(h))
+        .collect()
 }
 
 /// A problem in the chain between deployments.

@@ -2,6 +2,7 @@
 //! state root, fixture files, keys and ids) and helpers to run the real binaries.
 #![deny(unsafe_code)]
 
+pub mod audit_logs;
 pub mod bench;
 pub mod sys;
 

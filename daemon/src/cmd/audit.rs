@@ -64,6 +64,7 @@ pub fn run(
     issuer_key: Option<&Path>,
     checkpoint: Option<&Path>,
     paths: &[std::path::PathBuf],
+    batch: bool,
 ) -> CmdResult {
     let issuer = match issuer_key {
         Some(p) => {
@@ -71,7 +72,7 @@ pub fn run(
         }
         None => store::issuer_public(&ctx.layout)?,
     };
-    let (logs, chain) = crate::audit::audit(paths, &issuer).map_err(Failure::Usage)?;
+    let (logs, chain) = crate::audit::audit(paths, &issuer, batch).map_err(Failure::Usage)?;
     let bad: Vec<&crate::audit::Audited> = logs
         .iter()
         .filter(|a| a.report.problem.is_some() || a.report.records.is_empty())

@@ -360,6 +360,7 @@ pub fn run(ctx0: &Ctx, keep: bool) -> CmdResult {
         Some(&ctx.layout.issuer_pub()),
         None,
         &[ctx.layout.state_dir(&e.id)],
+        false,
     );
     let audited = matches!(audit, Ok(Outcome::Success));
 

@@ -159,6 +159,11 @@ pub enum Cmd {
         /// keeps beside its grant).
         #[arg(long, value_name = "NOTE")]
         checkpoint: Option<PathBuf>,
+        /// Verify the signatures in batches first (ed25519 batch verification): the same
+        /// verdicts, as each signature a batch cannot prove equal to strict verification's
+        /// is verified strictly (docs/AUDITOR.md, "Batch verification").
+        #[arg(long)]
+        batch: bool,
         #[arg(required = true)]
         paths: Vec<PathBuf>,
     },
@@ -225,8 +230,15 @@ pub fn run(args: Args) -> Outcome {
         Cmd::Audit {
             issuer_key,
             checkpoint,
+            batch,
             paths,
-        } => audit::run(&ctx, issuer_key.as_deref(), checkpoint.as_deref(), &paths),
+        } => audit::run(
+            &ctx,
+            issuer_key.as_deref(),
+            checkpoint.as_deref(),
+            &paths,
+            batch,
+        ),
         Cmd::Journal(JournalCmd::Keygen { keyfile }) => journal::keygen(&ctx, &keyfile),
         Cmd::Journal(JournalCmd::Append {
             journal,

@@ -2,12 +2,13 @@
 //! each compared at every later observation with the [`Baseline`] the first one fixed.
 
 use std::os::fd::OwnedFd;
+use std::sync::Arc;
 
 use repoch_protocol::manifest::Manifest;
 use repoch_protocol::{Fact, Hash, Identity, Reason};
-use sha2::{Digest as _, Sha256};
 
 use super::{open_enrolled, Enrolled};
+use crate::digest::{Proof, Stamp};
 
 /// Largest READY file hashed.
 pub const READY_BYTES_MAX: u64 = 1024 * 1024;
@@ -22,6 +23,10 @@ pub struct Baseline {
     ready: Option<Hash>,
     operator_approved: bool,
     consumer_exe: Option<(Identity, Hash)>,
+    /// The consumer executable as hashed at the first observation: held open (its inode
+    /// cannot be freed and handed out again meanwhile) and, when its stamp can prove it
+    /// unchanged later, that proof (`crate::digest`).
+    consumer_exe_held: Option<(Arc<OwnedFd>, Option<Proof>)>,
 }
 
 impl Baseline {
@@ -31,6 +36,7 @@ impl Baseline {
             ready: approved_ready,
             operator_approved: approved_ready.is_some(),
             consumer_exe: None,
+            consumer_exe_held: None,
         }
     }
     /// The READY digest every observation must find (none before the first, unapproved).
@@ -77,8 +83,9 @@ fn ready_fact(m: &Manifest, b: &mut Baseline) -> Result<(Hash, Fact), Fact> {
             Reason::ReadyUnprotected,
         ));
     }
-    let digest =
-        sha256_fd(&fd, READY_BYTES_MAX).map_err(|e| fail("readable", &e, Reason::ObserveFailed))?;
+    let digest = crate::digest::hash(&fd, READY_BYTES_MAX)
+        .map(|(d, _)| d)
+        .map_err(|e| fail("readable", &e, Reason::ObserveFailed))?;
     let observed = format!("sha256 {digest}");
     let approved = *b.ready.get_or_insert(digest);
     if approved != digest {
@@ -125,8 +132,7 @@ fn consumer_exe_fact(m: &Manifest, b: &mut Baseline) -> Result<Fact, Fact> {
             Reason::ConsumerExeUnprotected,
         ));
     }
-    let digest =
-        sha256_fd(&fd, EXE_BYTES_MAX).map_err(|e| fail(WANT, &e, Reason::ObserveFailed))?;
+    let digest = exe_digest(fd, b).map_err(|e| fail(WANT, &e, Reason::ObserveFailed))?;
     if let Some(pin) = c.executable_sha256 {
         if pin != digest {
             return Err(fail(
@@ -152,24 +158,22 @@ fn consumer_exe_fact(m: &Manifest, b: &mut Baseline) -> Result<Fact, Fact> {
     ))
 }
 
-fn sha256_fd(fd: &OwnedFd, max: u64) -> Result<Hash, String> {
-    use std::io::Read as _;
-    let mut f = std::fs::File::from(fd.try_clone().map_err(|e| e.to_string())?);
-    use std::io::Seek as _;
-    f.seek(std::io::SeekFrom::Start(0))
-        .map_err(|e| e.to_string())?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut total = 0u64;
-    loop {
-        let n = f.read(&mut buf).map_err(|e| e.to_string())?;
-        if n == 0 {
-            return Ok(Hash(h.finalize().into()));
+/// The consumer executable's digest. Read whole once per issuance, at the first
+/// observation, with the file then held open and its proof remembered for the peer's
+/// `/proc/PID/exe` (`crate::os::peer::describe`); at later observations taken from that
+/// read when the file's stamp now proves it the same file unchanged (docs/THREAT-MODEL.md,
+/// "The consumer executable, hashed once per issuance"), else read whole again.
+fn exe_digest(fd: OwnedFd, b: &mut Baseline) -> Result<Hash, String> {
+    match &b.consumer_exe_held {
+        None => {
+            let (digest, proof) = crate::digest::hash(&fd, EXE_BYTES_MAX)?;
+            if let Some(p) = proof {
+                crate::digest::remember(p);
+            }
+            b.consumer_exe_held = Some((Arc::new(fd), proof));
+            Ok(digest)
         }
-        total += n as u64;
-        if total > max {
-            return Err(format!("larger than {max} bytes"));
-        }
-        h.update(&buf[..n]);
+        Some((_, Some(p))) if Stamp::of(&fd).is_ok_and(|now| p.proves(&now)) => Ok(p.digest),
+        Some(_) => crate::digest::hash(&fd, EXE_BYTES_MAX).map(|(d, _)| d),
     }
 }

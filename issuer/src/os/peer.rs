@@ -5,8 +5,6 @@ use std::os::fd::OwnedFd;
 
 use repoch_protocol::grant::ConsumerPeer;
 use repoch_protocol::limits::PATH_BYTES_MAX;
-use repoch_protocol::Hash;
-use sha2::{Digest as _, Sha256};
 
 use super::cgroup;
 
@@ -20,27 +18,12 @@ pub fn describe(pid: u32, uid: u32, gid: u32, pidfd: &OwnedFd) -> Result<Consume
     let exe_path = format!("/proc/{pid}/exe");
     let f = std::fs::File::open(&exe_path).map_err(|e| format!("{exe_path}: {e}"))?;
     let exe = crate::store::fstat_identity(&f).map_err(|e| format!("{exe_path}: {e}"))?;
-    let exe_sha256 = {
-        use std::io::Read as _;
-        let mut h = Sha256::new();
-        let mut r = f.take(PEER_EXE_BYTES_MAX + 1);
-        let mut buf = vec![0u8; 64 * 1024];
-        let mut total = 0u64;
-        loop {
-            let n = r.read(&mut buf).map_err(|e| format!("{exe_path}: {e}"))?;
-            if n == 0 {
-                break;
-            }
-            total += n as u64;
-            if total > PEER_EXE_BYTES_MAX {
-                return Err(format!(
-                    "{exe_path}: larger than {PEER_EXE_BYTES_MAX} bytes"
-                ));
-            }
-            h.update(&buf[..n]);
-        }
-        Hash(h.finalize().into())
-    };
+    // Read whole unless a proof remembered from an earlier read (the issuance's read of
+    // the consumer executable, or an earlier peer's) shows this is that file, unchanged
+    // (`crate::digest`; docs/THREAT-MODEL.md, "The consumer executable, hashed once per
+    // issuance").
+    let exe_sha256 =
+        crate::digest::digest(&f, PEER_EXE_BYTES_MAX).map_err(|e| format!("{exe_path}: {e}"))?;
     let cgroup = cgroup::of_pid(pid)?;
     // The cgroup goes into the intent and consume records, whose decoder bounds it: a
     // deeper one is refused here, before anything is written.

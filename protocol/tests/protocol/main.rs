@@ -1,4 +1,5 @@
 //! repoch-protocol's tests: one binary, one module per area.
+mod batch;
 mod bounded;
 mod cddl;
 mod chain;

@@ -6,6 +6,9 @@
 //!   and only fdinfo names the real holder.
 //! * `try-flock PATH` — one attempt: exit 0 if the lock was free, 4 if it is held.
 //! * `sleep` — sleeps until killed.
+//! * `audit-logs DIR N` — writes `DIR/issuer.pub` and N signed epoch logs of granted
+//!   recoveries, one deployment each (`repoch_tests_native::audit_logs`; docs/BENCHMARKS.md,
+//!   "Audit throughput"); prints how many and how long it took.
 //! * `listen-unix PATH`, `listen-tcp PORT`, `listen-udp PORT` — binds, prints its pid, sleeps.
 //! * `zombie-leader` — spawns a thread, then the leader thread exits alone.
 //! * `threads` — spawns two threads, prints `PID TID,TID,TID`, sleeps.
@@ -271,6 +274,13 @@ fn main() {
             std::mem::forget(child);
         }
         Some("sleep") => sleep_forever(),
+        Some("audit-logs") => {
+            let n: u64 = args[3].parse().expect("N: a count of logs");
+            let start = std::time::Instant::now();
+            let paths = repoch_tests_native::audit_logs::write(std::path::Path::new(&args[2]), n)
+                .unwrap_or_else(|e| panic!("{}: {e}", args[2]));
+            println!("{} logs in {:.1?}", paths.len(), start.elapsed());
+        }
         Some("hold-fences") => {
             // Exec'd by repoch-consume: report the inherited fence fds, then hold them.
             let fds = std::env::var("REPOCH_FENCE_FDS").unwrap_or_default();

@@ -1117,3 +1117,79 @@ fn unix_now() -> u64 {
         .unwrap()
         .as_secs()
 }
+
+/// Bytes a process has read (`rchar` in `/proc/PID/io`: every `read`, files and sockets).
+fn bytes_read(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/io"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("rchar: "))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// CPU time a process has used (utime + stime in `/proc/PID/stat`), in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after_comm = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after_comm.split_whitespace().collect();
+    // Fields 14 and 15 of stat(5), counted from the state (field 3) here.
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_granted_recovery_reads_the_consumer_executable_at_most_twice() {
+    // The consumer executable is hashed once per issuance (the first observation, with the
+    // file held open); the two final verifications and the peer's /proc/PID/exe at the
+    // connect, before the intent and before the dispatch prove it unchanged by its stamp
+    // and read nothing. A fresh repochd has nothing remembered when the consumer connects,
+    // so it reads it once more then: at most two reads of it in all (six before).
+    require_root!();
+    let s = Sandbox::new();
+    let exe = s.srv.join("consume");
+    std::fs::copy(bin("repoch-consume"), &exe).unwrap();
+    let size = std::fs::metadata(&exe).unwrap().len();
+    let id = s.enroll_with(&s.manifest("").replace(
+        &bin("repoch-consume").display().to_string(),
+        &exe.display().to_string(),
+    ));
+    // Older than the margin after which a change time is a proof.
+    std::thread::sleep(std::time::Duration::from_millis(
+        repoch_issuer::digest::CHANGE_SETTLED_MS + 200,
+    ));
+    let d = s.daemon();
+    let before = bytes_read(d.child.id());
+    let cpu_before = cpu_ticks(d.child.id());
+    let started = std::time::Instant::now();
+    let consumer = s
+        .consumer_from(
+            &exe,
+            &id[..6],
+            "consumer.key",
+            "grant.cbor",
+            &["/usr/bin/true"],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let r = run(s.recover(&id[..6], 20, &[]));
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.outcome()["outcome"], "granted");
+    let c = finish(consumer);
+    assert_eq!(c.code, 0, "{}", c.stderr);
+    let read = bytes_read(d.child.id()) - before;
+    let ticks = cpu_ticks(d.child.id()) - cpu_before;
+    eprintln!(
+        "repochd read {read} bytes during the recovery; the consumer executable is {size} bytes ({:.2} times); recover took {:?}, repochd used {ticks} CPU ticks",
+        read as f64 / size as f64,
+        started.elapsed()
+    );
+    assert!(
+        read < 2 * size + size / 4,
+        "repochd read {read} bytes, {:.2} times the consumer executable's {size}",
+        read as f64 / size as f64
+    );
+}

@@ -618,3 +618,109 @@ fn a_consumer_executable_replaced_between_observations_is_consumer_exe_changed()
         vec![repoch_protocol::Reason::ConsumerExeChanged]
     );
 }
+
+/// Rewrites `path` in place (same inode, same size): its last byte flipped. The last bytes
+/// of an ELF executable are section headers, which the loader never reads, so a rewritten
+/// helper still runs.
+fn rewrite_last_byte_in_place(path: &std::path::Path) {
+    use std::os::unix::fs::FileExt as _;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let len = f.metadata().unwrap().len();
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, len - 1).unwrap();
+    b[0] ^= 1;
+    f.write_all_at(&b, len - 1).unwrap();
+    f.sync_all().unwrap();
+    assert_eq!(f.metadata().unwrap().len(), len);
+}
+
+/// Waits until a change made now is older than the margin after which the issuer trusts a
+/// file's change time as proof that it is unchanged (docs/THREAT-MODEL.md, "The consumer
+/// executable, hashed once per issuance").
+fn settle() {
+    std::thread::sleep(std::time::Duration::from_millis(
+        repoch_issuer::digest::CHANGE_SETTLED_MS + 200,
+    ));
+}
+
+fn sha256_file(path: &std::path::Path) -> repoch_protocol::Hash {
+    repoch_protocol::Hash::of(&std::fs::read(path).unwrap())
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_consumer_executable_rewritten_in_place_at_the_same_size_is_consumer_exe_changed() {
+    // The executable is hashed once per issuance; later observations prove it unchanged by
+    // its identity, size and change and modification times. A rewrite in place keeps the
+    // inode, the birth time, the owner, the mode and the size: only the times tell. Once
+    // with a settled file (the times are the proof), once right after it was written (too
+    // recent to be a proof: hashed again).
+    require_root!();
+    for settled in [true, false] {
+        let s = Sandbox::new();
+        let exe = s.srv.join("consume");
+        std::fs::copy(bin("repoch-consume"), &exe).unwrap();
+        let id = s.enroll_with(&s.manifest("").replace(
+            &bin("repoch-consume").display().to_string(),
+            &exe.display().to_string(),
+        ));
+        if settled {
+            settle();
+        }
+        let (mut obs, mut fences) = s.observer(&id);
+        let first = obs.observe(&mut fences);
+        assert!(first.holds(), "{:?}", first.failed().collect::<Vec<_>>());
+        let again = obs.observe(&mut fences);
+        assert_eq!(again.digest, first.digest, "settled {settled}");
+        rewrite_last_byte_in_place(&exe);
+        let o = obs.observe(&mut fences);
+        assert_eq!(
+            o.failed().map(|f| f.reason.unwrap()).collect::<Vec<_>>(),
+            vec![repoch_protocol::Reason::ConsumerExeChanged],
+            "settled {settled}"
+        );
+        let f = o.failed().next().unwrap();
+        assert!(
+            f.observed.contains(&sha256_file(&exe).to_string()),
+            "settled {settled}: {f:?}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_peer_executable_rewritten_in_place_between_two_connections_is_hashed_again() {
+    // The peer's /proc/PID/exe is proven unchanged by the same stamp as the consumer
+    // executable. A process exits, its executable is rewritten in place (same inode, same
+    // size; a running executable cannot be written: ETXTBSY), a new process runs it: the
+    // digest describe reports is the new content's, not the one remembered.
+    require_root!();
+    let s = Sandbox::new();
+    let exe = s.srv.join("peer");
+    std::fs::copy(bin("repoch-test-helper"), &exe).unwrap();
+    settle();
+    let describe = |want: repoch_protocol::Hash| {
+        let p = spawn_ready({
+            let mut c = Command::new(&exe);
+            c.arg("threads");
+            c
+        });
+        let pidfd = repoch_issuer::os::peer::pidfd_open(p.pid()).unwrap();
+        let d = repoch_issuer::os::peer::describe(p.pid(), 0, 0, &pidfd).unwrap();
+        assert_eq!(d.exe_sha256, want);
+        // Described twice: the second from the proof, the same answer.
+        let d2 = repoch_issuer::os::peer::describe(p.pid(), 0, 0, &pidfd).unwrap();
+        assert_eq!(d2.exe_sha256, want);
+        d
+    };
+    let before = describe(sha256_file(&exe));
+    rewrite_last_byte_in_place(&exe);
+    settle();
+    let after = describe(sha256_file(&exe));
+    assert!(after.exe.same_object(&before.exe));
+    assert_ne!(after.exe_sha256, before.exe_sha256);
+}
