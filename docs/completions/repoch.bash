@@ -185,7 +185,7 @@ _repoch() {
             return 0
             ;;
         repoch__subcmd__audit)
-            opts="-h --issuer-key --checkpoint --root --json --help"
+            opts="-h --issuer-key --checkpoint --batch --root --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
