@@ -14,11 +14,20 @@ pub const PROC_FILE_BYTES_MAX: u64 = 64 * 1024;
 /// Bytes read from `/proc/locks`.
 pub const PROC_LOCKS_BYTES_MAX: u64 = 4 * 1024 * 1024;
 
-/// Reads a small procfs file, bounded.
+/// Reads a small procfs file, bounded: more than `max` bytes is an error, never a prefix
+/// (a table cut at its bound would read as a shorter, well-formed one, and what came after
+/// the cut, a bound port or a held lock, would be unseen).
 pub fn read_small(path: &Path, max: u64) -> std::io::Result<String> {
     use std::io::Read as _;
     let mut s = String::new();
-    fs::File::open(path)?.take(max).read_to_string(&mut s)?;
+    fs::File::open(path)?
+        .take(max.saturating_add(1))
+        .read_to_string(&mut s)?;
+    if s.len() as u64 > max {
+        return Err(std::io::Error::other(format!(
+            "over its bound of {max} bytes"
+        )));
+    }
     Ok(s)
 }
 
@@ -184,5 +193,22 @@ mod tests {
             None
         );
         assert_eq!(parse_lock_line("nonsense"), None);
+    }
+}
+
+#[cfg(test)]
+mod read_small_tests {
+    use super::*;
+
+    #[test]
+    fn a_file_over_the_bound_is_an_error_never_a_silent_prefix() {
+        // A table cut at its bound reads as a shorter, well-formed table: whatever came
+        // after the cut (a bound port, a lock) would be unseen. Over the bound fails.
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("table");
+        std::fs::write(&p, "header\nline 1\nline 2\n").unwrap();
+        assert_eq!(read_small(&p, 21).unwrap(), "header\nline 1\nline 2\n");
+        let e = read_small(&p, 20).unwrap_err();
+        assert!(e.to_string().contains("over its bound of 20 bytes"), "{e}");
     }
 }
