@@ -104,7 +104,18 @@ fn bounded<T>(name: &str, items: &[T], max: usize) -> Result<(), EnrollError> {
 }
 
 fn path_field(name: &str, p: &str) -> Result<(), EnrollError> {
-    check_abs_path(p).map_err(|why| field(name, why))
+    enrollable_path(p).map_err(|why| field(name, why))
+}
+
+/// An absolute, canonical path ([`check_abs_path`]) without control characters: every
+/// enrolled path is printed back (facts, warnings, refusals), where an escape sequence or a
+/// newline could forge a line of output.
+fn enrollable_path(p: &str) -> Result<(), String> {
+    check_abs_path(p)?;
+    if p.chars().any(char::is_control) {
+        return Err("path contains a control character".into());
+    }
+    Ok(())
 }
 
 fn key_field(
@@ -134,7 +145,7 @@ pub fn parse_listener(s: &str) -> Result<Listener, String> {
             .map_err(|_| format!("{rest:?} is not a port (0..65535)"))
     };
     match kind {
-        "unix" => check_abs_path(rest).map(|_| Listener::Unix(rest.into())),
+        "unix" => enrollable_path(rest).map(|_| Listener::Unix(rest.into())),
         "tcp" => port().map(Listener::Tcp),
         "udp" => port().map(Listener::Udp),
         _ => Err(format!(

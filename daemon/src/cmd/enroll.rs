@@ -70,15 +70,15 @@ pub fn run(ctx: &Ctx, manifest: &Path) -> CmdResult {
         json!({"outcome": "enrolled", "deployment": e.id.to_hex(), "state_dir": e.state_dir, "manifest_sha256": e.manifest_hash.to_hex(),
                "journal_append_only": journal_err.is_none(), "journal_append_only_error": journal_err,
                "log_append_only": log_err.is_none(), "log_append_only_error": log_err,
-               "absent_at_enrollment": absent.iter().map(|(k, p)| json!({"kind": k, "path": p})).collect::<Vec<_>>()}),
+               "absent_at_enrollment": absent.iter().map(|(k, p, w)| json!({"kind": k, "path": p, "observed": w})).collect::<Vec<_>>()}),
         || e.id.to_hex(),
     );
     if !ctx.json {
         if let Some(w) = &journal_err {
             warn(&format!("repoch: warning: the producer journal is not append-only ({w}); lineage verification will refuse it (lineage-unprotected)"));
         }
-        for (kind, path) in &absent {
-            warn(&format!("repoch: warning: {kind} {path} does not exist now: it is observed as absent (contained), so a misspelt path checks nothing; the deployment cannot be re-enrolled"));
+        for (kind, path, what) in &absent {
+            warn(&format!("repoch: warning: {kind} {path} {what}: it is observed as absent (contained), so a misspelt path checks nothing; the deployment cannot be re-enrolled"));
         }
         if let Some(w) = &log_err {
             warn(&format!("repoch: warning: the epoch log is not append-only ({w}); only its owner and mode protect it"));
@@ -87,25 +87,34 @@ pub fn run(ctx: &Ctx, manifest: &Path) -> CmdResult {
     Ok(Outcome::Success)
 }
 
-/// The enrolled cgroups and executables that do not exist now (in manifest order, cgroups
-/// first). Observation finds each of them absent, which is contained: right once the old
-/// root is gone, but a misspelt path would check nothing. Enrollment happens while the old
-/// root runs, so what is absent now is named (docs/OPERATOR.md, "Enrolling a deployment (once)").
-/// A path that cannot be checked (other than not found) is not named: observation reports
-/// it.
-fn absent_now(c: &repoch_protocol::manifest::Containment) -> Vec<(&'static str, String)> {
-    let missing = |p: &Path| matches!(std::fs::symlink_metadata(p), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+/// The enrolled cgroups and executables that cannot be what they name now, in manifest
+/// order, cgroups first: `(kind, path, what)`, `what` "does not exist now" (a dangling
+/// symlink included: observation follows it) or "is not a regular file" (an executable).
+/// Observation finds such a cgroup absent and no task running such an executable, which is
+/// contained: right once the old root is gone, but a misspelt path checks nothing.
+/// Enrollment happens while the old root runs, so each is named (docs/OPERATOR.md,
+/// "Enrolling a deployment (once)"). A path that cannot be checked otherwise is not named:
+/// observation reports it.
+fn absent_now(
+    c: &repoch_protocol::manifest::Containment,
+) -> Vec<(&'static str, String, &'static str)> {
+    const MISSING: &str = "does not exist now";
+    let missing = |p: &Path| matches!(std::fs::metadata(p), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
     let mut out = Vec::new();
     if let Ok(root) = repoch_issuer::os::cgroup::mount_point() {
         for g in &c.cgroups {
             if missing(&root.join(g.trim_start_matches('/'))) {
-                out.push(("cgroup", g.clone()));
+                out.push(("cgroup", g.clone(), MISSING));
             }
         }
     }
     for x in &c.executables {
-        if missing(Path::new(x)) {
-            out.push(("executable", x.clone()));
+        match std::fs::metadata(x) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                out.push(("executable", x.clone(), MISSING))
+            }
+            Ok(m) if !m.is_file() => out.push(("executable", x.clone(), "is not a regular file")),
+            _ => {}
         }
     }
     out
