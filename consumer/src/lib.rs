@@ -121,21 +121,21 @@ pub fn receive(o: &Options) -> Result<Received, Error> {
 
 pub fn receive_with(o: &Options, progress: Observer<'_>) -> Result<Received, Error> {
     // Before connecting: a bad `--out` must not cost the epoch.
-    let out = Out::prepare(&o.out)?;
+    let mut out = Out::prepare(&o.out)?;
     let s = UnixStream::connect(&o.socket).map_err(io(&o.socket.display().to_string()))?;
-    receive_on(s, &out, o, progress)
+    receive_on(s, &mut out, o, progress)
 }
 
 /// [`receive_with`] over a stream already connected to repochd's grant socket (`--out` is
 /// checked first, as [`receive_with`] checks it before connecting).
 pub fn receive_over(s: UnixStream, o: &Options, progress: Observer<'_>) -> Result<Received, Error> {
-    let out = Out::prepare(&o.out)?;
-    receive_on(s, &out, o, progress)
+    let mut out = Out::prepare(&o.out)?;
+    receive_on(s, &mut out, o, progress)
 }
 
 fn receive_on(
     mut s: UnixStream,
-    out: &Out,
+    out: &mut Out,
     o: &Options,
     progress: Observer<'_>,
 ) -> Result<Received, Error> {
@@ -492,6 +492,33 @@ pub struct Out {
     dir: OwnedFd,
     name: std::ffi::OsString,
     path: PathBuf,
+    /// The checkpoint's and the grant's temporary files, created and their space written
+    /// by [`Out::prepare`]: a file system filled after the consumer started cannot make
+    /// the persist fail. Each is taken by its persist; one never moved into place is
+    /// unlinked on drop.
+    checkpoint_tmp: Option<Reserved>,
+    grant_tmp: Option<Reserved>,
+}
+
+/// A temporary file beside `--out` (`.NAME.PID.RANDOM.tmp`, `O_EXCL`, 0600) whose first
+/// `len` bytes are already written (zeros): overwriting them needs no new space on file
+/// systems that overwrite in place (ext4, xfs, tmpfs; not a copy-on-write one such as
+/// btrfs, docs/OPERATOR.md).
+#[derive(Debug)]
+struct Reserved {
+    name: std::ffi::OsString,
+    file: std::fs::File,
+}
+
+impl Drop for Out {
+    fn drop(&mut self) {
+        for r in [self.checkpoint_tmp.take(), self.grant_tmp.take()]
+            .into_iter()
+            .flatten()
+        {
+            let _ = rustix::fs::unlinkat(&self.dir, &r.name, rustix::fs::AtFlags::empty());
+        }
+    }
 }
 
 impl Out {
@@ -549,11 +576,49 @@ impl Out {
                 Err(e) => return Err(usage(e.to_string())),
             }
         }
-        Ok(Out {
+        let mut o = Out {
             dir,
             name,
             path: out.to_owned(),
-        })
+            checkpoint_tmp: None,
+            grant_tmp: None,
+        };
+        let reserve = |o: &Out, n: &std::ffi::OsStr, len: usize| {
+            o.reserve(n, len)
+                .map_err(|e| usage(format!("reserving {len} bytes beside it: {e}")))
+        };
+        o.checkpoint_tmp = Some(reserve(
+            &o,
+            &checkpoint_name(&o.name),
+            repoch_protocol::limits::CHECKPOINT_BYTES_MAX,
+        )?);
+        o.grant_tmp = Some(reserve(&o, &o.name, FRAME_BYTES_MAX)?);
+        Ok(o)
+    }
+
+    /// Creates the temporary file for `name` and writes `len` zeros to it, fsynced.
+    fn reserve(&self, name: &std::ffi::OsStr, len: usize) -> std::io::Result<Reserved> {
+        let mut random = [0u8; TEMP_RANDOM_BYTES];
+        rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty())?;
+        let tmp = Out::temporary_name(name, std::process::id(), &random);
+        let fd = rustix::fs::openat(
+            &self.dir,
+            &tmp,
+            // Ordered so that any `|` -> `&` mutant drops WRONLY or CREATE, which a test
+            // sees: NOFOLLOW, EXCL and CLOEXEC cannot be seen on a random name
+            // (docs/MUTANTS.md).
+            OFlags::NOFOLLOW | OFlags::WRONLY | OFlags::EXCL | OFlags::CREATE | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )?;
+        let mut file = std::fs::File::from(fd);
+        if let Err(e) = file
+            .write_all(&vec![0u8; len])
+            .and_then(|()| file.sync_all())
+        {
+            let _ = rustix::fs::unlinkat(&self.dir, &tmp, rustix::fs::AtFlags::empty());
+            return Err(e);
+        }
+        Ok(Reserved { name: tmp, file })
     }
 
     /// `.NAME.PID.RANDOM.tmp`: unique per attempt, so a file a crash left behind never
@@ -574,49 +639,50 @@ impl Out {
     /// place with `renameat2(RENAME_NOREPLACE)` (or, where the file system lacks it,
     /// `linkat` then unlinking the temporary name), which fails rather than replace anything;
     /// then the directory is fsynced. Success is reported only once the grant is durable.
-    pub fn persist(&self, bytes: &[u8]) -> Result<(), Error> {
-        self.persist_as(&self.name, &self.path, bytes, true)
+    pub fn persist(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        let (name, path) = (self.name.clone(), self.path.clone());
+        let tmp = self.grant_tmp.take();
+        self.persist_as(tmp, &name, &path, bytes, true)
     }
 
     /// The checkpoint taken with the grant, made durable at `--out` + `.checkpoint` the same
     /// way, before the grant: a grant file at `--out` always has its checkpoint beside it
     /// (docs/AUDITOR.md, "Checkpoints").
-    pub fn persist_checkpoint(&self, note: &str) -> Result<(), Error> {
+    pub fn persist_checkpoint(&mut self, note: &str) -> Result<(), Error> {
         let name = checkpoint_name(&self.name);
         let path = self.path.with_file_name(&name);
-        self.persist_as(&name, &path, note.as_bytes(), false)
+        let tmp = self.checkpoint_tmp.take();
+        self.persist_as(tmp, &name, &path, note.as_bytes(), false)
     }
 
     fn persist_as(
         &self,
+        tmp: Option<Reserved>,
         name: &std::ffi::OsStr,
         path: &Path,
         bytes: &[u8],
         grant: bool,
     ) -> Result<(), Error> {
         use rustix::fs::{AtFlags, RenameFlags};
+        use std::os::unix::fs::FileExt as _;
         let perr = |what: &str, e: std::io::Error| {
             Error::Persist(format!("{} ({what}): {e}", path.display()))
         };
-        let mut random = [0u8; TEMP_RANDOM_BYTES];
-        rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty())
-            .map_err(|e| perr("getrandom", e.into()))?;
-        let tmp = Out::temporary_name(name, std::process::id(), &random);
-        let fd = rustix::fs::openat(
-            &self.dir,
-            &tmp,
-            // Ordered so that any `|` -> `&` mutant drops WRONLY or CREATE, which a test
-            // sees: NOFOLLOW, EXCL and CLOEXEC cannot be seen on a random name
-            // (docs/MUTANTS.md).
-            OFlags::NOFOLLOW | OFlags::WRONLY | OFlags::EXCL | OFlags::CREATE | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )
-        .map_err(|e| perr("temporary file", e.into()))?;
-        let mut f = std::fs::File::from(fd);
+        let Reserved { name: tmp, file: f } = tmp.ok_or_else(|| {
+            perr(
+                "temporary file",
+                std::io::Error::other("already used: each file is persisted once"),
+            )
+        })?;
         let unlink = || {
             let _ = rustix::fs::unlinkat(&self.dir, &tmp, AtFlags::empty());
         };
-        if let Err(e) = f.write_all(bytes).and_then(|()| f.sync_all()) {
+        // Over the zeros written at `prepare`, then cut to its length.
+        if let Err(e) = f
+            .write_all_at(bytes, 0)
+            .and_then(|()| f.set_len(bytes.len() as u64))
+            .and_then(|()| f.sync_all())
+        {
             unlink();
             return Err(perr("write", e));
         }
@@ -811,11 +877,63 @@ mod tests {
         assert!(matches!(Out::prepare(&out), Err(Error::Usage(_))));
         std::fs::remove_file(&out).unwrap();
         // A file that appears between the check and the link is not replaced.
-        let o = Out::prepare(&out).unwrap();
+        let mut o = Out::prepare(&out).unwrap();
         std::fs::write(&out, b"someone else's").unwrap();
         assert!(matches!(o.persist(b"grant"), Err(Error::Persist(_))));
         assert_eq!(std::fs::read(&out).unwrap(), b"someone else's");
+        // The grant's temporary file is gone; the checkpoint's, never used, goes with `o`.
+        let left = names(d.path());
+        assert_eq!(left.len(), 2, "{left:?}");
+        assert!(left[0].starts_with(".grant.cbor.checkpoint."), "{left:?}");
+        // Each file is persisted once.
+        assert!(
+            matches!(o.persist(b"grant"), Err(Error::Persist(m)) if m.contains("already used"))
+        );
+        drop(o);
         assert_eq!(names(d.path()), ["grant.cbor"]);
+    }
+
+    #[test]
+    fn the_space_of_both_files_is_written_before_connecting() {
+        // `prepare` leaves two temporary files holding as many bytes as the largest grant
+        // and checkpoint: the persist overwrites them, so it needs no new space.
+        let d = tempfile::tempdir().unwrap();
+        let mut o = Out::prepare(&d.path().join("grant.cbor")).unwrap();
+        let mut sizes: Vec<(String, u64)> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (
+                    e.file_name().into_string().unwrap(),
+                    e.metadata().unwrap().len(),
+                )
+            })
+            .collect();
+        // The checkpoint's name sorts last: the grant's goes on with its pid's digits.
+        sizes.sort();
+        assert_eq!(sizes.len(), 2, "{sizes:?}");
+        assert!(
+            sizes[1].0.starts_with(".grant.cbor.checkpoint."),
+            "{sizes:?}"
+        );
+        assert_eq!(
+            sizes[1].1,
+            repoch_protocol::limits::CHECKPOINT_BYTES_MAX as u64
+        );
+        assert!(sizes[0].0.starts_with(".grant.cbor.") && sizes[0].0.ends_with(".tmp"));
+        assert_eq!(sizes[0].1, FRAME_BYTES_MAX as u64);
+        // Persisted at their own lengths.
+        o.persist_checkpoint("note").unwrap();
+        o.persist(b"grant").unwrap();
+        assert_eq!(
+            std::fs::read(d.path().join("grant.cbor")).unwrap(),
+            b"grant"
+        );
+        assert_eq!(
+            std::fs::read(d.path().join("grant.cbor.checkpoint")).unwrap(),
+            b"note"
+        );
+        assert_eq!(names(d.path()), ["grant.cbor", "grant.cbor.checkpoint"]);
     }
 
     #[test]
@@ -835,7 +953,7 @@ mod tests {
             Out::temporary_name(std::ffi::OsStr::new(""), u32::MAX, &[0; TEMP_RANDOM_BYTES]).len()
                 + CHECKPOINT_SUFFIX.len();
         let longest = "g".repeat(NAME_BYTES_MAX - overhead);
-        let o = Out::prepare(&d.path().join(&longest)).unwrap();
+        let mut o = Out::prepare(&d.path().join(&longest)).unwrap();
         // Its checkpoint's temporary name is the longest and still fits, whatever the pid.
         o.persist_checkpoint("note").unwrap();
         o.persist(b"grant").unwrap();

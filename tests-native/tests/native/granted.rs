@@ -179,6 +179,21 @@ fn temporaries(s: &Sandbox, out: &str) -> Vec<String> {
         .collect()
 }
 
+/// A consumer killed before its persist leaves at most its two reserved temporary files
+/// (the grant's and the checkpoint's, written with zeros before it connected,
+/// docs/OPERATOR.md): nothing of a grant in them, nothing at `--out`.
+fn only_reserved_temporaries(s: &Sandbox, out: &str) {
+    let t = temporaries(s, out);
+    assert!(t.len() <= 2, "{t:?}");
+    for n in &t {
+        let bytes = std::fs::read(s.path(n)).unwrap();
+        assert!(
+            bytes.iter().all(|b| *b == 0),
+            "{n}: a temporary file holds more than its reserved zeros"
+        );
+    }
+}
+
 /// A grant file exists at `--out` only if it verifies (never a partial or empty file, never
 /// a temporary one under the final name); returns whether one exists.
 fn out_is_whole_or_absent(s: &Sandbox, out: &str, id: &str) -> bool {
@@ -251,7 +266,7 @@ fn killed_before_any_recovery(barrier: &str) {
     assert_eq!(records(&s, &id), ["genesis"], "{barrier}");
     assert_eq!(s.status(&id).json()["epoch"], "enrolled");
     assert!(!out_is_whole_or_absent(&s, "grant.cbor", &id));
-    assert!(temporaries(&s, "grant.cbor").is_empty());
+    only_reserved_temporaries(&s, "grant.cbor");
     // Recoverable again.
     let mut live = Guard::spawn(s.consumer(&id[..6], "consumer.key", "grant.cbor", &[]));
     let r = Guard::spawn(s.recover(&id[..6], 20, &[])).finish();
@@ -296,7 +311,7 @@ fn consumer_killed_after_custody_is_withheld_and_never_reissued() {
     assert_eq!(r.reasons(), ["consumer-lost"]);
     assert_eq!(records(&s, &id), ["genesis", "intent", "withheld"]);
     assert!(!out_is_whole_or_absent(&s, "grant.cbor", &id));
-    assert!(temporaries(&s, "grant.cbor").is_empty());
+    only_reserved_temporaries(&s, "grant.cbor");
     never_reissued(&s, &id);
 }
 
@@ -343,7 +358,7 @@ fn consumer_killed_after_receiving_the_grant_is_not_granted() {
     require_root!();
     let (s, id) = killed_after_dispatch("after-receive");
     assert!(!out_is_whole_or_absent(&s, "grant.cbor", &id));
-    assert!(temporaries(&s, "grant.cbor").is_empty());
+    only_reserved_temporaries(&s, "grant.cbor");
 }
 
 #[test]
@@ -507,4 +522,74 @@ fn an_acknowledgement_naming_other_bytes_is_not_granted() {
         records(&s, &id),
         ["genesis", "intent", "consume", "receipt"]
     );
+}
+
+/// A tmpfs of `size` mounted at `at`, unmounted (lazily) on drop.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(at).unwrap();
+        let st = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "repoch-test",
+            ])
+            .arg(at)
+            .status()
+            .unwrap();
+        assert!(st.success(), "mount tmpfs at {}", at.display());
+        Tmpfs(at.to_owned())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_file_system_filled_after_the_consumer_started_does_not_cost_the_grant() {
+    // Another user sharing --out's file system fills it while the consumer waits: the
+    // consumer reserved the space of its grant and checkpoint before connecting, so the
+    // grant is still made durable and the recovery granted, not burnt as uncertain.
+    require_root!();
+    let s = Sandbox::new();
+    let small = Tmpfs::mount(&s.path("small"), "256k");
+    let id = s.enroll();
+    let d = s.daemon();
+    let mut c = Guard::spawn(s.consumer(&id[..8], "consumer.key", "small/grant.cbor", &[]));
+    d.wait_log(&format!("pid={}", c.pid()));
+    // Fill it to the last byte.
+    {
+        use std::io::Write as _;
+        let mut f = std::fs::File::create(small.0.join("fill")).unwrap();
+        let block = [0u8; 4096];
+        let full = loop {
+            if let Err(e) = f.write_all(&block) {
+                break e;
+            }
+        };
+        assert_eq!(full.raw_os_error(), Some(libc::ENOSPC), "{full}");
+        let one = f.write_all(&[0]).and_then(|()| f.sync_all());
+        assert!(one.is_err(), "the file system still took a byte");
+    }
+    let r = recover_bg(&s, &id[..8], 20).finish();
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.outcome()["outcome"], "granted", "{}", r.stdout);
+    let out = c.finish();
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(out_is_whole_or_absent(&s, "small/grant.cbor", &id));
+    assert!(s.path("small/grant.cbor").exists());
+    let mut left: Vec<String> = std::fs::read_dir(&small.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["fill", "grant.cbor", "grant.cbor.checkpoint"]);
 }
