@@ -1,0 +1,611 @@
+//! The observers (`issuer/src/observe/`) against real objects: files, symlinks, FIFOs,
+//! cgroup v2 directories with a real process in them, processes running an enrolled
+//! executable, bound TCP, UDP and unix sockets. Nothing observed is scripted: each test
+//! makes the object, observes it through [`Observer::observe`] and checks the fact's kind,
+//! subject, reason and observed text (docs/ARCHITECTURE.md, "Issuance", step 2; "Testing").
+//! These are the tests that catch the observers' mutants with the issuer's own tests
+//! (docs/MUTANTS.md).
+//!
+//! The tests that need root (a cgroup, a root-owned consumer executable, every process's
+//! maps, every network namespace) are ignored unless run with `--include-ignored` as root,
+//! as CI does (`.ci/run`).
+
+use std::fs::File;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use repoch_issuer::observe::{Fences, Observation, Observe, Observer};
+use repoch_issuer::store::fstat_identity;
+use repoch_issuer::Layout;
+use repoch_protocol::manifest::{
+    Consumer, Containment, InventoryEntry, Lineage, Listener, Manifest, Role, Target,
+};
+use repoch_protocol::{DeploymentId, Fact, Hash, Identity, PublicKey, Reason};
+
+fn assert_root() {
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "this test needs root (run with --include-ignored as root)"
+    );
+}
+
+/// A unique tag for this test's objects: process id, test name and a counter.
+fn tag(name: &str) -> String {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    format!(
+        "repoch-obstest-{}-{name}-{}",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+}
+
+fn s(p: &Path) -> String {
+    p.to_str().expect("utf-8 path").to_owned()
+}
+
+/// A manifest whose objects all live in `dir` (none made yet: journal, READY and consumer
+/// executable are missing) and whose containment is empty.
+fn manifest(dir: &Path) -> Manifest {
+    Manifest {
+        deployment: DeploymentId([7; 16]),
+        label: "observe-test".into(),
+        enrolled_at: 0,
+        issuer_key: PublicKey([1; 32]),
+        inventory: vec![],
+        target: Target {
+            ready_path: s(&dir.join("READY")),
+        },
+        containment: Containment::default(),
+        consumer: Consumer {
+            uid: 0,
+            gid: 0,
+            executable: s(&dir.join("consumer")),
+            executable_sha256: None,
+            key: PublicKey([2; 32]),
+            cgroup: None,
+        },
+        lineage: Lineage {
+            predecessor: None,
+            journal_path: s(&dir.join("journal")),
+            journal_genesis: Hash::ZERO,
+            producer_key: PublicKey([3; 32]),
+        },
+    }
+}
+
+fn observer(dir: &Path, m: Manifest) -> Observer {
+    Observer::new(m, Layout::new(Some(&dir.join("root"))), None)
+}
+
+fn observe(dir: &Path, m: Manifest) -> Observation {
+    observer(dir, m).observe(&mut Fences::default())
+}
+
+/// The one fact of `kind` about `subject`.
+fn fact<'a>(o: &'a Observation, kind: &str, subject: &str) -> &'a Fact {
+    let mut found = o
+        .facts
+        .iter()
+        .filter(|f| f.kind == kind && f.subject == subject);
+    let f = found
+        .next()
+        .unwrap_or_else(|| panic!("no {kind} fact about {subject}: {:#?}", o.facts));
+    assert!(found.next().is_none(), "two {kind} facts about {subject}");
+    f
+}
+
+fn identity(p: &Path) -> Identity {
+    fstat_identity(File::open(p).unwrap()).unwrap()
+}
+
+fn store(path: &Path, identity: Identity) -> InventoryEntry {
+    InventoryEntry {
+        role: Role::Store,
+        path: s(path),
+        identity,
+    }
+}
+
+#[test]
+fn failed_lists_exactly_the_facts_that_do_not_hold() {
+    let d = tempfile::tempdir().unwrap();
+    let good = d.path().join("good");
+    std::fs::write(&good, b"store").unwrap();
+    let gone = d.path().join("gone");
+    let mut m = manifest(d.path());
+    m.inventory = vec![store(&good, identity(&good)), store(&gone, identity(&good))];
+    let o = observe(d.path(), m);
+    assert!(fact(&o, "store", &s(&good)).holds());
+    assert!(!fact(&o, "store", &s(&gone)).holds());
+    let failed: Vec<&Fact> = o.failed().collect();
+    let want: Vec<&Fact> = o.facts.iter().filter(|f| !f.holds()).collect();
+    assert_eq!(failed, want);
+    assert!(failed.iter().any(|f| f.subject == s(&gone)));
+    assert!(failed.iter().all(|f| f.subject != s(&good)));
+    assert!(
+        !o.holds(),
+        "a missing store, journal and READY: {:#?}",
+        o.facts
+    );
+}
+
+#[test]
+fn a_store_that_is_the_enrolled_inode_holds_another_inode_is_replaced() {
+    let d = tempfile::tempdir().unwrap();
+    let a = d.path().join("a");
+    let b = d.path().join("b");
+    std::fs::write(&a, b"a").unwrap();
+    std::fs::write(&b, b"b").unwrap();
+    let (ia, ib) = (identity(&a), identity(&b));
+    let mut m = manifest(d.path());
+    m.inventory = vec![store(&a, ia), store(&b, ia)];
+    let o = observe(d.path(), m);
+    let fa = fact(&o, "store", &s(&a));
+    assert!(fa.holds(), "{fa:?}");
+    assert_eq!(fa.observed, "the enrolled inode");
+    let fb = fact(&o, "store", &s(&b));
+    assert_eq!(fb.reason, Some(Reason::StoreReplaced), "{fb:?}");
+    assert_eq!(fb.expected, ia.object());
+    assert_eq!(fb.observed, ib.object());
+}
+
+#[test]
+fn a_missing_store_is_missing() {
+    let d = tempfile::tempdir().unwrap();
+    let gone = d.path().join("gone");
+    let mut m = manifest(d.path());
+    m.inventory = vec![store(&gone, identity(d.path()))];
+    let o = observe(d.path(), m);
+    let f = fact(&o, "store", &s(&gone));
+    assert_eq!(f.reason, Some(Reason::StoreMissing), "{f:?}");
+    assert_eq!(
+        (f.expected.as_str(), f.observed.as_str()),
+        ("present", "missing")
+    );
+}
+
+#[test]
+fn a_symlink_in_a_stores_place_or_path_is_a_symlink() {
+    let d = tempfile::tempdir().unwrap();
+    let real = d.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    let file = real.join("store");
+    std::fs::write(&file, b"store").unwrap();
+    let last = d.path().join("last");
+    std::os::unix::fs::symlink(&file, &last).unwrap();
+    let linked_dir = d.path().join("linked");
+    std::os::unix::fs::symlink(&real, &linked_dir).unwrap();
+    let inner = linked_dir.join("store");
+    let mut m = manifest(d.path());
+    m.inventory = vec![
+        store(&last, identity(&file)),
+        store(&inner, identity(&file)),
+    ];
+    let o = observe(d.path(), m);
+    for p in [&last, &inner] {
+        let f = fact(&o, "store", &s(p));
+        assert_eq!(f.reason, Some(Reason::StoreReplaced), "{f:?}");
+        assert_eq!(
+            (f.expected.as_str(), f.observed.as_str()),
+            ("no symlink", "a symlink")
+        );
+    }
+}
+
+#[test]
+fn a_store_below_a_regular_file_is_unreadable_not_a_symlink() {
+    let d = tempfile::tempdir().unwrap();
+    let file = d.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    let below = file.join("store");
+    let mut m = manifest(d.path());
+    m.inventory = vec![store(&below, identity(&file))];
+    let o = observe(d.path(), m);
+    let f = fact(&o, "store", &s(&below));
+    assert_eq!(f.reason, Some(Reason::ObserveFailed), "{f:?}");
+    assert_eq!(f.expected, "readable");
+    assert_eq!(
+        f.observed,
+        std::io::Error::from_raw_os_error(rustix::io::Errno::NOTDIR.raw_os_error()).to_string()
+    );
+}
+
+/// Longest wait for an observation of a FIFO (a blocked open never returns by itself).
+const FIFO_OBSERVE_SECONDS_MAX: u64 = 20;
+
+#[test]
+fn a_fifo_in_a_stores_place_does_not_block_the_observer() {
+    let d = tempfile::tempdir().unwrap();
+    let fifo = d.path().join("fifo");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let enrolled = identity(d.path());
+    let mut m = manifest(d.path());
+    m.inventory = vec![store(&fifo, enrolled)];
+    let (tx, rx) = std::sync::mpsc::channel();
+    let dir = d.path().to_owned();
+    let t = std::thread::spawn(move || tx.send(observe(&dir, m)).unwrap());
+    let o = match rx.recv_timeout(Duration::from_secs(FIFO_OBSERVE_SECONDS_MAX)) {
+        Ok(o) => o,
+        Err(_) => {
+            // Unblock the observer's open (a reader and a writer now), then fail.
+            let _w = rustix::fs::open(
+                &fifo,
+                rustix::fs::OFlags::RDWR | rustix::fs::OFlags::NONBLOCK,
+                rustix::fs::Mode::empty(),
+            );
+            let _ = t.join();
+            panic!("the observer blocked opening a FIFO for {FIFO_OBSERVE_SECONDS_MAX} s");
+        }
+    };
+    t.join().unwrap();
+    let f = fact(&o, "store", &s(&fifo));
+    assert_eq!(f.reason, Some(Reason::StoreReplaced), "{f:?}");
+    assert_eq!(f.expected, enrolled.object());
+}
+
+#[test]
+#[ignore = "needs root"]
+fn the_consumer_exe_baseline_is_its_first_observed_identity_and_digest() {
+    assert_root();
+    let d = tempfile::tempdir().unwrap();
+    let m = manifest(d.path());
+    let exe = PathBuf::from(&m.consumer.executable);
+    let content = b"#!/bin/sh\nexit 0\n";
+    std::fs::write(&exe, content).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut obs = observer(d.path(), m);
+    assert_eq!(obs.consumer_exe_baseline(), None);
+    let o = obs.observe(&mut Fences::default());
+    let f = fact(&o, "consumer-exe", &s(&exe));
+    assert!(f.holds(), "{f:?}");
+    let want = Some((identity(&exe), Hash::of(content)));
+    assert_eq!(obs.consumer_exe_baseline(), want);
+    assert_eq!(Observe::consumer_exe_baseline(&obs), want);
+    let o = Observe::observe(&mut obs, &mut Fences::default());
+    assert!(fact(&o, "consumer-exe", &s(&exe)).holds());
+    assert_eq!(Observe::consumer_exe_baseline(&obs), want);
+}
+
+/// A cgroup v2 directory of this test, with any process in it killed and the directory
+/// removed on drop.
+struct Cgroup {
+    path: PathBuf,
+    /// Relative to the hierarchy root, with a leading `/`.
+    rel: String,
+    child: Option<Child>,
+}
+
+/// Longest wait for a killed cgroup to empty.
+const CGROUP_EMPTY_WAIT_MS_MAX: u64 = 5000;
+
+impl Cgroup {
+    fn new(name: &str) -> Cgroup {
+        let root = repoch_issuer::os::cgroup::mount_point().expect("cgroup2 mounted");
+        let rel = format!("/{}", tag(name));
+        let path = root.join(&rel[1..]);
+        std::fs::create_dir(&path).expect("mkdir cgroup");
+        Cgroup {
+            path,
+            rel,
+            child: None,
+        }
+    }
+    /// Starts a long sleep in the cgroup; returns its pid.
+    fn run_sleep(&mut self) -> u32 {
+        let child = Command::new("sleep").arg("1000").spawn().expect("sleep");
+        let pid = child.id();
+        self.child = Some(child);
+        std::fs::write(self.path.join("cgroup.procs"), pid.to_string()).expect("move");
+        pid
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.path.join("cgroup.kill"), "1");
+        if let Some(c) = &mut self.child {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for _ in 0..CGROUP_EMPTY_WAIT_MS_MAX / 10 {
+            let ev = std::fs::read_to_string(self.path.join("cgroup.events")).unwrap_or_default();
+            if !ev.contains("populated 1") {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = std::fs::remove_dir(&self.path);
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn cgroups_absent_and_empty_hold_populated_does_not() {
+    assert_root();
+    let d = tempfile::tempdir().unwrap();
+    let empty = Cgroup::new("empty");
+    let mut full = Cgroup::new("full");
+    let pid = full.run_sleep();
+    let absent = format!("/{}", tag("absent"));
+    let mut m = manifest(d.path());
+    m.containment.cgroups = vec![absent.clone(), empty.rel.clone(), full.rel.clone()];
+    let o = observe(d.path(), m);
+    let f = fact(&o, "cgroup", &absent);
+    assert!(f.holds(), "{f:?}");
+    assert_eq!(f.observed, "absent");
+    let f = fact(&o, "cgroup", &empty.rel);
+    assert!(f.holds(), "{f:?}");
+    assert_eq!(f.observed, "empty");
+    let f = fact(&o, "cgroup", &full.rel);
+    assert_eq!(f.reason, Some(Reason::CgroupPopulated), "{f:?}");
+    assert!(
+        f.observed.starts_with(&format!(
+            "at {} populated 1 procs [{pid}] threads [{pid}]",
+            full.rel
+        )),
+        "{f:?}"
+    );
+}
+
+/// A copy of `sleep` in `dir` under `name` (its own inode, so only what runs it matches).
+fn enrolled_exe(dir: &Path, name: &str) -> PathBuf {
+    let sleep = std::env::split_paths(&std::env::var_os("PATH").expect("PATH"))
+        .map(|p| p.join("sleep"))
+        .find(|p| p.is_file())
+        .expect("sleep in PATH");
+    let exe = dir.join(name);
+    std::fs::copy(sleep, &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    exe
+}
+
+/// A child process, killed on drop.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn an_enrolled_executable_that_runs_is_an_escaped_task_one_that_does_not_holds() {
+    assert_root();
+    let d = tempfile::tempdir().unwrap();
+    let running = enrolled_exe(d.path(), "running");
+    let idle = enrolled_exe(d.path(), "idle");
+    // spawn returns after the exec: the process runs `running` from here on.
+    let p = Running(Command::new(&running).arg("1000").spawn().unwrap());
+    let pid = p.0.id();
+    let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("0::").map(str::to_owned))
+        .expect("a cgroup v2 line");
+    let mut m = manifest(d.path());
+    m.containment.executables = vec![s(&running), s(&idle)];
+    let o = observe(d.path(), m);
+    let f = fact(&o, "process", &s(&running));
+    assert_eq!(f.reason, Some(Reason::EscapedTask), "{f:?}");
+    assert_eq!(f.observed, format!("pid {pid} in {cg}"));
+    let f = fact(&o, "process", &s(&idle));
+    assert!(f.holds(), "{f:?}");
+    assert_eq!(f.observed, "none");
+}
+
+/// A port nothing in this namespace is bound to: bound, then released.
+fn free_port(udp: bool) -> u16 {
+    if udp {
+        std::net::UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    } else {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn bound_tcp_udp_and_unix_listeners_are_present_free_ones_hold() {
+    assert_root();
+    let d = tempfile::tempdir().unwrap();
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let unix_path = d.path().join("bound.sock");
+    let _unix = std::os::unix::net::UnixListener::bind(&unix_path).unwrap();
+    let bound = [
+        Listener::Tcp(tcp.local_addr().unwrap().port()),
+        Listener::Udp(udp.local_addr().unwrap().port()),
+        Listener::Unix(s(&unix_path)),
+    ];
+    let free = [
+        Listener::Tcp(free_port(false)),
+        Listener::Udp(free_port(true)),
+    ];
+    let unbound_path = d.path().join("none.sock");
+    let mut m = manifest(d.path());
+    m.containment.listeners = bound.to_vec();
+    m.containment.listeners.extend(free.iter().cloned());
+    m.containment
+        .listeners
+        .push(Listener::Unix(s(&unbound_path)));
+    let o = observe(d.path(), m);
+    let me = std::process::id().to_string();
+    for l in &bound {
+        let f = fact(&o, "listener", &l.to_string());
+        assert_eq!(f.reason, Some(Reason::ListenerPresent), "{f:?}");
+        assert!(f.observed.contains(&me), "held by us: {f:?}");
+    }
+    for l in &free {
+        let f = fact(&o, "listener", &l.to_string());
+        assert!(f.holds(), "{f:?}");
+        assert_eq!(f.observed, "nothing bound");
+    }
+    let f = fact(&o, "listener", &format!("unix:{}", s(&unbound_path)));
+    assert!(f.holds(), "{f:?}");
+    assert!(f.observed.starts_with("nothing bound ("), "{f:?}");
+}
+
+#[test]
+fn units_without_a_reachable_systemd_are_unknown() {
+    let d = tempfile::tempdir().unwrap();
+    let mut m = manifest(d.path());
+    m.containment.units = vec!["old.service".into()];
+    let mut obs = observer(d.path(), m);
+    obs.systemctl = vec!["false".into()];
+    let o = obs.observe(&mut Fences::default());
+    let f = fact(&o, "unit", "old.service");
+    assert_eq!(f.reason, Some(Reason::ControllerUnknown), "{f:?}");
+    assert!(f.observed.starts_with("systemctl show exited"), "{f:?}");
+}
+
+/// A real systemd: this host's own (`/usr`), booted as PID 1 of a container with a
+/// volatile root (`systemd-nspawn -D / --volatile=yes`: an empty tmpfs root, `/usr`
+/// read-only), asked through `nsenter -t LEADER -a systemctl`. Killed on drop.
+struct Systemd {
+    nspawn: Child,
+    leader: u32,
+}
+
+/// Longest wait for the container's systemd to come up.
+const SYSTEMD_BOOT_SECONDS_MAX: u64 = 120;
+
+impl Systemd {
+    fn boot(name: &str) -> Systemd {
+        let machine: String = tag(name)
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .take(60)
+            .collect();
+        let nspawn = Command::new("systemd-nspawn")
+            .args(["-q", "-b", "--register=no", "--keep-unit", "--volatile=yes"])
+            .args(["-M", &machine, "-D", "/", "--", "systemd.firstboot=off"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("systemd-nspawn (apt-get install systemd-container)");
+        let mut s = Systemd { nspawn, leader: 0 };
+        let start = std::time::Instant::now();
+        loop {
+            assert!(
+                start.elapsed().as_secs() < SYSTEMD_BOOT_SECONDS_MAX,
+                "the container's systemd did not come up within {SYSTEMD_BOOT_SECONDS_MAX} s"
+            );
+            if s.leader == 0 {
+                let n = s.nspawn.id();
+                s.leader = std::fs::read_to_string(format!("/proc/{n}/task/{n}/children"))
+                    .unwrap_or_default()
+                    .split_whitespace()
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                    .unwrap_or(0);
+            }
+            if s.leader != 0 {
+                let o = s.exec(&["systemctl", "is-system-running"]);
+                let state = String::from_utf8_lossy(&o.stdout);
+                if state.starts_with("running") || state.starts_with("degraded") {
+                    return s;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    fn systemctl(&self) -> Vec<String> {
+        ["nsenter", "-t", &self.leader.to_string(), "-a", "systemctl"]
+            .map(str::to_owned)
+            .to_vec()
+    }
+    fn exec(&self, args: &[&str]) -> std::process::Output {
+        Command::new("nsenter")
+            .args(["-t", &self.leader.to_string(), "-a"])
+            .args(args)
+            .output()
+            .expect("nsenter")
+    }
+    fn sh(&self, script: &str) {
+        let o = self.exec(&["sh", "-c", script]);
+        assert!(
+            o.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    /// The unit's main pid, as its systemd says.
+    fn main_pid(&self, unit: &str) -> String {
+        let o = self.exec(&["systemctl", "show", "-P", "MainPID", unit]);
+        String::from_utf8_lossy(&o.stdout).trim().to_owned()
+    }
+}
+
+impl Drop for Systemd {
+    fn drop(&mut self) {
+        // SIGKILL to the pid namespace's init kills every process in the container.
+        if self.leader != 0 {
+            let _ = rustix::process::kill_process(
+                rustix::process::Pid::from_raw(self.leader as i32).expect("pid"),
+                rustix::process::Signal::KILL,
+            );
+        }
+        let _ = self.nspawn.kill();
+        let _ = self.nspawn.wait();
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn units_masked_and_inactive_hold_unmasked_active_or_reload_pending_do_not() {
+    assert_root();
+    let d = tempfile::tempdir().unwrap();
+    let sd = Systemd::boot("units");
+    // Unit files in /run (a masked unit is a symlink to /dev/null in /etc).
+    sd.sh(
+        "mkdir -p /run/systemd/system && for u in masked loaded busy stale; do \
+           printf '[Service]\\nExecStart=/usr/bin/sleep infinity\\n' \
+             > /run/systemd/system/$u.service; done && systemctl daemon-reload && \
+         systemctl mask masked.service && \
+         systemctl start busy.service && systemctl mask busy.service && \
+         systemctl start stale.service && sleep 1 && \
+         echo '# changed' >> /run/systemd/system/stale.service",
+    );
+    let mut m = manifest(d.path());
+    m.containment.units = ["masked", "loaded", "busy", "stale"]
+        .map(|u| format!("{u}.service"))
+        .to_vec();
+    let mut obs = observer(d.path(), m);
+    obs.systemctl = sd.systemctl();
+    let o = obs.observe(&mut Fences::default());
+    let f = fact(&o, "unit", "masked.service");
+    assert!(f.holds(), "{f:?}");
+    assert_eq!(f.observed, "masked inactive");
+    let f = fact(&o, "unit", "loaded.service");
+    assert_eq!(f.reason, Some(Reason::UnitNotMasked), "{f:?}");
+    assert_eq!(f.observed, "loaded inactive/dead MainPID 0 reload no");
+    let f = fact(&o, "unit", "busy.service");
+    assert_eq!(f.reason, Some(Reason::UnitActive), "{f:?}");
+    let pid = sd.main_pid("busy.service");
+    assert_eq!(
+        f.observed,
+        format!("masked active/running MainPID {pid} reload no")
+    );
+    let f = fact(&o, "unit", "stale.service");
+    assert_eq!(f.reason, Some(Reason::UnitReloadPending), "{f:?}");
+    assert!(f.observed.ends_with("reload pending"), "{f:?}");
+}
