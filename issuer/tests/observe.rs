@@ -19,6 +19,8 @@ use std::time::Duration;
 use repoch_issuer::observe::{Fences, Observation, Observe, Observer};
 use repoch_issuer::store::fstat_identity;
 use repoch_issuer::Layout;
+use repoch_protocol::grant::GrantFence;
+use repoch_protocol::journal::{next_frame, JournalBody};
 use repoch_protocol::manifest::{
     Consumer, Containment, InventoryEntry, Lineage, Listener, Manifest, Role, Target,
 };
@@ -608,4 +610,381 @@ fn units_masked_and_inactive_hold_unmasked_active_or_reload_pending_do_not() {
     let f = fact(&o, "unit", "stale.service");
     assert_eq!(f.reason, Some(Reason::UnitReloadPending), "{f:?}");
     assert!(f.observed.ends_with("reload pending"), "{f:?}");
+}
+
+// Fences (`issuer/src/observe/fences.rs`).
+
+/// A fence file at `path` with `mode`, and its manifest entry (enrolled as it is now).
+fn fence(path: &Path, mode: u32) -> InventoryEntry {
+    std::fs::write(path, b"").unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    InventoryEntry {
+        role: Role::Fence,
+        path: s(path),
+        identity: identity(path),
+    }
+}
+
+/// Whether another open file description can take the lock now.
+fn lockable(p: &Path) -> bool {
+    let f = File::open(p).unwrap();
+    rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok()
+}
+
+#[test]
+fn fences_are_acquired_held_and_reverified_by_their_own_entries() {
+    let d = tempfile::tempdir().unwrap();
+    let a = fence(&d.path().join("a"), 0o600);
+    let b = fence(&d.path().join("b"), 0o640);
+    let mut m = manifest(d.path());
+    m.inventory = vec![a.clone(), b.clone()];
+    let mut obs = observer(d.path(), m.clone());
+    let mut fences = Fences::default();
+    assert!(fences.is_empty());
+    for round in 0..2 {
+        let o = obs.observe(&mut fences);
+        for e in [&a, &b] {
+            let f = fact(&o, "fence", &e.path);
+            assert!(f.holds(), "round {round}: {f:?}");
+            assert_eq!(f.observed, "held");
+        }
+        assert_eq!(fences.len(), 2);
+        assert!(!fences.is_empty());
+    }
+    let want: Vec<GrantFence> = [&a, &b]
+        .map(|e| GrantFence {
+            path: e.path.clone(),
+            identity: e.identity,
+        })
+        .to_vec();
+    assert_eq!(fences.grant_fences(), want);
+    let fds = fences.fds();
+    assert_eq!(fds.len(), 2);
+    for (fd, e) in fds.iter().zip([&a, &b]) {
+        assert!(fstat_identity(fd).unwrap().same_object(&e.identity));
+    }
+    assert!(!lockable(Path::new(&a.path)), "a is held");
+    // Each entry is matched by its path and its enrolled identity, never by position.
+    let c = fence(&d.path().join("c"), 0o600);
+    let b_as_a = InventoryEntry {
+        identity: a.identity,
+        ..b.clone()
+    };
+    let c_as_a = InventoryEntry {
+        path: c.path.clone(),
+        ..a.clone()
+    };
+    m.inventory = vec![a.clone(), b_as_a, c_as_a];
+    let o = observer(d.path(), m).observe(&mut fences);
+    assert!(fact(&o, "fence", &a.path).holds());
+    for p in [&b.path, &c.path] {
+        let f = fact(&o, "fence", p);
+        assert_eq!(f.reason, Some(Reason::FenceCustody), "{f:?}");
+        assert_eq!(f.observed, "not held");
+    }
+}
+
+#[test]
+fn a_partial_fence_set_is_released() {
+    let d = tempfile::tempdir().unwrap();
+    let a = fence(&d.path().join("a"), 0o600);
+    let gone = InventoryEntry {
+        path: s(&d.path().join("gone")),
+        ..a.clone()
+    };
+    let mut m = manifest(d.path());
+    m.inventory = vec![a.clone(), gone.clone()];
+    let mut fences = Fences::default();
+    let o = observer(d.path(), m).observe(&mut fences);
+    assert!(fact(&o, "fence", &a.path).holds());
+    let f = fact(&o, "fence", &gone.path);
+    assert_eq!(f.reason, Some(Reason::FenceMissing), "{f:?}");
+    assert_eq!(fences.len(), 0);
+    assert!(fences.is_empty());
+    assert!(
+        lockable(Path::new(&a.path)),
+        "the acquired fence was released"
+    );
+}
+
+#[test]
+fn a_fence_locked_elsewhere_is_busy() {
+    let d = tempfile::tempdir().unwrap();
+    let a = fence(&d.path().join("a"), 0o600);
+    let other = File::open(&a.path).unwrap();
+    rustix::fs::flock(&other, rustix::fs::FlockOperation::LockExclusive).unwrap();
+    let mut m = manifest(d.path());
+    m.inventory = vec![a.clone()];
+    let mut fences = Fences::default();
+    let o = observer(d.path(), m).observe(&mut fences);
+    let f = fact(&o, "fence", &a.path);
+    assert_eq!(f.reason, Some(Reason::FenceBusy), "{f:?}");
+    assert_eq!(f.expected, "the enrolled inode, locked by us");
+    assert!(fences.is_empty());
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_fence_open_to_others_widened_reowned_or_with_an_acl_is_unprotected() {
+    assert_root();
+    let d = tempfile::tempdir().unwrap();
+    let p = |n: &str| d.path().join(n);
+    // Enrolled with a bit for others: that bit alone fails it.
+    let others = fence(&p("others"), 0o604);
+    let widened = fence(&p("widened"), 0o600);
+    std::fs::set_permissions(&widened.path, std::fs::Permissions::from_mode(0o660)).unwrap();
+    let uid = fence(&p("uid"), 0o600);
+    std::os::unix::fs::chown(&uid.path, Some(1), None).unwrap();
+    let gid = fence(&p("gid"), 0o600);
+    std::os::unix::fs::chown(&gid.path, None, Some(1)).unwrap();
+    // The mask stays r--: the mode is unchanged, only the ACL is new.
+    let acl = fence(&p("acl"), 0o640);
+    let o = Command::new("setfacl")
+        .args(["-m", "u:1:r"])
+        .arg(&acl.path)
+        .output()
+        .expect("setfacl (apt-get install acl)");
+    assert!(o.status.success(), "{o:?}");
+    let mut m = manifest(d.path());
+    m.inventory = vec![
+        others.clone(),
+        widened.clone(),
+        uid.clone(),
+        gid.clone(),
+        acl.clone(),
+    ];
+    let o = observe(d.path(), m);
+    for (e, mode, observed) in [
+        (&others, "604", "uid 0 gid 0 mode 604"),
+        (&widened, "600", "uid 0 gid 0 mode 660"),
+        (&uid, "600", "uid 1 gid 0 mode 600"),
+        (&gid, "600", "uid 0 gid 1 mode 600"),
+        (&acl, "640", "uid 0 gid 0 mode 640, an access ACL"),
+    ] {
+        let f = fact(&o, "fence", &e.path);
+        assert_eq!(f.reason, Some(Reason::FenceUnprotected), "{f:?}");
+        assert_eq!(
+            f.expected,
+            format!("uid 0 gid 0 mode {mode}, no access for others, no ACL")
+        );
+        assert_eq!(f.observed, observed);
+    }
+}
+
+#[test]
+fn a_held_fence_replaced_removed_or_below_a_file_is_not_held() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = |n: &str| {
+        let p = d.path().join(n);
+        std::fs::create_dir(&p).unwrap();
+        p
+    };
+    let (d1, d2, d3) = (dir("replaced"), dir("removed"), dir("below"));
+    let replaced = fence(&d1.join("fence"), 0o600);
+    let removed = fence(&d2.join("fence"), 0o600);
+    let below = fence(&d3.join("fence"), 0o600);
+    let mut m = manifest(d.path());
+    m.inventory = vec![replaced.clone(), removed.clone(), below.clone()];
+    let mut obs = observer(d.path(), m);
+    let mut fences = Fences::default();
+    let o = obs.observe(&mut fences);
+    assert!(o.failed().all(|f| f.kind != "fence"), "{:#?}", o.facts);
+    assert_eq!(fences.len(), 3);
+    let new = d1.join("new");
+    std::fs::write(&new, b"").unwrap();
+    std::fs::rename(&new, &replaced.path).unwrap();
+    std::fs::remove_file(&removed.path).unwrap();
+    std::fs::rename(&d3, d.path().join("away")).unwrap();
+    std::fs::write(&d3, b"a file where the directory was").unwrap();
+    let o = obs.observe(&mut fences);
+    let f = fact(&o, "fence", &replaced.path);
+    assert_eq!(f.reason, Some(Reason::FenceReplaced), "{f:?}");
+    assert_eq!(f.expected, replaced.identity.object());
+    assert_eq!(
+        f.observed,
+        format!(
+            "path now names {}",
+            identity(Path::new(&replaced.path)).object()
+        )
+    );
+    let f = fact(&o, "fence", &removed.path);
+    assert_eq!(f.reason, Some(Reason::FenceReplaced), "{f:?}");
+    assert_eq!(f.observed, "path removed");
+    let f = fact(&o, "fence", &below.path);
+    assert_eq!(f.reason, Some(Reason::ObserveFailed), "{f:?}");
+    assert_eq!(
+        f.observed,
+        std::io::Error::from_raw_os_error(rustix::io::Errno::NOTDIR.raw_os_error()).to_string()
+    );
+}
+
+#[test]
+fn a_fence_whose_lock_another_took_is_out_of_custody() {
+    let d = tempfile::tempdir().unwrap();
+    let a = fence(&d.path().join("a"), 0o600);
+    let mut m = manifest(d.path());
+    m.inventory = vec![a.clone()];
+    let mut obs = observer(d.path(), m);
+    let mut fences = Fences::default();
+    let o = obs.observe(&mut fences);
+    assert!(fact(&o, "fence", &a.path).holds());
+    // Unlocked through a duplicate of the held fd (the same open file description), then
+    // locked by another: /proc/locks lists a lock, but not ours.
+    let dup = fences.fds()[0].try_clone().unwrap();
+    rustix::fs::flock(&dup, rustix::fs::FlockOperation::Unlock).unwrap();
+    let other = File::open(&a.path).unwrap();
+    rustix::fs::flock(&other, rustix::fs::FlockOperation::NonBlockingLockExclusive).unwrap();
+    let o = obs.observe(&mut fences);
+    let f = fact(&o, "fence", &a.path);
+    assert_eq!(f.reason, Some(Reason::FenceCustody), "{f:?}");
+    assert_eq!(f.observed, "/proc/locks 1 entries, own fdinfo lock false");
+    drop(other);
+    let o = obs.observe(&mut fences);
+    let f = fact(&o, "fence", &a.path);
+    assert_eq!(f.reason, Some(Reason::FenceCustody), "{f:?}");
+    assert_eq!(f.observed, "/proc/locks 0 entries, own fdinfo lock false");
+}
+
+// Lineage (`issuer/src/observe/lineage.rs`) and a world where every fact holds.
+
+/// A journal at `path` (genesis signed by the issuer, then `bodies` by the producer),
+/// owned by root, mode 0600, append-only, enrolled in `m` as it is now. Returns the
+/// frontier (last seq, last hash).
+fn journal(m: &mut Manifest, path: &Path, bodies: Vec<JournalBody>) -> (u64, Hash) {
+    let issuer = ed25519_dalek::SigningKey::from_bytes(&[11; 32]);
+    let producer = ed25519_dalek::SigningKey::from_bytes(&[12; 32]);
+    m.issuer_key = PublicKey::from(&issuer.verifying_key());
+    m.lineage.producer_key = PublicKey::from(&producer.verifying_key());
+    m.lineage.journal_path = s(path);
+    let (genesis_frame, genesis) = next_frame(
+        m.deployment,
+        None,
+        JournalBody::Genesis {
+            producer_key: m.lineage.producer_key,
+        },
+        &issuer,
+    );
+    m.lineage.journal_genesis = genesis;
+    let mut bytes = genesis_frame;
+    let mut frontier = (0, genesis);
+    for b in bodies {
+        let (frame, h) = next_frame(m.deployment, Some(frontier), b, &producer);
+        bytes.extend(frame);
+        frontier = (frontier.0 + 1, h);
+    }
+    std::fs::write(path, &bytes).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let f = File::open(path).unwrap();
+    repoch_issuer::enroll::set_append_only(&f.into()).expect("append-only (ext4, root)");
+    m.inventory.push(InventoryEntry {
+        role: Role::Journal,
+        path: s(path),
+        identity: identity(path),
+    });
+    frontier
+}
+
+/// Sets or clears the append-only flag (chown and chmod fail while it is set).
+fn append_only(p: &Path, on: bool) {
+    let fd: std::os::fd::OwnedFd = File::open(p).unwrap().into();
+    let flags = rustix::fs::ioctl_getflags(&fd).unwrap();
+    let flags = if on {
+        flags | rustix::fs::IFlags::APPEND
+    } else {
+        flags - rustix::fs::IFlags::APPEND
+    };
+    rustix::fs::ioctl_setflags(&fd, flags).unwrap();
+}
+
+/// A journal path whose append-only flag is cleared on drop (so the tempdir can go).
+struct Journal(PathBuf);
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        if self.0.exists() {
+            append_only(&self.0, false);
+        }
+    }
+}
+
+fn bodies() -> Vec<JournalBody> {
+    vec![
+        JournalBody::RootStart { pid: 1 },
+        JournalBody::OpBegin {
+            op: 1,
+            name: "migrate".into(),
+        },
+        JournalBody::OpBegin {
+            op: 2,
+            name: "compact".into(),
+        },
+        JournalBody::OpEnd {
+            op: 2,
+            outcome: repoch_protocol::journal::Outcome::Succeeded,
+        },
+    ]
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_world_where_every_fact_holds() {
+    assert_root();
+    let d = tempfile::tempdir().unwrap();
+    let mut m = manifest(d.path());
+    let j = Journal(d.path().join("journal"));
+    let (seq, hash) = journal(&mut m, &j.0, bodies());
+    let ready = d.path().join("READY");
+    std::fs::write(&ready, b"ready").unwrap();
+    std::fs::set_permissions(&ready, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let exe = Path::new(&m.consumer.executable).to_owned();
+    std::fs::write(&exe, b"#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let st = d.path().join("store");
+    std::fs::write(&st, b"store").unwrap();
+    m.inventory.push(store(&st, identity(&st)));
+    m.inventory.push(fence(&d.path().join("fence"), 0o600));
+    let o = observe(d.path(), m.clone());
+    assert!(o.holds(), "{:#?}", o.failed().collect::<Vec<_>>());
+    assert_eq!(o.failed().count(), 0);
+    assert_eq!((o.frontier_seq, o.frontier_hash), (seq, hash));
+    assert_eq!(seq, 4);
+    assert_eq!(o.unknown_ops.len(), 1, "op 1 has no end");
+    let f = fact(&o, "lineage", &m.lineage.journal_path);
+    assert_eq!(f.observed, "verified");
+    let f = fact(&o, "lineage-frontier", &m.lineage.journal_path);
+    assert_eq!(f.observed, format!("seq {seq} hash {hash}"));
+    let f = fact(&o, "lineage-unknown", &m.lineage.journal_path);
+    assert_eq!(f.observed, "1 unknown");
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_journal_reowned_rechmodded_or_not_append_only_is_unprotected() {
+    assert_root();
+    let d = tempfile::tempdir().unwrap();
+    let chown = |p: &Path| std::os::unix::fs::chown(p, Some(1), None).unwrap();
+    let chmod =
+        |p: &Path| std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o400)).unwrap();
+    type Change<'a> = &'a dyn Fn(&Path);
+    let cases: [(&str, Change<'_>, bool, &str); 3] = [
+        ("uid", &chown, true, "uid 1 mode 600 append-only true"),
+        ("mode", &chmod, true, "uid 0 mode 400 append-only true"),
+        ("flag", &|_| {}, false, "uid 0 mode 600 append-only false"),
+    ];
+    for (name, change, flag, observed) in cases {
+        let mut m = manifest(d.path());
+        let j = Journal(d.path().join(format!("journal-{name}")));
+        journal(&mut m, &j.0, vec![]);
+        append_only(&j.0, false);
+        change(&j.0);
+        if flag {
+            append_only(&j.0, true);
+        }
+        let o = observe(d.path(), m);
+        let f = fact(&o, "lineage", &s(&j.0));
+        assert_eq!(f.reason, Some(Reason::LineageUnprotected), "{name}: {f:?}");
+        assert_eq!(f.expected, "uid 0 mode 600 append-only true");
+        assert_eq!(f.observed, observed, "{name}");
+        assert_eq!((o.frontier_seq, o.frontier_hash), (0, Hash::ZERO));
+    }
 }
