@@ -22,7 +22,7 @@ use repoch_issuer::Layout;
 use repoch_protocol::grant::GrantFence;
 use repoch_protocol::journal::{next_frame, JournalBody};
 use repoch_protocol::manifest::{
-    Consumer, Containment, InventoryEntry, Lineage, Listener, Manifest, Role, Target,
+    Consumer, Containment, InventoryEntry, Lineage, Listener, Manifest, Predecessor, Role, Target,
 };
 use repoch_protocol::{DeploymentId, Fact, Hash, Identity, PublicKey, Reason};
 
@@ -455,6 +455,13 @@ fn bound_tcp_udp_and_unix_listeners_are_present_free_ones_hold() {
         assert_eq!(f.reason, Some(Reason::ListenerPresent), "{f:?}");
         assert!(f.observed.contains(&me), "held by us: {f:?}");
     }
+    // A unix socket bound in our own network namespace: no namespace named.
+    let f = fact(&o, "listener", &bound[2].to_string());
+    assert!(f.observed.starts_with("bound: socket "), "{f:?}");
+    assert!(
+        f.observed.contains(&format!("), held by pid [{me}]")),
+        "{f:?}"
+    );
     for l in &free {
         let f = fact(&o, "listener", &l.to_string());
         assert!(f.holds(), "{f:?}");
@@ -852,6 +859,16 @@ fn a_fence_whose_lock_another_took_is_out_of_custody() {
 /// frontier (last seq, last hash).
 fn journal(m: &mut Manifest, path: &Path, bodies: Vec<JournalBody>) -> (u64, Hash) {
     let issuer = ed25519_dalek::SigningKey::from_bytes(&[11; 32]);
+    journal_signed(m, path, bodies, &issuer)
+}
+
+/// [`journal`], its genesis signed by `issuer` (the manifest's issuer key).
+fn journal_signed(
+    m: &mut Manifest,
+    path: &Path,
+    bodies: Vec<JournalBody>,
+    issuer: &ed25519_dalek::SigningKey,
+) -> (u64, Hash) {
     let producer = ed25519_dalek::SigningKey::from_bytes(&[12; 32]);
     m.issuer_key = PublicKey::from(&issuer.verifying_key());
     m.lineage.producer_key = PublicKey::from(&producer.verifying_key());
@@ -862,7 +879,7 @@ fn journal(m: &mut Manifest, path: &Path, bodies: Vec<JournalBody>) -> (u64, Has
         JournalBody::Genesis {
             producer_key: m.lineage.producer_key,
         },
-        &issuer,
+        issuer,
     );
     m.lineage.journal_genesis = genesis;
     let mut bytes = genesis_frame;
@@ -987,4 +1004,91 @@ fn a_journal_reowned_rechmodded_or_not_append_only_is_unprotected() {
         assert_eq!(f.observed, observed, "{name}");
         assert_eq!((o.frontier_seq, o.frontier_hash), (0, Hash::ZERO));
     }
+}
+
+/// Clears the append-only flag of every file under a directory on drop (enrollment makes
+/// the journal and the epoch log append-only), so the tempdir can be removed.
+struct Unappend(PathBuf);
+
+impl Drop for Unappend {
+    fn drop(&mut self) {
+        fn walk(p: &Path) {
+            let Ok(m) = std::fs::symlink_metadata(p) else {
+                return;
+            };
+            if m.is_dir() {
+                for e in std::fs::read_dir(p).into_iter().flatten().flatten() {
+                    walk(&e.path());
+                }
+            } else if m.is_file() {
+                append_only(p, false);
+            }
+        }
+        walk(&self.0);
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_predecessor_is_linked_by_its_final_record() {
+    assert_root();
+    let d = tempfile::tempdir().unwrap();
+    let _unappend = Unappend(d.path().to_owned());
+    let layout = Layout::new(Some(&d.path().join("root")));
+    let srv = d.path().join("srv");
+    std::fs::create_dir(&srv).unwrap();
+    fence(&srv.join("lock"), 0o600);
+    std::fs::write(srv.join("data"), b"store").unwrap();
+    std::fs::write(srv.join("READY"), b"ready").unwrap();
+    let key =
+        PublicKey::from(&ed25519_dalek::SigningKey::from_bytes(&[13; 32]).verifying_key()).to_hex();
+    let producer =
+        PublicKey::from(&ed25519_dalek::SigningKey::from_bytes(&[12; 32]).verifying_key());
+    let text = format!(
+        "label = \"obstest-predecessor\"\nfences = [\"{s}/lock\"]\nstores = [\"{s}/data\"]\n\
+         ready = \"{s}/READY\"\n[journal]\npath = \"{s}/journal\"\nproducer_key = \"{p}\"\n\
+         [consumer]\nuid = 0\ngid = 0\nexecutable = \"/bin/sh\"\nkey = \"{key}\"\n",
+        s = srv.display(),
+        p = producer.to_hex(),
+    );
+    let v = repoch_issuer::enroll::validate(&text).expect("a valid manifest");
+    let enrolled = repoch_issuer::enroll::enroll(&layout, &v, 0).expect("enrolled");
+    let issuer_key = repoch_issuer::enroll::issuer_key(&layout, false).unwrap();
+    let issuer = PublicKey::from(&issuer_key.verifying_key());
+    let last = repoch_issuer::store::Deployment::open(&layout, &issuer, enrolled.id)
+        .expect("the predecessor opens")
+        .report()
+        .last_hash()
+        .expect("an enrolled log has a record");
+    let mut m = manifest(d.path());
+    m.deployment = DeploymentId([8; 16]);
+    let j = Journal(d.path().join("journal"));
+    journal_signed(&mut m, &j.0, vec![], &issuer_key);
+    let subject = format!("deployment {}", enrolled.id);
+    let with = |deployment, final_hash| {
+        let mut m = m.clone();
+        m.lineage.predecessor = Some(Predecessor {
+            deployment,
+            final_hash,
+        });
+        observe(d.path(), m)
+    };
+    let o = with(enrolled.id, last);
+    let f = fact(&o, "predecessor", &subject);
+    assert!(f.holds(), "{f:?}");
+    assert_eq!(
+        (f.expected.as_str(), f.observed.as_str()),
+        (format!("ends in {last}").as_str(), "as linked")
+    );
+    let other = Hash([9; 32]);
+    let o = with(enrolled.id, other);
+    let f = fact(&o, "predecessor", &subject);
+    assert_eq!(f.reason, Some(Reason::PredecessorMismatch), "{f:?}");
+    assert_eq!(f.expected, format!("ends in {other}"));
+    assert_eq!(f.observed, format!("ends in {last}"));
+    let unknown = DeploymentId([5; 16]);
+    let o = with(unknown, last);
+    let f = fact(&o, "predecessor", &format!("deployment {unknown}"));
+    assert_eq!(f.reason, Some(Reason::PredecessorMismatch), "{f:?}");
+    assert_eq!(f.expected, "readable");
 }
