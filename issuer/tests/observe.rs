@@ -1,0 +1,1120 @@
+//! The observers (`issuer/src/observe/`) against real objects: files, symlinks, FIFOs,
+//! cgroup v2 directories with a real process in them, processes running an enrolled
+//! executable, bound TCP, UDP and unix sockets. Nothing observed is scripted: each test
+//! makes the object, observes it through [`Observer::observe`] and checks the fact's kind,
+//! subject, reason and observed text (docs/ARCHITECTURE.md, "Issuance", step 2; "Testing").
+//! These are the tests that catch the observers' mutants with the issuer's own tests
+//! (docs/MUTANTS.md).
+//!
+//! The tests that need root (a cgroup, a root-owned consumer executable, every process's
+//! maps, every network namespace) are ignored unless run with `--include-ignored` as root,
+//! as CI does (`.ci/run`).
+
+use std::fs::File;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use repoch_issuer::observe::{Fences, Observation, Observe, Observer};
+use repoch_issuer::store::fstat_identity;
+use repoch_issuer::Layout;
+use repoch_protocol::grant::GrantFence;
+use repoch_protocol::journal::{next_frame, JournalBody};
+use repoch_protocol::manifest::{
+    Consumer, Containment, InventoryEntry, Lineage, Listener, Manifest, Predecessor, Role, Target,
+};
+use repoch_protocol::{DeploymentId, Fact, Hash, Identity, PublicKey, Reason};
+
+fn assert_root() {
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "this test needs root (run with --include-ignored as root)"
+    );
+}
+
+/// A unique tag for this test's objects: process id, test name and a counter.
+fn tag(name: &str) -> String {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    format!(
+        "repoch-obstest-{}-{name}-{}",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+}
+
+fn s(p: &Path) -> String {
+    p.to_str().expect("utf-8 path").to_owned()
+}
+
+/// A manifest whose objects all live in `dir` (none made yet: journal, READY and consumer
+/// executable are missing) and whose containment is empty.
+fn manifest(dir: &Path) -> Manifest {
+    Manifest {
+        deployment: DeploymentId([7; 16]),
+        label: "observe-test".into(),
+        enrolled_at: 0,
+        issuer_key: PublicKey([1; 32]),
+        inventory: vec![],
+        target: Target {
+            ready_path: s(&dir.join("READY")),
+        },
+        containment: Containment::default(),
+        consumer: Consumer {
+            uid: 0,
+            gid: 0,
+            executable: s(&dir.join("consumer")),
+            executable_sha256: None,
+            key: PublicKey([2; 32]),
+            cgroup: None,
+        },
+        lineage: Lineage {
+            predecessor: None,
+            journal_path: s(&dir.join("journal")),
+            journal_genesis: Hash::ZERO,
+            producer_key: PublicKey([3; 32]),
+        },
+    }
+}
+
+fn observer(dir: &Path, m: Manifest) -> Observer {
+    Observer::new(m, Layout::new(Some(&dir.join("root"))), None)
+}
+
+fn observe(dir: &Path, m: Manifest) -> Observation {
+    observer(dir, m).observe(&mut Fences::default())
+}
+
+/// The one fact of `kind` about `subject`.
+fn fact<'a>(o: &'a Observation, kind: &str, subject: &str) -> &'a Fact {
+    let mut found = o
+        .facts
+        .iter()
+        .filter(|f| f.kind == kind && f.subject == subject);
+    let f = found
+        .next()
+        .unwrap_or_else(|| panic!("no {kind} fact about {subject}: {:#?}", o.facts));
+    assert!(found.next().is_none(), "two {kind} facts about {subject}");
+    f
+}
+
+fn identity(p: &Path) -> Identity {
+    fstat_identity(File::open(p).unwrap()).unwrap()
+}
+
+fn store(path: &Path, identity: Identity) -> InventoryEntry {
+    InventoryEntry {
+        role: Role::Store,
+        path: s(path),
+        identity,
+    }
+}
+
+#[test]
+fn failed_lists_exactly_the_facts_that_do_not_hold() {
+    let d = tempfile::tempdir().unwrap();
+    let good = d.path().join("good");
+    std::fs::write(&good, b"store").unwrap();
+    let gone = d.path().join("gone");
+    let mut m = manifest(d.path());
+    m.inventory = vec![store(&good, identity(&good)), store(&gone, identity(&good))];
+    let o = observe(d.path(), m);
+    assert!(fact(&o, "store", &s(&good)).holds());
+    assert!(!fact(&o, "store", &s(&gone)).holds());
+    let failed: Vec<&Fact> = o.failed().collect();
+    let want: Vec<&Fact> = o.facts.iter().filter(|f| !f.holds()).collect();
+    assert_eq!(failed, want);
+    assert!(failed.iter().any(|f| f.subject == s(&gone)));
+    assert!(failed.iter().all(|f| f.subject != s(&good)));
+    assert!(
+        !o.holds(),
+        "a missing store, journal and READY: {:#?}",
+        o.facts
+    );
+}
+
+#[test]
+fn a_store_that_is_the_enrolled_inode_holds_another_inode_is_replaced() {
+    let d = tempfile::tempdir().unwrap();
+    let a = d.path().join("a");
+    let b = d.path().join("b");
+    std::fs::write(&a, b"a").unwrap();
+    std::fs::write(&b, b"b").unwrap();
+    let (ia, ib) = (identity(&a), identity(&b));
+    let mut m = manifest(d.path());
+    m.inventory = vec![store(&a, ia), store(&b, ia)];
+    let o = observe(d.path(), m);
+    let fa = fact(&o, "store", &s(&a));
+    assert!(fa.holds(), "{fa:?}");
+    assert_eq!(fa.observed, "the enrolled inode");
+    let fb = fact(&o, "store", &s(&b));
+    assert_eq!(fb.reason, Some(Reason::StoreReplaced), "{fb:?}");
+    assert_eq!(fb.expected, ia.object());
+    assert_eq!(fb.observed, ib.object());
+}
+
+#[test]
+fn a_missing_store_is_missing() {
+    let d = tempfile::tempdir().unwrap();
+    let gone = d.path().join("gone");
+    let mut m = manifest(d.path());
+    m.inventory = vec![store(&gone, identity(d.path()))];
+    let o = observe(d.path(), m);
+    let f = fact(&o, "store", &s(&gone));
+    assert_eq!(f.reason, Some(Reason::StoreMissing), "{f:?}");
+    assert_eq!(
+        (f.expected.as_str(), f.observed.as_str()),
+        ("present", "missing")
+    );
+}
+
+#[test]
+fn a_symlink_in_a_stores_place_or_path_is_a_symlink() {
+    let d = tempfile::tempdir().unwrap();
+    let real = d.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    let file = real.join("store");
+    std::fs::write(&file, b"store").unwrap();
+    let last = d.path().join("last");
+    std::os::unix::fs::symlink(&file, &last).unwrap();
+    let linked_dir = d.path().join("linked");
+    std::os::unix::fs::symlink(&real, &linked_dir).unwrap();
+    let inner = linked_dir.join("store");
+    let mut m = manifest(d.path());
+    m.inventory = vec![
+        store(&last, identity(&file)),
+        store(&inner, identity(&file)),
+    ];
+    let o = observe(d.path(), m);
+    for p in [&last, &inner] {
+        let f = fact(&o, "store", &s(p));
+        assert_eq!(f.reason, Some(Reason::StoreReplaced), "{f:?}");
+        assert_eq!(
+            (f.expected.as_str(), f.observed.as_str()),
+            ("no symlink", "a symlink")
+        );
+    }
+}
+
+#[test]
+fn a_store_below_a_regular_file_is_unreadable_not_a_symlink() {
+    let d = tempfile::tempdir().unwrap();
+    let file = d.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    let below = file.join("store");
+    let mut m = manifest(d.path());
+    m.inventory = vec![store(&below, identity(&file))];
+    let o = observe(d.path(), m);
+    let f = fact(&o, "store", &s(&below));
+    assert_eq!(f.reason, Some(Reason::ObserveFailed), "{f:?}");
+    assert_eq!(f.expected, "readable");
+    assert_eq!(
+        f.observed,
+        std::io::Error::from_raw_os_error(rustix::io::Errno::NOTDIR.raw_os_error()).to_string()
+    );
+}
+
+/// Longest wait for an observation of a FIFO (a blocked open never returns by itself).
+const FIFO_OBSERVE_SECONDS_MAX: u64 = 20;
+
+#[test]
+fn a_fifo_in_a_stores_place_does_not_block_the_observer() {
+    let d = tempfile::tempdir().unwrap();
+    let fifo = d.path().join("fifo");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let enrolled = identity(d.path());
+    let mut m = manifest(d.path());
+    m.inventory = vec![store(&fifo, enrolled)];
+    let (tx, rx) = std::sync::mpsc::channel();
+    let dir = d.path().to_owned();
+    let t = std::thread::spawn(move || tx.send(observe(&dir, m)).unwrap());
+    let o = match rx.recv_timeout(Duration::from_secs(FIFO_OBSERVE_SECONDS_MAX)) {
+        Ok(o) => o,
+        Err(_) => {
+            // Unblock the observer's open (a reader and a writer now), then fail.
+            let _w = rustix::fs::open(
+                &fifo,
+                rustix::fs::OFlags::RDWR | rustix::fs::OFlags::NONBLOCK,
+                rustix::fs::Mode::empty(),
+            );
+            let _ = t.join();
+            panic!("the observer blocked opening a FIFO for {FIFO_OBSERVE_SECONDS_MAX} s");
+        }
+    };
+    t.join().unwrap();
+    let f = fact(&o, "store", &s(&fifo));
+    assert_eq!(f.reason, Some(Reason::StoreReplaced), "{f:?}");
+    assert_eq!(f.expected, enrolled.object());
+}
+
+#[test]
+#[ignore = "needs root"]
+fn the_consumer_exe_baseline_is_its_first_observed_identity_and_digest() {
+    assert_root();
+    let d = tempfile::tempdir().unwrap();
+    let m = manifest(d.path());
+    let exe = PathBuf::from(&m.consumer.executable);
+    let content = b"#!/bin/sh\nexit 0\n";
+    std::fs::write(&exe, content).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut obs = observer(d.path(), m);
+    assert_eq!(obs.consumer_exe_baseline(), None);
+    let o = obs.observe(&mut Fences::default());
+    let f = fact(&o, "consumer-exe", &s(&exe));
+    assert!(f.holds(), "{f:?}");
+    let want = Some((identity(&exe), Hash::of(content)));
+    assert_eq!(obs.consumer_exe_baseline(), want);
+    assert_eq!(Observe::consumer_exe_baseline(&obs), want);
+    let o = Observe::observe(&mut obs, &mut Fences::default());
+    assert!(fact(&o, "consumer-exe", &s(&exe)).holds());
+    assert_eq!(Observe::consumer_exe_baseline(&obs), want);
+}
+
+/// A cgroup v2 directory of this test, with any process in it killed and the directory
+/// removed on drop.
+struct Cgroup {
+    path: PathBuf,
+    /// Relative to the hierarchy root, with a leading `/`.
+    rel: String,
+    child: Option<Child>,
+}
+
+/// Longest wait for a killed cgroup to empty.
+const CGROUP_EMPTY_WAIT_MS_MAX: u64 = 5000;
+
+impl Cgroup {
+    fn new(name: &str) -> Cgroup {
+        let root = repoch_issuer::os::cgroup::mount_point().expect("cgroup2 mounted");
+        let rel = format!("/{}", tag(name));
+        let path = root.join(&rel[1..]);
+        std::fs::create_dir(&path).expect("mkdir cgroup");
+        Cgroup {
+            path,
+            rel,
+            child: None,
+        }
+    }
+    /// Starts a long sleep in the cgroup; returns its pid.
+    fn run_sleep(&mut self) -> u32 {
+        let child = Command::new("sleep").arg("1000").spawn().expect("sleep");
+        let pid = child.id();
+        self.child = Some(child);
+        std::fs::write(self.path.join("cgroup.procs"), pid.to_string()).expect("move");
+        pid
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.path.join("cgroup.kill"), "1");
+        if let Some(c) = &mut self.child {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for _ in 0..CGROUP_EMPTY_WAIT_MS_MAX / 10 {
+            let ev = std::fs::read_to_string(self.path.join("cgroup.events")).unwrap_or_default();
+            if !ev.contains("populated 1") {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = std::fs::remove_dir(&self.path);
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn cgroups_absent_and_empty_hold_populated_does_not() {
+    assert_root();
+    let d = tempfile::tempdir().unwrap();
+    let empty = Cgroup::new("empty");
+    let mut full = Cgroup::new("full");
+    let pid = full.run_sleep();
+    let absent = format!("/{}", tag("absent"));
+    let mut m = manifest(d.path());
+    m.containment.cgroups = vec![absent.clone(), empty.rel.clone(), full.rel.clone()];
+    let o = observe(d.path(), m);
+    let f = fact(&o, "cgroup", &absent);
+    assert!(f.holds(), "{f:?}");
+    assert_eq!(f.observed, "absent");
+    let f = fact(&o, "cgroup", &empty.rel);
+    assert!(f.holds(), "{f:?}");
+    assert_eq!(f.observed, "empty");
+    let f = fact(&o, "cgroup", &full.rel);
+    assert_eq!(f.reason, Some(Reason::CgroupPopulated), "{f:?}");
+    assert!(
+        f.observed.starts_with(&format!(
+            "at {} populated 1 procs [{pid}] threads [{pid}]",
+            full.rel
+        )),
+        "{f:?}"
+    );
+}
+
+/// A copy of `sleep` in `dir` under `name` (its own inode, so only what runs it matches).
+fn enrolled_exe(dir: &Path, name: &str) -> PathBuf {
+    let sleep = std::env::split_paths(&std::env::var_os("PATH").expect("PATH"))
+        .map(|p| p.join("sleep"))
+        .find(|p| p.is_file())
+        .expect("sleep in PATH");
+    let exe = dir.join(name);
+    std::fs::copy(sleep, &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    exe
+}
+
+/// A child process, killed on drop.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn an_enrolled_executable_that_runs_is_an_escaped_task_one_that_does_not_holds() {
+    assert_root();
+    let d = tempfile::tempdir().unwrap();
+    let running = enrolled_exe(d.path(), "running");
+    let idle = enrolled_exe(d.path(), "idle");
+    // spawn returns after the exec: the process runs `running` from here on.
+    let p = Running(Command::new(&running).arg("1000").spawn().unwrap());
+    let pid = p.0.id();
+    let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("0::").map(str::to_owned))
+        .expect("a cgroup v2 line");
+    let mut m = manifest(d.path());
+    m.containment.executables = vec![s(&running), s(&idle)];
+    let o = observe(d.path(), m);
+    let f = fact(&o, "process", &s(&running));
+    assert_eq!(f.reason, Some(Reason::EscapedTask), "{f:?}");
+    assert_eq!(f.observed, format!("pid {pid} in {cg}"));
+    let f = fact(&o, "process", &s(&idle));
+    assert!(f.holds(), "{f:?}");
+    assert_eq!(f.observed, "none");
+}
+
+/// A port nothing in this namespace is bound to: bound, then released.
+fn free_port(udp: bool) -> u16 {
+    if udp {
+        std::net::UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    } else {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn bound_tcp_udp_and_unix_listeners_are_present_free_ones_hold() {
+    assert_root();
+    let d = tempfile::tempdir().unwrap();
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let unix_path = d.path().join("bound.sock");
+    let _unix = std::os::unix::net::UnixListener::bind(&unix_path).unwrap();
+    let bound = [
+        Listener::Tcp(tcp.local_addr().unwrap().port()),
+        Listener::Udp(udp.local_addr().unwrap().port()),
+        Listener::Unix(s(&unix_path)),
+    ];
+    let free = [
+        Listener::Tcp(free_port(false)),
+        Listener::Udp(free_port(true)),
+    ];
+    let unbound_path = d.path().join("none.sock");
+    let mut m = manifest(d.path());
+    m.containment.listeners = bound.to_vec();
+    m.containment.listeners.extend(free.iter().cloned());
+    m.containment
+        .listeners
+        .push(Listener::Unix(s(&unbound_path)));
+    let o = observe(d.path(), m);
+    let me = std::process::id().to_string();
+    for l in &bound {
+        let f = fact(&o, "listener", &l.to_string());
+        assert_eq!(f.reason, Some(Reason::ListenerPresent), "{f:?}");
+        assert!(f.observed.contains(&me), "held by us: {f:?}");
+    }
+    // A unix socket bound in our own network namespace: no namespace named.
+    let f = fact(&o, "listener", &bound[2].to_string());
+    assert!(f.observed.starts_with("bound: socket "), "{f:?}");
+    assert!(
+        f.observed.contains(&format!("), held by pid [{me}]")),
+        "{f:?}"
+    );
+    for l in &free {
+        let f = fact(&o, "listener", &l.to_string());
+        assert!(f.holds(), "{f:?}");
+        assert_eq!(f.observed, "nothing bound");
+    }
+    let f = fact(&o, "listener", &format!("unix:{}", s(&unbound_path)));
+    assert!(f.holds(), "{f:?}");
+    assert!(f.observed.starts_with("nothing bound ("), "{f:?}");
+}
+
+#[test]
+fn units_without_a_reachable_systemd_are_unknown() {
+    let d = tempfile::tempdir().unwrap();
+    let mut m = manifest(d.path());
+    m.containment.units = vec!["old.service".into()];
+    let mut obs = observer(d.path(), m);
+    obs.systemctl = vec!["false".into()];
+    let o = obs.observe(&mut Fences::default());
+    let f = fact(&o, "unit", "old.service");
+    assert_eq!(f.reason, Some(Reason::ControllerUnknown), "{f:?}");
+    assert!(f.observed.starts_with("systemctl show exited"), "{f:?}");
+}
+
+/// A real systemd: this host's own (`/usr`), booted as PID 1 of a container with a
+/// volatile root (`systemd-nspawn -D / --volatile=yes`: an empty tmpfs root, `/usr`
+/// read-only), asked through `nsenter -t LEADER -a systemctl`. Killed on drop.
+struct Systemd {
+    nspawn: Child,
+    leader: u32,
+}
+
+/// Longest wait for the container's systemd to come up.
+const SYSTEMD_BOOT_SECONDS_MAX: u64 = 120;
+
+impl Systemd {
+    fn boot(name: &str) -> Systemd {
+        let machine: String = tag(name)
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .take(60)
+            .collect();
+        let nspawn = Command::new("systemd-nspawn")
+            .args(["-q", "-b", "--register=no", "--keep-unit", "--volatile=yes"])
+            .args(["-M", &machine, "-D", "/", "--", "systemd.firstboot=off"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("systemd-nspawn (apt-get install systemd-container)");
+        let mut s = Systemd { nspawn, leader: 0 };
+        let start = std::time::Instant::now();
+        loop {
+            assert!(
+                start.elapsed().as_secs() < SYSTEMD_BOOT_SECONDS_MAX,
+                "the container's systemd did not come up within {SYSTEMD_BOOT_SECONDS_MAX} s"
+            );
+            if s.leader == 0 {
+                let n = s.nspawn.id();
+                s.leader = std::fs::read_to_string(format!("/proc/{n}/task/{n}/children"))
+                    .unwrap_or_default()
+                    .split_whitespace()
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                    .unwrap_or(0);
+            }
+            if s.leader != 0 {
+                let o = s.exec(&["systemctl", "is-system-running"]);
+                let state = String::from_utf8_lossy(&o.stdout);
+                if state.starts_with("running") || state.starts_with("degraded") {
+                    return s;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    fn systemctl(&self) -> Vec<String> {
+        ["nsenter", "-t", &self.leader.to_string(), "-a", "systemctl"]
+            .map(str::to_owned)
+            .to_vec()
+    }
+    fn exec(&self, args: &[&str]) -> std::process::Output {
+        Command::new("nsenter")
+            .args(["-t", &self.leader.to_string(), "-a"])
+            .args(args)
+            .output()
+            .expect("nsenter")
+    }
+    fn sh(&self, script: &str) {
+        let o = self.exec(&["sh", "-c", script]);
+        assert!(
+            o.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    /// The unit's main pid, as its systemd says.
+    fn main_pid(&self, unit: &str) -> String {
+        let o = self.exec(&["systemctl", "show", "-P", "MainPID", unit]);
+        String::from_utf8_lossy(&o.stdout).trim().to_owned()
+    }
+}
+
+impl Drop for Systemd {
+    fn drop(&mut self) {
+        // SIGKILL to the pid namespace's init kills every process in the container.
+        if self.leader != 0 {
+            let _ = rustix::process::kill_process(
+                rustix::process::Pid::from_raw(self.leader as i32).expect("pid"),
+                rustix::process::Signal::KILL,
+            );
+        }
+        let _ = self.nspawn.kill();
+        let _ = self.nspawn.wait();
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn units_masked_and_inactive_hold_unmasked_active_or_reload_pending_do_not() {
+    assert_root();
+    let d = tempfile::tempdir().unwrap();
+    let sd = Systemd::boot("units");
+    // Unit files in /run (a masked unit is a symlink to /dev/null in /etc).
+    sd.sh(
+        "mkdir -p /run/systemd/system && for u in masked loaded busy stale; do \
+           printf '[Service]\\nExecStart=/usr/bin/sleep infinity\\n' \
+             > /run/systemd/system/$u.service; done && systemctl daemon-reload && \
+         systemctl mask masked.service && \
+         systemctl start busy.service && systemctl mask busy.service && \
+         systemctl start stale.service && sleep 1 && \
+         echo '# changed' >> /run/systemd/system/stale.service",
+    );
+    let mut m = manifest(d.path());
+    m.containment.units = ["masked", "loaded", "busy", "stale"]
+        .map(|u| format!("{u}.service"))
+        .to_vec();
+    let mut obs = observer(d.path(), m);
+    obs.systemctl = sd.systemctl();
+    let o = obs.observe(&mut Fences::default());
+    let f = fact(&o, "unit", "masked.service");
+    assert!(f.holds(), "{f:?}");
+    assert_eq!(f.observed, "masked inactive");
+    let f = fact(&o, "unit", "loaded.service");
+    assert_eq!(f.reason, Some(Reason::UnitNotMasked), "{f:?}");
+    assert_eq!(f.observed, "loaded inactive/dead MainPID 0 reload no");
+    let f = fact(&o, "unit", "busy.service");
+    assert_eq!(f.reason, Some(Reason::UnitActive), "{f:?}");
+    let pid = sd.main_pid("busy.service");
+    assert_eq!(
+        f.observed,
+        format!("masked active/running MainPID {pid} reload no")
+    );
+    let f = fact(&o, "unit", "stale.service");
+    assert_eq!(f.reason, Some(Reason::UnitReloadPending), "{f:?}");
+    assert!(f.observed.ends_with("reload pending"), "{f:?}");
+}
+
+// Fences (`issuer/src/observe/fences.rs`).
+
+/// A fence file at `path` with `mode`, and its manifest entry (enrolled as it is now).
+fn fence(path: &Path, mode: u32) -> InventoryEntry {
+    std::fs::write(path, b"").unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    InventoryEntry {
+        role: Role::Fence,
+        path: s(path),
+        identity: identity(path),
+    }
+}
+
+/// Whether another open file description can take the lock now.
+fn lockable(p: &Path) -> bool {
+    let f = File::open(p).unwrap();
+    rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok()
+}
+
+#[test]
+fn fences_are_acquired_held_and_reverified_by_their_own_entries() {
+    let d = tempfile::tempdir().unwrap();
+    let a = fence(&d.path().join("a"), 0o600);
+    let b = fence(&d.path().join("b"), 0o640);
+    let mut m = manifest(d.path());
+    m.inventory = vec![a.clone(), b.clone()];
+    let mut obs = observer(d.path(), m.clone());
+    let mut fences = Fences::default();
+    assert!(fences.is_empty());
+    for round in 0..2 {
+        let o = obs.observe(&mut fences);
+        for e in [&a, &b] {
+            let f = fact(&o, "fence", &e.path);
+            assert!(f.holds(), "round {round}: {f:?}");
+            assert_eq!(f.observed, "held");
+        }
+        assert_eq!(fences.len(), 2);
+        assert!(!fences.is_empty());
+    }
+    let want: Vec<GrantFence> = [&a, &b]
+        .map(|e| GrantFence {
+            path: e.path.clone(),
+            identity: e.identity,
+        })
+        .to_vec();
+    assert_eq!(fences.grant_fences(), want);
+    let fds = fences.fds();
+    assert_eq!(fds.len(), 2);
+    for (fd, e) in fds.iter().zip([&a, &b]) {
+        assert!(fstat_identity(fd).unwrap().same_object(&e.identity));
+    }
+    assert!(!lockable(Path::new(&a.path)), "a is held");
+    // Each entry is matched by its path and its enrolled identity, never by position.
+    let c = fence(&d.path().join("c"), 0o600);
+    let b_as_a = InventoryEntry {
+        identity: a.identity,
+        ..b.clone()
+    };
+    let c_as_a = InventoryEntry {
+        path: c.path.clone(),
+        ..a.clone()
+    };
+    m.inventory = vec![a.clone(), b_as_a, c_as_a];
+    let o = observer(d.path(), m).observe(&mut fences);
+    assert!(fact(&o, "fence", &a.path).holds());
+    for p in [&b.path, &c.path] {
+        let f = fact(&o, "fence", p);
+        assert_eq!(f.reason, Some(Reason::FenceCustody), "{f:?}");
+        assert_eq!(f.observed, "not held");
+    }
+}
+
+#[test]
+fn a_partial_fence_set_is_released() {
+    let d = tempfile::tempdir().unwrap();
+    let a = fence(&d.path().join("a"), 0o600);
+    let gone = InventoryEntry {
+        path: s(&d.path().join("gone")),
+        ..a.clone()
+    };
+    let mut m = manifest(d.path());
+    m.inventory = vec![a.clone(), gone.clone()];
+    let mut fences = Fences::default();
+    let o = observer(d.path(), m).observe(&mut fences);
+    assert!(fact(&o, "fence", &a.path).holds());
+    let f = fact(&o, "fence", &gone.path);
+    assert_eq!(f.reason, Some(Reason::FenceMissing), "{f:?}");
+    assert_eq!(fences.len(), 0);
+    assert!(fences.is_empty());
+    assert!(
+        lockable(Path::new(&a.path)),
+        "the acquired fence was released"
+    );
+}
+
+#[test]
+fn a_fence_locked_elsewhere_is_busy() {
+    let d = tempfile::tempdir().unwrap();
+    let a = fence(&d.path().join("a"), 0o600);
+    let other = File::open(&a.path).unwrap();
+    rustix::fs::flock(&other, rustix::fs::FlockOperation::LockExclusive).unwrap();
+    let mut m = manifest(d.path());
+    m.inventory = vec![a.clone()];
+    let mut fences = Fences::default();
+    let o = observer(d.path(), m).observe(&mut fences);
+    let f = fact(&o, "fence", &a.path);
+    assert_eq!(f.reason, Some(Reason::FenceBusy), "{f:?}");
+    assert_eq!(f.expected, "the enrolled inode, locked by us");
+    assert!(fences.is_empty());
+}
+
+/// Gives `path` an access ACL that lets uid 1 read, with the mask `r--` (a mode whose group
+/// bits are `r--` is unchanged): the `system.posix_acl_access` xattr as the kernel reads it
+/// (version 2, then tag, permissions and id of each entry, in tag order), set without a tool.
+fn add_acl_entry(path: &Path) {
+    const NO_ID: u32 = u32::MAX;
+    const USER_OBJ: u16 = 0x01;
+    const USER: u16 = 0x02;
+    const GROUP_OBJ: u16 = 0x04;
+    const MASK: u16 = 0x10;
+    const OTHER: u16 = 0x20;
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [
+        (USER_OBJ, 6u16, NO_ID),
+        (USER, 4, 1),
+        (GROUP_OBJ, 4, NO_ID),
+        (MASK, 4, NO_ID),
+        (OTHER, 0, NO_ID),
+    ] {
+        v.extend(tag.to_le_bytes());
+        v.extend(perm.to_le_bytes());
+        v.extend(id.to_le_bytes());
+    }
+    rustix::fs::setxattr(
+        path,
+        "system.posix_acl_access",
+        &v,
+        rustix::fs::XattrFlags::empty(),
+    )
+    .expect("an access ACL");
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_fence_open_to_others_widened_reowned_or_with_an_acl_is_unprotected() {
+    assert_root();
+    let d = tempfile::tempdir().unwrap();
+    let p = |n: &str| d.path().join(n);
+    // Enrolled with a bit for others: that bit alone fails it.
+    let others = fence(&p("others"), 0o604);
+    let widened = fence(&p("widened"), 0o600);
+    std::fs::set_permissions(&widened.path, std::fs::Permissions::from_mode(0o660)).unwrap();
+    let uid = fence(&p("uid"), 0o600);
+    std::os::unix::fs::chown(&uid.path, Some(1), None).unwrap();
+    let gid = fence(&p("gid"), 0o600);
+    std::os::unix::fs::chown(&gid.path, None, Some(1)).unwrap();
+    // The mask stays r--: the mode is unchanged, only the ACL is new.
+    let acl = fence(&p("acl"), 0o640);
+    add_acl_entry(Path::new(&acl.path));
+    let mut m = manifest(d.path());
+    m.inventory = vec![
+        others.clone(),
+        widened.clone(),
+        uid.clone(),
+        gid.clone(),
+        acl.clone(),
+    ];
+    let o = observe(d.path(), m);
+    for (e, mode, observed) in [
+        (&others, "604", "uid 0 gid 0 mode 604"),
+        (&widened, "600", "uid 0 gid 0 mode 660"),
+        (&uid, "600", "uid 1 gid 0 mode 600"),
+        (&gid, "600", "uid 0 gid 1 mode 600"),
+        (&acl, "640", "uid 0 gid 0 mode 640, an access ACL"),
+    ] {
+        let f = fact(&o, "fence", &e.path);
+        assert_eq!(f.reason, Some(Reason::FenceUnprotected), "{f:?}");
+        assert_eq!(
+            f.expected,
+            format!("uid 0 gid 0 mode {mode}, no access for others, no ACL")
+        );
+        assert_eq!(f.observed, observed);
+    }
+}
+
+#[test]
+fn a_held_fence_replaced_removed_or_below_a_file_is_not_held() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = |n: &str| {
+        let p = d.path().join(n);
+        std::fs::create_dir(&p).unwrap();
+        p
+    };
+    let (d1, d2, d3) = (dir("replaced"), dir("removed"), dir("below"));
+    let replaced = fence(&d1.join("fence"), 0o600);
+    let removed = fence(&d2.join("fence"), 0o600);
+    let below = fence(&d3.join("fence"), 0o600);
+    let mut m = manifest(d.path());
+    m.inventory = vec![replaced.clone(), removed.clone(), below.clone()];
+    let mut obs = observer(d.path(), m);
+    let mut fences = Fences::default();
+    let o = obs.observe(&mut fences);
+    assert!(o.failed().all(|f| f.kind != "fence"), "{:#?}", o.facts);
+    assert_eq!(fences.len(), 3);
+    let new = d1.join("new");
+    std::fs::write(&new, b"").unwrap();
+    std::fs::rename(&new, &replaced.path).unwrap();
+    std::fs::remove_file(&removed.path).unwrap();
+    std::fs::rename(&d3, d.path().join("away")).unwrap();
+    std::fs::write(&d3, b"a file where the directory was").unwrap();
+    let o = obs.observe(&mut fences);
+    let f = fact(&o, "fence", &replaced.path);
+    assert_eq!(f.reason, Some(Reason::FenceReplaced), "{f:?}");
+    assert_eq!(f.expected, replaced.identity.object());
+    assert_eq!(
+        f.observed,
+        format!(
+            "path now names {}",
+            identity(Path::new(&replaced.path)).object()
+        )
+    );
+    let f = fact(&o, "fence", &removed.path);
+    assert_eq!(f.reason, Some(Reason::FenceReplaced), "{f:?}");
+    assert_eq!(f.observed, "path removed");
+    let f = fact(&o, "fence", &below.path);
+    assert_eq!(f.reason, Some(Reason::ObserveFailed), "{f:?}");
+    assert_eq!(
+        f.observed,
+        std::io::Error::from_raw_os_error(rustix::io::Errno::NOTDIR.raw_os_error()).to_string()
+    );
+}
+
+#[test]
+fn a_fence_whose_lock_another_took_is_out_of_custody() {
+    let d = tempfile::tempdir().unwrap();
+    let a = fence(&d.path().join("a"), 0o600);
+    let mut m = manifest(d.path());
+    m.inventory = vec![a.clone()];
+    let mut obs = observer(d.path(), m);
+    let mut fences = Fences::default();
+    let o = obs.observe(&mut fences);
+    assert!(fact(&o, "fence", &a.path).holds());
+    // Unlocked through a duplicate of the held fd (the same open file description), then
+    // locked by another: /proc/locks lists a lock, but not ours.
+    let dup = fences.fds()[0].try_clone().unwrap();
+    rustix::fs::flock(&dup, rustix::fs::FlockOperation::Unlock).unwrap();
+    let other = File::open(&a.path).unwrap();
+    rustix::fs::flock(&other, rustix::fs::FlockOperation::NonBlockingLockExclusive).unwrap();
+    let o = obs.observe(&mut fences);
+    let f = fact(&o, "fence", &a.path);
+    assert_eq!(f.reason, Some(Reason::FenceCustody), "{f:?}");
+    assert_eq!(f.observed, "/proc/locks 1 entries, own fdinfo lock false");
+    drop(other);
+    let o = obs.observe(&mut fences);
+    let f = fact(&o, "fence", &a.path);
+    assert_eq!(f.reason, Some(Reason::FenceCustody), "{f:?}");
+    assert_eq!(f.observed, "/proc/locks 0 entries, own fdinfo lock false");
+}
+
+// Lineage (`issuer/src/observe/lineage.rs`) and a world where every fact holds.
+
+/// A journal at `path` (genesis signed by the issuer, then `bodies` by the producer),
+/// owned by root, mode 0600, append-only, enrolled in `m` as it is now. Returns the
+/// frontier (last seq, last hash).
+fn journal(m: &mut Manifest, path: &Path, bodies: Vec<JournalBody>) -> (u64, Hash) {
+    let issuer = ed25519_dalek::SigningKey::from_bytes(&[11; 32]);
+    journal_signed(m, path, bodies, &issuer)
+}
+
+/// [`journal`], its genesis signed by `issuer` (the manifest's issuer key).
+fn journal_signed(
+    m: &mut Manifest,
+    path: &Path,
+    bodies: Vec<JournalBody>,
+    issuer: &ed25519_dalek::SigningKey,
+) -> (u64, Hash) {
+    let producer = ed25519_dalek::SigningKey::from_bytes(&[12; 32]);
+    m.issuer_key = PublicKey::from(&issuer.verifying_key());
+    m.lineage.producer_key = PublicKey::from(&producer.verifying_key());
+    m.lineage.journal_path = s(path);
+    let (genesis_frame, genesis) = next_frame(
+        m.deployment,
+        None,
+        JournalBody::Genesis {
+            producer_key: m.lineage.producer_key,
+        },
+        issuer,
+    );
+    m.lineage.journal_genesis = genesis;
+    let mut bytes = genesis_frame;
+    let mut frontier = (0, genesis);
+    for b in bodies {
+        let (frame, h) = next_frame(m.deployment, Some(frontier), b, &producer);
+        bytes.extend(frame);
+        frontier = (frontier.0 + 1, h);
+    }
+    std::fs::write(path, &bytes).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let f = File::open(path).unwrap();
+    repoch_issuer::enroll::set_append_only(&f.into()).expect("append-only (ext4, root)");
+    m.inventory.push(InventoryEntry {
+        role: Role::Journal,
+        path: s(path),
+        identity: identity(path),
+    });
+    frontier
+}
+
+/// Sets or clears the append-only flag (chown and chmod fail while it is set).
+fn append_only(p: &Path, on: bool) {
+    let fd: std::os::fd::OwnedFd = File::open(p).unwrap().into();
+    let flags = rustix::fs::ioctl_getflags(&fd).unwrap();
+    let flags = if on {
+        flags | rustix::fs::IFlags::APPEND
+    } else {
+        flags - rustix::fs::IFlags::APPEND
+    };
+    rustix::fs::ioctl_setflags(&fd, flags).unwrap();
+}
+
+/// A journal path whose append-only flag is cleared on drop (so the tempdir can go).
+struct Journal(PathBuf);
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        if self.0.exists() {
+            append_only(&self.0, false);
+        }
+    }
+}
+
+fn bodies() -> Vec<JournalBody> {
+    vec![
+        JournalBody::RootStart { pid: 1 },
+        JournalBody::OpBegin {
+            op: 1,
+            name: "migrate".into(),
+        },
+        JournalBody::OpBegin {
+            op: 2,
+            name: "compact".into(),
+        },
+        JournalBody::OpEnd {
+            op: 2,
+            outcome: repoch_protocol::journal::Outcome::Succeeded,
+        },
+    ]
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_world_where_every_fact_holds() {
+    assert_root();
+    let d = tempfile::tempdir().unwrap();
+    let mut m = manifest(d.path());
+    let j = Journal(d.path().join("journal"));
+    let (seq, hash) = journal(&mut m, &j.0, bodies());
+    let ready = d.path().join("READY");
+    std::fs::write(&ready, b"ready").unwrap();
+    std::fs::set_permissions(&ready, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let exe = Path::new(&m.consumer.executable).to_owned();
+    std::fs::write(&exe, b"#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let st = d.path().join("store");
+    std::fs::write(&st, b"store").unwrap();
+    m.inventory.push(store(&st, identity(&st)));
+    m.inventory.push(fence(&d.path().join("fence"), 0o600));
+    let o = observe(d.path(), m.clone());
+    assert!(o.holds(), "{:#?}", o.failed().collect::<Vec<_>>());
+    assert_eq!(o.failed().count(), 0);
+    assert_eq!((o.frontier_seq, o.frontier_hash), (seq, hash));
+    assert_eq!(seq, 4);
+    assert_eq!(o.unknown_ops.len(), 1, "op 1 has no end");
+    let f = fact(&o, "lineage", &m.lineage.journal_path);
+    assert_eq!(f.observed, "verified");
+    let f = fact(&o, "lineage-frontier", &m.lineage.journal_path);
+    assert_eq!(f.observed, format!("seq {seq} hash {hash}"));
+    let f = fact(&o, "lineage-unknown", &m.lineage.journal_path);
+    assert_eq!(f.observed, "1 unknown");
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_journal_reowned_rechmodded_or_not_append_only_is_unprotected() {
+    assert_root();
+    let d = tempfile::tempdir().unwrap();
+    let chown = |p: &Path| std::os::unix::fs::chown(p, Some(1), None).unwrap();
+    let chmod =
+        |p: &Path| std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o400)).unwrap();
+    type Change<'a> = &'a dyn Fn(&Path);
+    let cases: [(&str, Change<'_>, bool, &str); 3] = [
+        ("uid", &chown, true, "uid 1 mode 600 append-only true"),
+        ("mode", &chmod, true, "uid 0 mode 400 append-only true"),
+        ("flag", &|_| {}, false, "uid 0 mode 600 append-only false"),
+    ];
+    for (name, change, flag, observed) in cases {
+        let mut m = manifest(d.path());
+        let j = Journal(d.path().join(format!("journal-{name}")));
+        journal(&mut m, &j.0, vec![]);
+        append_only(&j.0, false);
+        change(&j.0);
+        if flag {
+            append_only(&j.0, true);
+        }
+        let o = observe(d.path(), m);
+        let f = fact(&o, "lineage", &s(&j.0));
+        assert_eq!(f.reason, Some(Reason::LineageUnprotected), "{name}: {f:?}");
+        assert_eq!(f.expected, "uid 0 mode 600 append-only true");
+        assert_eq!(f.observed, observed, "{name}");
+        assert_eq!((o.frontier_seq, o.frontier_hash), (0, Hash::ZERO));
+    }
+}
+
+/// Clears the append-only flag of every file under a directory on drop (enrollment makes
+/// the journal and the epoch log append-only), so the tempdir can be removed.
+struct Unappend(PathBuf);
+
+impl Drop for Unappend {
+    fn drop(&mut self) {
+        fn walk(p: &Path) {
+            let Ok(m) = std::fs::symlink_metadata(p) else {
+                return;
+            };
+            if m.is_dir() {
+                for e in std::fs::read_dir(p).into_iter().flatten().flatten() {
+                    walk(&e.path());
+                }
+            } else if m.is_file() {
+                append_only(p, false);
+            }
+        }
+        walk(&self.0);
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_predecessor_is_linked_by_its_final_record() {
+    assert_root();
+    let d = tempfile::tempdir().unwrap();
+    let _unappend = Unappend(d.path().to_owned());
+    let layout = Layout::new(Some(&d.path().join("root")));
+    let srv = d.path().join("srv");
+    std::fs::create_dir(&srv).unwrap();
+    fence(&srv.join("lock"), 0o600);
+    std::fs::write(srv.join("data"), b"store").unwrap();
+    std::fs::write(srv.join("READY"), b"ready").unwrap();
+    let key =
+        PublicKey::from(&ed25519_dalek::SigningKey::from_bytes(&[13; 32]).verifying_key()).to_hex();
+    let producer =
+        PublicKey::from(&ed25519_dalek::SigningKey::from_bytes(&[12; 32]).verifying_key());
+    let text = format!(
+        "label = \"obstest-predecessor\"\nfences = [\"{s}/lock\"]\nstores = [\"{s}/data\"]\n\
+         ready = \"{s}/READY\"\n[journal]\npath = \"{s}/journal\"\nproducer_key = \"{p}\"\n\
+         [consumer]\nuid = 0\ngid = 0\nexecutable = \"/bin/sh\"\nkey = \"{key}\"\n",
+        s = srv.display(),
+        p = producer.to_hex(),
+    );
+    let v = repoch_issuer::enroll::validate(&text).expect("a valid manifest");
+    let enrolled = repoch_issuer::enroll::enroll(&layout, &v, 0).expect("enrolled");
+    let issuer_key = repoch_issuer::enroll::issuer_key(&layout, false).unwrap();
+    let issuer = PublicKey::from(&issuer_key.verifying_key());
+    let last = repoch_issuer::store::Deployment::open(&layout, &issuer, enrolled.id)
+        .expect("the predecessor opens")
+        .report()
+        .last_hash()
+        .expect("an enrolled log has a record");
+    let mut m = manifest(d.path());
+    m.deployment = DeploymentId([8; 16]);
+    let j = Journal(d.path().join("journal"));
+    journal_signed(&mut m, &j.0, vec![], &issuer_key);
+    let subject = format!("deployment {}", enrolled.id);
+    let with = |deployment, final_hash| {
+        let mut m = m.clone();
+        m.lineage.predecessor = Some(Predecessor {
+            deployment,
+            final_hash,
+        });
+        observe(d.path(), m)
+    };
+    let o = with(enrolled.id, last);
+    let f = fact(&o, "predecessor", &subject);
+    assert!(f.holds(), "{f:?}");
+    assert_eq!(
+        (f.expected.as_str(), f.observed.as_str()),
+        (format!("ends in {last}").as_str(), "as linked")
+    );
+    let other = Hash([9; 32]);
+    let o = with(enrolled.id, other);
+    let f = fact(&o, "predecessor", &subject);
+    assert_eq!(f.reason, Some(Reason::PredecessorMismatch), "{f:?}");
+    assert_eq!(f.expected, format!("ends in {other}"));
+    assert_eq!(f.observed, format!("ends in {last}"));
+    let unknown = DeploymentId([5; 16]);
+    let o = with(unknown, last);
+    let f = fact(&o, "predecessor", &format!("deployment {unknown}"));
+    assert_eq!(f.reason, Some(Reason::PredecessorMismatch), "{f:?}");
+    assert_eq!(f.expected, "readable");
+}
