@@ -277,6 +277,220 @@ fn the_consumer_exe_baseline_is_its_first_observed_identity_and_digest() {
     assert_eq!(Observe::consumer_exe_baseline(&obs), want);
 }
 
+/// Writes `bytes` to `p` with `mode`, owned by `uid`:`gid` (root makes the file, so this
+/// needs root for any other owner).
+fn file(p: &Path, bytes: &[u8], mode: u32, uid: u32, gid: u32) {
+    std::fs::write(p, bytes).unwrap();
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    std::os::unix::fs::chown(p, Some(uid), Some(gid)).unwrap();
+}
+
+/// Waits until a file changed just now is old enough for its stamp to prove it unchanged later
+/// (`repoch_issuer::digest::CHANGE_SETTLED_MS`): nothing can set a change time back.
+fn settle() {
+    std::thread::sleep(Duration::from_millis(
+        repoch_issuer::digest::CHANGE_SETTLED_MS + 100,
+    ));
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_ready_of_the_bound_is_hashed_a_larger_one_is_not() {
+    assert_root();
+    let d = tempfile::tempdir().unwrap();
+    let m = manifest(d.path());
+    let ready = PathBuf::from(&m.target.ready_path);
+    // `READY_BYTES_MAX`, 1 MiB, as a literal: a changed constant fails here.
+    let bound = 1024 * 1024;
+    let bytes = vec![b'r'; bound];
+    file(&ready, &bytes, 0o644, 0, 0);
+    let o = observe(d.path(), m.clone());
+    let f = fact(&o, "ready", &s(&ready));
+    assert!(f.holds(), "{f:?}");
+    assert_eq!(f.observed, format!("sha256 {}", Hash::of(&bytes)));
+    assert_eq!(o.ready_sha256, Hash::of(&bytes));
+    file(&ready, &vec![b'r'; bound + 1], 0o644, 0, 0);
+    let o = observe(d.path(), m);
+    let f = fact(&o, "ready", &s(&ready));
+    assert_eq!(f.reason, Some(Reason::ObserveFailed), "{f:?}");
+    assert_eq!(f.observed, format!("larger than {bound} bytes"));
+    assert_eq!(o.ready_sha256, Hash::ZERO);
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_ready_writable_by_others_or_not_root_owned_is_unprotected() {
+    assert_root();
+    let d = tempfile::tempdir().unwrap();
+    let m = manifest(d.path());
+    let ready = PathBuf::from(&m.target.ready_path);
+    for (mode, uid, observed) in [
+        (0o646, 0, "uid 0 mode 100646"),
+        (0o664, 0, "uid 0 mode 100664"),
+        (0o644, 1, "uid 1 mode 100644"),
+    ] {
+        file(&ready, b"ready", mode, uid, 0);
+        let o = observe(d.path(), m.clone());
+        let f = fact(&o, "ready", &s(&ready));
+        assert_eq!(f.reason, Some(Reason::ReadyUnprotected), "{f:?}");
+        assert_eq!(f.observed, observed);
+        assert_eq!(o.ready_sha256, Hash::ZERO);
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_consumer_exe_writable_by_others_or_not_root_owned_is_unprotected() {
+    assert_root();
+    let d = tempfile::tempdir().unwrap();
+    let m = manifest(d.path());
+    let exe = PathBuf::from(&m.consumer.executable);
+    for (mode, uid, observed) in [
+        (0o757, 0, "uid 0 mode 100757"),
+        (0o775, 0, "uid 0 mode 100775"),
+        (0o755, 1, "uid 1 mode 100755"),
+    ] {
+        file(&exe, b"#!/bin/sh\n", mode, uid, 0);
+        let o = observe(d.path(), m.clone());
+        let f = fact(&o, "consumer-exe", &s(&exe));
+        assert_eq!(f.reason, Some(Reason::ConsumerExeUnprotected), "{f:?}");
+        assert_eq!(f.observed, observed);
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_consumer_exe_of_several_mebibytes_matching_its_pin_holds_another_pin_does_not() {
+    assert_root();
+    let d = tempfile::tempdir().unwrap();
+    let mut m = manifest(d.path());
+    let exe = PathBuf::from(&m.consumer.executable);
+    // 3 MiB: larger than READY's bound (1 MiB); the executable's is 512 MiB.
+    let bytes = vec![b'x'; 3 * 1024 * 1024];
+    file(&exe, &bytes, 0o755, 0, 0);
+    let digest = Hash::of(&bytes);
+    m.consumer.executable_sha256 = Some(digest);
+    let o = observe(d.path(), m.clone());
+    let f = fact(&o, "consumer-exe", &s(&exe));
+    assert!(f.holds(), "{f:?}");
+    assert_eq!(f.observed, format!("sha256 {digest}"));
+    let other = Hash::of(b"another build");
+    m.consumer.executable_sha256 = Some(other);
+    let o = observe(d.path(), m);
+    let f = fact(&o, "consumer-exe", &s(&exe));
+    assert_eq!(f.reason, Some(Reason::ConsumerExeMismatch), "{f:?}");
+    assert_eq!(
+        (f.expected.as_str(), f.observed.as_str()),
+        (
+            format!("sha256 {other}").as_str(),
+            format!("sha256 {digest}").as_str()
+        )
+    );
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_consumer_exe_rewritten_in_place_at_its_size_after_a_proof_is_changed() {
+    assert_root();
+    let d = tempfile::tempdir().unwrap();
+    let m = manifest(d.path());
+    let exe = PathBuf::from(&m.consumer.executable);
+    file(&exe, b"#!/bin/sh\nexit 0\n", 0o755, 0, 0);
+    // Settled: the first observation's stamp proves the digest at the later ones.
+    settle();
+    let mut obs = observer(d.path(), m);
+    let o = obs.observe(&mut Fences::default());
+    assert!(fact(&o, "consumer-exe", &s(&exe)).holds());
+    let ino = identity(&exe).ino;
+    use std::os::unix::fs::FileExt as _;
+    let f = std::fs::OpenOptions::new().write(true).open(&exe).unwrap();
+    f.write_all_at(b"1", 15).unwrap();
+    drop(f);
+    assert_eq!(identity(&exe).ino, ino, "the same inode");
+    let o = obs.observe(&mut Fences::default());
+    let f = fact(&o, "consumer-exe", &s(&exe));
+    assert_eq!(f.reason, Some(Reason::ConsumerExeChanged), "{f:?}");
+    assert_eq!(
+        (f.expected.as_str(), f.observed.as_str()),
+        (
+            format!("ino {ino} sha256 {}", Hash::of(b"#!/bin/sh\nexit 0\n")).as_str(),
+            format!("ino {ino} sha256 {}", Hash::of(b"#!/bin/sh\nexit 1\n")).as_str()
+        )
+    );
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_consumer_exe_rechmodded_or_regrouped_with_the_same_bytes_is_changed() {
+    assert_root();
+    for (mode, gid) in [(0o700, 0), (0o755, 1)] {
+        let d = tempfile::tempdir().unwrap();
+        let m = manifest(d.path());
+        let exe = PathBuf::from(&m.consumer.executable);
+        file(&exe, b"#!/bin/sh\n", 0o755, 0, 0);
+        let mut obs = observer(d.path(), m);
+        let o = obs.observe(&mut Fences::default());
+        assert!(fact(&o, "consumer-exe", &s(&exe)).holds());
+        file(&exe, b"#!/bin/sh\n", mode, 0, gid);
+        let o = obs.observe(&mut Fences::default());
+        let f = fact(&o, "consumer-exe", &s(&exe));
+        assert_eq!(f.reason, Some(Reason::ConsumerExeChanged), "{f:?}");
+        let want = format!(
+            "ino {} sha256 {}",
+            identity(&exe).ino,
+            Hash::of(b"#!/bin/sh\n")
+        );
+        assert_eq!(
+            (f.expected.as_str(), f.observed.as_str()),
+            (want.as_str(), want.as_str())
+        );
+    }
+}
+
+/// Whether `inotify` reports an access (a read) through `watch` since the last call.
+fn read_since(watch: &rustix::fd::OwnedFd) -> bool {
+    use rustix::fs::inotify;
+    let mut buf = [std::mem::MaybeUninit::uninit(); 4096];
+    let mut r = inotify::Reader::new(watch, &mut buf);
+    let mut read = false;
+    loop {
+        match r.next() {
+            Ok(e) => read |= e.events().contains(inotify::ReadFlags::ACCESS),
+            Err(rustix::io::Errno::AGAIN) => return read,
+            Err(e) => panic!("inotify: {e}"),
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_consumer_exe_proven_unchanged_by_its_stamp_is_not_read_again() {
+    assert_root();
+    use rustix::fs::inotify;
+    let d = tempfile::tempdir().unwrap();
+    let m = manifest(d.path());
+    let exe = PathBuf::from(&m.consumer.executable);
+    file(&exe, b"#!/bin/sh\nexit 0\n", 0o755, 0, 0);
+    settle();
+    let watch =
+        inotify::init(inotify::CreateFlags::NONBLOCK | inotify::CreateFlags::CLOEXEC).unwrap();
+    inotify::add_watch(&watch, &exe, inotify::WatchFlags::ACCESS).unwrap();
+    let mut obs = observer(d.path(), m);
+    let o = obs.observe(&mut Fences::default());
+    assert!(fact(&o, "consumer-exe", &s(&exe)).holds());
+    assert!(read_since(&watch), "the first observation reads it whole");
+    for _ in 0..2 {
+        let o = obs.observe(&mut Fences::default());
+        let f = fact(&o, "consumer-exe", &s(&exe));
+        assert!(f.holds(), "{f:?}");
+        assert_eq!(
+            f.observed,
+            format!("sha256 {}", Hash::of(b"#!/bin/sh\nexit 0\n"))
+        );
+        assert!(!read_since(&watch), "its stamp proves it: not read again");
+    }
+}
+
 /// A cgroup v2 directory of this test, with any process in it killed and the directory
 /// removed on drop.
 struct Cgroup {

@@ -39,10 +39,6 @@ impl Baseline {
             consumer_exe_held: None,
         }
     }
-    /// The READY digest every observation must find (none before the first, unapproved).
-    pub fn ready(&self) -> Option<Hash> {
-        self.ready
-    }
     /// The consumer executable's identity and digest as first observed.
     pub fn consumer_exe(&self) -> Option<(Identity, Hash)> {
         self.consumer_exe
