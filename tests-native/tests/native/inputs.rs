@@ -418,6 +418,14 @@ fn enroll_refuses_a_path_with_control_characters() {
             "/system.slice/\\u001b[2Kold.service",
         ),
         ("[containment]\nlisteners", "unix:/run/old\\r.sock"),
+        // Not control characters, yet they forge what a line shows: a right-to-left
+        // override, a zero-width space, a line separator.
+        ("[containment]\nexecutables", "/usr/local/bin/old\\u202e.sh"),
+        (
+            "[containment]\ncgroups",
+            "/system.slice/da\\u200bta.service",
+        ),
+        ("[containment]\nexecutables", "/usr/local/bin/old\\u2028x"),
     ] {
         let s = Sandbox::new();
         let m = s.manifest(&format!("{section} = [\"{entry}\"]\n"));
@@ -426,6 +434,20 @@ fn enroll_refuses_a_path_with_control_characters() {
         let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
         assert_eq!(r.code, 64, "{entry}: {}{}", r.stdout, r.stderr);
         let msg = r.json()["message"].as_str().unwrap_or_default().to_owned();
-        assert!(msg.contains("control character"), "{entry}: {msg}");
+        assert!(
+            msg.contains("control character") || msg.contains("format character"),
+            "{entry}: {msg}"
+        );
     }
+    // The label too.
+    let s = Sandbox::new();
+    let m = s.manifest("").replace(
+        &format!("label = \"test-{}\"", s.tag),
+        "label = \"billing\\u202e\"",
+    );
+    let p = s.path("manifest.toml");
+    std::fs::write(&p, &m).unwrap();
+    let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
+    assert_eq!(r.code, 64, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("format character"), "{}", r.stdout);
 }
