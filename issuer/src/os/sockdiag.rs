@@ -13,9 +13,11 @@
 //!   closure in one of them (a short-lived thread that `setns()`es; other threads keep
 //!   theirs).
 //! - [`bound_to`]: every socket, in every namespace, bound to a given file.
+//! - [`inet_sockets`]: the TCP sockets listening on a port, or the UDP sockets bound to it
+//!   (`inet_diag`), in this thread's network namespace.
 //!
 //! The request is built and the reply parsed by hand, bounded and checked (no unsafe):
-//! `include/uapi/linux/{netlink,sock_diag,unix_diag}.h`.
+//! `include/uapi/linux/{netlink,sock_diag,unix_diag,inet_diag}.h`.
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd as _, OwnedFd};
@@ -243,7 +245,12 @@ enum Batch {
 }
 
 /// Parses one datagram of a reply to request `seq`, appending its sockets to `out`.
-fn parse_datagram(b: &[u8], seq: u32, out: &mut Vec<UnixSocket>) -> Result<Batch, String> {
+fn parse_datagram<T>(
+    b: &[u8],
+    seq: u32,
+    out: &mut Vec<T>,
+    parse: fn(&[u8]) -> Result<T, String>,
+) -> Result<Batch, String> {
     let mut at = 0;
     while at < b.len() {
         let (Some(len), Some(kind), Some(flags), Some(mseq)) = (
@@ -276,9 +283,9 @@ fn parse_datagram(b: &[u8], seq: u32, out: &mut Vec<UnixSocket>) -> Result<Batch
             }
             SOCK_DIAG_BY_FAMILY => {
                 if out.len() == DIAG_SOCKETS_MAX {
-                    return Err(format!("more than {DIAG_SOCKETS_MAX} unix sockets"));
+                    return Err(format!("more than {DIAG_SOCKETS_MAX} sockets"));
                 }
-                out.push(parse_socket(payload)?);
+                out.push(parse(payload)?);
             }
             k => return Err(format!("netlink message of type {k}")),
         }
@@ -300,14 +307,26 @@ fn diag_socket() -> Result<OwnedFd, String> {
     Ok(fd)
 }
 
-/// Sends one request and collects its reply.
+/// Sends one request for unix sockets and collects its reply.
 fn ask(one: Option<(u32, u64)>) -> Result<Vec<UnixSocket>, String> {
+    exchange(&request(1, one), one.is_some(), one.is_some(), parse_socket)
+}
+
+/// Sends request `req` (sequence number 1) and collects its reply, each message parsed by
+/// `parse`; `one` for a lookup of one socket (one message, no DONE); `enoent_is_none` when
+/// `ENOENT` means there is nothing to report (no such socket, or no handler for a family
+/// this host does not have), an error otherwise.
+fn exchange<T>(
+    req: &[u8],
+    one: bool,
+    enoent_is_none: bool,
+    parse: fn(&[u8]) -> Result<T, String>,
+) -> Result<Vec<T>, String> {
     let fd = diag_socket()?;
     let seq = 1;
-    let req = request(seq, one);
     sendto(
         fd.as_raw_fd(),
-        &req,
+        req,
         &NetlinkAddr::new(0, 0),
         MsgFlags::empty(),
     )
@@ -330,13 +349,13 @@ fn ask(one: Option<(u32, u64)>) -> Result<Vec<UnixSocket>, String> {
         if total > DIAG_DUMP_BYTES_MAX {
             return Err(format!("sock_diag dump over {DIAG_DUMP_BYTES_MAX} bytes"));
         }
-        match parse_datagram(&buf[..n], seq, &mut out)? {
+        match parse_datagram(&buf[..n], seq, &mut out, parse)? {
             Batch::Done => return Ok(out),
             // A lookup of one socket answers with one message and no DONE.
-            Batch::More if one.is_some() => return Ok(out),
+            Batch::More if one => return Ok(out),
             Batch::More => {}
             Batch::Errno(0) => return Ok(out),
-            Batch::Errno(e) if one.is_some() && e == nix::errno::Errno::ENOENT as i32 => {
+            Batch::Errno(e) if enoent_is_none && e == nix::errno::Errno::ENOENT as i32 => {
                 return Ok(out)
             }
             Batch::Errno(e) => {
@@ -347,6 +366,82 @@ fn ask(one: Option<(u32, u64)>) -> Result<Vec<UnixSocket>, String> {
             }
         }
     }
+}
+
+/// `inet_diag_req_v2`: family, protocol, ext, pad, states, `inet_diag_sockid`.
+const INET_DIAG_REQ_BYTES: usize = 56;
+/// `inet_diag_msg`: family, state, timer, retrans, `inet_diag_sockid` (48 bytes: sport and
+/// dport big-endian, src[4], dst[4], if, cookie[2]), expires, rqueue, wqueue, uid, inode.
+const INET_DIAG_MSG_BYTES: usize = 72;
+const AF_INET: u8 = 2;
+const AF_INET6: u8 = 10;
+const IPPROTO_TCP: u8 = 6;
+const IPPROTO_UDP: u8 = 17;
+/// The states a TCP listener is in (`1 << TCP_LISTEN`): the kernel walks its listening
+/// hash only, never the established one.
+const TCPF_LISTEN: u32 = 1 << TCP_LISTEN;
+
+/// One TCP or UDP socket, as `inet_diag` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InetSocket {
+    /// Socket inode: `socket:[inode]` in `/proc/PID/fd`.
+    pub inode: u64,
+    /// The local port.
+    pub port: u16,
+    /// The state, in TCP's numbering (`TCP_LISTEN` is 10; an unconnected UDP socket 7).
+    pub state: u8,
+    /// IPv6 (`AF_INET6`, which also serves IPv4 unless `IPV6_V6ONLY`), or IPv4.
+    pub v6: bool,
+}
+
+/// A dump request for the TCP sockets listening on, or the UDP sockets bound to, local
+/// port `port` of one address family: the kernel compares the port itself (`id.sport`).
+fn inet_request(seq: u32, udp: bool, v6: bool, port: u16) -> Vec<u8> {
+    let len = NLMSG_HDR_BYTES + INET_DIAG_REQ_BYTES;
+    let mut b = Vec::with_capacity(len);
+    b.extend_from_slice(&(len as u32).to_ne_bytes());
+    b.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+    b.extend_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
+    b.extend_from_slice(&seq.to_ne_bytes());
+    b.extend_from_slice(&0u32.to_ne_bytes());
+    b.push(if v6 { AF_INET6 } else { AF_INET });
+    b.push(if udp { IPPROTO_UDP } else { IPPROTO_TCP });
+    b.extend_from_slice(&[0, 0]);
+    // UDP: bound in any state (connected or not); TCP: listening.
+    b.extend_from_slice(&(if udp { u32::MAX } else { TCPF_LISTEN }).to_ne_bytes());
+    b.extend_from_slice(&port.to_be_bytes());
+    b.resize(len, 0);
+    b
+}
+
+/// Parses one `inet_diag_msg` (its attributes, none asked for, are ignored).
+fn parse_inet(p: &[u8]) -> Result<InetSocket, String> {
+    if p.len() < INET_DIAG_MSG_BYTES {
+        return Err(format!("inet_diag_msg of {} bytes", p.len()));
+    }
+    let v6 = match p[0] {
+        AF_INET => false,
+        AF_INET6 => true,
+        f => return Err(format!("inet_diag_msg of family {f}")),
+    };
+    Ok(InetSocket {
+        inode: u64::from(u32_at(p, 68).unwrap_or_default()),
+        port: u16::from_be_bytes([p[4], p[5]]),
+        state: p[1],
+        v6,
+    })
+}
+
+/// The TCP sockets listening on local port `port` (`udp` false), or the UDP sockets bound
+/// to it (`udp` true), of one address family, in this thread's network namespace. Only
+/// sockets on `port` are returned, however the kernel filtered: the others of the
+/// namespace cost no bytes of the reply.
+pub fn inet_sockets(udp: bool, v6: bool, port: u16) -> Result<Vec<InetSocket>, String> {
+    // ENOENT (no `tcp_diag` or `udp_diag` handler) is an error: a kernel that cannot
+    // answer has not said "nothing bound". Without IPv6 the dump of `v6` is empty.
+    let mut got = exchange(&inet_request(1, udp, v6, port), false, false, parse_inet)?;
+    got.retain(|s| s.port == port && s.v6 == v6 && (udp || s.state == TCP_LISTEN));
+    Ok(got)
 }
 
 /// Every unix socket of this thread's network namespace.
@@ -688,7 +783,10 @@ mod tests {
         let mut b = message(SOCK_DIAG_BY_FAMILY, 5, &p);
         b.extend(message(NLMSG_DONE, 5, &0u32.to_ne_bytes()));
         let mut out = Vec::new();
-        assert_eq!(parse_datagram(&b, 5, &mut out), Ok(Batch::Done));
+        assert_eq!(
+            parse_datagram(&b, 5, &mut out, parse_socket),
+            Ok(Batch::Done)
+        );
         let s = &out[0];
         assert_eq!((s.inode, s.cookie, s.state), (1234, 7, TCP_LISTEN));
         assert_eq!(s.name.as_deref(), Some(&b"old.sock"[..]));
@@ -713,21 +811,135 @@ mod tests {
         let whole = message(SOCK_DIAG_BY_FAMILY, 1, &p);
         for cut in 1..whole.len() {
             let mut out = Vec::new();
-            let _ = parse_datagram(&whole[..cut], 1, &mut out);
+            let _ = parse_datagram(&whole[..cut], 1, &mut out, parse_socket);
         }
         let mut out = Vec::new();
-        assert!(parse_datagram(&whole, 2, &mut out).is_err(), "another seq");
-        assert!(parse_datagram(&whole[..20], 1, &mut out).is_err(), "cut");
+        assert!(
+            parse_datagram(&whole, 2, &mut out, parse_socket).is_err(),
+            "another seq"
+        );
+        assert!(
+            parse_datagram(&whole[..20], 1, &mut out, parse_socket).is_err(),
+            "cut"
+        );
         // An attribute longer than its message.
         let mut bad = diag_msg(1, &[]);
         bad.extend_from_slice(&200u16.to_ne_bytes());
         bad.extend_from_slice(&UNIX_DIAG_VFS.to_ne_bytes());
-        assert!(parse_datagram(&message(SOCK_DIAG_BY_FAMILY, 1, &bad), 1, &mut out).is_err());
+        assert!(parse_datagram(
+            &message(SOCK_DIAG_BY_FAMILY, 1, &bad),
+            1,
+            &mut out,
+            parse_socket
+        )
+        .is_err());
         // A short vfs attribute.
         let short = diag_msg(1, &[attr(UNIX_DIAG_VFS, &[1, 2, 3, 4])]);
-        assert!(parse_datagram(&message(SOCK_DIAG_BY_FAMILY, 1, &short), 1, &mut out).is_err());
+        assert!(parse_datagram(
+            &message(SOCK_DIAG_BY_FAMILY, 1, &short),
+            1,
+            &mut out,
+            parse_socket
+        )
+        .is_err());
         // An error reply carries its errno.
         let err = message(NLMSG_ERROR, 1, &(-2i32).to_ne_bytes());
-        assert_eq!(parse_datagram(&err, 1, &mut out), Ok(Batch::Errno(2)));
+        assert_eq!(
+            parse_datagram(&err, 1, &mut out, parse_socket),
+            Ok(Batch::Errno(2))
+        );
+    }
+
+    fn inet_msg(family: u8, state: u8, port: u16, inode: u32) -> Vec<u8> {
+        let mut p = vec![0u8; INET_DIAG_MSG_BYTES];
+        p[0] = family;
+        p[1] = state;
+        p[4..6].copy_from_slice(&port.to_be_bytes());
+        p[68..72].copy_from_slice(&inode.to_ne_bytes());
+        p
+    }
+
+    #[test]
+    fn an_inet_request_asks_for_one_port_of_one_family_and_protocol() {
+        let r = inet_request(9, false, true, 0x1f90);
+        assert_eq!(r.len(), NLMSG_HDR_BYTES + INET_DIAG_REQ_BYTES);
+        assert_eq!(u32_at(&r, 0), Some(72), "nlmsg_len");
+        assert_eq!(u16_at(&r, 4), Some(SOCK_DIAG_BY_FAMILY));
+        assert_eq!(u16_at(&r, 6), Some(NLM_F_REQUEST | NLM_F_DUMP));
+        assert_eq!(u32_at(&r, 8), Some(9), "seq");
+        assert_eq!(&r[16..18], &[AF_INET6, IPPROTO_TCP]);
+        assert_eq!(u32_at(&r, 20), Some(1 << 10), "TCP: listening only");
+        assert_eq!(&r[24..26], &[0x1f, 0x90], "sport, big-endian");
+        assert!(r[26..].iter().all(|b| *b == 0), "dport, addresses, cookie");
+        let r = inet_request(1, true, false, 53);
+        assert_eq!(&r[16..18], &[AF_INET, IPPROTO_UDP]);
+        assert_eq!(u32_at(&r, 20), Some(u32::MAX), "UDP: bound in any state");
+        assert_eq!(&r[24..26], &[0, 53]);
+    }
+
+    #[test]
+    fn an_inet_reply_gives_each_socket_s_family_state_port_and_inode() {
+        let mut b = message(
+            SOCK_DIAG_BY_FAMILY,
+            3,
+            &inet_msg(AF_INET, TCP_LISTEN, 8080, 77),
+        );
+        b.extend(message(
+            SOCK_DIAG_BY_FAMILY,
+            3,
+            &inet_msg(AF_INET6, 7, 53, 78),
+        ));
+        b.extend(message(NLMSG_DONE, 3, &0u32.to_ne_bytes()));
+        let mut out = Vec::new();
+        assert_eq!(parse_datagram(&b, 3, &mut out, parse_inet), Ok(Batch::Done));
+        assert_eq!(
+            out,
+            [
+                InetSocket {
+                    inode: 77,
+                    port: 8080,
+                    state: TCP_LISTEN,
+                    v6: false
+                },
+                InetSocket {
+                    inode: 78,
+                    port: 53,
+                    state: 7,
+                    v6: true
+                }
+            ]
+        );
+        let short = inet_msg(AF_INET, TCP_LISTEN, 1, 1);
+        assert!(parse_inet(&short[..INET_DIAG_MSG_BYTES - 1]).is_err());
+        assert!(parse_inet(&inet_msg(AF_UNIX, TCP_LISTEN, 1, 1)).is_err());
+    }
+
+    /// The kernel's own answer: a listener on a port of this namespace, and not one on
+    /// another port (a port nothing listens on, or only a UDP socket is bound to).
+    #[test]
+    fn the_kernel_names_a_listener_by_port_and_family() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (lp, up) = (
+            l.local_addr().unwrap().port(),
+            u.local_addr().unwrap().port(),
+        );
+        let ino = inode_of(&l).unwrap();
+        let got = inet_sockets(false, false, lp).unwrap();
+        assert_eq!(got.iter().map(|s| s.inode).collect::<Vec<_>>(), [ino]);
+        assert!(
+            inet_sockets(false, true, lp).unwrap().is_empty(),
+            "not IPv6"
+        );
+        assert!(inet_sockets(true, false, lp).unwrap().is_empty(), "not UDP");
+        let got = inet_sockets(true, false, up).unwrap();
+        assert_eq!(
+            got.iter().map(|s| s.inode).collect::<Vec<_>>(),
+            [inode_of(&u).unwrap()]
+        );
+        assert!(
+            inet_sockets(false, false, up).unwrap().is_empty(),
+            "not TCP"
+        );
     }
 }
