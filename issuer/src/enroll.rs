@@ -243,7 +243,8 @@ pub fn validate(text: &str) -> Result<Validated, EnrollError> {
     }
     for (i, u) in m.containment.units.iter().enumerate() {
         check_text(u).map_err(|w| field(format!("containment.units[{i}]"), w))?;
-        if u.is_empty() || u.contains('/') || !u.contains('.') {
+        // Not a pattern: `systemctl show` would expand it to the units it matches.
+        if u.is_empty() || u.contains(['/', '*', '?', '[']) || !u.contains('.') {
             return Err(field(
                 format!("containment.units[{i}]"),
                 "expected a unit name such as billing.service",
@@ -768,6 +769,15 @@ mod tests {
             field_of(&manifest("[containment]\nunits = [\"a/b.service\"]")),
             "containment.units[0]"
         );
+        for pattern in ["old*.service", "old?.service", "old[12].service"] {
+            assert_eq!(
+                field_of(&manifest(&format!(
+                    "[containment]\nunits = [\"{pattern}\"]"
+                ))),
+                "containment.units[0]",
+                "{pattern}"
+            );
+        }
         assert_eq!(
             field_of(&manifest("").replace(&format!("\nkey = \"{KEY}\""), "\nkey = \"00\"")),
             "consumer.key"

@@ -1011,7 +1011,8 @@ fn units_masked_and_inactive_hold_unmasked_active_or_reload_pending_do_not() {
          echo '# changed' >> /run/systemd/system/stale.service",
     );
     let mut m = manifest(d.path());
-    m.containment.units = ["masked", "loaded", "busy", "stale"]
+    // With a unit no file defines, and a pattern that matches `masked.service` alone.
+    m.containment.units = ["masked", "loaded", "busy", "stale", "absent", "mask*"]
         .map(|u| format!("{u}.service"))
         .to_vec();
     let mut obs = observer(d.path(), m);
@@ -1033,6 +1034,42 @@ fn units_masked_and_inactive_hold_unmasked_active_or_reload_pending_do_not() {
     let f = fact(&o, "unit", "stale.service");
     assert_eq!(f.reason, Some(Reason::UnitReloadPending), "{f:?}");
     assert!(f.observed.ends_with("reload pending"), "{f:?}");
+    let f = fact(&o, "unit", "absent.service");
+    assert_eq!(f.reason, Some(Reason::UnitNotMasked), "{f:?}");
+    assert!(f.observed.starts_with("not-found inactive/dead"), "{f:?}");
+    // systemctl would expand it to the units it matches: not the enrolled unit's state.
+    let f = fact(&o, "unit", "mask*.service");
+    assert_eq!(f.reason, Some(Reason::ControllerUnknown), "{f:?}");
+    assert!(f.observed.contains("a pattern"), "{f:?}");
+}
+
+/// The units' states come from one `systemctl show` for all of them: an answer that does
+/// not hold one block per unit asked is no unit's state.
+#[test]
+fn an_answer_without_one_block_per_unit_is_unknown_for_each() {
+    let d = tempfile::tempdir().unwrap();
+    let mut m = manifest(d.path());
+    m.containment.units = vec!["a.service".into(), "b.service".into()];
+    let block = "LoadState=masked\\nActiveState=inactive\\nSubState=dead\\nMainPID=0\\nNeedDaemonReload=no\\n";
+    for (blocks, holds) in [(1, false), (2, true), (3, false)] {
+        let mut obs = observer(d.path(), m.clone());
+        let script = vec![format!("printf '{block}\\n'"); blocks].join(";");
+        obs.systemctl = vec!["sh".into(), "-c".into(), script, "sh".into()];
+        let o = obs.observe(&mut Fences::default());
+        for u in ["a.service", "b.service"] {
+            let f = fact(&o, "unit", u);
+            if holds {
+                assert!(f.holds(), "{blocks} blocks: {f:?}");
+                assert_eq!(f.observed, "masked inactive");
+            } else {
+                assert_eq!(f.reason, Some(Reason::ControllerUnknown), "{f:?}");
+                assert_eq!(
+                    f.observed,
+                    format!("systemctl show answered for {blocks} units, 2 were asked")
+                );
+            }
+        }
+    }
 }
 
 // Fences (`issuer/src/observe/fences.rs`).

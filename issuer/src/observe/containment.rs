@@ -9,8 +9,9 @@ use crate::os::{cgroup, net, proc, systemd};
 /// The enrolled units: masked, inactive, no main pid, no reload pending.
 pub(super) fn units(m: &Manifest, systemctl: &[String], facts: &mut Vec<Fact>) {
     const WANT: &str = "masked, inactive, MainPID 0, no reload pending";
-    for u in &m.containment.units {
-        let fact = match systemd::show(systemctl, u) {
+    let states = systemd::show_all(systemctl, &m.containment.units);
+    for (u, state) in m.containment.units.iter().zip(states) {
+        let fact = match state {
             Err(e) => Fact::failed("unit", u, WANT, &e, Reason::ControllerUnknown),
             Ok(s) => {
                 let observed = format!(

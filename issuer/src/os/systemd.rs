@@ -7,7 +7,6 @@
 //! `REPOCH_SYSTEMCTL` names another (space-separated words).
 
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 /// Longest wait for one `systemctl show`.
 pub const SYSTEMCTL_TIMEOUT_SECONDS: u64 = 10;
@@ -30,8 +29,55 @@ pub fn systemctl_command() -> Vec<String> {
     }
 }
 
-/// Asks systemd for a unit's state. `Err` means systemd could not be asked (unknown).
-pub fn show(cmd: &[String], unit: &str) -> Result<UnitState, String> {
+/// Characters that make `systemctl show` take a name as a pattern over the loaded units
+/// (systemd's `GLOB_CHARS`): it would show the units it matches (none, or others), not the
+/// enrolled one. (A backslash is systemd's own escaping, as in `\x2d`, not a pattern.)
+const PATTERN_CHARS: &[char] = &['*', '?', '['];
+
+/// Asks systemd for the state of each of `units`, in one `systemctl show`. Each `Err` means
+/// that unit's state could not be learnt (unknown): systemd could not be asked, its answer
+/// did not hold one block per unit asked, or the name is a pattern.
+pub fn show_all(cmd: &[String], units: &[String]) -> Vec<Result<UnitState, String>> {
+    let asked: Vec<&String> = units
+        .iter()
+        .filter(|u| !u.contains(PATTERN_CHARS))
+        .collect();
+    let mut answers = if asked.is_empty() {
+        Ok(Vec::new())
+    } else {
+        ask(cmd, &asked)
+    };
+    if let Ok(blocks) = &answers {
+        if blocks.len() != asked.len() {
+            answers = Err(format!(
+                "systemctl show answered for {} units, {} were asked",
+                blocks.len(),
+                asked.len()
+            ));
+        }
+    }
+    let mut blocks = answers.as_ref().map(|b| b.iter());
+    units
+        .iter()
+        .map(|u| {
+            if u.contains(PATTERN_CHARS) {
+                return Err(format!(
+                    "{u:?} is a pattern systemctl would expand, not a unit name"
+                ));
+            }
+            match &mut blocks {
+                Err(e) => Err(e.clone()),
+                Ok(b) => b
+                    .next()
+                    .map_or_else(|| Err("systemctl show: no block".into()), |b| parse(b)),
+            }
+        })
+        .collect()
+}
+
+/// Runs `systemctl show` for `units` and splits its answer into one block per unit (the
+/// properties of each, separated by an empty line, in the order asked).
+fn ask(cmd: &[String], units: &[&String]) -> Result<Vec<String>, String> {
     let (prog, args) = cmd.split_first().ok_or("empty systemctl command")?;
     let mut child = Command::new(prog)
         .args(args)
@@ -40,27 +86,45 @@ pub fn show(cmd: &[String], unit: &str) -> Result<UnitState, String> {
             "--no-pager",
             "--property=LoadState,ActiveState,SubState,MainPID,NeedDaemonReload",
             "--",
-            unit,
         ])
+        .args(units)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| format!("{prog}: {e}"))?;
-    let deadline = std::time::Instant::now() + Duration::from_secs(SYSTEMCTL_TIMEOUT_SECONDS);
-    let status = loop {
-        if let Some(s) = child.try_wait().map_err(|e| e.to_string())? {
-            break s;
+    // Its end: a pidfd polled with the deadline (no sleep between looks).
+    let pid = child.id();
+    let exited = super::peer::pidfd_open(pid).and_then(|fd| {
+        let ms = i32::try_from(SYSTEMCTL_TIMEOUT_SECONDS * 1000).unwrap_or(i32::MAX);
+        let mut fds = [rustix::event::PollFd::new(
+            &fd,
+            rustix::event::PollFlags::IN,
+        )];
+        let t = rustix::event::Timespec {
+            tv_sec: i64::from(ms / 1000),
+            tv_nsec: 0,
+        };
+        loop {
+            match rustix::event::poll(&mut fds, Some(&t)) {
+                Ok(n) => return Ok(n > 0),
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(format!("poll: {e}")),
+            }
         }
-        if std::time::Instant::now() > deadline {
+    });
+    match exited {
+        Ok(true) => {}
+        Ok(false) | Err(_) => {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(format!(
-                "systemctl show did not answer within {SYSTEMCTL_TIMEOUT_SECONDS}s"
-            ));
+            return Err(match exited {
+                Err(e) => format!("systemctl show: {e}"),
+                _ => format!("systemctl show did not answer within {SYSTEMCTL_TIMEOUT_SECONDS}s"),
+            });
         }
-        std::thread::sleep(Duration::from_millis(5));
-    };
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
     use std::io::Read as _;
     let mut out = String::new();
     child
@@ -80,6 +144,15 @@ pub fn show(cmd: &[String], unit: &str) -> Result<UnitState, String> {
     if !status.success() {
         return Err(format!("systemctl show exited {status}: {}", err.trim()));
     }
+    Ok(out
+        .split("\n\n")
+        .filter(|b| !b.trim().is_empty())
+        .map(str::to_owned)
+        .collect())
+}
+
+/// One unit's block of `systemctl show` output.
+fn parse(out: &str) -> Result<UnitState, String> {
     let get = |k: &str| {
         out.lines()
             .find_map(|l| l.strip_prefix(k).and_then(|r| r.strip_prefix('=')))
