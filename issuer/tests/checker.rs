@@ -11,10 +11,13 @@
 //! 1. the machine crashes: every run dies, each unsynced write is dropped, applied or torn
 //!    (every resolution enumerated), and a restarted issuer queues;
 //! 2. this issuer restarts (killed, its lock released, the disk cache kept);
-//! 3. a fact of the world changes (the READY digest, a unit's state);
+//! 3. a fact of the world changes (new evidence that still holds, the READY digest, a
+//!    unit's state);
 //! 4. this run's consumer vanishes;
 //! 5. (a write or fdatasync) the operation fails with EIO, fsyncgate semantics;
 //! 6. another contender arrives, or a paused one resumes.
+//!
+//! At its acknowledgement, a consumer may also acknowledge other bytes than it was sent.
 //!
 //! Choices other than 0 are deviations. The search is stateless (every path re-runs from
 //! the enrolled disk, replaying a choice prefix): exhaustive up to a bound on deviations,
@@ -32,7 +35,15 @@
 //! whose bytes match it, and by an observation made after the receipt was durable that
 //! equals its evidence; nothing after a terminal record, never a second intent (a restarted
 //! issuer never issues a used epoch); no grant after `withheld`; the log classifies to a
-//! known state (never corrupt, forged, foreign or empty).
+//! known state (never corrupt, forged, foreign or empty); `consume` appended and the grant
+//! dispatched each only after the consumer was asked whether it is alive (and was); a
+//! grant's `issued_at` is now.
+//!
+//! And at the end of each run that was not killed, on what it reported (the admin stream
+//! and its `Ended`): granted only with its consumer's acknowledgement of these very bytes,
+//! after reporting every step in order and its observation's facts; `busy` exactly when the
+//! only refusal is `issuer-busy`; the epoch reported used exactly when its intent record
+//! was reported durable; `evidence-changed` naming a fact that failed or changed.
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -55,6 +66,7 @@ use repoch_protocol::manifest::{
     Consumer, Containment, InventoryEntry, Lineage, Manifest, Role, SignedManifest, Target,
 };
 use repoch_protocol::types::evidence_digest;
+use repoch_protocol::wire::AdminEvent;
 use repoch_protocol::{DeploymentId, Fact, Hash, Identity, PublicKey, Reason};
 
 const DEP: DeploymentId = DeploymentId([0x5e; 16]);
@@ -276,6 +288,18 @@ struct Run {
     /// A run restarted after a kill or crash (for the trace).
     restarted: bool,
     outcome: String,
+    /// Whether the run asked if its consumer is alive (and it was) since its last
+    /// `consume` record or dispatch: both must be preceded by one.
+    asked_alive: bool,
+    /// What the run reported on its admin stream: step names, facts, record kinds.
+    steps: Vec<String>,
+    facts: usize,
+    records: Vec<String>,
+    /// The facts of the run's first observation and of its last.
+    first_facts: Option<Vec<Fact>>,
+    last_facts: Vec<Fact>,
+    /// The grant's sha256, once its consumer acknowledged it durable.
+    acknowledged: Option<Hash>,
 }
 
 impl Run {
@@ -286,6 +310,13 @@ impl Run {
             observed: None,
             restarted,
             outcome: String::new(),
+            asked_alive: false,
+            steps: Vec::new(),
+            facts: 0,
+            records: Vec::new(),
+            first_facts: None,
+            last_facts: Vec::new(),
+            acknowledged: None,
         }
     }
 }
@@ -553,6 +584,9 @@ fn check(st: &mut St, when: &str) {
     }
 }
 
+/// How far a grant's `issued_at` may be from the checker's clock.
+const ISSUED_AT_SKEW_SECONDS_MAX: u64 = 600;
+
 /// What must hold when run `me` dispatches `grant`.
 fn check_dispatch(st: &St, me: usize, grant: &[u8]) -> Result<(), String> {
     let sim = st.sim.as_ref().expect("sim");
@@ -579,6 +613,15 @@ fn check_dispatch(st: &St, me: usize, grant: &[u8]) -> Result<(), String> {
         return Err("the dispatched grant differs from the receipt's".into());
     }
     let g = SignedGrant::from_bytes(grant).map_err(|e| format!("grant undecodable: {e}"))?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if g.grant.issued_at.abs_diff(now) > ISSUED_AT_SKEW_SECONDS_MAX {
+        return Err(format!(
+            "the grant says it was issued at {}, it is {now}",
+            g.grant.issued_at
+        ));
+    }
     if g.grant.intent != intent.hash || g.grant.consume != consume.hash {
         return Err("the grant names another intent or consume".into());
     }
@@ -689,17 +732,20 @@ struct SimObserver {
 impl Observe for SimObserver {
     fn observe(&mut self, _fences: &mut Fences) -> Observation {
         let (mut st, _) = self.shared.point(self.me, "observe", Op::World);
+        // Each change of the world changes the lineage fact's observation, which still
+        // holds (the journal grew: new evidence, nothing failed); every third also makes
+        // the unit active, and from the third on the READY digest differs.
         let v = st.world;
-        let ready = Hash::of(&(v / 2).to_be_bytes());
+        let ready = Hash::of(&(v / 3).to_be_bytes());
         let approved = *self.first_ready.get_or_insert(ready);
         let mut facts = vec![Fact::ok(
             "lineage",
             "/srv/x/journal",
             "the enrolled journal, append-only, verified",
-            "verified",
+            &format!("verified, {v} producer records"),
         )];
         const WANT: &str = "masked, inactive, MainPID 0, no reload pending";
-        facts.push(if v % 2 == 1 {
+        facts.push(if v % 3 == 2 {
             Fact::failed(
                 "unit",
                 "x.service",
@@ -728,7 +774,10 @@ impl Observe for SimObserver {
         });
         let digest = evidence_digest(&facts);
         let durable = st.sim.as_ref().expect("sim").durable(st.log_file).len();
-        st.runs[self.me].observed = Some((digest, durable));
+        let run = &mut st.runs[self.me];
+        run.observed = Some((digest, durable));
+        run.first_facts.get_or_insert_with(|| facts.clone());
+        run.last_facts = facts.clone();
         Observation {
             facts,
             digest,
@@ -848,6 +897,12 @@ impl ConsumerLink for SimLink {
         _fences: &[&std::os::fd::OwnedFd],
     ) -> Result<(), String> {
         let mut st = self.call("dispatch the grant")?;
+        if !std::mem::take(&mut st.runs[self.me].asked_alive) {
+            st.violation.get_or_insert(format!(
+                "{} dispatches without asking whether its consumer is alive",
+                name(self.me)
+            ));
+        }
         if let Err(v) = check_dispatch(&st, self.me, grant) {
             st.violation
                 .get_or_insert(format!("{} dispatches: {v}", name(self.me)));
@@ -865,12 +920,127 @@ impl ConsumerLink for SimLink {
         Ok(peer(100 + self.me as u32))
     }
     fn alive(&mut self) -> Result<(), String> {
-        drop(self.call("is the consumer alive")?);
+        let mut st = self.call("is the consumer alive")?;
+        st.runs[self.me].asked_alive = true;
         Ok(())
     }
     fn acknowledgement(&mut self) -> Result<Hash, String> {
-        drop(self.call("the consumer's acknowledgement")?);
-        Ok(Hash::of(self.sent.as_deref().unwrap_or_default()))
+        let mut st = self.call("the consumer's acknowledgement")?;
+        let sent = Hash::of(self.sent.as_deref().unwrap_or_default());
+        // A deviation: the consumer acknowledges other bytes than it was sent.
+        if st.chooser.pick(2, true) == 1 {
+            st.trace.push(format!(
+                "{}'s consumer acknowledges other bytes",
+                name(self.me)
+            ));
+            return Ok(Hash::of(b"other bytes"));
+        }
+        st.runs[self.me].acknowledged = Some(sent);
+        Ok(sent)
+    }
+}
+
+/// Run `me`'s admin stream: what it reports is kept, and a `consume` record must follow
+/// an answer that the consumer is alive.
+fn progress(shared: Arc<Shared>, me: usize) -> issuance::Progress {
+    Box::new(move |e| {
+        let mut st = shared.lock();
+        match e {
+            AdminEvent::Progress { step, .. } => st.runs[me].steps.push(step),
+            AdminEvent::Fact(_) => st.runs[me].facts += 1,
+            AdminEvent::Record { kind, .. } => {
+                if kind == "consume" && !std::mem::take(&mut st.runs[me].asked_alive) {
+                    st.violation.get_or_insert(format!(
+                        "{} appends consume without asking whether its consumer is alive",
+                        name(me)
+                    ));
+                }
+                st.runs[me].records.push(kind);
+            }
+            AdminEvent::Outcome { .. } => {}
+        }
+    })
+}
+
+/// What a run that ended (not killed) must have said: a granted run its steps in order and
+/// its first observation's facts; a refused one `busy` exactly when the issuer was busy, and
+/// its epoch as used (`Ended::used`) exactly when it reported its intent durable.
+fn check_end(run: &Run, ended: &Result<issuance::Granted, issuance::Ended>) -> Result<(), String> {
+    match ended {
+        Ok(g) => {
+            if run.acknowledged != Some(Hash::of(&g.grant)) {
+                return Err("granted without its consumer acknowledging these bytes".into());
+            }
+            let mut want = [
+                "reserve",
+                "observe",
+                "evidence",
+                "connect",
+                "custody",
+                "final-verification-1",
+                "final-verification-2",
+                "dispatch",
+                "acknowledge",
+            ]
+            .into_iter()
+            .peekable();
+            for s in &run.steps {
+                if want.peek() == Some(&s.as_str()) {
+                    want.next();
+                }
+            }
+            if let Some(missing) = want.next() {
+                return Err(format!(
+                    "granted without reporting {missing}: {:?}",
+                    run.steps
+                ));
+            }
+            if run.facts == 0 {
+                return Err("granted without reporting a fact".into());
+            }
+            Ok(())
+        }
+        Err(e) => {
+            let busy = matches!(&e.refusals[..], [r] if r.reason == Reason::IssuerBusy);
+            if (e.outcome.as_str() == "busy") != busy {
+                return Err(format!(
+                    "ended {} with reasons {:?}",
+                    e.outcome.as_str(),
+                    e.refusals
+                        .iter()
+                        .map(|r| r.reason.as_str())
+                        .collect::<Vec<_>>()
+                ));
+            }
+            // `evidence-changed` names a fact that failed or reads otherwise than at first.
+            for r in e
+                .refusals
+                .iter()
+                .filter(|r| r.reason == Reason::EvidenceChanged)
+            {
+                let first = run.first_facts.as_deref().unwrap_or_default();
+                let named = run.last_facts.iter().zip(first).find(|(f, was)| {
+                    format!("{} {}", f.kind, f.subject) == r.subject
+                        && (f.reason.is_some() || f != was)
+                        && r.observed.starts_with(&f.observed)
+                });
+                if named.is_none() {
+                    return Err(format!(
+                        "evidence-changed names {} ({}), which neither failed nor changed",
+                        r.subject, r.observed
+                    ));
+                }
+            }
+            let intent = run.records.iter().any(|k| k == "intent");
+            match e.used {
+                Some(Classification::Enrolled) => {
+                    Err("ended with its epoch used as enrolled".into())
+                }
+                Some(_) if !intent => Err("ended with its epoch used, no intent reported".into()),
+                None if intent => Err("ended with its intent reported, the epoch not used".into()),
+                _ => Ok(()),
+            }
+        }
     }
 }
 
@@ -900,7 +1070,7 @@ fn contender(shared: Arc<Shared>, me: usize) {
             DEP,
             None,
             contender,
-            Box::new(|_| {}),
+            progress(s2.clone(), me),
             |expected, _| {
                 let p = peer(100 + me as u32);
                 let auth =
@@ -917,6 +1087,11 @@ fn contender(shared: Arc<Shared>, me: usize) {
         )
     }));
     let mut st = shared.lock();
+    if let Ok(ended) = &r {
+        if let Err(v) = check_end(&st.runs[me], ended) {
+            st.violation.get_or_insert(format!("{} {v}", name(me)));
+        }
+    }
     match r {
         Ok(Ok(_)) => st.runs[me].outcome = "granted".into(),
         Ok(Err(e)) => {
@@ -1177,7 +1352,8 @@ fn replay() {
 }
 
 /// The checker reaches what it claims to explore: a grant, a withheld epoch, a busy
-/// contender, a crash left torn, a restarted issuer refused.
+/// contender, a crash left torn, a restarted issuer refused, a consumer acknowledging
+/// other bytes.
 #[test]
 fn the_search_reaches_every_outcome() {
     let disk = enrolled();
@@ -1202,6 +1378,7 @@ fn the_search_reaches_every_outcome() {
                 ("consumer-lost", "consumer-lost"),
                 ("store-poisoned", "store-poisoned"),
                 ("crashes", "crash"),
+                ("acknowledges other bytes", "a false acknowledgement"),
             ] {
                 if line.contains(key) {
                     seen.insert(what);
@@ -1218,6 +1395,7 @@ fn the_search_reaches_every_outcome() {
         "consumer-lost",
         "store-poisoned",
         "crash",
+        "a false acknowledgement",
     ] {
         assert!(seen.contains(want), "no walk reached {want}: {seen:?}");
     }
