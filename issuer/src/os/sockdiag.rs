@@ -276,7 +276,16 @@ fn parse_datagram<T>(
         }
         let payload = &b[at + NLMSG_HDR_BYTES..at + len];
         match kind {
-            NLMSG_DONE => return Ok(Batch::Done),
+            // A dump that failed says so in its DONE: a negative errno where a finished
+            // one has 0 (netlink_dump's `dump_done_errno`). Never read as "no sockets".
+            NLMSG_DONE => {
+                let code = u32_at(payload, 0).ok_or("netlink DONE message cut short")? as i32;
+                return Ok(if code < 0 {
+                    Batch::Errno(-code)
+                } else {
+                    Batch::Done
+                });
+            }
             NLMSG_ERROR => {
                 let code = u32_at(payload, 0).ok_or("netlink error message cut short")? as i32;
                 return Ok(Batch::Errno(-code));
@@ -842,6 +851,19 @@ mod tests {
             parse_socket
         )
         .is_err());
+        // A dump's DONE carries its errno when the dump failed, and 0 when it finished.
+        let failed = message(NLMSG_DONE, 1, &(-2i32).to_ne_bytes());
+        assert_eq!(
+            parse_datagram(&failed, 1, &mut out, parse_socket),
+            Ok(Batch::Errno(2))
+        );
+        let done = message(NLMSG_DONE, 1, &0i32.to_ne_bytes());
+        assert_eq!(
+            parse_datagram(&done, 1, &mut out, parse_socket),
+            Ok(Batch::Done)
+        );
+        let cut = message(NLMSG_DONE, 1, &[]);
+        assert!(parse_datagram(&cut, 1, &mut out, parse_socket).is_err());
         // An error reply carries its errno.
         let err = message(NLMSG_ERROR, 1, &(-2i32).to_ne_bytes());
         assert_eq!(
@@ -940,6 +962,43 @@ mod tests {
         assert!(
             inet_sockets(false, false, up).unwrap().is_empty(),
             "not TCP"
+        );
+    }
+
+    /// An error the kernel answers is an error, unless the caller said ENOENT means none.
+    #[test]
+    fn an_error_reply_is_an_error_unless_enoent_means_none() {
+        // No handler for protocol 254: ENOENT.
+        let mut r = inet_request(1, false, false, 1);
+        r[17] = 254;
+        let e = exchange(&r, false, false, parse_inet).unwrap_err();
+        assert!(e.contains("No such file or directory"), "{e}");
+        assert_eq!(exchange(&r, false, true, parse_inet), Ok(vec![]));
+        // Another error is one even then: a family past AF_MAX (EINVAL).
+        let mut r = inet_request(1, false, false, 1);
+        r[16] = 255;
+        assert!(exchange(&r, false, true, parse_inet).is_err());
+    }
+
+    /// A dump spans many datagrams and is read to its end; a lookup of one socket ends with
+    /// its one message.
+    #[test]
+    fn a_dump_is_read_to_its_end_and_a_lookup_to_its_one_answer() {
+        let pairs: Vec<_> = (0..1500)
+            .map(|_| std::os::unix::net::UnixStream::pair().unwrap())
+            .collect();
+        let want: Vec<u64> = pairs.iter().map(|(a, _)| inode_of(a).unwrap()).collect();
+        let all = unix_sockets().unwrap();
+        for w in &want {
+            assert!(all.iter().any(|s| s.inode == *w), "socket {w} missing");
+        }
+        let (a, b) = &pairs[700];
+        let t = std::time::Instant::now();
+        let got = unix_socket(inode_of(a).unwrap(), None).unwrap().unwrap();
+        assert_eq!(got.peer, Some(inode_of(b).unwrap()));
+        assert!(
+            t.elapsed().as_secs() < 3,
+            "waited for a DONE that a lookup never gets"
         );
     }
 }
