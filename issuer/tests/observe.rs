@@ -1043,6 +1043,25 @@ fn units_masked_and_inactive_hold_unmasked_active_or_reload_pending_do_not() {
     assert!(f.observed.contains("a pattern"), "{f:?}");
 }
 
+/// A `systemctl` that does not answer is stopped at its deadline: unknown, never waited for.
+#[test]
+fn a_systemctl_that_does_not_answer_is_stopped_and_unknown() {
+    let d = tempfile::tempdir().unwrap();
+    let mut m = manifest(d.path());
+    m.containment.units = vec!["a.service".into()];
+    let mut obs = observer(d.path(), m);
+    obs.systemctl = vec![
+        "sh".into(),
+        "-c".into(),
+        "exec sleep 600".into(),
+        "sh".into(),
+    ];
+    let o = obs.observe(&mut Fences::default());
+    let f = fact(&o, "unit", "a.service");
+    assert_eq!(f.reason, Some(Reason::ControllerUnknown), "{f:?}");
+    assert_eq!(f.observed, "systemctl show did not answer within 10s");
+}
+
 /// The units' states come from one `systemctl show` for all of them: an answer that does
 /// not hold one block per unit asked is no unit's state.
 #[test]

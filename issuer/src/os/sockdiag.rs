@@ -449,8 +449,15 @@ pub fn inet_sockets(udp: bool, v6: bool, port: u16) -> Result<Vec<InetSocket>, S
     // ENOENT (no `tcp_diag` or `udp_diag` handler) is an error: a kernel that cannot
     // answer has not said "nothing bound". Without IPv6 the dump of `v6` is empty.
     let mut got = exchange(&inet_request(1, udp, v6, port), false, false, parse_inet)?;
-    got.retain(|s| s.port == port && s.v6 == v6 && (udp || s.state == TCP_LISTEN));
+    got.retain(|s| asked(s, udp, v6, port));
     Ok(got)
+}
+
+/// Whether `s` is what [`inet_sockets`] asked the kernel for: on `port`, of the family, and
+/// for TCP listening (the kernel filtered already; this keeps a reply it did not filter,
+/// an older kernel's, from naming other sockets).
+fn asked(s: &InetSocket, udp: bool, v6: bool, port: u16) -> bool {
+    s.port == port && s.v6 == v6 && (udp || s.state == TCP_LISTEN)
 }
 
 /// Every unix socket of this thread's network namespace.
@@ -1000,5 +1007,28 @@ mod tests {
             t.elapsed().as_secs() < 3,
             "waited for a DONE that a lookup never gets"
         );
+    }
+
+    #[test]
+    fn only_the_asked_port_family_and_listening_state_are_kept() {
+        let s = |port, v6, state| InetSocket {
+            inode: 1,
+            port,
+            state,
+            v6,
+        };
+        // TCP: listening, on the port, of the family.
+        assert!(asked(&s(80, false, TCP_LISTEN), false, false, 80));
+        assert!(!asked(&s(81, false, TCP_LISTEN), false, false, 80), "port");
+        assert!(!asked(&s(80, true, TCP_LISTEN), false, false, 80), "family");
+        assert!(
+            !asked(&s(80, false, TCP_ESTABLISHED), false, false, 80),
+            "state"
+        );
+        // UDP: bound in any state.
+        assert!(asked(&s(53, true, 7), true, true, 53));
+        assert!(asked(&s(53, true, TCP_ESTABLISHED), true, true, 53));
+        assert!(!asked(&s(53, false, 7), true, true, 53), "family");
+        assert!(!asked(&s(54, true, 7), true, true, 53), "port");
     }
 }

@@ -94,35 +94,19 @@ fn ask(cmd: &[String], units: &[&String]) -> Result<Vec<String>, String> {
         .spawn()
         .map_err(|e| format!("{prog}: {e}"))?;
     // Its end: a pidfd polled with the deadline (no sleep between looks).
-    let pid = child.id();
-    let exited = super::peer::pidfd_open(pid).and_then(|fd| {
-        let ms = i32::try_from(SYSTEMCTL_TIMEOUT_SECONDS * 1000).unwrap_or(i32::MAX);
-        let mut fds = [rustix::event::PollFd::new(
-            &fd,
-            rustix::event::PollFlags::IN,
-        )];
-        let t = rustix::event::Timespec {
-            tv_sec: i64::from(ms / 1000),
-            tv_nsec: 0,
-        };
-        loop {
-            match rustix::event::poll(&mut fds, Some(&t)) {
-                Ok(n) => return Ok(n > 0),
-                Err(rustix::io::Errno::INTR) => continue,
-                Err(e) => return Err(format!("poll: {e}")),
-            }
-        }
-    });
-    match exited {
-        Ok(true) => {}
-        Ok(false) | Err(_) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(match exited {
-                Err(e) => format!("systemctl show: {e}"),
-                _ => format!("systemctl show did not answer within {SYSTEMCTL_TIMEOUT_SECONDS}s"),
-            });
-        }
+    let exited = super::peer::pidfd_open(child.id())
+        .and_then(|fd| exits_within(&fd, SYSTEMCTL_TIMEOUT_SECONDS));
+    let failed = match exited {
+        Ok(true) => None,
+        Ok(false) => Some(format!(
+            "systemctl show did not answer within {SYSTEMCTL_TIMEOUT_SECONDS}s"
+        )),
+        Err(e) => Some(format!("systemctl show: {e}")),
+    };
+    if let Some(e) = failed {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(e);
     }
     let status = child.wait().map_err(|e| e.to_string())?;
     use std::io::Read as _;
@@ -149,6 +133,25 @@ fn ask(cmd: &[String], units: &[&String]) -> Result<Vec<String>, String> {
         .filter(|b| !b.trim().is_empty())
         .map(str::to_owned)
         .collect())
+}
+
+/// Whether the process behind `pidfd` exits within `seconds` (its pidfd polls readable).
+fn exits_within(pidfd: &std::os::fd::OwnedFd, seconds: u64) -> Result<bool, String> {
+    let mut fds = [rustix::event::PollFd::new(
+        pidfd,
+        rustix::event::PollFlags::IN,
+    )];
+    let t = rustix::event::Timespec {
+        tv_sec: i64::try_from(seconds).unwrap_or(i64::MAX),
+        tv_nsec: 0,
+    };
+    loop {
+        match rustix::event::poll(&mut fds, Some(&t)) {
+            Ok(n) => return Ok(n > 0),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(format!("poll: {e}")),
+        }
+    }
 }
 
 /// One unit's block of `systemctl show` output.
