@@ -185,7 +185,7 @@ _repoch() {
             return 0
             ;;
         repoch__subcmd__audit)
-            opts="-h --issuer-key --checkpoint --batch --root --json --help"
+            opts="-h --issuer-key --checkpoint --batch --jobs --root --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -196,6 +196,10 @@ _repoch() {
                     return 0
                     ;;
                 --checkpoint)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --jobs)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -62,6 +62,7 @@ complete -c repoch -n "__fish_repoch_using_subcommand checkpoint" -l json -d 'Ma
 complete -c repoch -n "__fish_repoch_using_subcommand checkpoint" -s h -l help -d 'Print help'
 complete -c repoch -n "__fish_repoch_using_subcommand audit" -l issuer-key -d 'The host issuer public key (default: the one under --root or /etc/repoch)' -r -F
 complete -c repoch -n "__fish_repoch_using_subcommand audit" -l checkpoint -d 'A checkpoint taken earlier (`repoch checkpoint`, or the one `repoch-consume` keeps beside its grant)' -r -F
+complete -c repoch -n "__fish_repoch_using_subcommand audit" -l jobs -d 'Verify with N threads, each a share of the logs (default: one per CPU, at most 64). The reports are the same, in the order given, for any N' -r
 complete -c repoch -n "__fish_repoch_using_subcommand audit" -l root -d 'Relocate /etc/repoch, /var/lib/repoch and /run/repoch under DIR (tests, demo)' -r -F
 complete -c repoch -n "__fish_repoch_using_subcommand audit" -l batch -d 'Verify the signatures in batches first (ed25519 batch verification): the same verdicts, as each signature a batch cannot prove equal to strict verification\'s is verified strictly (docs/AUDITOR.md, "Batch verification")'
 complete -c repoch -n "__fish_repoch_using_subcommand audit" -l json -d 'Machine-readable output: one JSON object per line on stdout'

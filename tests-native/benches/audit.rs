@@ -95,12 +95,16 @@ fn main() {
     let issuer = PublicKey::from(&audit_logs::issuer().verifying_key());
     let logs: Vec<Vec<u8>> = paths.iter().map(|p| std::fs::read(p).unwrap()).collect();
 
-    let audit = |batch: bool| {
+    // `jobs`: `--jobs N`, or None for the default (one thread per CPU).
+    let audit = |batch: bool, jobs: Option<&str>| {
         for chunk in paths.chunks(LOGS_PER_RUN) {
             let mut c = Command::new(&repoch);
             c.args(["--json", "audit", "--issuer-key"]).arg(&pubkey);
             if batch {
                 c.arg("--batch");
+            }
+            if let Some(j) = jobs {
+                c.args(["--jobs", j]);
             }
             let o = c
                 .args(chunk)
@@ -132,8 +136,22 @@ fn main() {
         .map(|(m, s)| (message(m), ed25519_dalek::Signature::from_bytes(s)))
         .collect();
     let rows: Vec<(&str, Duration)> = vec![
-        ("repoch audit (strict)", median(runs, || audit(false))),
-        ("repoch audit --batch", median(runs, || audit(true))),
+        (
+            "repoch audit (strict, --jobs 1)",
+            median(runs, || audit(false, Some("1"))),
+        ),
+        (
+            "repoch audit --batch --jobs 1",
+            median(runs, || audit(true, Some("1"))),
+        ),
+        (
+            "repoch audit (strict, default --jobs: one per CPU)",
+            median(runs, || audit(false, None)),
+        ),
+        (
+            "repoch audit --batch (default --jobs)",
+            median(runs, || audit(true, None)),
+        ),
         (
             "verify_log, strict (in process)",
             median(runs, || {

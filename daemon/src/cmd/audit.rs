@@ -65,6 +65,7 @@ pub fn run(
     checkpoint: Option<&Path>,
     paths: &[std::path::PathBuf],
     batch: bool,
+    jobs: usize,
 ) -> CmdResult {
     let issuer = match issuer_key {
         Some(p) => {
@@ -72,7 +73,7 @@ pub fn run(
         }
         None => store::issuer_public(&ctx.layout)?,
     };
-    let (logs, chain) = crate::audit::audit(paths, &issuer, batch).map_err(Failure::Usage)?;
+    let (logs, chain) = crate::audit::audit(paths, &issuer, batch, jobs).map_err(Failure::Usage)?;
     let bad: Vec<&crate::audit::Audited> = logs
         .iter()
         .filter(|a| a.report.problem.is_some() || a.report.records.is_empty())

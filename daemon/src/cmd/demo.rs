@@ -361,6 +361,7 @@ pub fn run(ctx0: &Ctx, keep: bool) -> CmdResult {
         None,
         &[ctx.layout.state_dir(&e.id)],
         false,
+        1,
     );
     let audited = matches!(audit, Ok(Outcome::Success));
 

@@ -164,6 +164,10 @@ pub enum Cmd {
         /// is verified strictly (docs/AUDITOR.md, "Batch verification").
         #[arg(long)]
         batch: bool,
+        /// Verify with N threads, each a share of the logs (default: one per CPU, at most
+        /// 64). The reports are the same, in the order given, for any N.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+        jobs: Option<u16>,
         #[arg(required = true)]
         paths: Vec<PathBuf>,
     },
@@ -231,6 +235,7 @@ pub fn run(args: Args) -> Outcome {
             issuer_key,
             checkpoint,
             batch,
+            jobs,
             paths,
         } => audit::run(
             &ctx,
@@ -238,6 +243,7 @@ pub fn run(args: Args) -> Outcome {
             checkpoint.as_deref(),
             &paths,
             batch,
+            jobs.map_or_else(crate::audit::default_jobs, usize::from),
         ),
         Cmd::Journal(JournalCmd::Keygen { keyfile }) => journal::keygen(&ctx, &keyfile),
         Cmd::Journal(JournalCmd::Append {

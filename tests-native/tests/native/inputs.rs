@@ -451,3 +451,61 @@ fn enroll_refuses_a_path_with_control_characters() {
     assert_eq!(r.code, 64, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("format character"), "{}", r.stdout);
 }
+
+#[test]
+fn audit_gives_each_log_its_own_report_in_the_order_given_with_any_number_of_threads() {
+    // `repoch audit --jobs N` verifies the logs in N shares at once: the reports must be
+    // the same, each at its own path, in the order given, whatever N (a share boundary
+    // falls between a damaged log and its neighbours for some N).
+    let s = Sandbox::new();
+    let dir = s.path("logs");
+    let paths = repoch_tests_native::audit_logs::write(&dir, 300).unwrap();
+    // A flipped byte in one record's signature, and a log cut in its third record.
+    let mut b = std::fs::read(&paths[37]).unwrap();
+    let n = b.len();
+    b[n - 10] ^= 0x40;
+    std::fs::write(&paths[37], b).unwrap();
+    let b = std::fs::read(&paths[250]).unwrap();
+    std::fs::write(&paths[250], &b[..b.len() * 2 / 3]).unwrap();
+    let key = dir.join("issuer.pub");
+    let audit = |jobs: Option<&str>| {
+        let mut c = s.cmd("repoch");
+        c.args(["--json", "audit", "--issuer-key"]).arg(&key);
+        if let Some(j) = jobs {
+            c.args(["--jobs", j]);
+        }
+        c.args(&paths);
+        // Its output is over a pipe's buffer: read as it runs (`run_within` reads at the end).
+        let r = run(c);
+        assert_eq!(r.code, 2, "{}", r.stderr);
+        // The report, then the refusal naming the first log that does not verify.
+        let lines = r.json_lines();
+        assert_eq!(lines.len(), 2, "{}", r.stdout);
+        assert_eq!(
+            lines[1]["refusals"][0]["subject"],
+            paths[37].display().to_string()
+        );
+        lines[0].clone()
+    };
+    let one = audit(Some("1"));
+    let logs = one["logs"].as_array().unwrap();
+    assert_eq!(logs.len(), 300);
+    for (i, l) in logs.iter().enumerate() {
+        assert_eq!(l["path"], paths[i].display().to_string(), "row {i}");
+        let bad = i == 37 || i == 250;
+        assert_eq!(!l["problem"].is_null(), bad, "row {i}: {l}");
+    }
+    assert_eq!(logs[37]["records"], 3, "{}", logs[37]);
+    for jobs in [Some("2"), Some("7"), Some("64"), None] {
+        assert_eq!(audit(jobs), one, "--jobs {jobs:?}");
+    }
+    // Out of its range: a usage error.
+    for bad in ["0", "65"] {
+        let mut c = s.cmd("repoch");
+        c.args(["audit", "--jobs", bad, "--issuer-key"])
+            .arg(&key)
+            .arg(&paths[0]);
+        let r = run_within(c, COMMAND_SECONDS_MAX);
+        assert_eq!(r.code, 64, "--jobs {bad}: {}{}", r.stdout, r.stderr);
+    }
+}
