@@ -154,9 +154,11 @@ pub fn parse_listener(s: &str) -> Result<Listener, String> {
     let (kind, rest) = s
         .split_once(':')
         .ok_or("expected unix:/PATH, tcp:PORT or udp:PORT")?;
-    let port = || {
-        rest.parse::<u16>()
-            .map_err(|_| format!("{rest:?} is not a port (0..65535)"))
+    // Port 0 names no port: a socket bound "to port 0" gets another, and asked about port
+    // 0 the kernel lists every socket.
+    let port = || match rest.parse::<u16>() {
+        Ok(0) | Err(_) => Err(format!("{rest:?} is not a port (1..65535)")),
+        Ok(p) => Ok(p),
     };
     match kind {
         "unix" => enrollable_path(rest).map(|_| Listener::Unix(rest.into())),
@@ -243,8 +245,10 @@ pub fn validate(text: &str) -> Result<Validated, EnrollError> {
     }
     for (i, u) in m.containment.units.iter().enumerate() {
         check_text(u).map_err(|w| field(format!("containment.units[{i}]"), w))?;
-        // Not a pattern: `systemctl show` would expand it to the units it matches.
-        if u.is_empty() || u.contains(['/', '*', '?', '[']) || !u.contains('.') {
+        // Not a pattern: `systemctl show` would expand it to the units it matches. Not a
+        // template (`name@.service`): its instances run, never the template itself.
+        if u.is_empty() || u.contains(['/', '*', '?', '[']) || u.contains("@.") || !u.contains('.')
+        {
             return Err(field(
                 format!("containment.units[{i}]"),
                 "expected a unit name such as billing.service",
@@ -769,7 +773,12 @@ mod tests {
             field_of(&manifest("[containment]\nunits = [\"a/b.service\"]")),
             "containment.units[0]"
         );
-        for pattern in ["old*.service", "old?.service", "old[12].service"] {
+        for pattern in [
+            "old@.service",
+            "old*.service",
+            "old?.service",
+            "old[12].service",
+        ] {
             assert_eq!(
                 field_of(&manifest(&format!(
                     "[containment]\nunits = [\"{pattern}\"]"
@@ -807,6 +816,12 @@ mod tests {
             Ok(Listener::Unix("/run/x.sock".into()))
         );
         assert!(parse_listener("tcp:70000").is_err());
+        for zero in ["tcp:0", "udp:0"] {
+            assert_eq!(
+                parse_listener(zero),
+                Err("\"0\" is not a port (1..65535)".into())
+            );
+        }
         assert!(parse_listener("sctp:1")
             .unwrap_err()
             .contains("unknown listener kind"));

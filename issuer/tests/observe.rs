@@ -704,6 +704,21 @@ fn bound_tcp_udp_and_unix_listeners_are_present_free_ones_hold() {
     drop((bound_only, client));
 }
 
+/// Port 0 names no port (enrollment refuses it): a manifest that holds one anyway is not
+/// "nothing bound" (asked about port 0, the kernel lists every socket of the namespace).
+#[test]
+fn a_listener_on_port_0_is_not_read_as_free() {
+    let d = tempfile::tempdir().unwrap();
+    let mut m = manifest(d.path());
+    m.containment.listeners = vec![Listener::Tcp(0), Listener::Udp(0)];
+    let o = observe(d.path(), m);
+    for l in ["tcp:0", "udp:0"] {
+        let f = fact(&o, "listener", l);
+        assert_eq!(f.reason, Some(Reason::ObserveFailed), "{f:?}");
+        assert!(f.observed.ends_with("port 0 names no port"), "{f:?}");
+    }
+}
+
 /// A TCP socket bound to 127.0.0.1:`port`, never listening.
 fn bound_tcp_socket(port: u16) -> std::os::fd::OwnedFd {
     use rustix::net::{AddressFamily, SocketFlags, SocketType};

@@ -152,6 +152,10 @@ fn inet_bound_here(ports: &[(bool, u16)]) -> Vec<Result<Vec<Bound>, String>> {
         .iter()
         .map(|&(udp, port)| {
             let proto = if udp { "udp" } else { "tcp" };
+            // Enrollment refuses it; a request for port 0 would list every socket.
+            if port == 0 {
+                return Err(format!("{proto} port 0 names no port"));
+            }
             let mut b = Vec::new();
             for v6 in [false, true] {
                 let family = if v6 { "IPv6" } else { "IPv4" };
