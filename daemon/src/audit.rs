@@ -99,15 +99,14 @@ pub fn audit(
             .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
             .collect()
     });
+    let chain = verify_chain(&reports)
+        .map(|ids| ids.iter().map(|d| d.to_hex()).collect())
+        .map_err(|e| (e.reason(), e.to_string()));
     let out: Vec<Audited> = paths
         .iter()
         .cloned()
         .zip(reports)
         .map(|(path, report)| Audited { path, report })
         .collect();
-    let reports: Vec<LogReport> = out.iter().map(|a| a.report.clone()).collect();
-    let chain = verify_chain(&reports)
-        .map(|ids| ids.iter().map(|d| d.to_hex()).collect())
-        .map_err(|e| (e.reason(), e.to_string()));
     Ok((out, chain))
 }

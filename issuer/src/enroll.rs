@@ -247,7 +247,11 @@ pub fn validate(text: &str) -> Result<Validated, EnrollError> {
         check_text(u).map_err(|w| field(format!("containment.units[{i}]"), w))?;
         // Not a pattern: `systemctl show` would expand it to the units it matches. Not a
         // template (`name@.service`): its instances run, never the template itself.
-        if u.is_empty() || u.contains(['/', '*', '?', '[']) || u.contains("@.") || !u.contains('.')
+        if u.is_empty()
+            || u.contains('/')
+            || u.contains(crate::os::systemd::PATTERN_CHARS)
+            || u.contains("@.")
+            || !u.contains('.')
         {
             return Err(field(
                 format!("containment.units[{i}]"),

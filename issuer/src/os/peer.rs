@@ -50,17 +50,28 @@ pub fn ready_now(
     fd: impl std::os::fd::AsFd,
     flags: rustix::event::PollFlags,
 ) -> Result<bool, String> {
+    ready_within(fd, flags, 0)
+}
+
+/// Whether `fd` reports any of `flags` within `seconds` (a poll, resumed after a signal).
+pub fn ready_within(
+    fd: impl std::os::fd::AsFd,
+    flags: rustix::event::PollFlags,
+    seconds: u64,
+) -> Result<bool, String> {
     use rustix::event::{poll, PollFd, Timespec};
     let mut fds = [PollFd::new(&fd, flags)];
-    poll(
-        &mut fds,
-        Some(&Timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        }),
-    )
-    .map(|n| n > 0)
-    .map_err(|e| format!("poll: {e}"))
+    let t = Timespec {
+        tv_sec: i64::try_from(seconds).unwrap_or(i64::MAX),
+        tv_nsec: 0,
+    };
+    loop {
+        match poll(&mut fds, Some(&t)) {
+            Ok(n) => return Ok(n > 0),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(format!("poll: {e}")),
+        }
+    }
 }
 
 /// A pidfd polls readable once its process has exited (its pid may then be reused).

@@ -318,17 +318,15 @@ fn diag_socket() -> Result<OwnedFd, String> {
 
 /// Sends one request for unix sockets and collects its reply.
 fn ask(one: Option<(u32, u64)>) -> Result<Vec<UnixSocket>, String> {
-    exchange(&request(1, one), one.is_some(), one.is_some(), parse_socket)
+    exchange(&request(1, one), one.is_some(), parse_socket)
 }
 
 /// Sends request `req` (sequence number 1) and collects its reply, each message parsed by
-/// `parse`; `one` for a lookup of one socket (one message, no DONE); `enoent_is_none` when
-/// `ENOENT` means there is nothing to report (no such socket, or no handler for a family
-/// this host does not have), an error otherwise.
+/// `parse`; `one` for a lookup of one socket: one message, no DONE, and `ENOENT` for no such
+/// socket. For a dump, `ENOENT` (no handler for the family or protocol) is an error.
 fn exchange<T>(
     req: &[u8],
     one: bool,
-    enoent_is_none: bool,
     parse: fn(&[u8]) -> Result<T, String>,
 ) -> Result<Vec<T>, String> {
     let fd = diag_socket()?;
@@ -364,9 +362,7 @@ fn exchange<T>(
             Batch::More if one => return Ok(out),
             Batch::More => {}
             Batch::Errno(0) => return Ok(out),
-            Batch::Errno(e) if enoent_is_none && e == nix::errno::Errno::ENOENT as i32 => {
-                return Ok(out)
-            }
+            Batch::Errno(e) if one && e == nix::errno::Errno::ENOENT as i32 => return Ok(out),
             Batch::Errno(e) => {
                 return Err(format!(
                     "sock_diag: {}",
@@ -448,7 +444,7 @@ fn parse_inet(p: &[u8]) -> Result<InetSocket, String> {
 pub fn inet_sockets(udp: bool, v6: bool, port: u16) -> Result<Vec<InetSocket>, String> {
     // ENOENT (no `tcp_diag` or `udp_diag` handler) is an error: a kernel that cannot
     // answer has not said "nothing bound". Without IPv6 the dump of `v6` is empty.
-    let mut got = exchange(&inet_request(1, udp, v6, port), false, false, parse_inet)?;
+    let mut got = exchange(&inet_request(1, udp, v6, port), false, parse_inet)?;
     got.retain(|s| asked(s, udp, v6, port));
     Ok(got)
 }
@@ -978,13 +974,13 @@ mod tests {
         // No handler for protocol 254: ENOENT.
         let mut r = inet_request(1, false, false, 1);
         r[17] = 254;
-        let e = exchange(&r, false, false, parse_inet).unwrap_err();
+        let e = exchange(&r, false, parse_inet).unwrap_err();
         assert!(e.contains("No such file or directory"), "{e}");
-        assert_eq!(exchange(&r, false, true, parse_inet), Ok(vec![]));
+        assert_eq!(exchange(&r, true, parse_inet), Ok(vec![]));
         // Another error is one even then: a family past AF_MAX (EINVAL).
         let mut r = inet_request(1, false, false, 1);
         r[16] = 255;
-        assert!(exchange(&r, false, true, parse_inet).is_err());
+        assert!(exchange(&r, true, parse_inet).is_err());
     }
 
     /// A dump spans many datagrams and is read to its end; a lookup of one socket ends with

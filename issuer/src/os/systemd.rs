@@ -32,7 +32,7 @@ pub fn systemctl_command() -> Vec<String> {
 /// Characters that make `systemctl show` take a name as a pattern over the loaded units
 /// (systemd's `GLOB_CHARS`): it would show the units it matches (none, or others), not the
 /// enrolled one. (A backslash is systemd's own escaping, as in `\x2d`, not a pattern.)
-const PATTERN_CHARS: &[char] = &['*', '?', '['];
+pub const PATTERN_CHARS: &[char] = &['*', '?', '['];
 
 /// Asks systemd for the state of each of `units`, in one `systemctl show`. Each `Err` means
 /// that unit's state could not be learnt (unknown): systemd could not be asked, its answer
@@ -94,8 +94,9 @@ fn ask(cmd: &[String], units: &[&String]) -> Result<Vec<String>, String> {
         .spawn()
         .map_err(|e| format!("{prog}: {e}"))?;
     // Its end: a pidfd polled with the deadline (no sleep between looks).
-    let exited = super::peer::pidfd_open(child.id())
-        .and_then(|fd| exits_within(&fd, SYSTEMCTL_TIMEOUT_SECONDS));
+    let exited = super::peer::pidfd_open(child.id()).and_then(|fd| {
+        super::peer::ready_within(&fd, rustix::event::PollFlags::IN, SYSTEMCTL_TIMEOUT_SECONDS)
+    });
     let failed = match exited {
         Ok(true) => None,
         Ok(false) => Some(format!(
@@ -133,25 +134,6 @@ fn ask(cmd: &[String], units: &[&String]) -> Result<Vec<String>, String> {
         .filter(|b| !b.trim().is_empty())
         .map(str::to_owned)
         .collect())
-}
-
-/// Whether the process behind `pidfd` exits within `seconds` (its pidfd polls readable).
-fn exits_within(pidfd: &std::os::fd::OwnedFd, seconds: u64) -> Result<bool, String> {
-    let mut fds = [rustix::event::PollFd::new(
-        pidfd,
-        rustix::event::PollFlags::IN,
-    )];
-    let t = rustix::event::Timespec {
-        tv_sec: i64::try_from(seconds).unwrap_or(i64::MAX),
-        tv_nsec: 0,
-    };
-    loop {
-        match rustix::event::poll(&mut fds, Some(&t)) {
-            Ok(n) => return Ok(n > 0),
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(format!("poll: {e}")),
-        }
-    }
 }
 
 /// One unit's block of `systemctl show` output.
