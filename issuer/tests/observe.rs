@@ -1348,16 +1348,22 @@ fn a_fence_whose_lock_another_took_is_out_of_custody() {
     let mut fences = Fences::default();
     let o = obs.observe(&mut fences);
     assert!(fact(&o, "fence", &a.path).holds());
-    // Unlocked through a duplicate of the held fd (the same open file description), then
-    // locked by another: /proc/locks lists a lock, but not ours.
+    // Made shared through a duplicate of the held fd (the same open file description):
+    // still ours, but another may now take it shared too.
     let dup = fences.fds()[0].try_clone().unwrap();
+    rustix::fs::flock(&dup, rustix::fs::FlockOperation::NonBlockingLockShared).unwrap();
+    let o = obs.observe(&mut fences);
+    let f = fact(&o, "fence", &a.path);
+    assert_eq!(f.reason, Some(Reason::FenceCustody), "{f:?}");
+    assert_eq!(f.observed, "our descriptor holds it shared, not exclusive");
+    // Unlocked through the duplicate, then locked by another: a lock on the file, not ours.
     rustix::fs::flock(&dup, rustix::fs::FlockOperation::Unlock).unwrap();
     let other = File::open(&a.path).unwrap();
     rustix::fs::flock(&other, rustix::fs::FlockOperation::NonBlockingLockExclusive).unwrap();
     let o = obs.observe(&mut fences);
     let f = fact(&o, "fence", &a.path);
     assert_eq!(f.reason, Some(Reason::FenceCustody), "{f:?}");
-    assert_eq!(f.observed, "/proc/locks 1 entries, own fdinfo lock false");
+    assert_eq!(f.observed, "our descriptor holds no lock on it");
     // Unlocked explicitly: a process another test forks at this moment holds a copy of
     // `other` until its exec, and a close alone would leave the lock with that copy.
     rustix::fs::flock(&other, rustix::fs::FlockOperation::Unlock).unwrap();
@@ -1365,7 +1371,54 @@ fn a_fence_whose_lock_another_took_is_out_of_custody() {
     let o = obs.observe(&mut fences);
     let f = fact(&o, "fence", &a.path);
     assert_eq!(f.reason, Some(Reason::FenceCustody), "{f:?}");
-    assert_eq!(f.observed, "/proc/locks 0 entries, own fdinfo lock false");
+    assert_eq!(f.observed, "our descriptor holds no lock on it");
+}
+
+#[test]
+fn a_held_fence_stays_held_while_others_take_and_release_many_locks() {
+    // `/proc/locks` is no snapshot: it is read a page at a time, each read resuming at an
+    // index, so locks released between two reads shift ours onto the page already read and
+    // it is skipped. Hundreds of locks taken and released by another thread while the
+    // fence is re-verified: it must read held every time.
+    let d = tempfile::tempdir().unwrap();
+    let a = fence(&d.path().join("a"), 0o600);
+    let mut m = manifest(d.path());
+    m.inventory = vec![a.clone()];
+    let mut obs = observer(d.path(), m);
+    let mut fences = Fences::default();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let churn = {
+        let (dir, stop) = (d.path().join("churn"), stop.clone());
+        std::fs::create_dir(&dir).unwrap();
+        let files: Vec<File> = (0..400)
+            .map(|i| File::create(dir.join(i.to_string())).unwrap())
+            .collect();
+        std::thread::spawn(move || {
+            use rustix::fs::FlockOperation::{NonBlockingLockExclusive, Unlock};
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for op in [NonBlockingLockExclusive, Unlock] {
+                    for f in &files {
+                        rustix::fs::flock(f, op).unwrap();
+                    }
+                }
+            }
+        })
+    };
+    let start = std::time::Instant::now();
+    let mut rounds = 0;
+    let mut failed = None;
+    while start.elapsed() < Duration::from_secs(3) && failed.is_none() {
+        let o = obs.observe(&mut fences);
+        let f = fact(&o, "fence", &a.path);
+        if !f.holds() {
+            failed = Some(format!("round {rounds}: {f:?}"));
+        }
+        rounds += 1;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    churn.join().unwrap();
+    assert_eq!(failed, None, "after {rounds} rounds");
+    assert!(rounds > 10, "only {rounds} rounds");
 }
 
 // Lineage (`issuer/src/observe/lineage.rs`) and a world where every fact holds.

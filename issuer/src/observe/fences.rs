@@ -203,8 +203,10 @@ fn acquire(path: &str, enrolled: &Identity) -> Result<HeldFence, Fact> {
 }
 
 /// Re-verifies a held fence: the path still names our object (birth time included), its
-/// owner and mode still keep others out, and the kernel shows our lock (`/proc/locks` for
-/// the device and inode, and our own fdinfo `lock:` line).
+/// owner and mode still keep others out, and the kernel shows our exclusive lock on the
+/// device and inode in our descriptor's fdinfo `lock:` line. Not `/proc/locks`: it is no
+/// snapshot (read a page at a time, a lock released between two reads makes it skip
+/// another), and a held fence read as free there would refuse a sound recovery.
 fn check_held(h: &HeldFence) -> Result<Fact, Fact> {
     const WANT: &str = "the enrolled inode, locked by us";
     let now = open_path(Path::new(&h.path), OFlags::PATH, 0).and_then(fstat_identity);
@@ -240,32 +242,25 @@ fn check_held(h: &HeldFence) -> Result<Fact, Fact> {
             ))
         }
     }
-    let listed = procfs::locks_list("FLOCK", h.identity.dev, h.identity.ino).map_err(|e| {
-        Fact::failed(
-            "fence",
-            &h.path,
-            WANT,
-            &e.to_string(),
-            Reason::ObserveFailed,
-        )
-    })?;
     use std::os::fd::AsRawFd as _;
-    let own = procfs::fdinfo_has_lock(
+    let own = procfs::fdinfo_lock(
         std::process::id(),
         h.fd.as_raw_fd() as u32,
         "FLOCK",
         h.identity.dev,
         h.identity.ino,
     );
-    if listed.is_empty() || !own {
+    let observed = match own {
+        Some(l) if l.exclusive => None,
+        Some(_) => Some("our descriptor holds it shared, not exclusive"),
+        None => Some("our descriptor holds no lock on it"),
+    };
+    if let Some(observed) = observed {
         return Err(Fact::failed(
             "fence",
             &h.path,
             WANT,
-            &format!(
-                "/proc/locks {} entries, own fdinfo lock {own}",
-                listed.len()
-            ),
+            observed,
             Reason::FenceCustody,
         ));
     }

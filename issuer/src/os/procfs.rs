@@ -87,9 +87,32 @@ impl std::fmt::Display for Holder {
     }
 }
 
-/// Parses a `/proc/locks` or fdinfo `lock:` line: `(kind, pid, dev major, minor, inode)`.
+/// One line of `/proc/locks` or an fdinfo `lock:` line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockLine {
+    /// `FLOCK`, `POSIX`, `OFDLCK`, `LEASE`.
+    pub kind: String,
+    /// Whether the lock is exclusive (`WRITE`) rather than shared (`READ`).
+    pub exclusive: bool,
+    /// The pid that took it (`-1` for OFD locks; a dead pid after a fork-and-exit).
+    pub pid: i64,
+    /// Device major and minor, inode number.
+    pub dev: (u32, u32),
+    pub ino: u64,
+}
+
+impl LockLine {
+    /// Whether this is a lock of `kind` on the object `dev`/`ino`.
+    pub fn on(&self, kind: &str, dev: u64, ino: u64) -> bool {
+        self.kind == kind
+            && self.dev == (rustix::fs::major(dev), rustix::fs::minor(dev))
+            && self.ino == ino
+    }
+}
+
+/// Parses a `/proc/locks` or fdinfo `lock:` line.
 /// Example: `1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF` (device numbers in hex).
-pub fn parse_lock_line(line: &str) -> Option<(String, i64, u32, u32, u64)> {
+pub fn parse_lock_line(line: &str) -> Option<LockLine> {
     let line = line.trim_start_matches("lock:").trim();
     let mut it = line.split_whitespace();
     let mut first = it.next()?;
@@ -101,39 +124,51 @@ pub fn parse_lock_line(line: &str) -> Option<(String, i64, u32, u32, u64)> {
     }
     let kind = first.to_owned();
     let _advisory = it.next()?;
-    let _rw = it.next()?;
+    let exclusive = match it.next()? {
+        "WRITE" => true,
+        "READ" => false,
+        _ => return None,
+    };
     let pid: i64 = it.next()?.parse().ok()?;
     let mut dev = it.next()?.split(':');
     let maj = u32::from_str_radix(dev.next()?, 16).ok()?;
     let min = u32::from_str_radix(dev.next()?, 16).ok()?;
     let ino = dev.next()?.parse().ok()?;
-    Some((kind, pid, maj, min, ino))
+    Some(LockLine {
+        kind,
+        exclusive,
+        pid,
+        dev: (maj, min),
+        ino,
+    })
 }
 
-/// Whether `/proc/locks` lists a lock of `kind` on the given device and inode.
+/// The pids `/proc/locks` names for locks of `kind` on the given device and inode. Only
+/// for messages: `/proc/locks` is read a page at a time, each read resuming at an index,
+/// so a lock released between two reads shifts the rest and one may be skipped. It is
+/// never evidence that a lock is held or free ([`fdinfo_lock`] is).
 pub fn locks_list(kind: &str, dev: u64, ino: u64) -> std::io::Result<Vec<i64>> {
     let s = read_small(Path::new("/proc/locks"), PROC_LOCKS_BYTES_MAX)?;
-    let (maj, min) = (rustix::fs::major(dev), rustix::fs::minor(dev));
     Ok(s.lines()
         .filter_map(parse_lock_line)
-        .filter(|(k, _, ma, mi, i)| k == kind && *ma == maj && *mi == min && *i == ino)
-        .map(|(_, pid, ..)| pid)
+        .filter(|l| l.on(kind, dev, ino))
+        .map(|l| l.pid)
         .collect())
 }
 
-/// Whether the fdinfo of `pid`'s fd `fd` shows a lock of `kind` on `dev`/`ino`.
-pub fn fdinfo_has_lock(pid: u32, fd: u32, kind: &str, dev: u64, ino: u64) -> bool {
-    let Ok(s) = read_small(
+/// The lock of `kind` on `dev`/`ino` that `pid`'s fd `fd` holds, as its fdinfo shows it
+/// (the kernel writes a file's fdinfo in one piece, from the locks of that open file).
+/// `None`: no such lock, or the fdinfo is unreadable.
+pub fn fdinfo_lock(pid: u32, fd: u32, kind: &str, dev: u64, ino: u64) -> Option<LockLine> {
+    let s = read_small(
         Path::new(&format!("/proc/{pid}/fdinfo/{fd}")),
         PROC_FILE_BYTES_MAX,
-    ) else {
-        return false;
-    };
-    let (maj, min) = (rustix::fs::major(dev), rustix::fs::minor(dev));
+    )
+    .ok()?;
     s.lines()
         .filter(|l| l.starts_with("lock:"))
         .filter_map(parse_lock_line)
-        .any(|(k, _, ma, mi, i)| k == kind && ma == maj && mi == min && i == ino)
+        .find(|l| l.on(kind, dev, ino))
 }
 
 /// The processes that really hold a lock on `dev`/`ino`: those with an fd to the file
@@ -153,7 +188,10 @@ pub fn lock_holders(kind: &str, dev: u64, ino: u64) -> Vec<Holder> {
             let Ok(st) = rustix::fs::stat(e.path()) else {
                 continue;
             };
-            if st.st_dev == dev && st.st_ino == ino && fdinfo_has_lock(pid, fd, kind, dev, ino) {
+            if st.st_dev == dev
+                && st.st_ino == ino
+                && fdinfo_lock(pid, fd, kind, dev, ino).is_some()
+            {
                 out.push(Holder {
                     pid,
                     start_ticks: start_ticks(pid).unwrap_or(0),
@@ -168,28 +206,42 @@ pub fn lock_holders(kind: &str, dev: u64, ino: u64) -> Vec<Holder> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_lock_line;
+    use super::{parse_lock_line, LockLine};
 
     #[test]
     fn lock_lines_parse_from_proc_locks_and_fdinfo() {
+        let line = |kind: &str, exclusive, pid, dev, ino| LockLine {
+            kind: kind.into(),
+            exclusive,
+            pid,
+            dev,
+            ino,
+        };
         // /proc/locks: device in hex.
         assert_eq!(
             parse_lock_line("1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"),
-            Some(("FLOCK".into(), 1234, 0xfd, 1, 5678))
+            Some(line("FLOCK", true, 1234, (0xfd, 1), 5678))
         );
-        // fdinfo: the same with a `lock:` prefix and a tab.
-        assert_eq!(
-            parse_lock_line("lock:\t1: FLOCK  ADVISORY  WRITE 99 08:02:17 0 EOF"),
-            Some(("FLOCK".into(), 99, 8, 2, 17))
-        );
+        // fdinfo: the same with a `lock:` prefix and a tab; a shared lock reads READ.
+        let l = parse_lock_line("lock:\t1: FLOCK  ADVISORY  READ 99 08:02:17 0 EOF").unwrap();
+        assert_eq!(l, line("FLOCK", false, 99, (8, 2), 17));
+        assert!(l.on("FLOCK", rustix::fs::makedev(8, 2), 17));
+        assert!(!l.on("POSIX", rustix::fs::makedev(8, 2), 17));
+        assert!(!l.on("FLOCK", rustix::fs::makedev(8, 3), 17));
+        assert!(!l.on("FLOCK", rustix::fs::makedev(9, 2), 17));
+        assert!(!l.on("FLOCK", rustix::fs::makedev(8, 2), 18));
         // OFD locks name pid -1.
         assert_eq!(
-            parse_lock_line("2: OFDLCK ADVISORY  WRITE -1 08:02:17 0 EOF").map(|l| l.1),
+            parse_lock_line("2: OFDLCK ADVISORY  WRITE -1 08:02:17 0 EOF").map(|l| l.pid),
             Some(-1)
         );
-        // A blocked waiter is not a holder; garbage is nothing.
+        // A blocked waiter is not a holder; an unknown access and garbage are nothing.
         assert_eq!(
             parse_lock_line("1: -> FLOCK  ADVISORY  WRITE 1 08:02:17 0 EOF"),
+            None
+        );
+        assert_eq!(
+            parse_lock_line("1: FLOCK  ADVISORY  RW 1 08:02:17 0 EOF"),
             None
         );
         assert_eq!(parse_lock_line("nonsense"), None);
