@@ -99,32 +99,59 @@ pub const HOLDER_FDS_PER_TASK_MAX: usize = super::procfs::PROC_FDS_MAX;
 /// error, never a partial answer. (An fd in flight in an `SCM_RIGHTS` message is held by no
 /// task and cannot be seen.)
 pub fn socket_holders(inode: u64) -> Result<Vec<u32>, String> {
+    use rustix::fs::{readlinkat_raw, Dir, CWD};
+    // Each directory is opened relative to the one above it and each link read relative
+    // to its directory: the kernel resolves one name per call, not a path from `/`.
+    let proc = dir_at(CWD, "/proc").map_err(|e| format!("/proc: {e}"))?;
     let target = format!("socket:[{inode}]");
+    // A link longer than `target` reads cut at the buffer's end: never equal to it.
+    let mut link = [0u8; 64];
     let mut holders = Vec::new();
     for pid in super::procfs::pids().map_err(|e| format!("/proc: {e}"))? {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        let Ok(mut tasks) = dir_at(&proc, format!("{pid}/task").as_str()).and_then(Dir::new) else {
             continue; // exited meanwhile
         };
         let mut seen_tasks = 0usize;
-        'tasks: for t in tasks.flatten() {
+        'tasks: while let Some(t) = tasks.read() {
+            let Ok(t) = t else {
+                break; // exited meanwhile
+            };
+            let Ok(tid) = t.file_name().to_str() else {
+                continue; // not a task
+            };
+            if tid.starts_with('.') {
+                continue;
+            }
             seen_tasks += 1;
             if seen_tasks > HOLDER_TASKS_PER_PROC_MAX {
                 return Err(format!(
                     "pid {pid}: more than {HOLDER_TASKS_PER_PROC_MAX} tasks"
                 ));
             }
-            let dir = t.path().join("fd");
-            let Ok(fds) = std::fs::read_dir(&dir) else {
+            let Ok(mut fds) = tasks
+                .fd()
+                .and_then(|at| dir_at(at, format!("{tid}/fd").as_str()))
+                .and_then(Dir::new)
+            else {
                 continue; // exited meanwhile
             };
-            for (n, e) in fds.flatten().enumerate() {
-                if n >= HOLDER_FDS_PER_TASK_MAX {
+            let mut n = 0usize;
+            while let Some(e) = fds.read() {
+                let Ok(e) = e else { break };
+                if e.file_name().to_bytes().starts_with(b".") {
+                    continue;
+                }
+                if n == HOLDER_FDS_PER_TASK_MAX {
                     return Err(format!(
-                        "{}: more than {HOLDER_FDS_PER_TASK_MAX} descriptors",
-                        dir.display()
+                        "/proc/{pid}/task/{tid}/fd: more than {HOLDER_FDS_PER_TASK_MAX} descriptors"
                     ));
                 }
-                if std::fs::read_link(e.path()).is_ok_and(|l| l.as_os_str() == target.as_str()) {
+                n += 1;
+                if fds
+                    .fd()
+                    .and_then(|at| readlinkat_raw(at, e.file_name(), &mut link[..]))
+                    .is_ok_and(|len| link[..len] == *target.as_bytes())
+                {
                     holders.push(pid);
                     break 'tasks;
                 }
@@ -132,6 +159,17 @@ pub fn socket_holders(inode: u64) -> Result<Vec<u32>, String> {
         }
     }
     Ok(holders)
+}
+
+/// A directory under `at`, opened to be listed, never through a symlink.
+fn dir_at(at: impl std::os::fd::AsFd, name: &str) -> rustix::io::Result<OwnedFd> {
+    use rustix::fs::{Mode, OFlags};
+    rustix::fs::openat(
+        at,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+    )
 }
 
 /// The process `pid` is the only holder of the other end of our connected unix socket
@@ -148,4 +186,56 @@ pub fn sole_holder(ours: impl std::os::fd::AsFd, pid: u32) -> Result<(), String>
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt as _;
+
+    fn inode(fd: &impl std::os::fd::AsFd) -> u64 {
+        rustix::fs::fstat(fd).unwrap().st_ino
+    }
+
+    /// Whether `/proc/self/fd` (the thread-group leader's table) names socket `ino`.
+    fn in_leaders_table(ino: u64) -> bool {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .flatten()
+            .any(|e| std::fs::metadata(e.path()).is_ok_and(|m| m.ino() == ino))
+    }
+
+    #[test]
+    fn a_socket_we_hold_is_held_by_us_alone_and_a_closed_one_by_no_one() {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let me = std::process::id();
+        assert_eq!(socket_holders(inode(&a)).unwrap(), [me]);
+        sole_holder(&b, me).unwrap();
+        let ino = inode(&a);
+        drop(a);
+        assert_eq!(socket_holders(ino).unwrap(), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn a_connection_held_only_in_a_threads_own_descriptor_table_is_found() {
+        // A thread that unshared its descriptor table holds sockets its process's
+        // `/proc/PID/fd` never shows: every task's table is read.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_FILES).unwrap();
+            let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+            tx.send((inode(&a), inode(&b))).unwrap();
+            let _ = wait.recv();
+            drop((a, b));
+        });
+        let (a, b) = rx.recv().unwrap();
+        let found = (socket_holders(a), socket_holders(b));
+        let premise = (in_leaders_table(a), in_leaders_table(b));
+        done.send(()).unwrap();
+        t.join().unwrap();
+        assert_eq!(premise, (false, false), "the leader's table shows them");
+        let me = std::process::id();
+        assert_eq!(found, (Ok(vec![me]), Ok(vec![me])));
+    }
 }
