@@ -3,8 +3,11 @@
 use std::fs;
 use std::path::Path;
 
-/// Pids scanned in one walk of `/proc`.
-pub const PROC_PIDS_MAX: usize = 1 << 16;
+/// Pids scanned in one walk of `/proc`: the kernel's `PID_MAX_LIMIT` on 64-bit, which
+/// `kernel.pid_max` cannot exceed, so `/proc` never lists more. A lower bound would let
+/// any user holding more processes (systemd sets `pid_max` to this very value, and zombies
+/// cost a pid and almost no memory) make every walk fail, and with it every recovery.
+pub const PROC_PIDS_MAX: usize = 1 << 22;
 /// File descriptors examined per process in one walk: the kernel's default `fs.nr_open`,
 /// which no process can exceed unless root raised it. A lower bound would let any user
 /// holding more descriptors make a scan fail, and with it a recovery.

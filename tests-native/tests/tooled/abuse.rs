@@ -258,3 +258,131 @@ pub(crate) fn another_user_holding_many_descriptors_cannot_deny_a_recovery() {
     assert_eq!(c.code, 0, "the consumer: {}", c.stdout);
     assert_eq!(r.code, 0, "{}", r.stdout);
 }
+
+/// Parks N zombies (children that exited and are never waited for: a pid and a `/proc`
+/// entry each, almost no memory), raising its own soft process limit to the hard one;
+/// prints its pid; on SIGTERM waits for them all and exits.
+const ZOMBIE_PARKER: &str = r#"
+import os, resource, signal, sys, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+resource.setrlimit(resource.RLIMIT_NPROC, (hard, hard))
+def reap(*_):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        while True:
+            os.waitpid(-1, 0)
+    except ChildProcessError:
+        os._exit(0)
+signal.signal(signal.SIGTERM, reap)
+for _ in range(int(sys.argv[1])):
+    if os.fork() == 0:
+        os._exit(0)
+print(os.getpid(), flush=True)
+while True:
+    time.sleep(1)
+"#;
+
+/// Processes the parker leaves: past the old bound of one walk of `/proc` (65,536 pids).
+const PARKED_PROCESSES: u64 = 66_000;
+/// `kernel.pid_max` during that test: systemd's default on 64-bit hosts (4,194,304,
+/// `/usr/lib/sysctl.d/50-pid-max.conf`), where any user may hold that many processes.
+const PID_MAX_SYSTEMD: u64 = 1 << 22;
+
+/// `kernel.pid_max` raised for one test, restored on drop.
+struct PidMax(String);
+
+impl PidMax {
+    fn at_least(n: u64) -> PidMax {
+        const P: &str = "/proc/sys/kernel/pid_max";
+        let old = std::fs::read_to_string(P).unwrap().trim().to_owned();
+        if old.parse::<u64>().unwrap() < n {
+            std::fs::write(P, n.to_string()).unwrap();
+        }
+        PidMax(old)
+    }
+}
+
+impl Drop for PidMax {
+    fn drop(&mut self) {
+        let _ = std::fs::write("/proc/sys/kernel/pid_max", &self.0);
+    }
+}
+
+/// The parker: asked to reap its zombies on drop (SIGTERM), killed if it has not within
+/// a minute (init then reaps them).
+struct Parker(std::process::Child);
+
+impl Drop for Parker {
+    fn drop(&mut self) {
+        let pid = rustix::process::Pid::from_child(&self.0);
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(60) {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub(crate) fn another_user_parking_more_processes_than_a_walk_once_allowed_cannot_deny_a_recovery()
+{
+    // The consumer's sole-holder check and the executable scan walk every pid in /proc.
+    // As uid 65534, one process parks 66,000 zombies (systemd raises kernel.pid_max to
+    // 4,194,304, and a user's process limit is in the tens of thousands): past the walk's
+    // old bound of 65,536 pids the walk failed, and the real consumer was rejected
+    // ("/proc: more than 65536 processes"). The recovery must be granted.
+    require_root!();
+    let _pid_max = PidMax::at_least(PID_MAX_SYSTEMD);
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let _d = s.daemon();
+    let script = s.path("parker.py");
+    std::fs::write(&script, ZOMBIE_PARKER).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    open_to_all(&s);
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut c = Command::new("setpriv");
+    c.args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "/usr/bin/python3",
+    ])
+    .arg(&script)
+    .arg(PARKED_PROCESSES.to_string());
+    let mut parker = Parker(c.stdout(Stdio::piped()).spawn().unwrap());
+    let mut line = String::new();
+    use std::io::BufRead as _;
+    std::io::BufReader::new(parker.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let pid = line.trim().to_owned();
+    assert!(!pid.is_empty(), "the parker exited before it was ready");
+    // Its zombies: /proc entries whose parent (stat field 4) is the parker.
+    let parked = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("stat")).is_ok_and(|st| {
+                st.rsplit(')')
+                    .next()
+                    .and_then(|r| r.split_whitespace().nth(1))
+                    == Some(&pid)
+            })
+        })
+        .count();
+    assert!(parked as u64 >= PARKED_PROCESSES, "only {parked} parked");
+    let consumer = s
+        .consumer(&id[..6], "consumer.key", "grant.cbor", &[])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let r = run(s.recover(&id[..6], 60, &[]));
+    let c = finish(consumer);
+    assert_eq!(c.code, 0, "the consumer: {}", c.stdout);
+    assert_eq!(r.code, 0, "{}", r.stdout);
+}

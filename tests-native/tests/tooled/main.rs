@@ -199,6 +199,11 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            abuse::another_user_parking_more_processes_than_a_walk_once_allowed_cannot_deny_a_recovery,
+            &[PYTHON3]
+        ),
+        trial!(
+            root,
             checkpoint::a_checkpoint_verifies_with_go_sumdb_note_and_a_tampered_one_does_not,
             &[GO, GO_X_MOD]
         ),
