@@ -209,6 +209,10 @@ pub fn main() -> Outcome {
 /// Runs one parsed command line.
 pub fn run(args: Args) -> Outcome {
     let json = args.json;
+    // Before any key is read or made (`crate::undumpable`).
+    if let Err(e) = crate::undumpable() {
+        return fail(json, &e);
+    }
     match args.cmd {
         Cmd::Keygen { keyfile } => match crate::keygen(&keyfile) {
             Ok(k) => {

@@ -119,7 +119,21 @@ pub fn receive(o: &Options) -> Result<Received, Error> {
     receive_with(o, &mut |_| {})
 }
 
+/// Makes this process non-dumpable (`PR_SET_DUMPABLE` 0): a process of the same uid can
+/// then neither `ptrace` it nor copy its descriptors with `pidfd_getfd` nor read its
+/// memory; only `CAP_SYS_PTRACE` can. Without it, a process of the consumer's uid took a
+/// copy of the connection (and of the grant's temporary files) and kept it out of
+/// repochd's sole-holder walk by forking on (docs/THREAT-MODEL.md, "The consumer's
+/// connection"). The receiving functions call it before connecting; the CLI calls it
+/// before reading any key. A later `execve` of the new root makes that image dumpable
+/// again (the kernel resets it), after the grant is persisted and the connection closed.
+pub fn undumpable() -> Result<(), Error> {
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+        .map_err(|e| Error::Io(format!("prctl(PR_SET_DUMPABLE, 0): {e}")))
+}
+
 pub fn receive_with(o: &Options, progress: Observer<'_>) -> Result<Received, Error> {
+    undumpable()?;
     // Before connecting: a bad `--out` must not cost the epoch.
     let mut out = Out::prepare(&o.out)?;
     let s = UnixStream::connect(&o.socket).map_err(io(&o.socket.display().to_string()))?;
@@ -129,6 +143,7 @@ pub fn receive_with(o: &Options, progress: Observer<'_>) -> Result<Received, Err
 /// [`receive_with`] over a stream already connected to repochd's grant socket (`--out` is
 /// checked first, as [`receive_with`] checks it before connecting).
 pub fn receive_over(s: UnixStream, o: &Options, progress: Observer<'_>) -> Result<Received, Error> {
+    undumpable()?;
     let mut out = Out::prepare(&o.out)?;
     receive_on(s, &mut out, o, progress)
 }

@@ -328,7 +328,7 @@ impl ConsumerLink for SocketLink {
 
     fn describe_again(&mut self) -> Result<ConsumerPeer, String> {
         let p = &self.peer;
-        repoch_issuer::os::peer::sole_holder(self.conn.stream(), p.pid)?;
+        repoch_issuer::os::peer::sole_holder(self.conn.stream(), p.pid, p.uid)?;
         repoch_issuer::os::peer::describe(p.pid, p.uid, p.gid, &self.pidfd)
     }
 

@@ -669,7 +669,7 @@ fn prove_key(
     }
     repoch_issuer::os::peer::alive(pidfd).map_err(|e| rejected("the described peer", e))?;
     // Whoever signed, the connection must be the pinned peer's alone.
-    repoch_issuer::os::peer::sole_holder(&*s, peer.pid)
+    repoch_issuer::os::peer::sole_holder(&*s, peer.pid, peer.uid)
         .map_err(|e| rejected("the peer as the connection's sole holder", e))?;
     if repoch_issuer::os::procfs::start_ticks(peer.pid) != Some(start_ticks) {
         return Err(rejected("the described peer", "another process".into()));

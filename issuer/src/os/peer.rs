@@ -94,11 +94,19 @@ pub const HOLDER_TASKS_PER_PROC_MAX: usize = super::proc::TASKS_PER_PROC_MAX;
 /// Descriptors of one task examined for holders of a connection.
 pub const HOLDER_FDS_PER_TASK_MAX: usize = super::procfs::PROC_FDS_MAX;
 
-/// The processes holding socket inode `inode` (`socket:[inode]` among the fds of any task
-/// of any process: a thread may have its own descriptor table). Exceeding a bound is an
-/// error, never a partial answer. (An fd in flight in an `SCM_RIGHTS` message is held by no
-/// task and cannot be seen.)
-pub fn socket_holders(inode: u64) -> Result<Vec<u32>, String> {
+/// The processes holding socket inode `inode` (`socket:[inode]` among the fds of any task:
+/// a thread may have its own descriptor table), among the tasks whose real uid is one of
+/// `uids`. Exceeding a bound is an error, never a partial answer. (An fd in flight in an
+/// `SCM_RIGHTS` message is held by no task and cannot be seen.)
+///
+/// Only those tasks: the walk reads every descriptor of every task it looks at, and any
+/// user can hold millions (a thousand threads sharing a table of 20,000 made the walk
+/// take minutes and the real consumer time out). A task of another user cannot hold a
+/// copy of the consumer's connection: the consumer makes it itself, after making itself
+/// non-dumpable (no `ptrace`, no `pidfd_getfd` but with `CAP_SYS_PTRACE`), never forks or
+/// sends it, and closes it on exec; a copy could only come from a task of the consumer's
+/// uid or from root (docs/THREAT-MODEL.md, "The consumer's connection").
+pub fn socket_holders(inode: u64, uids: &[u32]) -> Result<Vec<u32>, String> {
     use rustix::fs::{readlinkat_raw, Dir, CWD};
     // Each directory is opened relative to the one above it and each link read relative
     // to its directory: the kernel resolves one name per call, not a path from `/`.
@@ -127,6 +135,14 @@ pub fn socket_holders(inode: u64) -> Result<Vec<u32>, String> {
                 return Err(format!(
                     "pid {pid}: more than {HOLDER_TASKS_PER_PROC_MAX} tasks"
                 ));
+            }
+            if !tasks
+                .fd()
+                .ok()
+                .and_then(|at| real_uid(at, tid))
+                .is_some_and(|u| uids.contains(&u))
+            {
+                continue; // another user's, or exited meanwhile
             }
             let Ok(mut fds) = tasks
                 .fd()
@@ -161,25 +177,47 @@ pub fn socket_holders(inode: u64) -> Result<Vec<u32>, String> {
     Ok(holders)
 }
 
-/// A directory under `at`, opened to be listed, never through a symlink.
+/// The real uid of task `tid` (`Uid:` in `tid/status` under its process's `task`
+/// directory), or `None` once it has exited.
+fn real_uid(tasks: std::os::fd::BorrowedFd<'_>, tid: &str) -> Option<u32> {
+    let f = rustix::fs::openat(
+        tasks,
+        format!("{tid}/status").as_str(),
+        rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .ok()?;
+    use std::io::Read as _;
+    let mut s = String::new();
+    std::fs::File::from(f)
+        .take(super::procfs::PROC_FILE_BYTES_MAX)
+        .read_to_string(&mut s)
+        .ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// A procfs directory under `at`, opened read-only (`O_RDONLY` is 0) to be listed.
+/// `O_DIRECTORY` and `O_NOFOLLOW` would add nothing: `PID/task` and `TID/fd` are always
+/// directories, never symlinks, and listing anything else fails.
 fn dir_at(at: impl std::os::fd::AsFd, name: &str) -> rustix::io::Result<OwnedFd> {
     use rustix::fs::{Mode, OFlags};
-    rustix::fs::openat(
-        at,
-        name,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-        Mode::empty(),
-    )
+    rustix::fs::openat(at, name, OFlags::CLOEXEC, Mode::empty())
 }
 
 /// The process `pid` is the only holder of the other end of our connected unix socket
 /// `ours`: its peer socket is found with `NETLINK_SOCK_DIAG` (`UDIAG_SHOW_PEER` on our
-/// socket's inode), then every task's descriptors are scanned for it.
-pub fn sole_holder(ours: impl std::os::fd::AsFd, pid: u32) -> Result<(), String> {
+/// socket's inode), then the descriptors of every task of the peer's `uid` and of root
+/// are scanned for it ([`socket_holders`] says why no other user's).
+pub fn sole_holder(ours: impl std::os::fd::AsFd, pid: u32, uid: u32) -> Result<(), String> {
     let st = rustix::fs::fstat(&ours).map_err(|e| format!("our socket: {e}"))?;
     let peer = super::sockdiag::peer_of(st.st_ino)?
         .ok_or_else(|| format!("socket {}: no peer (the peer closed)", st.st_ino))?;
-    let holders = socket_holders(peer)?;
+    let holders = socket_holders(peer, &[uid, 0])?;
     if holders != [pid] {
         return Err(format!(
             "the connection (peer socket {peer}) must be held by pid {pid} alone; its holders are pids {holders:?}"
@@ -209,11 +247,17 @@ mod tests {
     fn a_socket_we_hold_is_held_by_us_alone_and_a_closed_one_by_no_one() {
         let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
         let me = std::process::id();
-        assert_eq!(socket_holders(inode(&a)).unwrap(), [me]);
-        sole_holder(&b, me).unwrap();
+        let uid = rustix::process::getuid().as_raw();
+        assert_eq!(socket_holders(inode(&a), &[uid]).unwrap(), [me]);
+        sole_holder(&b, me, uid).unwrap();
+        // Tasks of other users are not read.
+        assert_eq!(
+            socket_holders(inode(&a), &[uid + 1]).unwrap(),
+            Vec::<u32>::new()
+        );
         let ino = inode(&a);
         drop(a);
-        assert_eq!(socket_holders(ino).unwrap(), Vec::<u32>::new());
+        assert_eq!(socket_holders(ino, &[uid]).unwrap(), Vec::<u32>::new());
     }
 
     #[test]
@@ -230,7 +274,8 @@ mod tests {
             drop((a, b));
         });
         let (a, b) = rx.recv().unwrap();
-        let found = (socket_holders(a), socket_holders(b));
+        let uid = [rustix::process::getuid().as_raw()];
+        let found = (socket_holders(a, &uid), socket_holders(b, &uid));
         let premise = (in_leaders_table(a), in_leaders_table(b));
         done.send(()).unwrap();
         t.join().unwrap();

@@ -6,6 +6,8 @@
 //!   and only fdinfo names the real holder.
 //! * `try-flock PATH` — one attempt: exit 0 if the lock was free, 4 if it is held.
 //! * `sleep` — sleeps until killed.
+//! * `steal-fds PID` — copies each of PID's descriptors 0..64 with `pidfd_getfd` and prints
+//!   `{"stolen": [what each copy names], "errors": [errno numbers]}`.
 //! * `audit-logs DIR N` — writes `DIR/issuer.pub` and N signed epoch logs of granted
 //!   recoveries, one deployment each (`repoch_tests_native::audit_logs`; docs/BENCHMARKS.md,
 //!   "Audit throughput"); prints how many and how long it took.
@@ -50,6 +52,8 @@ use std::io::Write as _;
 use std::os::fd::AsRawFd;
 use std::process::Command;
 
+/// Descriptors of another process `steal-fds` tries to copy.
+const STEAL_FDS_MAX: i32 = 64;
 /// Attempts to take a lock, 10 ms apart.
 const LOCK_TRIES_MAX: u32 = 300;
 /// Polls (10 ms apart) for a parent to exec the consumer.
@@ -274,6 +278,40 @@ fn main() {
             std::mem::forget(child);
         }
         Some("sleep") => sleep_forever(),
+        Some("steal-fds") => {
+            // Takes a copy of each descriptor 0..STEAL_FDS_MAX of PID with pidfd_getfd (the
+            // kernel allows it to a process of the same uid when PID is dumpable). Prints
+            // one JSON line: what each copy names, and the errors met.
+            let pid: i32 = args[2].parse().expect("PID");
+            let pidfd = rustix::process::pidfd_open(
+                rustix::process::Pid::from_raw(pid).expect("a pid"),
+                rustix::process::PidfdFlags::empty(),
+            )
+            .expect("pidfd_open");
+            let (mut stolen, mut errors) = (Vec::new(), std::collections::BTreeSet::new());
+            for n in 0..STEAL_FDS_MAX {
+                match rustix::process::pidfd_getfd(
+                    &pidfd,
+                    n,
+                    rustix::process::PidfdGetfdFlags::empty(),
+                ) {
+                    Ok(fd) => stolen.push(
+                        std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+                            .unwrap()
+                            .display()
+                            .to_string(),
+                    ),
+                    Err(e) if e == rustix::io::Errno::BADF => {}
+                    Err(e) => {
+                        errors.insert(e.raw_os_error());
+                    }
+                }
+            }
+            println!(
+                "{}",
+                serde_json::json!({ "stolen": stolen, "errors": errors })
+            );
+        }
         Some("audit-logs") => {
             let n: u64 = args[3].parse().expect("N: a count of logs");
             let start = std::time::Instant::now();

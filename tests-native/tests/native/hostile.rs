@@ -483,3 +483,45 @@ fn flood_during_a_recovery(flooder_is_a_consumer: bool) {
         "{warns} WARN lines under the flood"
     );
 }
+
+#[test]
+#[ignore = "needs root"]
+fn a_process_of_the_consumers_uid_cannot_take_a_copy_of_its_connection() {
+    // A process of the consumer's uid may copy the descriptors of a dumpable process of
+    // that uid (`pidfd_getfd`, or `ptrace`). It took the consumer's connection, and kept in
+    // a chain of forks (each exits as soon as its child is made) the copy was never seen by
+    // a sole-holder walk and could read the grant. The consumer makes itself non-dumpable
+    // before it connects: no copy is given.
+    require_root!();
+    let s = Sandbox::new();
+    let m = s
+        .manifest("")
+        .replace("uid = 0\ngid = 0", "uid = 65534\ngid = 65534");
+    let id = s.enroll_with(&m);
+    let d = s.daemon();
+    open_to_all(&s);
+    let nobody = Some(rustix::fs::Uid::from_raw(65534));
+    rustix::fs::chown(s.path("consumer.key"), nobody, None).unwrap();
+    std::fs::create_dir(s.path("out")).unwrap();
+    rustix::fs::chown(s.path("out"), nobody, None).unwrap();
+    let mut c = s.consumer(&id[..8], "consumer.key", "out/grant.cbor", &[]);
+    c.uid(65534).gid(65534);
+    let mut c = crate::granted::Guard::spawn(c);
+    d.wait_log(&format!("pid={}", c.pid()));
+    let mut thief = helper(&["steal-fds", &c.pid().to_string()]);
+    thief.uid(65534).gid(65534);
+    let t = run(thief);
+    assert_eq!(t.code, 0, "{}{}", t.stdout, t.stderr);
+    let stolen = &t.json()["stolen"];
+    assert_eq!(stolen, &serde_json::json!([]), "{}", t.stdout);
+    assert_eq!(
+        t.json()["errors"],
+        serde_json::json!([libc::EPERM]),
+        "{}",
+        t.stdout
+    );
+    let r = run(s.recover(&id, 20, &[]));
+    assert_eq!(r.code, 0, "{}", r.stdout);
+    let out = c.finish();
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+}

@@ -386,3 +386,62 @@ pub(crate) fn another_user_parking_more_processes_than_a_walk_once_allowed_canno
     assert_eq!(c.code, 0, "the consumer: {}", c.stdout);
     assert_eq!(r.code, 0, "{}", r.stdout);
 }
+
+/// One process: as many descriptors as its hard limit allows (less 32), shared by N
+/// threads; prints its pid and task count; sleeps until killed.
+const THREADED_HOARDER: &str = r#"
+import os, resource, sys, threading, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+base = os.open("/dev/null", os.O_RDONLY)
+held = [os.dup(base) for _ in range(hard - 32)]
+threading.stack_size(64 * 1024)
+stop = threading.Event()
+for _ in range(int(sys.argv[1])):
+    threading.Thread(target=stop.wait, daemon=True).start()
+print(os.getpid(), len(os.listdir("/proc/self/task")), flush=True)
+while True:
+    time.sleep(1)
+"#;
+
+/// Threads of the hoarder, each listing the same descriptor table in `/proc`.
+const HOARDER_THREADS: u64 = 1000;
+
+pub(crate) fn another_user_with_a_thousand_threads_sharing_many_descriptors_cannot_deny_a_recovery()
+{
+    // The consumer's sole-holder walk read every task's descriptor table, threads sharing
+    // one table included: as uid 65534, one process with ~20,000 descriptors and 1,000
+    // threads made each walk read 20 million links, and the real consumer was never
+    // authenticated ("consumer-absent"). A process of another user can hold no copy of
+    // the consumer's connection (docs/THREAT-MODEL.md), so its tables are not read.
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let _d = s.daemon();
+    let script = s.path("threads.py");
+    std::fs::write(&script, THREADED_HOARDER).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    open_to_all(&s);
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut c = Command::new("setpriv");
+    c.args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "/usr/bin/python3",
+    ])
+    .arg(&script)
+    .arg(HOARDER_THREADS.to_string());
+    let hoarder = spawn_ready(c);
+    let tasks: u64 = hoarder.line.split(' ').nth(1).unwrap().parse().unwrap();
+    assert!(tasks > HOARDER_THREADS, "{}", hoarder.line);
+    let consumer = s
+        .consumer(&id[..6], "consumer.key", "grant.cbor", &[])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let r = run(s.recover(&id[..6], 20, &[]));
+    let c = finish(consumer);
+    assert_eq!(c.code, 0, "the consumer: {}", c.stdout);
+    assert_eq!(r.code, 0, "{}", r.stdout);
+}

@@ -204,6 +204,11 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            abuse::another_user_with_a_thousand_threads_sharing_many_descriptors_cannot_deny_a_recovery,
+            &[PYTHON3]
+        ),
+        trial!(
+            root,
             checkpoint::a_checkpoint_verifies_with_go_sumdb_note_and_a_tampered_one_does_not,
             &[GO, GO_X_MOD]
         ),
