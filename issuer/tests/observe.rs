@@ -1215,6 +1215,58 @@ fn a_fence_locked_elsewhere_is_busy() {
     assert_eq!(f.reason, Some(Reason::FenceBusy), "{f:?}");
     assert_eq!(f.expected, "the enrolled inode, locked by us");
     assert!(fences.is_empty());
+    // The holder is named from the descriptors that hold the lock: this process, once.
+    let me = format!("held by pid {} (", std::process::id());
+    assert!(f.observed.starts_with(&me), "{f:?}");
+    assert!(!f.observed.contains(", pid"), "{f:?}");
+}
+
+#[test]
+fn a_fence_locked_only_by_a_descriptor_in_flight_is_busy_naming_the_pid_that_locked_it() {
+    // The locked descriptor sits in an SCM_RIGHTS message and its last copy is closed: no
+    // task holds it, so no holder is found, and the message says what /proc/locks says
+    // (the pid that took the lock).
+    let d = tempfile::tempdir().unwrap();
+    let a = fence(&d.path().join("a"), 0o600);
+    let other = File::open(&a.path).unwrap();
+    rustix::fs::flock(&other, rustix::fs::FlockOperation::LockExclusive).unwrap();
+    let (tx, _rx) = std::os::unix::net::UnixStream::pair().unwrap();
+    {
+        use rustix::net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+        use std::os::fd::AsFd as _;
+        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut anc = SendAncillaryBuffer::new(&mut space);
+        let fds = [other.as_fd()];
+        assert!(anc.push(SendAncillaryMessage::ScmRights(&fds)));
+        sendmsg(
+            &tx,
+            &[std::io::IoSlice::new(b"x")],
+            &mut anc,
+            SendFlags::empty(),
+        )
+        .unwrap();
+    }
+    drop(other);
+    let mut m = manifest(d.path());
+    m.inventory = vec![a.clone()];
+    let mut obs = observer(d.path(), m);
+    let want = format!(
+        "locked (holder not found; /proc/locks names pid [{}])",
+        std::process::id()
+    );
+    // /proc/locks may skip an entry while another test churns locks (it is no snapshot,
+    // which is why it is only quoted in messages): a few observations, one must name it.
+    let mut seen = Vec::new();
+    for _ in 0..20 {
+        let o = obs.observe(&mut Fences::default());
+        let f = fact(&o, "fence", &a.path).clone();
+        assert_eq!(f.reason, Some(Reason::FenceBusy), "{f:?}");
+        if f.observed == want {
+            return;
+        }
+        seen.push(f.observed);
+    }
+    panic!("never {want:?}: {seen:?}");
 }
 
 /// Gives `path` an access ACL that lets uid 1 read, with the mask `r--` (a mode whose group
