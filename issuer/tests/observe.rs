@@ -1125,6 +1125,14 @@ fn lockable(p: &Path) -> bool {
     rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok()
 }
 
+/// Fence `a` (mode 0600) in `dir`, and an observer whose manifest enrolls it alone.
+fn one_fence(dir: &Path) -> (InventoryEntry, Observer) {
+    let a = fence(&dir.join("a"), 0o600);
+    let mut m = manifest(dir);
+    m.inventory = vec![a.clone()];
+    (a, observer(dir, m))
+}
+
 #[test]
 fn fences_are_acquired_held_and_reverified_by_their_own_entries() {
     let d = tempfile::tempdir().unwrap();
@@ -1204,13 +1212,11 @@ fn a_partial_fence_set_is_released() {
 #[test]
 fn a_fence_locked_elsewhere_is_busy() {
     let d = tempfile::tempdir().unwrap();
-    let a = fence(&d.path().join("a"), 0o600);
+    let (a, mut obs) = one_fence(d.path());
     let other = File::open(&a.path).unwrap();
     rustix::fs::flock(&other, rustix::fs::FlockOperation::LockExclusive).unwrap();
-    let mut m = manifest(d.path());
-    m.inventory = vec![a.clone()];
     let mut fences = Fences::default();
-    let o = observer(d.path(), m).observe(&mut fences);
+    let o = obs.observe(&mut fences);
     let f = fact(&o, "fence", &a.path);
     assert_eq!(f.reason, Some(Reason::FenceBusy), "{f:?}");
     assert_eq!(f.expected, "the enrolled inode, locked by us");
@@ -1227,7 +1233,7 @@ fn a_fence_locked_only_by_a_descriptor_in_flight_is_busy_naming_the_pid_that_loc
     // task holds it, so no holder is found, and the message says what /proc/locks says
     // (the pid that took the lock).
     let d = tempfile::tempdir().unwrap();
-    let a = fence(&d.path().join("a"), 0o600);
+    let (a, mut obs) = one_fence(d.path());
     let other = File::open(&a.path).unwrap();
     rustix::fs::flock(&other, rustix::fs::FlockOperation::LockExclusive).unwrap();
     let (tx, _rx) = std::os::unix::net::UnixStream::pair().unwrap();
@@ -1247,9 +1253,6 @@ fn a_fence_locked_only_by_a_descriptor_in_flight_is_busy_naming_the_pid_that_loc
         .unwrap();
     }
     drop(other);
-    let mut m = manifest(d.path());
-    m.inventory = vec![a.clone()];
-    let mut obs = observer(d.path(), m);
     let want = format!(
         "locked (holder not found; /proc/locks names pid [{}])",
         std::process::id()
@@ -1393,10 +1396,7 @@ fn a_held_fence_replaced_removed_or_below_a_file_is_not_held() {
 #[test]
 fn a_fence_whose_lock_another_took_is_out_of_custody() {
     let d = tempfile::tempdir().unwrap();
-    let a = fence(&d.path().join("a"), 0o600);
-    let mut m = manifest(d.path());
-    m.inventory = vec![a.clone()];
-    let mut obs = observer(d.path(), m);
+    let (a, mut obs) = one_fence(d.path());
     let mut fences = Fences::default();
     let o = obs.observe(&mut fences);
     assert!(fact(&o, "fence", &a.path).holds());
@@ -1433,10 +1433,7 @@ fn a_held_fence_stays_held_while_others_take_and_release_many_locks() {
     // it is skipped. Hundreds of locks taken and released by another thread while the
     // fence is re-verified: it must read held every time.
     let d = tempfile::tempdir().unwrap();
-    let a = fence(&d.path().join("a"), 0o600);
-    let mut m = manifest(d.path());
-    m.inventory = vec![a.clone()];
-    let mut obs = observer(d.path(), m);
+    let (a, mut obs) = one_fence(d.path());
     let mut fences = Fences::default();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let churn = {

@@ -136,19 +136,11 @@ pub fn socket_holders(inode: u64, uids: &[u32]) -> Result<Vec<u32>, String> {
                     "pid {pid}: more than {HOLDER_TASKS_PER_PROC_MAX} tasks"
                 ));
             }
-            if !tasks
-                .fd()
-                .ok()
-                .and_then(|at| real_uid(at, tid))
-                .is_some_and(|u| uids.contains(&u))
-            {
+            let Ok(at) = tasks.fd() else { break };
+            if !real_uid(at, tid).is_some_and(|u| uids.contains(&u)) {
                 continue; // another user's, or exited meanwhile
             }
-            let Ok(mut fds) = tasks
-                .fd()
-                .and_then(|at| dir_at(at, format!("{tid}/fd").as_str()))
-                .and_then(Dir::new)
-            else {
+            let Ok(mut fds) = dir_at(at, format!("{tid}/fd").as_str()).and_then(Dir::new) else {
                 continue; // exited meanwhile
             };
             let mut n = 0usize;
@@ -187,13 +179,9 @@ fn real_uid(tasks: std::os::fd::BorrowedFd<'_>, tid: &str) -> Option<u32> {
         rustix::fs::Mode::empty(),
     )
     .ok()?;
-    use std::io::Read as _;
-    let mut s = String::new();
-    std::fs::File::from(f)
-        .take(super::procfs::PROC_FILE_BYTES_MAX)
-        .read_to_string(&mut s)
-        .ok()?;
-    s.lines()
+    super::procfs::read_small_from(f.into(), super::procfs::PROC_FILE_BYTES_MAX)
+        .ok()?
+        .lines()
         .find_map(|l| l.strip_prefix("Uid:"))?
         .split_whitespace()
         .next()?

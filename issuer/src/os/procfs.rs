@@ -21,11 +21,14 @@ pub const PROC_LOCKS_BYTES_MAX: u64 = 4 * 1024 * 1024;
 /// (a table cut at its bound would read as a shorter, well-formed one, and what came after
 /// the cut, a bound port or a held lock, would be unseen).
 pub fn read_small(path: &Path, max: u64) -> std::io::Result<String> {
+    read_small_from(fs::File::open(path)?, max)
+}
+
+/// [`read_small`] of a file already open (e.g. relative to a directory descriptor).
+pub fn read_small_from(f: fs::File, max: u64) -> std::io::Result<String> {
     use std::io::Read as _;
     let mut s = String::new();
-    fs::File::open(path)?
-        .take(max.saturating_add(1))
-        .read_to_string(&mut s)?;
+    f.take(max.saturating_add(1)).read_to_string(&mut s)?;
     if s.len() as u64 > max {
         return Err(std::io::Error::other(format!(
             "over its bound of {max} bytes"

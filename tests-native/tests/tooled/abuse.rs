@@ -233,30 +233,9 @@ pub(crate) fn another_user_holding_many_descriptors_cannot_deny_a_recovery() {
     let s = Sandbox::new();
     let id = s.enroll();
     let _d = s.daemon();
-    let script = s.path("hoarder.py");
-    std::fs::write(&script, FD_HOARDER).unwrap();
-    use std::os::unix::fs::PermissionsExt as _;
-    open_to_all(&s);
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let mut c = Command::new("setpriv");
-    c.args([
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-        "/usr/bin/python3",
-    ])
-    .arg(&script)
-    .arg(HOARDED_FDS.to_string());
+    let c = python_as_nobody(&s, "hoarder.py", FD_HOARDER, HOARDED_FDS);
     let _hoarder = spawn_ready(c);
-    let consumer = s
-        .consumer(&id[..6], "consumer.key", "grant.cbor", &[])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let r = run(s.recover(&id[..6], 20, &[]));
-    let c = finish(consumer);
-    assert_eq!(c.code, 0, "the consumer: {}", c.stdout);
-    assert_eq!(r.code, 0, "{}", r.stdout);
+    a_recovery_is_granted(&s, &id, 20);
 }
 
 /// Parks N zombies (children that exited and are never waited for: a pid and a `/proc`
@@ -340,20 +319,7 @@ pub(crate) fn another_user_parking_more_processes_than_a_walk_once_allowed_canno
     let s = Sandbox::new();
     let id = s.enroll();
     let _d = s.daemon();
-    let script = s.path("parker.py");
-    std::fs::write(&script, ZOMBIE_PARKER).unwrap();
-    use std::os::unix::fs::PermissionsExt as _;
-    open_to_all(&s);
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let mut c = Command::new("setpriv");
-    c.args([
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-        "/usr/bin/python3",
-    ])
-    .arg(&script)
-    .arg(PARKED_PROCESSES.to_string());
+    let mut c = python_as_nobody(&s, "parker.py", ZOMBIE_PARKER, PARKED_PROCESSES);
     let mut parker = Parker(c.stdout(Stdio::piped()).spawn().unwrap());
     let mut line = String::new();
     use std::io::BufRead as _;
@@ -376,15 +342,7 @@ pub(crate) fn another_user_parking_more_processes_than_a_walk_once_allowed_canno
         })
         .count();
     assert!(parked as u64 >= PARKED_PROCESSES, "only {parked} parked");
-    let consumer = s
-        .consumer(&id[..6], "consumer.key", "grant.cbor", &[])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let r = run(s.recover(&id[..6], 60, &[]));
-    let c = finish(consumer);
-    assert_eq!(c.code, 0, "the consumer: {}", c.stdout);
-    assert_eq!(r.code, 0, "{}", r.stdout);
+    a_recovery_is_granted(&s, &id, 60);
 }
 
 /// One process: as many descriptors as its hard limit allows (less 32), shared by N
@@ -418,11 +376,21 @@ pub(crate) fn another_user_with_a_thousand_threads_sharing_many_descriptors_cann
     let s = Sandbox::new();
     let id = s.enroll();
     let _d = s.daemon();
-    let script = s.path("threads.py");
-    std::fs::write(&script, THREADED_HOARDER).unwrap();
+    let c = python_as_nobody(&s, "threads.py", THREADED_HOARDER, HOARDER_THREADS);
+    let hoarder = spawn_ready(c);
+    let tasks: u64 = hoarder.line.split(' ').nth(1).unwrap().parse().unwrap();
+    assert!(tasks > HOARDER_THREADS, "{}", hoarder.line);
+    a_recovery_is_granted(&s, &id, 20);
+}
+
+/// `python3 SCRIPT ARG` as uid 65534, the script written to the sandbox as `name` and the
+/// sandbox opened to that user.
+fn python_as_nobody(s: &Sandbox, name: &str, script: &str, arg: u64) -> Command {
     use std::os::unix::fs::PermissionsExt as _;
-    open_to_all(&s);
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let path = s.path(name);
+    std::fs::write(&path, script).unwrap();
+    open_to_all(s);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
     let mut c = Command::new("setpriv");
     c.args([
         "--reuid=65534",
@@ -430,17 +398,20 @@ pub(crate) fn another_user_with_a_thousand_threads_sharing_many_descriptors_cann
         "--clear-groups",
         "/usr/bin/python3",
     ])
-    .arg(&script)
-    .arg(HOARDER_THREADS.to_string());
-    let hoarder = spawn_ready(c);
-    let tasks: u64 = hoarder.line.split(' ').nth(1).unwrap().parse().unwrap();
-    assert!(tasks > HOARDER_THREADS, "{}", hoarder.line);
+    .arg(&path)
+    .arg(arg.to_string());
+    c
+}
+
+/// A real consumer and `repoch recover` of deployment `id` (by a 6-character prefix,
+/// waiting `wait` seconds for the consumer): both exit 0, the recovery granted.
+fn a_recovery_is_granted(s: &Sandbox, id: &str, wait: u64) {
     let consumer = s
         .consumer(&id[..6], "consumer.key", "grant.cbor", &[])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let r = run(s.recover(&id[..6], 20, &[]));
+    let r = run(s.recover(&id[..6], wait, &[]));
     let c = finish(consumer);
     assert_eq!(c.code, 0, "the consumer: {}", c.stdout);
     assert_eq!(r.code, 0, "{}", r.stdout);
