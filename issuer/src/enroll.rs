@@ -61,6 +61,10 @@ pub struct ContainmentToml {
     pub listeners: Vec<String>,
     #[serde(default)]
     pub executables: Vec<String>,
+    /// The old root's own uids besides root (docs/OPERATOR.md, "The manifest, field by
+    /// field").
+    #[serde(default)]
+    pub old_root_uids: Vec<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -217,6 +221,11 @@ pub fn validate(text: &str) -> Result<Validated, EnrollError> {
         &m.containment.executables,
         EXECUTABLES_MAX,
     )?;
+    bounded(
+        "containment.old_root_uids",
+        &m.containment.old_root_uids,
+        OLD_ROOT_UIDS_MAX,
+    )?;
     if m.fences.is_empty() {
         return Err(field(
             "fences",
@@ -280,6 +289,11 @@ pub fn validate(text: &str) -> Result<Validated, EnrollError> {
     for (i, e) in m.containment.executables.iter().enumerate() {
         path_field(&format!("containment.executables[{i}]"), e)?;
     }
+    // Root is always a principal; the rest are kept sorted and distinct (one encoding).
+    let mut old_root_uids = m.containment.old_root_uids.clone();
+    old_root_uids.sort_unstable();
+    old_root_uids.dedup();
+    old_root_uids.retain(|u| *u != 0);
     path_field("consumer.executable", &m.consumer.executable)?;
     if let Some(c) = &m.consumer.cgroup {
         path_field("consumer.cgroup", c)?;
@@ -311,6 +325,7 @@ pub fn validate(text: &str) -> Result<Validated, EnrollError> {
             cgroups: m.containment.cgroups,
             listeners,
             executables: m.containment.executables,
+            old_root_uids,
         },
         consumer: Consumer {
             uid: m.consumer.uid,

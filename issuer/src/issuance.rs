@@ -527,7 +527,8 @@ pub struct Connected<C, W: World = Host> {
 
 impl<C: ConsumerLink, W: World> Connected<C, W> {
     /// Step 4: describe the peer again (it must be the one authenticated: refused, nothing
-    /// written, otherwise), then append and fsync the intent. From here the epoch is used.
+    /// written, otherwise), observe everything again (a failed fact refuses, nothing
+    /// written), then append and fsync the intent. From here the epoch is used.
     pub fn intent(mut self, contender: Contender) -> Result<Intended<C, W>, Ended> {
         if let Err(r) = same_peer(&mut self.consumer, &self.peer) {
             self.consumer.refuse(r.reason, &r.detail());
@@ -537,6 +538,23 @@ impl<C: ConsumerLink, W: World> Connected<C, W> {
             );
             return Err(Ended::one(r));
         }
+        // The first observation may be minutes old (the wait for the consumer): observe
+        // again right before the intent. A failed fact refuses with its own reason and
+        // nothing written (the operator retries); the intent records this observation.
+        self.c.say("observe", "again, right before the intent");
+        let now = self.c.observer.observe(&mut self.c.fences);
+        self.c.facts(&now);
+        if !now.holds() {
+            let refusals: Vec<Refusal> = now.failed().filter_map(Refusal::from_fact).collect();
+            if let Some(r) = refusals.first() {
+                self.consumer.refuse(r.reason, &r.detail());
+            }
+            return Err(Ended::refused(
+                refusals,
+                "observation before the intent failed; nothing written",
+            ));
+        }
+        self.first = now;
         let body = EpochBody::Intent {
             evidence: self.first.digest,
             facts: self.first.facts.clone(),

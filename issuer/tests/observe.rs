@@ -579,7 +579,11 @@ fn enrolled_exe(dir: &Path, name: &str) -> PathBuf {
         .find(|p| p.is_file())
         .expect("sleep in PATH");
     let exe = dir.join(name);
-    std::fs::copy(sleep, &exe).unwrap();
+    // Content of its own (bytes past the program are ignored by the loader): a copy of
+    // sleep is the executable by content, and other processes run sleep.
+    let mut bytes = std::fs::read(sleep).unwrap();
+    bytes.extend_from_slice(format!("\n{}\n", exe.display()).as_bytes());
+    std::fs::write(&exe, bytes).unwrap();
     std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
     exe
 }

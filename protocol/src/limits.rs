@@ -60,6 +60,8 @@ pub const CGROUPS_MAX: usize = 8;
 pub const LISTENERS_MAX: usize = 16;
 /// Executables no live process may run, in a containment profile.
 pub const EXECUTABLES_MAX: usize = 8;
+/// The old root's own uids (besides root) in a containment profile.
+pub const OLD_ROOT_UIDS_MAX: usize = 8;
 
 /// Facts that are not per-item: journal, frontier, predecessor, target, consumer, epoch.
 pub const FACTS_FIXED_MAX: usize = 16;

@@ -2,7 +2,7 @@
 
 use ciborium::value::Value;
 
-use crate::cbor::{self, as_text, Canonical, DecodeError, Fields};
+use crate::cbor::{self, as_text, as_uint, Canonical, DecodeError, Fields};
 use crate::limits::*;
 use crate::types::{DeploymentId, Hash, Identity, PublicKey};
 
@@ -123,6 +123,21 @@ pub struct Containment {
     pub listeners: Vec<Listener>,
     /// Absolute paths of executables no live process may run.
     pub executables: Vec<String>,
+    /// The old root's own uids besides root: only tasks with one of these or uid 0 among
+    /// their real, effective, saved or file-system uids can be the old root, so only they
+    /// are matched against `executables` (docs/THREAT-MODEL.md, "Who can change a fact").
+    /// Sorted, without duplicates, without 0; encoded only when not empty (an older
+    /// four-field containment decodes as root alone).
+    pub old_root_uids: Vec<u32>,
+}
+
+impl Containment {
+    /// The principals whose tasks can be the old root: root, then `old_root_uids`.
+    pub fn principals(&self) -> Vec<u32> {
+        let mut p = vec![0];
+        p.extend(self.old_root_uids.iter().copied().filter(|u| *u != 0));
+        p
+    }
 }
 
 fn texts(items: &[String]) -> Value {
@@ -131,23 +146,55 @@ fn texts(items: &[String]) -> Value {
 
 impl Canonical for Containment {
     fn to_value(&self) -> Value {
-        cbor::array(vec![
+        let mut fields = vec![
             texts(&self.units),
             texts(&self.cgroups),
             cbor::list(&self.listeners),
             texts(&self.executables),
-        ])
+        ];
+        if !self.old_root_uids.is_empty() {
+            fields.push(cbor::array(
+                self.old_root_uids
+                    .iter()
+                    .map(|u| cbor::uint((*u).into()))
+                    .collect(),
+            ));
+        }
+        cbor::array(fields)
     }
     fn from_value(v: Value) -> Result<Self, DecodeError> {
-        let mut f = Fields::open(v, "containment", 4)?;
-        Ok(Containment {
+        let arity = match &v {
+            Value::Array(items) if items.len() == 5 => 5,
+            _ => 4,
+        };
+        let mut f = Fields::open(v, "containment", arity)?;
+        let mut c = Containment {
             units: f.list(UNITS_MAX, |v| as_text(v, "unit", TEXT_BYTES_MAX))?,
             cgroups: f.list(CGROUPS_MAX, |v| as_text(v, "cgroup", PATH_BYTES_MAX))?,
             listeners: f.list(LISTENERS_MAX, Listener::from_value)?,
             executables: f.list(EXECUTABLES_MAX, |v| {
                 as_text(v, "executable", PATH_BYTES_MAX)
             })?,
-        })
+            old_root_uids: Vec::new(),
+        };
+        if arity == 5 {
+            c.old_root_uids = f.list(OLD_ROOT_UIDS_MAX, |v| {
+                u32::try_from(as_uint(v, "old-root-uid")?)
+                    .map_err(|_| DecodeError::schema("containment", "uid over 32 bits"))
+            })?;
+            // One encoding per value: an empty list is the four-field form; the list is
+            // sorted, without duplicates and without root (always a principal).
+            let canonical = !c.old_root_uids.is_empty()
+                && c.old_root_uids.windows(2).all(|w| w[0] < w[1])
+                && !c.old_root_uids.contains(&0);
+            if !canonical {
+                return Err(DecodeError::schema(
+                    "containment",
+                    "old-root uids must be sorted, distinct, not 0, and present only when not empty",
+                ));
+            }
+        }
+        Ok(c)
     }
 }
 

@@ -1046,6 +1046,20 @@ pub fn finish(c: std::process::Child) -> Run {
     c.wait_with_output().unwrap().into()
 }
 
+/// Copies the executable `src` to `dst` (mode 0755) with `tag` appended: it runs as `src`
+/// does (the loader ignores bytes past the program) but its content is its own, so that
+/// no other test's process runs a copy of it.
+pub fn unique_copy(src: &Path, dst: &Path, tag: &str) {
+    use std::io::Write as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::copy(src, dst).unwrap();
+    let mut f = std::fs::OpenOptions::new().append(true).open(dst).unwrap();
+    f.write_all(format!("\nrepoch-test-{tag}\n").as_bytes())
+        .unwrap();
+    f.sync_all().unwrap();
+    std::fs::set_permissions(dst, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
 pub fn open_to_all(s: &Sandbox) {
     use std::os::unix::fs::PermissionsExt as _;
     // Let an unprivileged process reach the sandbox's sockets and binaries.

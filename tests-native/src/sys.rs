@@ -1,5 +1,6 @@
 //! The one place the native tests need `unsafe`: the ext4 shutdown ioctl that simulates
-//! power loss. rustix has no safe wrapper for it.
+//! power loss, ending one thread, and mapping a file (rustix has no safe wrapper for
+//! them).
 #![allow(unsafe_code)]
 
 use std::os::fd::AsFd;
@@ -31,4 +32,22 @@ pub fn exit_this_thread_only() -> ! {
         libc::syscall(libc::SYS_exit, 0);
     }
     unreachable!("SYS_exit returned")
+}
+
+/// Maps `len` bytes of `fd` read-only and shared, for the life of the process (never
+/// unmapped): a process that maps a file without executing it.
+pub fn map_readonly(fd: impl AsFd, len: usize) -> std::io::Result<()> {
+    // SAFETY: a new read-only mapping at an address the kernel chooses (null hint) aliases
+    // no Rust object; it is never read through or unmapped by this process.
+    unsafe {
+        rustix::mm::mmap(
+            std::ptr::null_mut(),
+            len.max(1),
+            rustix::mm::ProtFlags::READ,
+            rustix::mm::MapFlags::SHARED,
+            fd,
+            0,
+        )?;
+    }
+    Ok(())
 }

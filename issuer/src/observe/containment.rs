@@ -161,47 +161,61 @@ pub(super) fn listeners(m: &Manifest, facts: &mut Vec<Fact>) {
     }
 }
 
-/// The enrolled executables: no live task runs them (by exe or mapping).
+/// The enrolled executables: no principal's live task runs them, by identity or content,
+/// as its exe or a mapping (docs/THREAT-MODEL.md, "Who can change a fact").
 pub(super) fn executables(m: &Manifest, facts: &mut Vec<Fact>) {
-    let wanted: Vec<proc::Wanted<'_>> = m
-        .containment
-        .executables
+    const WANT: &str = "no live task runs it";
+    let exes = &m.containment.executables;
+    // Each enrolled file as it is now: its identity and content. A removed one can still
+    // run: it is then matched by its former path alone.
+    let now: Vec<Result<proc::Wanted<'_>, String>> = exes
         .iter()
         .map(|exe| {
-            let (dev, ino) = match rustix::fs::stat(exe.as_str()) {
-                Ok(st) => (st.st_dev, st.st_ino),
-                // A removed executable can still run: match by its former path only.
-                Err(_) => (u64::MAX, u64::MAX),
+            let f = match std::fs::File::open(exe) {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Ok(proc::Wanted {
+                        path: exe,
+                        id: None,
+                        content: None,
+                    })
+                }
+                Err(e) => return Err(format!("{exe}: {e}")),
             };
-            proc::Wanted {
+            let st = rustix::fs::fstat(&f).map_err(|e| format!("{exe}: {e}"))?;
+            let digest = crate::digest::digest(&f, proc::CONTENT_BYTES_MAX)
+                .map_err(|e| format!("{exe}: {e}"))?;
+            Ok(proc::Wanted {
                 path: exe,
-                dev,
-                ino,
-            }
+                id: Some((st.st_dev, st.st_ino)),
+                content: Some((st.st_size as u64, digest)),
+            })
         })
         .collect();
-    // One walk of /proc for every enrolled executable.
-    let running = proc::running_all(&wanted);
-    for (exe, running) in m.containment.executables.iter().zip(running) {
+    let wanted: Vec<proc::Wanted<'_>> = now.iter().filter_map(|w| w.clone().ok()).collect();
+    // One walk of /proc for every enrolled executable that could be read.
+    let mut running = proc::running_all(&wanted, &m.containment.principals()).into_iter();
+    for (exe, now) in exes.iter().zip(now) {
+        let running = match now {
+            Err(e) => Err(e),
+            Ok(_) => running
+                .next()
+                .unwrap_or_else(|| Err("no walk for it".into())),
+        };
         facts.push(match running {
-            Err(e) => Fact::failed(
-                "process",
-                exe,
-                "no live task runs it",
-                &e,
-                Reason::ObserveFailed,
-            ),
-            Ok(r) if r.is_empty() => Fact::ok("process", exe, "no live task runs it", "none"),
+            Err(e) => Fact::failed("process", exe, WANT, &e, Reason::ObserveFailed),
+            Ok(r) if r.is_empty() => Fact::ok("process", exe, WANT, "none"),
             Ok(r) => {
                 let tasks: Vec<String> = r
                     .iter()
                     .take(cgroup::TASKS_SHOWN_MAX)
                     .map(|t| {
                         let cg = cgroup::of_pid(t.pid).unwrap_or_else(|_| "?".into());
-                        let how = if t.mapped {
-                            " (mapped, not its exe)"
-                        } else {
-                            ""
+                        let how = match (t.mapped, t.copy) {
+                            (false, false) => "",
+                            (true, false) => " (mapped, not its exe)",
+                            (false, true) => " (a copy: its content)",
+                            (true, true) => " (a copy mapped, not its exe)",
                         };
                         if t.tid == t.pid {
                             format!("pid {}{how} in {cg}", t.pid)
@@ -210,13 +224,7 @@ pub(super) fn executables(m: &Manifest, facts: &mut Vec<Fact>) {
                         }
                     })
                     .collect();
-                Fact::failed(
-                    "process",
-                    exe,
-                    "no live task runs it",
-                    &tasks.join(", "),
-                    Reason::EscapedTask,
-                )
+                Fact::failed("process", exe, WANT, &tasks.join(", "), Reason::EscapedTask)
             }
         });
     }

@@ -1,22 +1,43 @@
-//! Processes and threads running a given executable, wherever they are: by the identity of
-//! their `exe`, or of a file mapped into them (a binary started through the dynamic loader
-//! has the loader as its `exe` and the binary only in its maps).
+//! Tasks that run a contained executable (docs/THREAT-MODEL.md, "Who can change a fact"):
+//! only tasks that can be the old root are looked at, those with a principal's uid (root or
+//! one of the manifest's `old_root_uids`) among their real, effective, saved or
+//! file-system uids; another user's tasks are never read, so nothing such a user runs,
+//! maps or names can fail or change the fact. A principal's task runs an enrolled
+//! executable when its `exe`, or a file mapped into it (a binary started through the
+//! dynamic loader has the loader as its `exe`), is that file by identity, or has its
+//! content (same size, then same sha256: a copy, a rename, a bind or overlay mount, a
+//! memfd); or, for a task in our own mount namespace, when its `exe` or mapping names the
+//! enrolled path as removed or replaced. Path text is never compared across mount
+//! namespaces: there it names another file.
 
-use std::io::BufRead as _;
-use std::path::Path;
+use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
+
+use repoch_protocol::limits::PATH_BYTES_MAX;
+use repoch_protocol::Hash;
+use rustix::fs::{Mode, OFlags};
+use rustix::io::Errno;
 
 use super::procfs::pids;
 
 /// Threads examined per process: the kernel's `PID_MAX_LIMIT`, which no process's tasks
-/// can exceed (a lower bound would let any user with more threads fail the scan).
+/// can exceed (a lower bound would let a principal's process with more threads fail the
+/// scan).
 pub const TASKS_PER_PROC_MAX: usize = 1 << 22;
-/// Lines read from one `/proc/PID/maps`, streamed (memory stays one line): 16 times the
-/// kernel's default `vm.max_map_count` (65530). A byte bound would let any user fail the
-/// scan, and with it a recovery, by mapping one long-named file many times (seen: 17,500
-/// mappings of a 3,829-byte path, 64 MiB); a maps over this many lines is refused.
+/// Lines read from one principal task's `/proc/PID/maps`, streamed: 16 times the kernel's
+/// default `vm.max_map_count` (65530); more is an error.
 pub const MAPS_LINES_MAX: u64 = 1 << 20;
-/// Bytes of one maps line (the fixed fields and a path of at most `PATH_MAX`).
-pub const MAPS_LINE_BYTES_MAX: usize = 8 * 1024;
+/// Bytes kept of one maps line (the fixed fields, then a path of at most
+/// `PATH_BYTES_MAX` and " (deleted)"). A longer line is read to its end and its path is
+/// known to be none of the enrolled ones: no line of any length fails the scan.
+pub const MAPS_LINE_KEPT_BYTES: usize = 128 + PATH_BYTES_MAX + 16;
+/// Bytes kept of one `status` line (only `Uid:` and `Threads:` are parsed; a longer line,
+/// `Groups:` of a process with many groups, is skipped to its end).
+pub const STATUS_LINE_KEPT_BYTES: usize = 256;
+/// Distinct mapped files judged by content in one walk (each at most once).
+pub const MAPPED_FILES_MAX: usize = 1 << 20;
+/// Bytes of a file hashed to compare it with an enrolled executable of the same size.
+pub const CONTENT_BYTES_MAX: u64 = crate::observe::EXE_BYTES_MAX;
 
 /// A task (process or thread) running a contained executable.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,177 +46,308 @@ pub struct Runner {
     pub tid: u32,
     /// Found in its maps, not as its `exe` (e.g. started through the dynamic loader).
     pub mapped: bool,
+    /// Another file with the enrolled executable's content (a copy, an overlay, a memfd).
+    pub copy: bool,
 }
 
-fn same_path(l: &str, path: &str) -> bool {
-    l == path || l.strip_suffix(" (deleted)") == Some(path)
-}
-
-/// An enrolled executable: its path and the identity (`dev`, `ino`) it had when stat'ed.
+/// An enrolled executable as it is now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Wanted<'a> {
+    /// Its enrolled path.
     pub path: &'a str,
-    pub dev: u64,
-    pub ino: u64,
+    /// Its identity (device, inode), when it exists now.
+    pub id: Option<(u64, u64)>,
+    /// Its size and sha256, when it could be read now.
+    pub content: Option<(u64, Hash)>,
 }
 
-/// A task's `exe` link: its identity and, read only when asked for, its target.
-struct ExeLink<'a> {
-    link: &'a Path,
-    id: Option<(u64, u64)>,
-    target: Option<Option<String>>,
+/// `path` exactly, or as the kernel names it once removed or replaced.
+fn same_path(text: &[u8], path: &str) -> bool {
+    text == path.as_bytes() || text.strip_suffix(b" (deleted)") == Some(path.as_bytes())
 }
 
-impl<'a> ExeLink<'a> {
-    fn new(link: &'a Path) -> ExeLink<'a> {
-        ExeLink {
-            link,
-            id: rustix::fs::stat(link).ok().map(|st| (st.st_dev, st.st_ino)),
-            target: None,
+fn gone(e: Errno) -> bool {
+    e == Errno::NOENT || e == Errno::SRCH
+}
+
+/// Reads one line of `r` into `buf`, keeping at most `keep` bytes of it (the rest is read
+/// and dropped). `None` at the end; else whether the line was cut.
+fn read_line_kept(
+    r: &mut impl std::io::BufRead,
+    buf: &mut Vec<u8>,
+    keep: usize,
+) -> std::io::Result<Option<bool>> {
+    buf.clear();
+    let (mut cut, mut any) = (false, false);
+    loop {
+        let avail = r.fill_buf()?;
+        if avail.is_empty() {
+            return Ok(any.then_some(cut));
+        }
+        any = true;
+        let (take, done) = match avail.iter().position(|b| *b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (avail.len(), false),
+        };
+        let room = keep.saturating_sub(buf.len());
+        cut |= take > room;
+        buf.extend_from_slice(&avail[..take.min(room)]);
+        r.consume(take);
+        if done {
+            return Ok(Some(cut));
         }
     }
-
-    /// Whether it runs `w`: the live executable by identity; a deleted or replaced one by
-    /// its former path.
-    fn matches(&mut self, w: &Wanted<'_>) -> bool {
-        if self.id == Some((w.dev, w.ino)) {
-            return true;
-        }
-        let link = self.link;
-        self.target
-            .get_or_insert_with(|| {
-                std::fs::read_link(link)
-                    .ok()
-                    .map(|l| l.to_string_lossy().into_owned())
-            })
-            .as_deref()
-            .is_some_and(|l| same_path(l, w.path))
-    }
 }
 
-/// One `/proc/PID/maps` line: `(dev major, dev minor, inode, path)`. Example:
-/// `7f..-7f.. r-xp 00001000 fe:00 325843   /usr/lib/ld-linux-x86-64.so.2` (device in
-/// hex; the path may contain spaces and may end in ` (deleted)`).
-pub fn parse_maps_line(line: &str) -> Option<(u32, u32, u64, &str)> {
+/// One `/proc/PID/maps` line: `(address range, dev major, dev minor, inode, path)`.
+/// Example: `7f..-7f.. r-xp 00001000 fe:00 325843   /usr/lib/ld-linux-x86-64.so.2`
+/// (device in hex; the path may contain spaces and may end in ` (deleted)`).
+pub fn parse_maps_line(line: &[u8]) -> Option<(&str, u32, u32, u64, &[u8])> {
     let mut rest = line;
     let mut field = || {
-        rest = rest.trim_start_matches(' ');
-        let end = rest.find(' ').unwrap_or(rest.len());
+        let start = rest.iter().position(|b| *b != b' ')?;
+        rest = &rest[start..];
+        let end = rest.iter().position(|b| *b == b' ').unwrap_or(rest.len());
         let (f, r) = rest.split_at(end);
         rest = r;
-        Some(f).filter(|f| !f.is_empty())
+        std::str::from_utf8(f).ok()
     };
-    let (_addr, _perms, _offset) = (field()?, field()?, field()?);
+    let range = field()?;
+    let (_perms, _offset) = (field()?, field()?);
     let dev = field()?;
     let ino = field()?.parse().ok()?;
     let (maj, min) = dev.split_once(':')?;
     let maj = u32::from_str_radix(maj, 16).ok()?;
     let min = u32::from_str_radix(min, 16).ok()?;
-    Some((maj, min, ino, rest.trim_start_matches(' ')))
+    let start = rest.iter().position(|b| *b != b' ').unwrap_or(rest.len());
+    Some((range, maj, min, ino, &rest[start..]))
 }
 
-/// What a task's maps showed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Maps {
-    /// The executable is mapped.
-    Has,
-    /// Mappings, none of them the executable.
-    HasNot,
-    /// No mapping at all (a kernel thread, or a zombie leader whose memory is gone), or
-    /// the task has exited.
-    Empty,
-}
-
-/// For each of `wanted`, whether `maps` (a `/proc/PID/maps` or `/proc/PID/task/TID/maps`)
-/// maps it: by device and inode, or (removed or replaced) by its former path; read once,
-/// and only as far as the last of them is found. Bounded; unreadable maps of a live task is
-/// an error for each executable not found before it.
-fn maps_has(maps: &Path, wanted: &[Wanted<'_>]) -> Vec<Result<Maps, String>> {
-    let gone = |e: &std::io::Error| {
-        matches!(
-            e.raw_os_error(),
-            Some(c) if c == rustix::io::Errno::NOENT.raw_os_error()
-                || c == rustix::io::Errno::SRCH.raw_os_error()
-        )
-    };
-    let mut out: Vec<Option<Result<Maps, String>>> = wanted.iter().map(|_| None).collect();
-    // Every executable not decided yet gets `r`.
-    let settle = |out: Vec<Option<Result<Maps, String>>>, r: Result<Maps, String>| {
-        out.into_iter()
-            .map(|o| o.unwrap_or_else(|| r.clone()))
-            .collect()
-    };
-    let f = match std::fs::File::open(maps) {
-        Ok(f) => f,
-        Err(e) if gone(&e) => return settle(out, Ok(Maps::Empty)),
-        Err(e) => return settle(out, Err(format!("{}: {e}", maps.display()))),
-    };
-    let want: Vec<(u32, u32)> = wanted
-        .iter()
-        .map(|w| (rustix::fs::major(w.dev), rustix::fs::minor(w.dev)))
-        .collect();
-    let mut r = std::io::BufReader::new(f);
+/// The uids (real, effective, saved, file system) and thread count of a task, from its
+/// `status` under `dir`; `None` once it has exited.
+fn task_status(dir: impl AsFd, status: &str) -> Option<([u32; 4], usize)> {
+    let f = rustix::fs::openat(dir, status, OFlags::CLOEXEC, Mode::empty()).ok()?;
+    let mut r = std::io::BufReader::new(std::fs::File::from(f));
+    let (mut uids, mut threads) = (None, None);
     let mut line = Vec::new();
-    let (mut lines, mut any, mut left) = (0u64, false, wanted.len());
-    loop {
-        line.clear();
-        let n = match r.read_until(b'\n', &mut line) {
-            Ok(n) => n,
-            Err(e) if gone(&e) => return settle(out, Ok(Maps::Empty)),
-            Err(e) => return settle(out, Err(format!("{}: {e}", maps.display()))),
-        };
-        if n == 0 {
-            return settle(out, Ok(if any { Maps::HasNot } else { Maps::Empty }));
-        }
-        lines = lines.saturating_add(1);
-        if lines > MAPS_LINES_MAX {
-            let e = format!("{}: over {MAPS_LINES_MAX} lines", maps.display());
-            return settle(out, Err(e));
-        }
-        if n > MAPS_LINE_BYTES_MAX {
-            let e = format!(
-                "{}: a line over {MAPS_LINE_BYTES_MAX} bytes",
-                maps.display()
-            );
-            return settle(out, Err(e));
-        }
-        any = true;
+    while uids.is_none() || threads.is_none() {
+        read_line_kept(&mut r, &mut line, STATUS_LINE_KEPT_BYTES).ok()??;
         let text = String::from_utf8_lossy(&line);
-        let Some((maj, min, i, p)) = parse_maps_line(text.trim_end_matches('\n')) else {
-            let e = format!("{}: unknown line {text:?}", maps.display());
-            return settle(out, Err(e));
-        };
-        for (k, w) in wanted.iter().enumerate() {
-            if out[k].is_none()
-                && ((i != 0 && i == w.ino && (maj, min) == want[k]) || same_path(p, w.path))
-            {
-                out[k] = Some(Ok(Maps::Has));
-                left -= 1;
-            }
-        }
-        if left == 0 {
-            return settle(out, Ok(Maps::Has));
+        if let Some(u) = text.strip_prefix("Uid:") {
+            let v: Vec<u32> = u
+                .split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            uids = Some(<[u32; 4]>::try_from(v).ok()?);
+        } else if let Some(t) = text.strip_prefix("Threads:") {
+            threads = Some(t.trim().parse().ok()?);
         }
     }
+    Some((uids?, threads?))
 }
 
 /// Whether the init of our pid namespace hides its `exe` and maps from root (as some
 /// sandbox and VM supervisors run it). Such an init is no deployment's old root, and it
 /// cannot be judged either way: it is the one process skipped. Anywhere else, unreadable
-/// maps of a live process fail the observation.
+/// maps of a principal's live process fail the observation.
 fn init_hidden() -> bool {
     let denied = |e: std::io::Error| e.kind() == std::io::ErrorKind::PermissionDenied;
     std::fs::read_link("/proc/1/exe").is_err_and(denied)
         && std::fs::File::open("/proc/1/maps").is_err_and(denied)
 }
 
-/// For each of `wanted`, in order, every task running it, as its `exe` or mapped into
-/// it; or why that could not be known. One walk of `/proc` for all of them: it looks at
-/// each process's `exe` and maps and at every thread's `exe`, so a thread group whose
-/// leader exited (a zombie leader with live threads) is still found; threads share their
-/// process's maps, read per thread only when the leader has none. An error met for an
-/// executable ends its search (its result is that error); the others go on.
-pub fn running_all(wanted: &[Wanted<'_>]) -> Vec<Result<Vec<Runner>, String>> {
+/// One walk's judge of files against the enrolled executables.
+struct Judge<'w, 'a> {
+    wanted: &'w [Wanted<'a>],
+    /// Our mount namespace's inode: path text is compared only for tasks in it.
+    own_mnt: Option<u64>,
+    /// Mapped files already judged by content this walk: (major, minor, inode) -> the
+    /// wanted indices whose content they have, as a bit set.
+    by_content: HashMap<(u32, u32, u64), u16>,
+}
+
+impl Judge<'_, '_> {
+    /// The wanted indices (bit set) whose content the open file `fd` has, when it is not
+    /// the enrolled file itself: same size first, then the sha256 (cached by its stamp).
+    fn content_of(&self, fd: &OwnedFd) -> Result<u16, String> {
+        let st = rustix::fs::fstat(fd).map_err(|e| format!("fstat: {e}"))?;
+        let size = st.st_size as u64;
+        let mut digest: Option<Hash> = None;
+        let mut out = 0u16;
+        for (k, w) in self.wanted.iter().enumerate() {
+            let Some((want_size, want_digest)) = w.content else {
+                continue;
+            };
+            if want_size != size || w.id == Some((st.st_dev, st.st_ino)) {
+                continue;
+            }
+            let d = match digest {
+                Some(d) => d,
+                None => *digest.insert(crate::digest::digest(fd, CONTENT_BYTES_MAX)?),
+            };
+            if d == want_digest {
+                out |= 1 << k;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The wanted indices (bit set) that the file `fd` is by identity.
+    fn identity_of(&self, fd: &OwnedFd) -> u16 {
+        let Ok(st) = rustix::fs::fstat(fd) else {
+            return 0;
+        };
+        self.wanted
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| w.id == Some((st.st_dev, st.st_ino)))
+            .fold(0, |m, (k, _)| m | 1 << k)
+    }
+
+    /// The wanted indices (bit set) whose enrolled path `text` names.
+    fn path_of(&self, text: &[u8]) -> u16 {
+        self.wanted
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| same_path(text, w.path))
+            .fold(0, |m, (k, _)| m | 1 << k)
+    }
+}
+
+/// What one task showed: for each wanted index it runs, how.
+#[derive(Default)]
+struct Seen {
+    exe: u16,
+    exe_copy: u16,
+    mapped: u16,
+    mapped_copy: u16,
+}
+
+impl Seen {
+    fn any(&self) -> u16 {
+        self.exe | self.exe_copy | self.mapped | self.mapped_copy
+    }
+}
+
+/// Examines the task directory `task` (`/proc/PID` or `/proc/PID/task/TID`) of a
+/// principal's task with memory: its `exe`, then its maps for what its `exe` is not.
+/// `Ok(None)`: it has no memory (a kernel thread, a zombie) or exited meanwhile.
+fn examine(judge: &mut Judge<'_, '_>, task: &OwnedFd) -> Result<Option<Seen>, String> {
+    let all: u16 = (1u16 << judge.wanted.len()) - 1;
+    let mut seen = Seen::default();
+    let exe = match rustix::fs::openat(task, "exe", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
+    {
+        Ok(fd) => fd,
+        Err(e) if gone(e) => return Ok(None),
+        Err(e) => return Err(format!("exe: {e}")),
+    };
+    let same_mnt = judge.own_mnt.is_some()
+        && rustix::fs::statat(task, "ns/mnt", rustix::fs::AtFlags::empty())
+            .ok()
+            .map(|st| st.st_ino)
+            == judge.own_mnt;
+    seen.exe = judge.identity_of(&exe);
+    if same_mnt {
+        if let Ok(text) = rustix::fs::readlinkat(task, "exe", Vec::new()) {
+            seen.exe |= judge.path_of(text.as_bytes());
+        }
+    }
+    seen.exe_copy = judge.content_of(&exe)? & !seen.exe;
+    if seen.any() == all {
+        return Ok(Some(seen));
+    }
+    let maps = match rustix::fs::openat(
+        task,
+        "maps",
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(e) if gone(e) => return Ok(None),
+        Err(e) => return Err(format!("maps: {e}")),
+    };
+    let mut r = std::io::BufReader::new(std::fs::File::from(maps));
+    let mut line = Vec::new();
+    let mut lines = 0u64;
+    let mut this_task: std::collections::HashSet<(u32, u32, u64)> = Default::default();
+    loop {
+        let cut = match read_line_kept(&mut r, &mut line, MAPS_LINE_KEPT_BYTES) {
+            Ok(Some(cut)) => cut,
+            Ok(None) => break,
+            Err(e)
+                if e.raw_os_error()
+                    .map(Errno::from_raw_os_error)
+                    .is_some_and(gone) =>
+            {
+                return Ok(None)
+            }
+            Err(e) => return Err(format!("maps: {e}")),
+        };
+        lines += 1;
+        if lines > MAPS_LINES_MAX {
+            return Err(format!("maps: over {MAPS_LINES_MAX} lines"));
+        }
+        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        let Some((range, maj, min, ino, path)) = parse_maps_line(text) else {
+            return Err(format!(
+                "maps: unknown line {:?}",
+                String::from_utf8_lossy(text)
+            ));
+        };
+        if ino == 0 || !this_task.insert((maj, min, ino)) {
+            continue;
+        }
+        for (k, w) in judge.wanted.iter().enumerate() {
+            let same = w.id.is_some_and(|(dev, i)| {
+                i == ino && (rustix::fs::major(dev), rustix::fs::minor(dev)) == (maj, min)
+            });
+            if same || (same_mnt && !cut && same_path(path, w.path)) {
+                seen.mapped |= 1 << k;
+            }
+        }
+        if judge.wanted.iter().all(|w| w.content.is_none()) {
+            continue;
+        }
+        let key = (maj, min, ino);
+        let by_content = match judge.by_content.get(&key) {
+            Some(m) => *m,
+            None => {
+                if judge.by_content.len() >= MAPPED_FILES_MAX {
+                    return Err(format!("more than {MAPPED_FILES_MAX} mapped files"));
+                }
+                let file = format!("map_files/{range}");
+                let fd = match rustix::fs::openat(
+                    task,
+                    file.as_str(),
+                    OFlags::RDONLY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                ) {
+                    Ok(fd) => fd,
+                    // Unmapped since the line was read, or the task exited.
+                    Err(e) if gone(e) => continue,
+                    Err(e) => return Err(format!("{file}: {e}")),
+                };
+                let m = judge.content_of(&fd)?;
+                judge.by_content.insert(key, m);
+                m
+            }
+        };
+        seen.mapped_copy |= by_content;
+    }
+    seen.mapped &= !seen.exe & !seen.exe_copy;
+    seen.mapped_copy &= !seen.exe & !seen.exe_copy & !seen.mapped;
+    Ok(Some(seen))
+}
+
+/// For each of `wanted`, in order, every task of a principal (`principals`: uids) running
+/// it, as its `exe` or mapped into it, by identity or content; or why that could not be
+/// known. One walk of `/proc` for all of them. A process whose leader has exited (a zombie
+/// leader with live threads) is examined through a live thread; a process is a
+/// principal's when any of its tasks has a principal's uid. Tasks that exit during the
+/// walk are skipped. An error met for an executable ends its search (its result is that
+/// error); the others go on.
+pub fn running_all(wanted: &[Wanted<'_>], principals: &[u32]) -> Vec<Result<Vec<Runner>, String>> {
+    assert!(wanted.len() <= 16, "a u16 bit set per wanted executable");
     let mut out: Vec<Result<Vec<Runner>, String>> = wanted.iter().map(|_| Ok(Vec::new())).collect();
     if wanted.is_empty() {
         return out;
@@ -204,101 +356,101 @@ pub fn running_all(wanted: &[Wanted<'_>]) -> Vec<Result<Vec<Runner>, String>> {
         Ok(p) => p,
         Err(e) => return wanted.iter().map(|_| Err(format!("/proc: {e}"))).collect(),
     };
+    let mut judge = Judge {
+        wanted,
+        own_mnt: rustix::fs::stat("/proc/self/ns/mnt")
+            .ok()
+            .map(|st| st.st_ino),
+        by_content: HashMap::new(),
+    };
+    let proc_dir =
+        match rustix::fs::open("/proc", OFlags::CLOEXEC | OFlags::DIRECTORY, Mode::empty()) {
+            Ok(d) => d,
+            Err(e) => return wanted.iter().map(|_| Err(format!("/proc: {e}"))).collect(),
+        };
+    let principal = |uids: [u32; 4]| uids.iter().any(|u| principals.contains(u));
     for pid in all {
-        // The executables still searched for that this process does not run as its exe.
-        let link = std::path::PathBuf::from(format!("/proc/{pid}/exe"));
-        let mut exe = ExeLink::new(&link);
-        let mut rest: Vec<usize> = Vec::new();
-        for (k, w) in wanted.iter().enumerate() {
-            let Ok(found) = &mut out[k] else { continue };
-            if exe.matches(w) {
-                found.push(Runner {
-                    pid,
-                    tid: pid,
-                    mapped: false,
-                });
-            } else {
-                rest.push(k);
-            }
-        }
-        if rest.is_empty() {
-            continue;
-        }
-        let ws: Vec<Wanted<'_>> = rest.iter().map(|k| wanted[*k]).collect();
-        let leader = maps_has(Path::new(&format!("/proc/{pid}/maps")), &ws);
-        // Those not mapped by the leader, with what its maps showed (HasNot or Empty).
-        let mut threads: Vec<(usize, Maps)> = Vec::new();
-        for (k, m) in rest.into_iter().zip(leader) {
-            match m {
-                Ok(Maps::Has) => {
-                    if let Ok(found) = &mut out[k] {
-                        found.push(Runner {
-                            pid,
-                            tid: pid,
-                            mapped: true,
-                        });
-                    }
-                }
-                Ok(m) => threads.push((k, m)),
-                Err(_) if pid == 1 && init_hidden() => {}
-                Err(e) => out[k] = Err(e),
-            }
-        }
-        if threads.is_empty() {
-            continue;
-        }
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        let Ok(dir) = rustix::fs::openat(
+            &proc_dir,
+            pid.to_string().as_str(),
+            OFlags::CLOEXEC | OFlags::DIRECTORY,
+            Mode::empty(),
+        ) else {
             continue;
         };
-        for t in tasks.take(TASKS_PER_PROC_MAX).flatten() {
-            if threads.is_empty() {
-                break;
+        let Some((uids, threads)) = task_status(&dir, "status") else {
+            continue;
+        };
+        let mut is_principal = principal(uids);
+        // The leader, then (when it has no memory, or is not a principal's while another
+        // thread may be) each thread.
+        let mut result = if is_principal {
+            examine(&mut judge, &dir).map(|s| s.map(|s| (pid, s)))
+        } else {
+            Ok(None)
+        };
+        if threads > 1 && matches!(result, Ok(None)) {
+            if let Ok(tasks) = rustix::fs::openat(
+                &dir,
+                "task",
+                OFlags::CLOEXEC | OFlags::DIRECTORY,
+                Mode::empty(),
+            ) {
+                let tids: Vec<u32> = match rustix::fs::Dir::read_from(&tasks) {
+                    Ok(d) => d
+                        .take(TASKS_PER_PROC_MAX)
+                        .filter_map(|e| e.ok()?.file_name().to_str().ok()?.parse().ok())
+                        .filter(|t| *t != pid)
+                        .collect(),
+                    Err(_) => Vec::new(),
+                };
+                for tid in tids {
+                    let Ok(t) = rustix::fs::openat(
+                        &tasks,
+                        tid.to_string().as_str(),
+                        OFlags::CLOEXEC | OFlags::DIRECTORY,
+                        Mode::empty(),
+                    ) else {
+                        continue;
+                    };
+                    if !is_principal {
+                        match task_status(&t, "status") {
+                            Some((u, _)) if principal(u) => is_principal = true,
+                            _ => continue,
+                        }
+                    }
+                    result = examine(&mut judge, &t).map(|s| s.map(|s| (tid, s)));
+                    if !matches!(result, Ok(None)) {
+                        break;
+                    }
+                }
             }
-            let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-                continue;
-            };
-            if tid == pid {
-                continue;
-            }
-            let (path, maps_path) = (t.path().join("exe"), t.path().join("maps"));
-            let mut exe = ExeLink::new(&path);
-            // Those whose search goes on past this thread, and those to look for in its maps.
-            let mut on: Vec<(usize, Maps)> = Vec::new();
-            let mut in_maps: Vec<usize> = Vec::new();
-            for (k, m) in threads {
-                if exe.matches(&wanted[k]) {
-                    if let Ok(found) = &mut out[k] {
+        }
+        match result {
+            Ok(None) => {}
+            Ok(Some((tid, seen))) => {
+                for (k, found) in out.iter_mut().enumerate() {
+                    let Ok(found) = found else { continue };
+                    let bit = 1u16 << k;
+                    if seen.any() & bit != 0 {
                         found.push(Runner {
                             pid,
                             tid,
-                            mapped: false,
+                            mapped: (seen.mapped | seen.mapped_copy) & bit != 0,
+                            copy: (seen.exe_copy | seen.mapped_copy) & bit != 0,
                         });
                     }
-                } else if m == Maps::Empty {
-                    in_maps.push(k);
-                } else {
-                    on.push((k, m));
                 }
             }
-            if !in_maps.is_empty() {
-                let ws: Vec<Wanted<'_>> = in_maps.iter().map(|k| wanted[*k]).collect();
-                for (k, r) in in_maps.into_iter().zip(maps_has(&maps_path, &ws)) {
-                    match r {
-                        Ok(Maps::Has) => {
-                            if let Ok(found) = &mut out[k] {
-                                found.push(Runner {
-                                    pid,
-                                    tid,
-                                    mapped: true,
-                                });
-                            }
-                        }
-                        Ok(_) => on.push((k, Maps::Empty)),
-                        Err(e) => out[k] = Err(e),
+            Err(_) if pid == 1 && init_hidden() => {}
+            Err(e) => {
+                let e = format!("/proc/{pid}/{e}");
+                for found in out.iter_mut() {
+                    if found.as_ref().is_ok_and(|f| f.is_empty()) {
+                        *found = Err(e.clone());
                     }
                 }
             }
-            threads = on;
         }
     }
     out
@@ -306,68 +458,65 @@ pub fn running_all(wanted: &[Wanted<'_>]) -> Vec<Result<Vec<Runner>, String>> {
 
 #[cfg(test)]
 mod tests {
-    use super::{maps_has, parse_maps_line, Maps, Wanted};
+    use super::{parse_maps_line, read_line_kept, same_path};
 
     #[test]
-    fn one_read_of_maps_answers_for_each_executable_and_an_error_fails_those_not_found_before_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let maps = dir.path().join("maps");
-        let by_path = |path| Wanted {
-            path,
-            dev: u64::MAX,
-            ino: u64::MAX,
-        };
-        let (a, b, c) = (by_path("/srv/a"), by_path("/srv/b"), by_path("/srv/c"));
-        std::fs::write(
-            &maps,
-            "5555-6666 r-xp 00000000 fe:00 77   /srv/a\n\
-             7777-8888 r-xp 00000000 fe:00 78   /srv/c (deleted)\n",
-        )
-        .unwrap();
-        assert_eq!(
-            maps_has(&maps, &[a, b, c]),
-            [Ok(Maps::Has), Ok(Maps::HasNot), Ok(Maps::Has)]
-        );
-        std::fs::write(
-            &maps,
-            "5555-6666 r-xp 00000000 fe:00 77   /srv/a\ngarbage\n7777-8888 r-xp 00000000 fe:00 78   /srv/c\n",
-        )
-        .unwrap();
-        let got = maps_has(&maps, &[a, b, c]);
-        assert_eq!(got[0], Ok(Maps::Has));
-        for r in &got[1..] {
-            assert!(
-                r.as_ref().is_err_and(|e| e.contains("unknown line")),
-                "{r:?}"
-            );
-        }
-        std::fs::write(&maps, "").unwrap();
-        assert_eq!(maps_has(&maps, &[a, b]), [Ok(Maps::Empty), Ok(Maps::Empty)]);
-        assert_eq!(maps_has(&dir.path().join("gone"), &[a]), [Ok(Maps::Empty)]);
-    }
-
-    #[test]
-    fn maps_lines_parse_device_inode_and_a_path_with_spaces() {
+    fn maps_lines_parse_range_device_inode_and_a_path_with_spaces() {
         assert_eq!(
             parse_maps_line(
-                "7f72322c6000-7f72322ec000 r-xp 00001000 fe:00 325843                     /usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"
+                b"7f72322c6000-7f72322ec000 r-xp 00001000 fe:00 325843                     /usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"
             ),
-            Some((0xfe, 0, 325843, "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"))
+            Some((
+                "7f72322c6000-7f72322ec000",
+                0xfe,
+                0,
+                325843,
+                &b"/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"[..]
+            ))
         );
         assert_eq!(
-            parse_maps_line("5555-6666 r-xp 00000000 103:02 77   /srv/old root/bin (deleted)"),
-            Some((0x103, 2, 77, "/srv/old root/bin (deleted)"))
+            parse_maps_line(b"5555-6666 r-xp 00000000 103:02 77   /srv/old root/bin (deleted)"),
+            Some((
+                "5555-6666",
+                0x103,
+                2,
+                77,
+                &b"/srv/old root/bin (deleted)"[..]
+            ))
         );
         // Anonymous mappings have no path.
         assert_eq!(
-            parse_maps_line("7ffd-7ffe rw-p 00000000 00:00 0 "),
-            Some((0, 0, 0, ""))
+            parse_maps_line(b"7ffd-7ffe rw-p 00000000 00:00 0 "),
+            Some(("7ffd-7ffe", 0, 0, 0, &b""[..]))
         );
         assert_eq!(
-            parse_maps_line("7ffd-7ffe rw-p 00000000 00:00 0"),
-            Some((0, 0, 0, ""))
+            parse_maps_line(b"7ffd-7ffe rw-p 00000000 00:00 0"),
+            Some(("7ffd-7ffe", 0, 0, 0, &b""[..]))
         );
-        assert_eq!(parse_maps_line("garbage"), None);
-        assert_eq!(parse_maps_line("a b c zz:00 1 /x"), None);
+        assert_eq!(parse_maps_line(b"garbage"), None);
+        assert_eq!(parse_maps_line(b"a b c zz:00 1 /x"), None);
+    }
+
+    #[test]
+    fn a_line_of_any_length_is_read_to_its_end_keeping_a_prefix() {
+        let long = "x".repeat(100_000);
+        let input = format!("short\n{long}\nlast");
+        let mut r = std::io::BufReader::with_capacity(4096, input.as_bytes());
+        let mut buf = Vec::new();
+        assert_eq!(read_line_kept(&mut r, &mut buf, 10).unwrap(), Some(false));
+        assert_eq!(buf, b"short\n");
+        assert_eq!(read_line_kept(&mut r, &mut buf, 10).unwrap(), Some(true));
+        assert_eq!(buf, b"xxxxxxxxxx");
+        assert_eq!(read_line_kept(&mut r, &mut buf, 10).unwrap(), Some(false));
+        assert_eq!(buf, b"last");
+        assert_eq!(read_line_kept(&mut r, &mut buf, 10).unwrap(), None);
+    }
+
+    #[test]
+    fn a_path_is_the_enrolled_one_exactly_or_as_removed() {
+        assert!(same_path(b"/srv/a", "/srv/a"));
+        assert!(same_path(b"/srv/a (deleted)", "/srv/a"));
+        assert!(!same_path(b"/srv/ab", "/srv/a"));
+        assert!(!same_path(b"/srv/a (deleted) (deleted)", "/srv/a"));
     }
 }

@@ -78,6 +78,7 @@ pub fn manifest() -> Manifest {
                 Listener::Udp(53),
             ],
             executables: vec!["/usr/bin/billing-root".into()],
+            old_root_uids: vec![],
         },
         consumer: Consumer {
             uid: 990,
@@ -278,6 +279,18 @@ pub fn samples() -> Vec<(&'static str, Vec<u8>)> {
         (
             "signed-grant",
             SignedGrant::sign(grant(), &issuer()).to_bytes(),
+        ),
+        (
+            "signed-manifest",
+            SignedManifest::sign(
+                {
+                    let mut m = manifest();
+                    m.containment.old_root_uids = vec![990, 4_294_967_295];
+                    m
+                },
+                &issuer(),
+            )
+            .to_bytes(),
         ),
         ("challenge", challenge().to_bytes()),
         (

@@ -161,3 +161,41 @@ fn a_discriminant_must_be_the_expected_text() {
         schema("t", "expected \"grant\", found \"grants\"")
     );
 }
+
+#[test]
+fn old_root_uids_are_a_fifth_containment_field_only_when_present_and_canonical() {
+    use repoch_protocol::manifest::Containment;
+    let mut c = manifest().containment;
+    assert!(c.old_root_uids.is_empty());
+    let four = c.to_bytes();
+    assert_eq!(Containment::from_bytes(&four).unwrap(), c);
+    assert_eq!(c.principals(), [0]);
+    c.old_root_uids = vec![7, 990];
+    let five = c.to_bytes();
+    assert_ne!(five, four);
+    assert_eq!(Containment::from_bytes(&five).unwrap(), c);
+    assert_eq!(c.principals(), [0, 7, 990]);
+    let with = |uids: Vec<u64>| {
+        let Value::Array(mut items) = manifest().containment.to_value() else {
+            unreachable!()
+        };
+        items.push(cbor::array(uids.into_iter().map(cbor::uint).collect()));
+        Containment::from_value(cbor::array(items))
+    };
+    let refused = schema(
+        "containment",
+        "old-root uids must be sorted, distinct, not 0, and present only when not empty",
+    );
+    for bad in [vec![], vec![990, 7], vec![7, 7], vec![0, 7]] {
+        assert_eq!(with(bad.clone()).unwrap_err(), refused, "{bad:?}");
+    }
+    assert_eq!(
+        with(vec![1 << 32]).unwrap_err(),
+        schema("containment", "uid over 32 bits")
+    );
+    assert!(with((1..=8).collect()).is_ok());
+    assert!(
+        with((1..=9).collect()).is_err(),
+        "more than OLD_ROOT_UIDS_MAX"
+    );
+}

@@ -855,6 +855,33 @@ fn main() {
             ready();
             sleep_forever();
         }
+        Some("map") => {
+            // Maps FILE read-only without executing it: what any reader can do.
+            let f = std::fs::File::open(&args[2]).unwrap();
+            let len = f.metadata().unwrap().len() as usize;
+            repoch_tests_native::sys::map_readonly(&f, len).unwrap();
+            println!("{}", std::process::id());
+            ready();
+            sleep_forever();
+        }
+        Some("map-deep") => {
+            // Under DIR, DEPTH directories of 200-byte names made by relative mkdir and
+            // chdir (each path stays under PATH_MAX; the whole is not), then a file
+            // there mapped: a maps line far longer than any enrolled path.
+            std::env::set_current_dir(&args[2]).unwrap();
+            let depth: usize = args[3].parse().unwrap();
+            let name = "d".repeat(200);
+            for _ in 0..depth {
+                std::fs::create_dir(&name).unwrap();
+                std::env::set_current_dir(&name).unwrap();
+            }
+            std::fs::write("f", b"mapped").unwrap();
+            let f = std::fs::File::open("f").unwrap();
+            repoch_tests_native::sys::map_readonly(&f, 6).unwrap();
+            println!("{}", std::process::id());
+            ready();
+            sleep_forever();
+        }
         Some("zombie-leader") => {
             // A thread lives on; the leader exits alone and stays a zombie in its cgroup.
             std::thread::spawn(sleep_forever);

@@ -263,7 +263,7 @@ fn a_contained_executable_started_through_the_dynamic_loader_is_an_escaped_task(
         .expect("this test binary has no dynamic loader mapped (a static build?): cannot run");
     let s = Sandbox::new();
     let exe = s.srv.join("old-root");
-    std::fs::copy("/bin/sleep", &exe).unwrap();
+    unique_copy(std::path::Path::new("/bin/sleep"), &exe, &s.tag);
     let id = s.enroll_with(&s.manifest(&format!(
         "[containment]\nexecutables = [\"{}\"]",
         exe.display()

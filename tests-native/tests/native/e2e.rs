@@ -1034,7 +1034,7 @@ fn a_contained_executable_started_after_the_intent_is_withheld() {
     for side in Side::BOTH {
         let s = Sandbox::new();
         let exe = s.srv.join("old-root");
-        std::fs::copy(bin("repoch-test-helper"), &exe).unwrap();
+        unique_copy(&bin("repoch-test-helper"), &exe, &s.tag);
         let id = side.enroll(
             &s,
             &format!("[containment]\nexecutables = [\"{}\"]", exe.display()),
@@ -1054,6 +1054,57 @@ fn a_contained_executable_started_after_the_intent_is_withheld() {
             &["genesis", "intent"],
             "process",
         );
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_fact_that_changes_while_the_consumer_is_awaited_is_refused_before_the_intent() {
+    // The first observation can be minutes before the consumer connects: the old root
+    // starts again in that window (repochd stopped right after the connect, before the
+    // intent). It is observed again right before the intent: refused with the fact's own
+    // reason, nothing written, the epoch still enrolled: the operator retries.
+    require_root!();
+    for side in Side::BOTH {
+        let s = Sandbox::new();
+        let exe = s.srv.join("old-root");
+        unique_copy(&bin("repoch-test-helper"), &exe, &s.tag);
+        let id = side.enroll(
+            &s,
+            &format!("[containment]\nexecutables = [\"{}\"]", exe.display()),
+        );
+        let d = AtBarrier::start(&s, "after-connect");
+        let consumer = Consumer::start(&s, &id, side, &side.exe());
+        let rec = recover_bg(&s, &id[..6], 20);
+        d.reached();
+        let old = spawn_ready({
+            let mut c = Command::new(&exe);
+            c.arg("threads");
+            c
+        });
+        d.signal(rustix::process::Signal::CONT);
+        let r = finish(rec);
+        assert_eq!(r.code, 2, "{}", r.stdout);
+        assert_eq!(r.reasons(), ["escaped-task"], "{}", r.stdout);
+        match consumer {
+            Consumer::Real(c) => {
+                let c = finish(c);
+                assert_eq!(c.code, 2, "{}{}", c.stdout, c.stderr);
+                assert!(!s.path("grant.cbor").exists(), "a grant was persisted");
+            }
+            // Refused before any challenge: the test consumer reports what came instead.
+            Consumer::Peek(mut p) => {
+                p.child.wait().unwrap();
+                let report = std::fs::read_to_string(s.path("peek.json")).unwrap_or_default();
+                assert!(
+                    report.contains("before-challenge") && report.contains("EscapedTask"),
+                    "{report}"
+                );
+            }
+        }
+        assert_eq!(records(&s, &id), ["genesis"]);
+        assert_eq!(s.status(&id).json()["epoch"], "enrolled");
+        drop(old);
     }
 }
 

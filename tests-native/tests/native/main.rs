@@ -18,6 +18,7 @@ mod idle;
 mod inputs;
 mod matrix_types;
 mod observers;
+mod principals;
 mod store;
 mod told;
 mod zero_bytes;

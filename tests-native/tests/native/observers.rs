@@ -374,7 +374,7 @@ fn a_task_running_a_contained_executable_anywhere_is_an_escaped_task() {
     require_root!();
     let s = Sandbox::new();
     let exe = s.srv.join("old-root");
-    std::fs::copy(bin("repoch-test-helper"), &exe).unwrap();
+    unique_copy(&bin("repoch-test-helper"), &exe, &s.tag);
     let id = s.enroll_with(&s.manifest(&format!(
         "[containment]\nexecutables = [\"{}\"]",
         exe.display()
@@ -410,7 +410,11 @@ fn of_several_contained_executables_only_the_running_one_is_an_escaped_task() {
     let s = Sandbox::new();
     let (first, second) = (s.srv.join("old-root-1"), s.srv.join("old-root-2"));
     for exe in [&first, &second] {
-        std::fs::copy(bin("repoch-test-helper"), exe).unwrap();
+        unique_copy(
+            &bin("repoch-test-helper"),
+            exe,
+            &format!("{}-{}", s.tag, exe.display()),
+        );
     }
     let id = s.enroll_with(&s.manifest(&format!(
         "[containment]\nexecutables = [\"{}\", \"{}\"]",

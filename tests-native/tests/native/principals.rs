@@ -1,0 +1,246 @@
+//! Processes are judged as the old root could run them, and only those that can be it
+//! count (docs/THREAT-MODEL.md, "Who can change a fact"): a task of a principal (root, or
+//! one of the manifest's `old_root_uids`) runs an enrolled executable when its exe or a
+//! mapping is that file or has its content (a copy, an overlay mount); another user's
+//! tasks, whatever they map, run or name, change no fact. Real processes as root and as
+//! uid 65534, real mount and user namespaces, observed through the real `repoch observe`.
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::process::CommandExt as _;
+use std::process::Command;
+
+use repoch_tests_native::*;
+
+const NOBODY: u32 = 65534;
+
+fn reasons(r: &Run) -> Vec<String> {
+    failed(r).into_iter().map(|(_, reason)| reason).collect()
+}
+
+fn assert_holds(r: &Run) {
+    assert_eq!(
+        r.code,
+        0,
+        "expected every fact to hold: {:?}\n{}{}",
+        failed(r),
+        r.stdout,
+        r.stderr
+    );
+}
+
+fn assert_refused(r: &Run, reason: &str) {
+    assert_eq!(r.code, 2, "expected {reason}: {}{}", r.stdout, r.stderr);
+    assert_eq!(reasons(r), vec![reason.to_owned()], "{}", r.stdout);
+}
+
+/// A sandbox whose directories any user can reach, with an enrolled executable installed
+/// as usual (0755, a unique copy of the helper) and `extra` containment lines.
+fn enrolled_exe(extra: &str) -> (Sandbox, std::path::PathBuf, String) {
+    let s = Sandbox::new();
+    for d in [s.dir.path(), &s.srv] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let exe = s.srv.join("old-root");
+    unique_copy(&bin("repoch-test-helper"), &exe, &s.tag);
+    let id = s.enroll_with(&s.manifest(&format!(
+        "[containment]\nexecutables = [\"{}\"]\n{extra}",
+        exe.display()
+    )));
+    assert_holds(&s.observe(&id));
+    (s, exe, id)
+}
+
+/// Bounded wait until process `pid` has exec'd a file whose name ends in `name`.
+fn wait_exec(pid: u32, name: &str) {
+    let ran = (0..500).any(|_| {
+        std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|l| l.ends_with(name)) || {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            false
+        }
+    });
+    assert!(ran, "pid {pid} never ran {name}");
+}
+
+fn as_nobody(mut c: Command) -> Command {
+    c.uid(NOBODY).gid(NOBODY);
+    c
+}
+
+#[test]
+#[ignore = "needs root"]
+fn another_user_mapping_or_running_an_enrolled_executable_changes_no_fact() {
+    // Installed 0755, as executables usually are: any user can map it (a tool that reads
+    // binaries in passing does) or run it. Neither is the old root.
+    require_root!();
+    let (s, exe, id) = enrolled_exe("");
+    let mapper = spawn_ready(as_nobody(helper(&["map", exe.to_str().unwrap()])));
+    let runner = spawn_ready(as_nobody({
+        let mut c = Command::new(&exe);
+        c.arg("threads");
+        c
+    }));
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", mapper.pid())).unwrap();
+    assert!(maps.contains(exe.to_str().unwrap()), "not mapped: {maps}");
+    assert_holds(&s.observe(&id));
+    drop((mapper, runner));
+    // The same, as root, is the old root.
+    let p = spawn_ready(helper(&["map", exe.to_str().unwrap()]));
+    let r = s.observe(&id);
+    assert_refused(&r, "escaped-task");
+    assert!(
+        observed(&r, "process").contains(&format!("pid {} (mapped, not its exe)", p.pid())),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_uid_the_manifest_names_as_the_old_roots_is_a_principal() {
+    // The old root runs as uid 65534 here: enrolled with `old_root_uids = [65534]`, its
+    // task is an escaped task; a deployment that does not name the uid ignores it.
+    require_root!();
+    let (s, exe, id) = enrolled_exe(&format!("old_root_uids = [{NOBODY}, 0, {NOBODY}]"));
+    let (other, _, other_id) = enrolled_exe("");
+    let mut c = Command::new(&exe);
+    c.arg("threads");
+    let p = spawn_ready(as_nobody(c));
+    let r = s.observe(&id);
+    assert_refused(&r, "escaped-task");
+    assert!(
+        observed(&r, "process").contains(&format!("pid {}", p.pid())),
+        "{}",
+        r.stdout
+    );
+    // The other deployment's executable is another file with other content.
+    assert_holds(&other.observe(&other_id));
+    let status = s.status(&id);
+    assert_eq!(status.code, 0, "{}", status.stderr);
+    drop(p);
+    assert_holds(&s.observe(&id));
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_mapping_with_a_path_of_any_length_fails_no_observation() {
+    // A file mapped under 50 directories of 200-byte names: its maps line is over 10 KiB.
+    // Mapped by another user in a directory anyone can write, and by root: every fact
+    // still holds (the line is read to its end; its path is no enrolled one).
+    require_root!();
+    let (s, _exe, id) = enrolled_exe("");
+    let public = s.path("public");
+    std::fs::create_dir(&public).unwrap();
+    std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let theirs = spawn_ready(as_nobody(helper(&[
+        "map-deep",
+        public.to_str().unwrap(),
+        "50",
+    ])));
+    let root_dir = s.path("deep");
+    std::fs::create_dir(&root_dir).unwrap();
+    let ours = spawn_ready(helper(&["map-deep", root_dir.to_str().unwrap(), "50"]));
+    for p in [&theirs, &ours] {
+        let maps = std::fs::read(format!("/proc/{}/maps", p.pid())).unwrap();
+        let longest = maps.split(|b| *b == b'\n').map(<[u8]>::len).max().unwrap();
+        assert!(longest > 10_000, "the longest maps line is {longest} bytes");
+    }
+    assert_holds(&s.observe(&id));
+}
+
+#[test]
+#[ignore = "needs root"]
+fn another_binary_at_the_enrolled_path_in_another_mount_namespace_is_not_the_old_root() {
+    // A tmpfs mounted over the executable's directory in a namespace of one's own, another
+    // binary copied to the enrolled path and started: its exe link reads the enrolled
+    // path, but it is another file with other content. Done by another user in a user
+    // namespace of its own, and by root in a mount namespace.
+    require_root!();
+    let (s, exe, id) = enrolled_exe("");
+    let script = format!(
+        "mount -t tmpfs none {dir} && cp /bin/sleep {exe} && echo $$ && exec {exe} 600",
+        dir = s.srv.display(),
+        exe = exe.display()
+    );
+    let theirs = spawn_ready(as_nobody({
+        let mut c = Command::new("unshare");
+        c.args(["-Urm", "sh", "-c", &script]);
+        c
+    }));
+    let ours = spawn_ready({
+        let mut c = Command::new("unshare");
+        c.args(["-m", "sh", "-c", &script]);
+        c
+    });
+    for p in [&theirs, &ours] {
+        wait_exec(p.pid(), "old-root");
+        assert_eq!(
+            std::fs::read_link(format!("/proc/{}/exe", p.pid())).unwrap(),
+            exe,
+            "its exe names the enrolled path"
+        );
+    }
+    assert_holds(&s.observe(&id));
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_running_copy_of_an_enrolled_executable_is_an_escaped_task() {
+    // The old root's code under another name: a copy, a hard link's sibling on another
+    // path, a renamed file. Same content, another inode.
+    require_root!();
+    let (s, exe, id) = enrolled_exe("");
+    let copy = s.path("elsewhere");
+    std::fs::copy(&exe, &copy).unwrap();
+    let mut c = Command::new(&copy);
+    c.arg("threads");
+    let p = spawn_ready(c);
+    let r = s.observe(&id);
+    assert_refused(&r, "escaped-task");
+    assert!(
+        observed(&r, "process").contains(&format!("pid {} (a copy: its content)", p.pid())),
+        "{}",
+        r.stdout
+    );
+    drop(p);
+    assert_holds(&s.observe(&id));
+}
+
+#[test]
+#[ignore = "needs root"]
+fn the_enrolled_executable_run_through_an_overlay_mount_is_an_escaped_task() {
+    // Its directory as the lower layer of an overlay (in a mount namespace of the test's
+    // own, gone with the process): the task's exe is the overlay's file, another device.
+    require_root!();
+    let (s, exe, id) = enrolled_exe("");
+    let (upper, work, merged) = (s.path("upper"), s.path("work"), s.path("merged"));
+    for d in [&upper, &work, &merged] {
+        std::fs::create_dir(d).unwrap();
+    }
+    let script = format!(
+        "mount -t overlay overlay -o lowerdir={l},upperdir={u},workdir={w} {m} && echo $$ && exec {m}/old-root sleep",
+        l = s.srv.display(),
+        u = upper.display(),
+        w = work.display(),
+        m = merged.display()
+    );
+    let p = spawn_ready({
+        let mut c = Command::new("unshare");
+        c.args(["-m", "sh", "-c", &script]);
+        c
+    });
+    wait_exec(p.pid(), "old-root");
+    let st = std::fs::metadata(format!("/proc/{}/exe", p.pid())).unwrap();
+    use std::os::unix::fs::MetadataExt as _;
+    assert_ne!(
+        st.dev(),
+        std::fs::metadata(&exe).unwrap().dev(),
+        "its exe is on the overlay's device"
+    );
+    let r = s.observe(&id);
+    assert_refused(&r, "escaped-task");
+    assert!(
+        observed(&r, "process").contains(&format!("pid {}", p.pid())),
+        "{}",
+        r.stdout
+    );
+}
