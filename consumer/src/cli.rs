@@ -84,8 +84,11 @@ fn warn(line: &str) {
 /// name in the same directory, fsync, moved into place never over a file, directory
 /// fsync) and acknowledges it to repochd before reporting success (repochd reports
 /// `granted` only on that acknowledgement). With `-- CMD...` it then executes the
-/// new root with the fence fds inherited, their numbers in REPOCH_FENCE_FDS (comma
-/// separated) and the grant's path in REPOCH_GRANT.
+/// new root in its place: the listening sockets repochd held for the deployment's
+/// enrolled listeners at fds 3, 4, ... in systemd's socket-activation convention
+/// (LISTEN_FDS, LISTEN_FDNAMES as tcp-PORT, udp-PORT, unix-NAME, LISTEN_PID its own pid;
+/// none set when there are none), the fence fds above them, their numbers in
+/// REPOCH_FENCE_FDS (comma separated), and the grant's path in REPOCH_GRANT.
 #[derive(Parser, Debug)]
 #[command(name = "repoch-consume", version, after_help = exit_codes_help(), after_long_help = exit_codes_help())]
 pub struct Args {
@@ -126,7 +129,7 @@ pub enum Cmd {
         #[arg(long, default_value_t = crate::WAIT_SECONDS_DEFAULT,
               value_parser = clap::value_parser!(u64).range(1..=RECEIVE_WAIT_SECONDS_MAX))]
         wait: u64,
-        /// The new root to execute with the fences inherited.
+        /// The new root to execute with the listeners and fences inherited.
         #[arg(last = true)]
         cmd: Vec<String>,
     },
@@ -318,19 +321,19 @@ pub fn run(args: Args) -> Outcome {
             let Some((prog, rest)) = cmd.split_first() else {
                 return Outcome::Success;
             };
-            // Hand the fences to the new root: clear close-on-exec and name their numbers.
-            let mut nums = Vec::new();
-            for fd in &got.fences {
-                if let Err(e) = rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()) {
-                    return fail(json, &Error::Io(format!("fence fd: {e}")));
-                }
-                nums.push(fd.as_raw_fd().to_string());
+            // Hand the fences and the listeners to the new root (docs/PROTOCOL.md, "The
+            // new root's descriptors").
+            let env = match handoff_fds(got.fences, got.listeners, &got.grant.listeners) {
+                Ok(env) => env,
+                Err(e) => return fail(json, &Error::Io(e)),
+            };
+            let mut c = std::process::Command::new(prog);
+            c.args(rest).env("REPOCH_GRANT", &out);
+            for k in ["LISTEN_FDS", "LISTEN_FDNAMES", "LISTEN_PID"] {
+                c.env_remove(k);
             }
-            let err = std::process::Command::new(prog)
-                .args(rest)
-                .env("REPOCH_FENCE_FDS", nums.join(","))
-                .env("REPOCH_GRANT", &out)
-                .exec();
+            c.envs(env);
+            let err = c.exec();
             // exec only returns on failure; the grant is persisted and the fences are held
             // by no one once we exit: say so.
             fail(
@@ -342,4 +345,89 @@ pub fn run(args: Args) -> Outcome {
             )
         }
     }
+}
+
+/// Descriptors for the new root in systemd's socket-activation convention: the listeners
+/// at 3, 4, … in grant order, named in `LISTEN_FDNAMES` ([`fd_name`]), `LISTEN_FDS` their
+/// count and `LISTEN_PID` this process (the command is executed in place); the fences
+/// above them, their numbers in `REPOCH_FENCE_FDS`. Every one is moved above the
+/// listeners' range first, so placing one never closes another; a number in that range
+/// still in use is an error (never an fd closed behind its owner's back). Returns the
+/// environment to set; the descriptors stay open across exec.
+fn handoff_fds(
+    fences: Vec<std::os::fd::OwnedFd>,
+    listeners: Vec<std::os::fd::OwnedFd>,
+    names: &[repoch_protocol::manifest::Listener],
+) -> Result<Vec<(String, String)>, String> {
+    use rustix::io::{fcntl_dupfd_cloexec, fcntl_setfd, FdFlags};
+    const FIRST: i32 = 3; // SD_LISTEN_FDS_START
+    let n = i32::try_from(listeners.len()).map_err(|_| "too many listeners".to_owned())?;
+    let above = FIRST + n;
+    let lift = |fds: Vec<std::os::fd::OwnedFd>| -> Result<Vec<std::os::fd::OwnedFd>, String> {
+        fds.iter()
+            .map(|fd| fcntl_dupfd_cloexec(fd, above).map_err(|e| format!("dup: {e}")))
+            .collect()
+    };
+    // Lifted copies first, then the originals closed: the low numbers are free again.
+    let (fences, lifted) = (lift(fences)?, lift(listeners)?);
+    let mut placed = Vec::with_capacity(lifted.len());
+    for (i, fd) in lifted.iter().enumerate() {
+        let want = FIRST + i as i32;
+        let got = fcntl_dupfd_cloexec(fd, want).map_err(|e| format!("dup: {e}"))?;
+        if got.as_raw_fd() != want {
+            return Err(format!(
+                "fd {want} is in use: listener {} cannot be passed at it",
+                names[i]
+            ));
+        }
+        placed.push(got);
+    }
+    drop(lifted);
+    for fd in fences.iter().chain(&placed) {
+        fcntl_setfd(fd, FdFlags::empty()).map_err(|e| format!("fd flags: {e}"))?;
+    }
+    let nums: Vec<String> = fences.iter().map(|f| f.as_raw_fd().to_string()).collect();
+    let mut env = vec![("REPOCH_FENCE_FDS".to_owned(), nums.join(","))];
+    if !placed.is_empty() {
+        env.push(("LISTEN_FDS".into(), placed.len().to_string()));
+        env.push((
+            "LISTEN_FDNAMES".into(),
+            names.iter().map(fd_name).collect::<Vec<_>>().join(":"),
+        ));
+        env.push(("LISTEN_PID".into(), std::process::id().to_string()));
+    }
+    // Kept open for the command: exec replaces this process, nothing closes them.
+    std::mem::forget(fences);
+    std::mem::forget(placed);
+    Ok(env)
+}
+
+/// A listener's name in `LISTEN_FDNAMES`: `tcp-PORT`, `udp-PORT`, `unix-NAME` (the path's
+/// file name, each byte outside `[A-Za-z0-9._-]` as `_`, at most 255 bytes: systemd's
+/// rule for a descriptor name).
+fn fd_name(l: &repoch_protocol::manifest::Listener) -> String {
+    use repoch_protocol::manifest::Listener;
+    let mut s = match l {
+        Listener::Tcp(p) => format!("tcp-{p}"),
+        Listener::Udp(p) => format!("udp-{p}"),
+        Listener::Unix(p) => {
+            let name = std::path::Path::new(p)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let clean: String = name
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect();
+            format!("unix-{clean}")
+        }
+    };
+    s.truncate(255);
+    s
 }

@@ -28,7 +28,7 @@ use ed25519_dalek::SigningKey;
 use repoch_protocol::cbor::Canonical;
 use repoch_protocol::checkpoint;
 use repoch_protocol::grant::{Grant, SignedGrant};
-use repoch_protocol::limits::{FENCES_MAX, FRAME_BYTES_MAX};
+use repoch_protocol::limits::{FRAME_BYTES_MAX, GRANT_FDS_MAX};
 use repoch_protocol::wire::{frame_len, read_exact_by, write_msg, GrantMsg, WIRE_TEXT_BYTES_MAX};
 use repoch_protocol::{PublicKey, Reason};
 use rustix::fs::{Mode, OFlags};
@@ -98,12 +98,17 @@ impl Options {
     }
 }
 
-/// A verified, persisted and acknowledged grant and the lock fences it hands over.
+/// A verified, persisted and acknowledged grant, the lock fences and the listening
+/// sockets it hands over.
 #[derive(Debug)]
 pub struct Received {
     pub grant: Grant,
     pub bytes: Vec<u8>,
+    /// One per `grant.fences`, in that order: the held locks.
     pub fences: Vec<OwnedFd>,
+    /// One per `grant.listeners`, in that order: the endpoints repochd held, bound (and,
+    /// but for UDP, listening), each checked against its listener.
+    pub listeners: Vec<OwnedFd>,
 }
 
 fn io(what: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
@@ -222,7 +227,8 @@ fn receive_on(
                     ));
                 }
                 check_checkpoint(&checkpoint, &grant, &o.issuer)?;
-                check_fences(&grant, &fds)?;
+                let mut fds = fds;
+                let listeners = check_fds(&grant, &mut fds)?;
                 barrier::reach("after-receive");
                 out.persist_checkpoint(&checkpoint)?;
                 out.persist(&bytes)?;
@@ -240,6 +246,7 @@ fn receive_on(
                     grant,
                     bytes,
                     fences: fds,
+                    listeners,
                 });
             }
             GrantMsg::Refused { reason, detail } => return Err(Error::Refused { reason, detail }),
@@ -254,7 +261,7 @@ fn receive_on(
 }
 
 /// Reads one frame, the whole of it before `deadline`, collecting any fds passed with it
-/// (at most `FENCES_MAX`).
+/// (at most `GRANT_FDS_MAX`).
 fn recv_msg(s: &UnixStream, deadline: Instant) -> Result<(GrantMsg, Vec<OwnedFd>), Error> {
     use rustix::net::{recvmsg, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
     let late = || Error::Io("repochd did not send a whole message before the deadline".into());
@@ -268,7 +275,7 @@ fn recv_msg(s: &UnixStream, deadline: Instant) -> Result<(GrantMsg, Vec<OwnedFd>
         }
         s.set_read_timeout(Some(left)).map_err(io("socket"))?;
         let mut space =
-            vec![std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(FENCES_MAX))];
+            vec![std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(GRANT_FDS_MAX))];
         let mut anc = RecvAncillaryBuffer::new(&mut space);
         let r = recvmsg(
             s,
@@ -290,8 +297,8 @@ fn recv_msg(s: &UnixStream, deadline: Instant) -> Result<(GrantMsg, Vec<OwnedFd>
                 fds.extend(it);
             }
         }
-        if fds.len() > FENCES_MAX {
-            return Err(Error::BadGrant(format!("more than {FENCES_MAX} fds")));
+        if fds.len() > GRANT_FDS_MAX {
+            return Err(Error::BadGrant(format!("more than {GRANT_FDS_MAX} fds")));
         }
     }
     let len = frame_len(header).map_err(|e| Error::Io(e.to_string()))?;
@@ -436,6 +443,67 @@ pub(crate) fn read_bounded(p: &Path, max: usize) -> std::io::Result<Vec<u8>> {
         )));
     }
     Ok(out)
+}
+
+/// Splits the received fds into the fences (left in `fds`, each checked against its
+/// grant entry) and the listeners (returned, each checked against its listener).
+fn check_fds(g: &Grant, fds: &mut Vec<OwnedFd>) -> Result<Vec<OwnedFd>, Error> {
+    if fds.len() != g.fences.len() + g.listeners.len() {
+        return Err(Error::BadGrant(format!(
+            "{} fds received, the grant names {} fences and {} listeners",
+            fds.len(),
+            g.fences.len(),
+            g.listeners.len()
+        )));
+    }
+    let listeners = fds.split_off(g.fences.len());
+    check_fences(g, fds)?;
+    for (fd, l) in listeners.iter().zip(&g.listeners) {
+        check_listener(fd, l).map_err(|why| Error::BadGrant(format!("fd for {l}: {why}")))?;
+    }
+    Ok(listeners)
+}
+
+/// Whether `fd` is the endpoint `l`: a socket of its kind bound to its port (any
+/// address) or its path, listening unless it is UDP.
+fn check_listener(fd: &OwnedFd, l: &repoch_protocol::manifest::Listener) -> Result<(), String> {
+    use repoch_protocol::manifest::Listener;
+    use rustix::net::{sockopt, SocketType};
+    let kind = sockopt::socket_type(fd).map_err(|e| format!("not a socket ({e})"))?;
+    let name = rustix::net::getsockname(fd).map_err(|e| format!("getsockname: {e}"))?;
+    let (want_kind, listens) = match l {
+        Listener::Tcp(_) | Listener::Unix(_) => (SocketType::STREAM, true),
+        Listener::Udp(_) => (SocketType::DGRAM, false),
+    };
+    if kind != want_kind {
+        return Err(format!("a socket of type {kind:?}, not {want_kind:?}"));
+    }
+    let bound = match l {
+        Listener::Tcp(p) | Listener::Udp(p) => std::net::SocketAddr::try_from(name.clone())
+            .ok()
+            .filter(|a| a.port() == *p && a.ip().is_unspecified())
+            .is_some(),
+        // repochd binds the name relative to the path's directory (docs/PROTOCOL.md,
+        // "Grant socket"): the socket's address is that name.
+        Listener::Unix(p) => rustix::net::SocketAddrUnix::try_from(name.clone())
+            .ok()
+            .and_then(|u| {
+                let bound = u.path()?.to_bytes().to_vec();
+                let file = std::path::Path::new(p)
+                    .file_name()?
+                    .as_encoded_bytes()
+                    .to_vec();
+                Some(bound == p.as_bytes() || bound == file)
+            })
+            .unwrap_or(false),
+    };
+    if !bound {
+        return Err(format!("bound to {name:?}"));
+    }
+    if listens && !sockopt::socket_acceptconn(fd).unwrap_or(false) {
+        return Err("not listening".into());
+    }
+    Ok(())
 }
 
 fn check_fences(g: &Grant, fds: &[OwnedFd]) -> Result<(), Error> {
@@ -1037,6 +1105,7 @@ mod tests {
             frontier_hash: repoch_protocol::Hash([6; 32]),
             unknown_ops: vec![],
             issued_at: 0,
+            listeners: vec![],
         };
         let report = |hashes: &[u8]| LogReport {
             classification: repoch_protocol::epoch::Classification::Receipted,

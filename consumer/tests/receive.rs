@@ -18,7 +18,7 @@ use repoch_consumer::{checkpoint_path, receive_over, receive_with, Error, Option
 use repoch_protocol::cbor::{self, Canonical as _};
 use repoch_protocol::checkpoint::{self, Checkpoint};
 use repoch_protocol::grant::{Challenge, Grant, GrantFence, KeyProof, SignedGrant};
-use repoch_protocol::limits::FENCES_MAX;
+use repoch_protocol::limits::{FENCES_MAX, GRANT_FDS_MAX};
 use repoch_protocol::wire::{frame, read_msg, write_msg, GrantMsg};
 use repoch_protocol::{Birth, DeploymentId, Hash, Identity, PublicKey, Reason};
 
@@ -155,6 +155,7 @@ fn grant(fences: &[PathBuf]) -> Grant {
         frontier_hash: Hash([6; 32]),
         unknown_ops: vec![],
         issued_at: 0,
+        listeners: vec![],
     }
 }
 
@@ -204,8 +205,10 @@ fn send_with_fds(
     pieces: &[(&[u8], Vec<BorrowedFd<'_>>)],
 ) -> std::io::Result<()> {
     for (bytes, fds) in pieces {
-        let mut space =
-            vec![std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(FENCES_MAX + 1))];
+        let mut space = vec![
+            std::mem::MaybeUninit::uninit();
+            rustix::cmsg_space!(ScmRights(GRANT_FDS_MAX + 1))
+        ];
         let mut anc = rustix::net::SendAncillaryBuffer::new(&mut space);
         assert!(anc.push(rustix::net::SendAncillaryMessage::ScmRights(fds)));
         let n = rustix::net::sendmsg(
@@ -335,20 +338,24 @@ fn a_grant_with_fewer_fds_than_fences_is_refused_and_nothing_persisted() {
         dispatch(&mut c, bytes, &sent);
     });
     let m = bad_grant(r);
-    assert!(m.contains("1 fence fds received, the grant names 2"), "{m}");
+    assert!(
+        m.contains("1 fds received, the grant names 2 fences and 0 listeners"),
+        "{m}"
+    );
     nothing_persisted(&fake);
 }
 
 #[test]
-fn more_than_fences_max_fds_are_refused_as_they_arrive() {
-    // FENCES_MAX fds on the frame's first byte and one more on its second: the consumer
-    // holds no more than FENCES_MAX fds from repochd, whatever the grant says.
+fn more_than_grant_fds_max_fds_are_refused_as_they_arrive() {
+    // GRANT_FDS_MAX fds (every fence and every listener a grant may carry) on the frame's
+    // first byte and one more on its second: the consumer holds no more than that from
+    // repochd, whatever the grant says.
     let fake = Fake::new();
-    let fences: Vec<PathBuf> = (0..FENCES_MAX)
+    let fences: Vec<PathBuf> = (0..GRANT_FDS_MAX)
         .map(|i| fake.file(&format!("lock{i}")))
         .collect();
     let extra = fake.file("extra");
-    let bytes = signed(grant(&fences), &issuer());
+    let bytes = signed(grant(&fences[..FENCES_MAX]), &issuer());
     let (r, _, fake) = fake.run(move |mut c| {
         challenge(&mut c);
         let files: Vec<std::fs::File> = fences
@@ -375,8 +382,79 @@ fn more_than_fences_max_fds_are_refused_as_they_arrive() {
         let _ = read_msg::<GrantMsg>(&mut c);
     });
     let m = bad_grant(r);
-    assert_eq!(m, format!("more than {FENCES_MAX} fds"));
+    assert_eq!(m, format!("more than {GRANT_FDS_MAX} fds"));
     nothing_persisted(&fake);
+}
+
+#[test]
+fn a_listener_fd_that_is_not_its_listener_is_refused_and_nothing_persisted() {
+    // The grant names tcp:PORT after its fence: a file, a socket on another port, and one
+    // bound but not listening are each refused, naming the listener; the right one passes.
+    use repoch_protocol::manifest::Listener;
+    let port = |l: &std::net::TcpListener| l.local_addr().unwrap().port();
+    let right = std::net::TcpListener::bind("[::]:0").unwrap();
+    let other = std::net::TcpListener::bind("[::]:0").unwrap();
+    // Bound, never listened on.
+    let idle = rustix::net::socket_with(
+        rustix::net::AddressFamily::INET6,
+        rustix::net::SocketType::STREAM,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )
+    .unwrap();
+    let any = std::net::SocketAddrV6::new(std::net::Ipv6Addr::UNSPECIFIED, 0, 0, 0);
+    rustix::net::bind(&idle, &any).unwrap();
+    let idle_port = std::net::SocketAddr::try_from(rustix::net::getsockname(&idle).unwrap())
+        .unwrap()
+        .port();
+    let p = port(&right);
+    let cases: Vec<(u16, std::os::fd::OwnedFd, &str)> = vec![
+        (
+            p,
+            std::fs::File::open("/dev/null").unwrap().into(),
+            "not a socket",
+        ),
+        (p, other.try_clone().unwrap().into(), "bound to"),
+        (idle_port, idle, "not listening"),
+        (p, right.try_clone().unwrap().into(), ""),
+    ];
+    for (want, fd, why) in cases {
+        let fake = Fake::new();
+        let fences = vec![fake.file("lock0")];
+        let mut g = grant(&fences);
+        g.listeners = vec![Listener::Tcp(want)];
+        let bytes = signed(g, &issuer());
+        let sent = fences.clone();
+        let (r, _, fake) = fake.run(move |mut c| {
+            challenge(&mut c);
+            let lock = std::fs::File::open(&sent[0]).unwrap();
+            let payload = frame(
+                &GrantMsg::Grant {
+                    grant: bytes,
+                    checkpoint: note(),
+                }
+                .to_bytes(),
+            );
+            send_with_fds(
+                &mut c,
+                &[
+                    (&payload[..1], vec![lock.as_fd(), fd.as_fd()]),
+                    (&payload[1..], vec![]),
+                ],
+            )
+            .unwrap();
+            if let Ok(GrantMsg::Persisted { .. }) = read_msg::<GrantMsg>(&mut c) {}
+        });
+        if why.is_empty() {
+            let got = r.unwrap();
+            assert_eq!(got.listeners.len(), 1);
+            assert_eq!(got.fences.len(), 1);
+        } else {
+            let m = bad_grant(r);
+            assert!(m.contains(&format!("fd for tcp:{want}: {why}")), "{m}");
+            nothing_persisted(&fake);
+        }
+    }
 }
 
 #[test]

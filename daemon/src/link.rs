@@ -301,11 +301,11 @@ impl ConsumerLink for SocketLink {
         let fds: Vec<_> = fences.iter().map(|f| f.as_fd()).collect();
         let mut space = vec![
             std::mem::MaybeUninit::uninit();
-            rustix::cmsg_space!(ScmRights(repoch_protocol::limits::FENCES_MAX))
+            rustix::cmsg_space!(ScmRights(repoch_protocol::limits::GRANT_FDS_MAX))
         ];
         let mut anc = SendAncillaryBuffer::new(&mut space);
         if !fds.is_empty() && !anc.push(SendAncillaryMessage::ScmRights(&fds)) {
-            return Err("fence fds do not fit the control buffer".into());
+            return Err("fence and listener fds do not fit the control buffer".into());
         }
         let secs = Duration::from_secs(config().custody_seconds);
         let deadline = Instant::now() + secs;

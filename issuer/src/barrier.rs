@@ -13,6 +13,8 @@ pub const BARRIERS: &[&str] = &[
     "after-reserve",
     "after-observe",
     "after-connect",
+    // The observation right before the intent done (it held), the intent not yet appended.
+    "before-intent",
     "after-intent",
     "after-custody",
     "after-final-1",

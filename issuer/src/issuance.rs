@@ -555,6 +555,7 @@ impl<C: ConsumerLink, W: World> Connected<C, W> {
             ));
         }
         self.first = now;
+        crate::barrier::reach("before-intent");
         let body = EpochBody::Intent {
             evidence: self.first.digest,
             facts: self.first.facts.clone(),
@@ -768,6 +769,7 @@ impl<C: ConsumerLink, W: World> Consumed<C, W> {
             frontier_hash: self.first.frontier_hash,
             unknown_ops: self.first.unknown_ops.clone(),
             issued_at: now(),
+            listeners: self.c.fences.grant_listeners(),
         };
         let bytes = SignedGrant::sign(grant, &self.c.key).to_bytes();
         publish(
@@ -833,7 +835,11 @@ impl<C: ConsumerLink, W: World> Verified2<C, W> {
         }
         self.c.say(
             "dispatch",
-            format!("sending the grant with {} fence fd(s)", self.c.fences.len()),
+            format!(
+                "sending the grant with {} fence fd(s) and {} listener fd(s)",
+                self.c.fences.len(),
+                self.c.fences.listeners_len()
+            ),
         );
         let fds: Vec<&OwnedFd> = self.c.fences.fds();
         // The log's head now (its receipt last), for the consumer to keep.
@@ -848,7 +854,7 @@ impl<C: ConsumerLink, W: World> Verified2<C, W> {
                 // The fences are the consumer's now: repochd keeps none while it waits for
                 // the acknowledgement (only the issuer lock, until the issuance ends).
                 let mut c = self.c;
-                drop(std::mem::take(&mut c.fences));
+                std::mem::take(&mut c.fences).hand_over();
                 Ok(Dispatched {
                     c,
                     consumer: self.consumer,

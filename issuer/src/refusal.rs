@@ -13,17 +13,22 @@ pub struct Refusal {
 }
 
 impl Refusal {
+    /// A refusal; its texts, which may come from outside (a peer's executable or cgroup,
+    /// an errno's text about a path), escaped by the one text rule
+    /// (`repoch_protocol::text`, docs/PROTOCOL.md "Text") before anything prints, logs,
+    /// sends or signs them.
     pub fn new(
         reason: Reason,
         subject: impl Into<String>,
         expected: impl Into<String>,
         observed: impl Into<String>,
     ) -> Self {
+        let esc = |s: String| repoch_protocol::text::escape(&s).into_owned();
         Refusal {
             reason,
-            subject: subject.into(),
-            expected: expected.into(),
-            observed: observed.into(),
+            subject: esc(subject.into()),
+            expected: esc(expected.into()),
+            observed: esc(observed.into()),
         }
     }
     /// Everything but the reason: what a wire `refused` message, which carries the reason
@@ -34,9 +39,14 @@ impl Refusal {
             self.subject, self.expected, self.observed
         )
     }
+    /// The refusal a failed fact makes (its texts were escaped when it was made).
     pub fn from_fact(f: &Fact) -> Option<Refusal> {
-        f.reason
-            .map(|r| Refusal::new(r, &f.subject, &f.expected, &f.observed))
+        f.reason.map(|reason| Refusal {
+            reason,
+            subject: f.subject.clone(),
+            expected: f.expected.clone(),
+            observed: f.observed.clone(),
+        })
     }
 }
 

@@ -673,13 +673,14 @@ fn bound_tcp_udp_and_unix_listeners_are_present_free_ones_hold() {
     let free = [
         Listener::Tcp(free_port(false)),
         Listener::Udp(free_port(true)),
-        Listener::Tcp(unlistened_port),
-        Listener::Tcp(client_port),
     ];
+    // Neither accepts anything, but each keeps repochd from holding the port: in use.
+    let in_use = [Listener::Tcp(unlistened_port), Listener::Tcp(client_port)];
     let unbound_path = d.path().join("none.sock");
     let mut m = manifest(d.path());
     m.containment.listeners = bound.to_vec();
     m.containment.listeners.extend(free.iter().cloned());
+    m.containment.listeners.extend(in_use.iter().cloned());
     m.containment
         .listeners
         .push(Listener::Unix(s(&unbound_path)));
@@ -697,14 +698,24 @@ fn bound_tcp_udp_and_unix_listeners_are_present_free_ones_hold() {
         f.observed.contains(&format!("), held by pid [{me}]")),
         "{f:?}"
     );
+    for l in &in_use {
+        let f = fact(&o, "listener", &l.to_string());
+        assert_eq!(f.reason, Some(Reason::ListenerPresent), "{f:?}");
+        assert!(
+            f.observed
+                .starts_with("in use by a socket that does not listen"),
+            "{f:?}"
+        );
+    }
+    // The free ones are taken and held by the observer: nothing else can bind them.
     for l in &free {
         let f = fact(&o, "listener", &l.to_string());
         assert!(f.holds(), "{f:?}");
-        assert_eq!(f.observed, "nothing bound");
+        assert_eq!(f.observed, "held");
     }
     let f = fact(&o, "listener", &format!("unix:{}", s(&unbound_path)));
     assert!(f.holds(), "{f:?}");
-    assert!(f.observed.starts_with("nothing bound ("), "{f:?}");
+    assert_eq!(f.observed, "held");
     drop((bound_only, client));
 }
 
@@ -903,7 +914,7 @@ fn a_flood_of_unrelated_udp_sockets_neither_hides_a_bound_port_nor_fails_a_free_
     for l in [Listener::Udp(free_udp), Listener::Tcp(free_tcp)] {
         let f = fact(&o, "listener", &l.to_string());
         assert!(f.holds(), "{f:?}");
-        assert_eq!(f.observed, "nothing bound");
+        assert_eq!(f.observed, "held");
     }
 }
 

@@ -4,6 +4,7 @@ use ciborium::value::Value;
 
 use crate::cbor::{self, Canonical, DecodeError, Fields};
 use crate::limits::*;
+use crate::manifest::Listener;
 use crate::sign::{self, Context};
 use crate::types::{DeploymentId, Hash, Identity, PublicKey};
 
@@ -189,13 +190,17 @@ pub struct Grant {
     pub unknown_ops: Vec<UnknownOp>,
     /// Seconds since the Unix epoch (informational).
     pub issued_at: u64,
+    /// The listener endpoints repochd held and hands over, in manifest order: their fds
+    /// follow the fences' in the grant message (docs/PROTOCOL.md, "Grant socket").
+    /// Encoded only when not empty (a thirteen-field grant has none).
+    pub listeners: Vec<Listener>,
 }
 
 pub const GRANT_VERSION: u64 = 1;
 
 impl Canonical for Grant {
     fn to_value(&self) -> Value {
-        cbor::array(vec![
+        let mut fields = vec![
             cbor::uint(GRANT_VERSION),
             cbor::bytes(&self.deployment.0),
             cbor::bytes(&self.intent.0),
@@ -209,14 +214,22 @@ impl Canonical for Grant {
             cbor::bytes(&self.frontier_hash.0),
             cbor::list(&self.unknown_ops),
             cbor::uint(self.issued_at),
-        ])
+        ];
+        if !self.listeners.is_empty() {
+            fields.push(cbor::list(&self.listeners));
+        }
+        cbor::array(fields)
     }
     fn from_value(v: Value) -> Result<Self, DecodeError> {
-        let mut f = Fields::open(v, "grant", 13)?;
+        let arity = match &v {
+            Value::Array(items) if items.len() == 14 => 14,
+            _ => 13,
+        };
+        let mut f = Fields::open(v, "grant", arity)?;
         if f.uint()? != GRANT_VERSION {
             return Err(DecodeError::schema("grant", "unsupported version"));
         }
-        Ok(Grant {
+        let mut g = Grant {
             deployment: DeploymentId(f.bytes()?),
             intent: Hash(f.bytes()?),
             consume: Hash(f.bytes()?),
@@ -229,7 +242,19 @@ impl Canonical for Grant {
             frontier_hash: Hash(f.bytes()?),
             unknown_ops: f.list(UNKNOWN_OPS_MAX, UnknownOp::from_value)?,
             issued_at: f.uint()?,
-        })
+            listeners: Vec::new(),
+        };
+        if arity == 14 {
+            g.listeners = f.list(LISTENERS_MAX, Listener::from_value)?;
+            if g.listeners.is_empty() {
+                // One encoding per value: no listeners is the thirteen-field form.
+                return Err(DecodeError::schema(
+                    "grant",
+                    "a listener list is present only when not empty",
+                ));
+            }
+        }
+        Ok(g)
     }
 }
 

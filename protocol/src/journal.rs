@@ -354,6 +354,14 @@ pub fn verify_journal(bytes: &[u8], pins: JournalPins<'_>) -> Result<Frontier, L
                 genesis = hash;
             }
             JournalBody::OpBegin { op, name } => {
+                // Carried into the grant and printed: the one text rule holds for it.
+                if let Err(why) = crate::text::check(name) {
+                    return err(
+                        Reason::LineageMutated,
+                        at,
+                        format!("op-begin {op}'s name {why}"),
+                    );
+                }
                 if *op < next_op || open.len() >= OPEN_OPS_MAX {
                     return err(
                         Reason::LineageMutated,

@@ -23,6 +23,7 @@ pub mod manifest;
 pub mod outcome;
 pub mod reason;
 pub mod sign;
+pub mod text;
 pub mod types;
 pub mod wire;
 

@@ -58,6 +58,8 @@ pub const UNITS_MAX: usize = 8;
 pub const CGROUPS_MAX: usize = 8;
 /// Listeners (unix paths, TCP/UDP ports) in a containment profile.
 pub const LISTENERS_MAX: usize = 16;
+/// Descriptors passed with a grant: every fence, then every held listener.
+pub const GRANT_FDS_MAX: usize = FENCES_MAX + LISTENERS_MAX;
 /// Executables no live process may run, in a containment profile.
 pub const EXECUTABLES_MAX: usize = 8;
 /// The old root's own uids (besides root) in a containment profile.
@@ -93,7 +95,10 @@ pub const NONCE_BYTES: usize = 32;
 const _: () = assert!(FACTS_MAX * FACT_BYTES_MAX + 4 * 1024 <= RECORD_BYTES_MAX);
 // A receipt carries a grant: fences and unknown operations must fit with room to spare.
 const _: () = assert!(
-    FENCES_MAX * (PATH_BYTES_MAX + 64) + UNKNOWN_OPS_MAX * (OP_NAME_BYTES_MAX + 16) + 4 * 1024
+    FENCES_MAX * (PATH_BYTES_MAX + 64)
+        + LISTENERS_MAX * (PATH_BYTES_MAX + 16)
+        + UNKNOWN_OPS_MAX * (OP_NAME_BYTES_MAX + 16)
+        + 4 * 1024
         <= RECORD_BYTES_MAX
 );
 const _: () = assert!(RECORD_BYTES_MAX + 1024 <= FRAME_BYTES_MAX);

@@ -63,6 +63,7 @@ reasons! {
     CgroupPopulated = "cgroup-populated", "A cgroup (or a descendant) holds processes or threads, or reports populated.", "Kill the old controller's cgroup (`cgroup.kill`).";
     EscapedTask = "escaped-task", "A live task runs a contained executable outside its cgroup.", "Find and kill it; it escaped containment.";
     ListenerPresent = "listener-present", "Something is bound on a contained unix path or TCP/UDP port, or accepts connections there (holder pids named where they can be found, else \"holder unknown\").", "Stop the holder; if it is unknown, look in every network namespace (`lsns -t net`).";
+    ListenerUnprotected = "listener-unprotected", "A contained unix path's directory can be written by someone other than root and the old root's uids (a world-writable directory such as /tmp), or is owned by another user: anyone could take the name before repochd holds it.", "Keep the listener in a directory only root or the old root's user can write (e.g. under /run), and enroll anew.";
     ObserveFailed = "observe-failed", "An observation could not be made (permission, unknown format): unknown is never fine.", "Read the detail; fix the cause.";
     FenceMissing = "fence-missing", "A lock fence does not exist.", "Find out who removed it.";
     FenceReplaced = "fence-replaced", "A lock fence is another object than the enrolled one (another inode, or the same inode number with another birth time), before or during locking.", "Treat as tampering: a replaced lock gives no exclusion.";

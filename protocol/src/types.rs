@@ -244,9 +244,9 @@ impl Fact {
     ) -> Fact {
         Fact {
             kind: clip(kind, 32),
-            subject: clip(subject, PATH_BYTES_MAX),
-            expected: clip(expected, FACT_TEXT_BYTES_MAX),
-            observed: clip(observed, FACT_TEXT_BYTES_MAX),
+            subject: clip(&crate::text::escape(subject), PATH_BYTES_MAX),
+            expected: clip(&crate::text::escape(expected), FACT_TEXT_BYTES_MAX),
+            observed: clip(&crate::text::escape(observed), FACT_TEXT_BYTES_MAX),
             reason,
         }
     }
@@ -336,5 +336,5 @@ pub fn check_text(s: &str) -> Result<(), String> {
     if s.chars().any(char::is_control) {
         return Err("text contains control characters".into());
     }
-    Ok(())
+    crate::text::check(s)
 }

@@ -130,6 +130,7 @@ pub fn log(key: &SigningKey, i: u64) -> Vec<u8> {
         frontier_hash: Hash([14; 32]),
         unknown_ops: Vec::new(),
         issued_at: 1_790_000_100,
+        listeners: vec![],
     };
     append(
         EpochBody::Receipt {

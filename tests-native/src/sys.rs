@@ -51,3 +51,12 @@ pub fn map_readonly(fd: impl AsFd, len: usize) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// The descriptor `fd` this process inherited (socket activation's 3, 4, …), owned from
+/// here on. The caller names only numbers `LISTEN_FDS` says it was given.
+pub fn inherited(fd: i32) -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd as _;
+    // SAFETY: the caller passes a number that LISTEN_FDS (checked against LISTEN_PID)
+    // says was inherited open for this process; nothing else owns it.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+}

@@ -4,6 +4,8 @@
 use repoch_protocol::manifest::{Listener, Manifest};
 use repoch_protocol::{Fact, Reason};
 
+use super::Fences;
+use crate::os::hold::{self, NotTaken};
 use crate::os::{cgroup, net, proc, systemd};
 
 /// The enrolled units: masked, inactive, no main pid, no reload pending.
@@ -79,86 +81,136 @@ pub(super) fn cgroups(m: &Manifest, facts: &mut Vec<Fact>) {
     }
 }
 
-/// The enrolled listeners: nothing bound, in any network namespace.
-pub(super) fn listeners(m: &Manifest, facts: &mut Vec<Fact>) {
-    const WANT: &str = "nothing bound";
-    // Every TCP and UDP port at once: each net table is read once per namespace.
-    let ports: Vec<(bool, u16)> = m
-        .containment
-        .listeners
-        .iter()
-        .filter_map(|l| match l {
-            Listener::Tcp(p) => Some((false, *p)),
-            Listener::Udp(p) => Some((true, *p)),
-            Listener::Unix(_) => None,
-        })
-        .collect();
-    let mut inet = net::inet_bound_all(&ports).into_iter();
-    for l in &m.containment.listeners {
-        let subject = l.to_string();
-        let bound = match l {
-            // A unix path is judged by its inode: any socket bound to it in any
-            // network namespace, however it was bound, or anything accepting there.
-            Listener::Unix(p) => {
-                facts.push(match net::unix_at(p) {
-                    Err(e) => Fact::failed("listener", &subject, WANT, &e, Reason::ObserveFailed),
-                    Ok(net::UnixAt::Nothing(why)) => Fact::ok(
-                        "listener",
-                        &subject,
-                        WANT,
-                        &format!("nothing bound ({why})"),
-                    ),
-                    Ok(net::UnixAt::Symlink(target)) => Fact::failed(
-                        "listener",
-                        &subject,
-                        "nothing bound, no symlink",
-                        &format!("a symlink to {target}: connections follow it"),
-                        Reason::ListenerPresent,
-                    ),
-                    Ok(net::UnixAt::Bound {
-                        sockets,
-                        unsearched,
-                        accepts,
-                    }) => Fact::failed(
-                        "listener",
-                        &subject,
-                        WANT,
-                        &describe_unix_bound(&sockets, unsearched.as_deref(), accepts),
-                        Reason::ListenerPresent,
-                    ),
-                });
-                continue;
-            }
-            Listener::Tcp(_) | Listener::Udp(_) => inet
-                .next()
-                .unwrap_or_else(|| Err("no lookup for this port".into())),
-        };
-        facts.push(match bound {
-            Err(e) => Fact::failed(
-                "listener",
-                &subject,
-                "nothing bound",
-                &e,
-                Reason::ObserveFailed,
-            ),
-            Ok(b) if b.is_empty() => {
-                Fact::ok("listener", &subject, "nothing bound", "nothing bound")
-            }
-            Ok(b) => {
-                let holders: Vec<u32> = b
-                    .iter()
-                    .flat_map(|s| net::socket_holders(s.inode))
-                    .collect();
-                Fact::failed(
+/// The enrolled listeners, held by repochd from the first observation on (`os::hold`):
+/// taken then (all or none; one taken already is `listener-present`, its holder named),
+/// afterwards each still ours.
+pub(super) fn listeners(m: &Manifest, held: &mut Fences, facts: &mut Vec<Fact>) {
+    const WANT: &str = "held by repochd";
+    let ls = &m.containment.listeners;
+    if ls.is_empty() {
+        return;
+    }
+    if held.listeners_len() == 0 {
+        let principals = m.containment.principals();
+        let mut taken = Vec::with_capacity(ls.len());
+        for l in ls {
+            let subject = l.to_string();
+            match hold::take(l, &principals) {
+                Ok(h) => {
+                    facts.push(Fact::ok("listener", &subject, WANT, "held"));
+                    taken.push((l.clone(), h));
+                }
+                Err(NotTaken::InUse) => facts.push(in_use(l)),
+                Err(NotTaken::Unprotected(why)) => facts.push(Fact::failed(
                     "listener",
                     &subject,
-                    "nothing bound",
-                    &format!("bound, held by pid {holders:?}"),
-                    Reason::ListenerPresent,
-                )
+                    "in a directory only root or the old root's uids can write",
+                    &why,
+                    Reason::ListenerUnprotected,
+                )),
+                Err(NotTaken::Failed(e)) => facts.push(Fact::failed(
+                    "listener",
+                    &subject,
+                    WANT,
+                    &e,
+                    Reason::ObserveFailed,
+                )),
             }
+        }
+        // All or none: a partial set is released (dropped), never kept.
+        if taken.len() == ls.len() {
+            held.hold_listeners(taken);
+        }
+        return;
+    }
+    for l in ls {
+        let subject = l.to_string();
+        facts.push(match held.listener(l).map(hold::Held::still_ours) {
+            Some(Ok(true)) => Fact::ok("listener", &subject, WANT, "held"),
+            Some(Ok(false)) => Fact::failed(
+                "listener",
+                &subject,
+                WANT,
+                "the path no longer names the socket repochd holds",
+                Reason::ListenerPresent,
+            ),
+            Some(Err(e)) => Fact::failed("listener", &subject, WANT, &e, Reason::ObserveFailed),
+            None => Fact::failed(
+                "listener",
+                &subject,
+                WANT,
+                "not held",
+                Reason::ListenerPresent,
+            ),
         });
     }
+}
+
+/// The failed fact of an endpoint someone else took: what is there, holders named.
+fn in_use(l: &Listener) -> Fact {
+    const WANT: &str = "nothing bound";
+    let subject = l.to_string();
+    let port = match l {
+        // A unix path is judged by its inode: any socket bound to it in any network
+        // namespace, however it was bound, or anything accepting there.
+        Listener::Unix(p) => {
+            return match net::unix_at(p) {
+                Err(e) => Fact::failed("listener", &subject, WANT, &e, Reason::ObserveFailed),
+                Ok(net::UnixAt::Nothing(why)) => Fact::failed(
+                    "listener",
+                    &subject,
+                    WANT,
+                    &format!("taken, then gone ({why})"),
+                    Reason::ListenerPresent,
+                ),
+                Ok(net::UnixAt::Symlink(target)) => Fact::failed(
+                    "listener",
+                    &subject,
+                    "nothing bound, no symlink",
+                    &format!("a symlink to {target}: connections follow it"),
+                    Reason::ListenerPresent,
+                ),
+                Ok(net::UnixAt::Bound {
+                    sockets,
+                    unsearched,
+                    accepts,
+                }) => Fact::failed(
+                    "listener",
+                    &subject,
+                    WANT,
+                    &describe_unix_bound(&sockets, unsearched.as_deref(), accepts),
+                    Reason::ListenerPresent,
+                ),
+            };
+        }
+        Listener::Tcp(p) => (false, *p),
+        Listener::Udp(p) => (true, *p),
+    };
+    let bound = net::inet_bound_all(&[port])
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| Err("no lookup for this port".into()));
+    let observed = match bound {
+        Err(e) => format!("in use; {e}"),
+        // Bound, not listening (TCP), or a connection's local port: in use all the same.
+        Ok(b) if b.is_empty() => {
+            "in use by a socket that does not listen (bound only, or a connection's port)".into()
+        }
+        Ok(b) => {
+            let holders: Vec<u32> = b
+                .iter()
+                .flat_map(|s| net::socket_holders(s.inode))
+                .collect();
+            format!("bound, held by pid {holders:?}")
+        }
+    };
+    Fact::failed(
+        "listener",
+        &subject,
+        WANT,
+        &observed,
+        Reason::ListenerPresent,
+    )
 }
 
 /// The enrolled executables: no principal's live task runs them, by identity or content,

@@ -7,11 +7,12 @@ use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use repoch_protocol::grant::GrantFence;
-use repoch_protocol::manifest::{InventoryEntry, Manifest, Role};
+use repoch_protocol::manifest::{InventoryEntry, Listener, Manifest, Role};
 use repoch_protocol::{Fact, Identity, Reason};
 use rustix::fs::{FlockOperation, OFlags};
 
 use super::{open_enrolled, Enrolled};
+use crate::os::hold::Held;
 use crate::os::procfs;
 use crate::storage::open_path;
 use crate::store::fstat_identity;
@@ -37,10 +38,12 @@ impl HeldFence {
 }
 
 /// The fences, held from the first successful observation on: all of the manifest's, in
-/// manifest order, or none (a partial set is released, never kept).
+/// manifest order, or none (a partial set is released, never kept); and the listener
+/// endpoints repochd holds the same way (`os::hold`), handed over with them.
 #[derive(Debug, Default)]
 pub struct Fences {
     held: Vec<HeldFence>,
+    listeners: Vec<(Listener, Held)>,
 }
 
 impl Fences {
@@ -65,9 +68,37 @@ impl Fences {
             })
             .collect()
     }
-    /// The fds to dispatch, in the order of `grant_fences`.
+    /// The fds to dispatch: the fences' in the order of `grant_fences`, then the held
+    /// listeners' in the order of `grant_listeners`.
     pub fn fds(&self) -> Vec<&OwnedFd> {
-        self.held.iter().map(|h| &h.fd).collect()
+        self.held
+            .iter()
+            .map(|h| &h.fd)
+            .chain(self.listeners.iter().map(|(_, h)| &h.fd))
+            .collect()
+    }
+    /// The grant's listener list: each held endpoint, in manifest order.
+    pub fn grant_listeners(&self) -> Vec<Listener> {
+        self.listeners.iter().map(|(l, _)| l.clone()).collect()
+    }
+    /// How many listener endpoints are held (all of the manifest's, or none).
+    pub fn listeners_len(&self) -> usize {
+        self.listeners.len()
+    }
+    /// The held endpoint of an enrolled listener.
+    pub(super) fn listener(&self, l: &Listener) -> Option<&Held> {
+        self.listeners.iter().find(|(m, _)| m == l).map(|(_, h)| h)
+    }
+    /// Keeps the endpoints taken at the first observation (all of the manifest's).
+    pub(super) fn hold_listeners(&mut self, taken: Vec<(Listener, Held)>) {
+        self.listeners = taken;
+    }
+    /// The fences and endpoints were sent to the consumer: drops them here, leaving the
+    /// socket files of unix endpoints in place (they are the new root's now).
+    pub fn hand_over(mut self) {
+        for (_, h) in &mut self.listeners {
+            h.hand_over();
+        }
     }
 }
 

@@ -105,7 +105,7 @@ impl Observer {
         lineage::stores(m, &mut facts);
         containment::units(m, &self.systemctl, &mut facts);
         containment::cgroups(m, &mut facts);
-        containment::listeners(m, &mut facts);
+        containment::listeners(m, fences, &mut facts);
         containment::executables(m, &mut facts);
         fences::observe(m, fences, &mut facts);
         let ready_sha256 = targets::ready(m, &mut self.baseline, &mut facts);

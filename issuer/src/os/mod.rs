@@ -2,6 +2,7 @@
 //! Everything else receives facts.
 
 pub mod cgroup;
+pub mod hold;
 pub mod net;
 pub mod peer;
 pub mod proc;

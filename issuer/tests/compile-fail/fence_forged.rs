@@ -15,7 +15,10 @@ fn forge_a_fence(fd: OwnedFd, id: Identity) -> HeldFence {
 }
 
 fn fill(fence: HeldFence) -> Fences {
-    Fences { held: vec![fence] }
+    Fences {
+        held: vec![fence],
+        ..Fences::default()
+    }
 }
 
 fn main() {}

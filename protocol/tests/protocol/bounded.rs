@@ -46,6 +46,36 @@ fn a_signed_op_begin_with_the_largest_op_id_is_lineage_mutated_not_a_panic() {
     assert!(e.detail.contains("op"), "{e:?}");
 }
 
+#[test]
+fn a_signed_op_begin_whose_name_forges_a_line_is_lineage_mutated() {
+    // The producer signs an op-begin whose name holds ESC, CR or U+202E: the verifier
+    // applies the one text rule (docs/PROTOCOL.md, "Text") and refuses it, so the name
+    // is never carried into a grant nor printed.
+    let (i, p) = (pk(&issuer()), pk(&producer()));
+    for name in [
+        "\u{1b}]0;owned\u{7}",
+        "ok\r\u{1b}[2K  ok",
+        "evil\u{202e}txt.sh",
+    ] {
+        let pins = JournalPins {
+            deployment: DEP,
+            issuer: &i,
+            producer: &p,
+            genesis: None,
+        };
+        let bytes = journal_then(
+            2,
+            JournalBody::OpBegin {
+                op: 9,
+                name: name.into(),
+            },
+        );
+        let e = verify_journal(&bytes, pins).unwrap_err();
+        assert_eq!(e.reason, Reason::LineageMutated, "{name:?}: {e:?}");
+        assert!(e.detail.contains("changes how the text reads"), "{e:?}");
+    }
+}
+
 // ---- crash tails, forged and foreign logs (each its own reason) ----
 
 use repoch_protocol::epoch::{verify_log, EpochBody, EpochRecord, SignedEpochRecord};

@@ -139,6 +139,7 @@ pub fn grant() -> Grant {
             name: "charge-batch".into(),
         }],
         issued_at: 1_790_000_100,
+        listeners: vec![],
     }
 }
 
@@ -279,6 +280,17 @@ pub fn samples() -> Vec<(&'static str, Vec<u8>)> {
         (
             "signed-grant",
             SignedGrant::sign(grant(), &issuer()).to_bytes(),
+        ),
+        (
+            "signed-grant",
+            SignedGrant::sign(
+                Grant {
+                    listeners: manifest().containment.listeners,
+                    ..grant()
+                },
+                &issuer(),
+            )
+            .to_bytes(),
         ),
         (
             "signed-manifest",

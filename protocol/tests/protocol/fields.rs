@@ -199,3 +199,23 @@ fn old_root_uids_are_a_fifth_containment_field_only_when_present_and_canonical()
         "more than OLD_ROOT_UIDS_MAX"
     );
 }
+
+#[test]
+fn held_listeners_are_a_fourteenth_grant_field_only_when_present() {
+    use repoch_protocol::grant::Grant;
+    let mut g = grant();
+    assert!(g.listeners.is_empty());
+    let thirteen = g.to_bytes();
+    assert_eq!(Grant::from_bytes(&thirteen).unwrap(), g);
+    g.listeners = manifest().containment.listeners;
+    let fourteen = g.to_bytes();
+    assert_eq!(Grant::from_bytes(&fourteen).unwrap(), g);
+    let Value::Array(mut items) = grant().to_value() else {
+        unreachable!()
+    };
+    items.push(cbor::array(vec![]));
+    assert_eq!(
+        Grant::from_value(cbor::array(items)).unwrap_err(),
+        schema("grant", "a listener list is present only when not empty")
+    );
+}

@@ -53,6 +53,7 @@ prop_compose! {
             frontier_hash: Hash(h),
             unknown_ops: ops.into_iter().map(|(op, name)| UnknownOp { op, name }).collect(),
             issued_at: at,
+            listeners: vec![],
         }
     }
 }

@@ -631,6 +631,7 @@ fn main() {
                 frontier_hash: Hash([6; 32]),
                 unknown_ops: vec![],
                 issued_at: 0,
+                listeners: vec![],
             };
             let bytes = SignedGrant::sign(grant, &issuer).to_bytes();
             // args[7], optional: a checkpoint the consumer must refuse.
@@ -854,6 +855,76 @@ fn main() {
                 .expect("bind");
             ready();
             sleep_forever();
+        }
+        Some("try-bind") => {
+            // Binds each ADDR (tcp:HOST:PORT or udp:HOST:PORT) and reports what each got,
+            // as JSON: what another user can or cannot take.
+            let got: Vec<String> = args[2..]
+                .iter()
+                .map(|a| {
+                    let (proto, addr) = a.split_once(':').unwrap();
+                    let r = match proto {
+                        "tcp" => std::net::TcpListener::bind(addr).map(drop),
+                        _ => std::net::UdpSocket::bind(addr).map(drop),
+                    };
+                    match r {
+                        Ok(()) => "bound".to_owned(),
+                        Err(e) => e.kind().to_string(),
+                    }
+                })
+                .collect();
+            println!("{}", serde_json::json!({ "binds": got }));
+        }
+        Some("serve-activated") => {
+            // A new root started by `repoch-consume -- CMD`: takes the descriptors of
+            // systemd's socket-activation convention and answers once on each with its
+            // name (a TCP or unix connection accepted, a UDP datagram replied to).
+            use std::io::Write as _;
+            let n: i32 = std::env::var("LISTEN_FDS").unwrap().parse().unwrap();
+            let pid: u32 = std::env::var("LISTEN_PID").unwrap().parse().unwrap();
+            assert_eq!(pid, std::process::id(), "LISTEN_PID is not this process");
+            let names: Vec<String> = std::env::var("LISTEN_FDNAMES")
+                .unwrap()
+                .split(':')
+                .map(str::to_owned)
+                .collect();
+            assert_eq!(names.len(), n as usize);
+            let mut report = std::fs::File::create(&args[2]).unwrap();
+            writeln!(
+                report,
+                "{}",
+                serde_json::json!({ "names": names, "pid": pid })
+            )
+            .unwrap();
+            report.flush().unwrap();
+            let mut threads = Vec::new();
+            for (i, name) in names.into_iter().enumerate() {
+                let fd = repoch_tests_native::sys::inherited(3 + i as i32);
+                threads.push(std::thread::spawn(move || {
+                    let answer = format!("{name} ok\n");
+                    match rustix::net::sockopt::socket_type(&fd).unwrap() {
+                        rustix::net::SocketType::DGRAM => {
+                            let s = std::net::UdpSocket::from(fd);
+                            let mut buf = [0u8; 64];
+                            let (_, from) = s.recv_from(&mut buf).unwrap();
+                            s.send_to(answer.as_bytes(), from).unwrap();
+                        }
+                        _ if name.starts_with("unix-") => {
+                            let l = std::os::unix::net::UnixListener::from(fd);
+                            let (mut c, _) = l.accept().unwrap();
+                            c.write_all(answer.as_bytes()).unwrap();
+                        }
+                        _ => {
+                            let l = std::net::TcpListener::from(fd);
+                            let (mut c, _) = l.accept().unwrap();
+                            c.write_all(answer.as_bytes()).unwrap();
+                        }
+                    }
+                }));
+            }
+            for t in threads {
+                t.join().unwrap();
+            }
         }
         Some("map") => {
             // Maps FILE read-only without executing it: what any reader can do.

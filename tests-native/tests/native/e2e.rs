@@ -902,8 +902,10 @@ fn ready_changed_after_the_intent_is_withheld_at_the_first_final_verification() 
 #[test]
 #[ignore = "needs root"]
 fn a_listener_appearing_after_the_receipt_is_withheld_at_the_second_final_verification() {
-    // The old controller binds its socket between the receipt and the second verification:
-    // the grant is recorded but never dispatched.
+    // repochd holds the enrolled path from its first observation on: no one else can bind
+    // it. The old controller, root, removes repochd's socket file and binds its own there
+    // between the receipt and the second verification (only root or the old root's uids
+    // can write the directory): the grant is recorded but never dispatched.
     require_root!();
     for side in Side::BOTH {
         let s = Sandbox::new();
@@ -919,6 +921,7 @@ fn a_listener_appearing_after_the_receipt_is_withheld_at_the_second_final_verifi
             side,
             "after-receipt",
             || {
+                std::fs::remove_file(&sock).unwrap();
                 old = Some(spawn_ready(helper(&[
                     "listen-unix",
                     sock.to_str().unwrap(),

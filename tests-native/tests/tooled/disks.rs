@@ -165,7 +165,7 @@ fn disk_fails_before(barrier: &str, kind: &str, failure: Failure, kept: &[&str])
 
 pub(crate) fn a_full_disk_at_each_append_is_uncertain_leaves_the_log_as_it_was_and_stops_issuing() {
     require_root!();
-    disk_fails_before("after-connect", "intent", Failure::NoSpace, &["genesis"]);
+    disk_fails_before("before-intent", "intent", Failure::NoSpace, &["genesis"]);
     disk_fails_before(
         "after-consume",
         "receipt",
@@ -176,7 +176,7 @@ pub(crate) fn a_full_disk_at_each_append_is_uncertain_leaves_the_log_as_it_was_a
 
 pub(crate) fn a_dead_disk_at_each_append_is_uncertain_leaves_the_log_as_it_was_and_stops_issuing() {
     require_root!();
-    disk_fails_before("after-connect", "intent", Failure::Dead, &["genesis"]);
+    disk_fails_before("before-intent", "intent", Failure::Dead, &["genesis"]);
     disk_fails_before(
         "after-final-1",
         "consume",

@@ -329,6 +329,11 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            powerloss_real::power_cut_before_intent_writes_nothing_and_grants_once,
+            EXT4
+        ),
+        trial!(
+            root,
             powerloss_real::power_cut_after_intent_keeps_the_epoch_intended_and_refused,
             EXT4
         ),

@@ -32,6 +32,7 @@ const CASES: &[(&str, &[&str])] = &[
     ("after-reserve", &["genesis"]),
     ("after-observe", &["genesis"]),
     ("after-connect", &["genesis"]),
+    ("before-intent", &["genesis"]),
     ("after-intent", &["genesis", "intent"]),
     ("after-custody", &["genesis", "intent"]),
     ("after-final-1", &["genesis", "intent"]),
@@ -392,6 +393,11 @@ pub(crate) fn power_cut_after_observe_writes_nothing_and_grants_once() {
 pub(crate) fn power_cut_after_connect_writes_nothing_and_grants_once() {
     require_root!();
     power_cut_at("after-connect");
+}
+
+pub(crate) fn power_cut_before_intent_writes_nothing_and_grants_once() {
+    require_root!();
+    power_cut_at("before-intent");
 }
 
 pub(crate) fn power_cut_after_intent_keeps_the_epoch_intended_and_refused() {

@@ -82,14 +82,13 @@ pub(crate) fn recover_under_systemd(c: &Container) {
     // container's network namespace, which is the host's) and on its unix socket, running.
     c.sh("mkdir -p /run/billing && printf '[Unit]\\nDescription=billing old root\\n[Service]\\n\
           ExecStart=/bin/sh -c \"/usr/bin/repoch-test-helper listen-unix /run/billing/old.sock & \
-          /usr/bin/repoch-test-helper listen-unix /tmp/billing-old.sock & \
           exec /usr/bin/flock --exclusive /srv/billing/lock /usr/bin/repoch-test-helper listen-tcp 7071\"\\n' \
           > /usr/lib/systemd/system/billing-old.service \
           && systemctl daemon-reload && systemctl start billing-old.service");
     let manifest = format!(
         "label = \"billing\"\nfences = [\"/srv/billing/lock\"]\nstores = [\"/srv/billing/data\"]\n\
          ready = \"/srv/billing/READY\"\n\n[containment]\nunits = [\"billing-old.service\"]\n\
-         listeners = [\"tcp:7071\", \"unix:/run/billing/old.sock\", \"unix:/tmp/billing-old.sock\"]\n\n\
+         listeners = [\"tcp:7071\", \"unix:/run/billing/old.sock\"]\n\n\
          [journal]\npath = \"/srv/billing/journal\"\nproducer_key_file = \"/etc/billing/producer.key.pub\"\n\n\
          [consumer]\nuid = {uid}\ngid = {gid}\nexecutable = \"/usr/bin/repoch-consume\"\n\
          key_file = \"/etc/billing/consumer.key.pub\"\n"
@@ -115,8 +114,7 @@ pub(crate) fn recover_under_systemd(c: &Container) {
     );
     // repochd (activated by the admin socket) sees the same: the recovery is refused
     // before anything is written. Its own network namespace is not the one the port is
-    // bound in, yet the listener is found; nor is its /tmp hidden from it (a unix socket
-    // the old root binds in the host's /tmp is found: the unit sets no PrivateTmp=).
+    // bound in, yet the port is found taken there (it binds in the host's).
     let r = run_in(c, &format!("repoch --json recover {id} --consumer-wait 1"));
     assert_eq!(r.code, 2, "{}", j(&r));
     let mut reasons = r.reasons();
@@ -127,7 +125,6 @@ pub(crate) fn recover_under_systemd(c: &Container) {
             "fence-busy",
             "listener-present",
             "listener-present",
-            "listener-present",
             "unit-not-masked"
         ],
         "{}",
@@ -136,7 +133,7 @@ pub(crate) fn recover_under_systemd(c: &Container) {
     // Contain it: stop and mask the unit, remove its stale socket file.
     c.sh(
         "systemctl stop billing-old.service && systemctl mask billing-old.service \
-          && rm /run/billing/old.sock /tmp/billing-old.sock",
+          && rm /run/billing/old.sock",
     );
 
     // The consumer: a real service unit as `billing`, waiting on the grant socket (which
@@ -184,6 +181,20 @@ pub(crate) fn recover_under_systemd(c: &Container) {
         std::thread::sleep(std::time::Duration::from_millis(100));
     };
     assert!(held.contains(&format!(":{}", fence.trim())), "{held}");
+    // The port repochd held, in the host's network namespace from its own empty one, is
+    // the new root's now and takes connections (no filter of repochd's unit drops them).
+    let connect = run_in(c, "timeout 10 bash -c ': > /dev/tcp/127.0.0.1/7071'");
+    assert_eq!(
+        connect.code,
+        0,
+        "port 7071 does not take connections: {}",
+        j(&connect)
+    );
+    let holder = run_in(c, "ss -Hltnp 'sport = :7071'").stdout;
+    assert!(
+        holder.contains("repoch-test-he"),
+        "7071 is not the new root's: {holder}"
+    );
     assert_ne!(
         run_in(c, "flock --nonblock /srv/billing/lock true").code,
         0,

@@ -1,0 +1,318 @@
+//! Listener endpoints held by repochd (docs/THREAT-MODEL.md, "Who can change a fact"):
+//! an enrolled TCP or UDP port is bound (and a TCP one listened on) by repochd itself, on
+//! the IPv6 wildcard with `IPV6_V6ONLY` off, so that no other socket can bind it on any
+//! IPv4 or IPv6 address, in the network namespace clients reach it in (the host's, where
+//! repochd's own sockets are: `sockdiag::in_host_netns`, else this one); an enrolled unix
+//! path is bound by repochd as a listening stream socket, through its directory's fd
+//! (opened without following a symlink in any component), from a thread of its own file
+//! system context. Held from the first observation to the dispatch, the sockets then go to
+//! the new root with the fences; a unix socket file repochd made and did not hand over is
+//! removed when it is released.
+
+use std::os::fd::{AsFd, OwnedFd};
+
+use repoch_protocol::manifest::Listener;
+use rustix::fs::{AtFlags, OFlags};
+use rustix::io::Errno;
+use rustix::net::{AddressFamily, SocketAddrV6, SocketFlags, SocketType};
+
+use super::sockdiag;
+
+/// Backlog of a held listening socket: connections that arrive while the recovery runs
+/// wait there for the new root.
+pub const HELD_BACKLOG: i32 = 128;
+
+/// A listener endpoint held by this process.
+#[derive(Debug)]
+pub struct Held {
+    /// The socket.
+    pub(crate) fd: OwnedFd,
+    /// For a unix path: its directory, the name in it and the socket file's identity
+    /// (device, inode) as bound; removed on drop unless handed over.
+    file: Option<SocketFile>,
+}
+
+#[derive(Debug)]
+struct SocketFile {
+    dir: OwnedFd,
+    name: String,
+    id: (u64, u64),
+    handed_over: bool,
+}
+
+impl Held {
+    /// Marks the endpoint as the new root's: its socket file stays when this is dropped.
+    pub fn hand_over(&mut self) {
+        if let Some(f) = &mut self.file {
+            f.handed_over = true;
+        }
+    }
+
+    /// Whether the enrolled unix path still names the socket file bound here (always true
+    /// for a port: nothing can take a bound port from its socket).
+    pub fn still_ours(&self) -> Result<bool, String> {
+        let Some(f) = &self.file else {
+            return Ok(true);
+        };
+        match rustix::fs::statat(&f.dir, f.name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => Ok((st.st_dev, st.st_ino) == f.id),
+            Err(Errno::NOENT) => Ok(false),
+            Err(e) => Err(format!("{}: {e}", f.name)),
+        }
+    }
+}
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        // Only the file bound here: a name someone put in its place stays.
+        if !self.handed_over
+            && rustix::fs::statat(&self.dir, self.name.as_str(), AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| (st.st_dev, st.st_ino) == self.id)
+        {
+            let _ = rustix::fs::unlinkat(&self.dir, self.name.as_str(), AtFlags::empty());
+        }
+    }
+}
+
+/// Why an endpoint could not be taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotTaken {
+    /// Something is bound there already (a port in use, or a file at the path).
+    InUse,
+    /// A unix path's directory another user can write or owns: what it shows.
+    Unprotected(String),
+    /// Anything else.
+    Failed(String),
+}
+
+/// Takes the endpoint `l`. `principals`: the uids that may own a unix path's directory.
+pub fn take(l: &Listener, principals: &[u32]) -> Result<Held, NotTaken> {
+    match l {
+        Listener::Tcp(p) => take_port(false, *p),
+        Listener::Udp(p) => take_port(true, *p),
+        Listener::Unix(path) => take_unix(path, principals),
+    }
+}
+
+fn take_port(udp: bool, port: u16) -> Result<Held, NotTaken> {
+    if port == 0 {
+        return Err(NotTaken::Failed("port 0 names no port".into()));
+    }
+    let bind = move || -> Result<Result<OwnedFd, NotTaken>, String> { Ok(bind_port(udp, port)) };
+    let fd = match sockdiag::in_host_netns(bind) {
+        Ok(Some((_, r))) => r?,
+        Ok(None) => bind_port(udp, port)?,
+        Err(e) => {
+            return Err(NotTaken::Failed(format!(
+                "the host's network namespace: {e}"
+            )))
+        }
+    };
+    Ok(Held { fd, file: None })
+}
+
+/// Binds `port` in this thread's network namespace on every address of both families.
+fn bind_port(udp: bool, port: u16) -> Result<OwnedFd, NotTaken> {
+    let kind = if udp {
+        SocketType::DGRAM
+    } else {
+        SocketType::STREAM
+    };
+    let failed = |what: &str, e: Errno| NotTaken::Failed(format!("{what}: {e}"));
+    let in_use = |e: Errno| {
+        if e == Errno::ADDRINUSE {
+            NotTaken::InUse
+        } else {
+            failed("bind", e)
+        }
+    };
+    let fd = match rustix::net::socket_with(AddressFamily::INET6, kind, SocketFlags::CLOEXEC, None)
+    {
+        Ok(fd) => {
+            rustix::net::sockopt::set_ipv6_v6only(&fd, false)
+                .map_err(|e| failed("IPV6_V6ONLY", e))?;
+            if !udp {
+                reuse_addr(&fd).map_err(|e| failed("SO_REUSEADDR", e))?;
+            }
+            let any = SocketAddrV6::new(std::net::Ipv6Addr::UNSPECIFIED, port, 0, 0);
+            rustix::net::bind(&fd, &any).map_err(in_use)?;
+            fd
+        }
+        // No IPv6 on this host: the IPv4 wildcard is every address there is.
+        Err(Errno::AFNOSUPPORT) => {
+            let fd =
+                rustix::net::socket_with(AddressFamily::INET, kind, SocketFlags::CLOEXEC, None)
+                    .map_err(|e| failed("socket", e))?;
+            if !udp {
+                reuse_addr(&fd).map_err(|e| failed("SO_REUSEADDR", e))?;
+            }
+            let any = std::net::SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, port);
+            rustix::net::bind(&fd, &any).map_err(in_use)?;
+            fd
+        }
+        Err(e) => return Err(failed("socket", e)),
+    };
+    if !udp {
+        rustix::net::listen(&fd, HELD_BACKLOG).map_err(|e| failed("listen", e))?;
+    }
+    Ok(fd)
+}
+
+/// `SO_REUSEADDR` on a TCP socket that will listen, as systemd sets it: the old root's
+/// connections left in `TIME_WAIT` do not keep the port from being held, and no one can
+/// bind beside a listening socket whatever options they set. Never on UDP, where it
+/// would let another socket with the option share the port.
+fn reuse_addr(fd: &OwnedFd) -> rustix::io::Result<()> {
+    rustix::net::sockopt::set_socket_reuseaddr(fd, true)
+}
+
+fn take_unix(path: &str, principals: &[u32]) -> Result<Held, NotTaken> {
+    let p = std::path::Path::new(path);
+    let (Some(parent), Some(name)) = (p.parent(), p.file_name().and_then(|n| n.to_str())) else {
+        return Err(NotTaken::Failed(format!("{path}: no directory and name")));
+    };
+    let dir = crate::storage::open_path(parent, OFlags::DIRECTORY | OFlags::RDONLY, 0)
+        .map_err(|e| NotTaken::Failed(format!("{}: {e}", parent.display())))?;
+    let st = rustix::fs::fstat(&dir).map_err(|e| NotTaken::Failed(format!("{e}")))?;
+    if st.st_mode & 0o022 != 0 || !principals.contains(&st.st_uid) {
+        return Err(NotTaken::Unprotected(format!(
+            "{} is uid {} mode {:o}",
+            parent.display(),
+            st.st_uid,
+            st.st_mode & 0o7777
+        )));
+    }
+    // Bound by its name relative to the directory, in a thread whose working directory is
+    // its own (unshare CLONE_FS): no path walk, no length limit but the name's.
+    let fd = std::thread::scope(|s| {
+        s.spawn(|| -> Result<OwnedFd, NotTaken> {
+            let failed = |what: &str, e: Errno| NotTaken::Failed(format!("{what}: {e}"));
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_FS)
+                .map_err(|e| NotTaken::Failed(format!("unshare: {e}")))?;
+            rustix::process::fchdir(&dir).map_err(|e| failed("fchdir", e))?;
+            let fd = rustix::net::socket_with(
+                AddressFamily::UNIX,
+                SocketType::STREAM,
+                SocketFlags::CLOEXEC,
+                None,
+            )
+            .map_err(|e| failed("socket", e))?;
+            let addr = rustix::net::SocketAddrUnix::new(name)
+                .map_err(|e| failed("a socket address", e))?;
+            rustix::net::bind(&fd, &addr).map_err(|e| {
+                if e == Errno::ADDRINUSE {
+                    NotTaken::InUse
+                } else {
+                    failed("bind", e)
+                }
+            })?;
+            Ok(fd)
+        })
+        .join()
+        .map_err(|_| NotTaken::Failed("the binding thread panicked".into()))?
+    })?;
+    let id = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)
+        .map(|st| (st.st_dev, st.st_ino))
+        .map_err(|e| NotTaken::Failed(format!("{name}: {e}")))?;
+    let held = Held {
+        fd,
+        file: Some(SocketFile {
+            dir,
+            name: name.to_owned(),
+            id,
+            handed_over: false,
+        }),
+    };
+    rustix::net::listen(&held.fd, HELD_BACKLOG)
+        .map_err(|e| NotTaken::Failed(format!("listen: {e}")))?;
+    Ok(held)
+}
+
+/// The fd's socket, for tests and checks: whether it listens.
+pub fn listening(fd: impl AsFd) -> bool {
+    rustix::net::sockopt::socket_acceptconn(fd).unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn free_port(udp: bool) -> u16 {
+        let s = if udp {
+            std::net::UdpSocket::bind("[::]:0").unwrap().local_addr()
+        } else {
+            std::net::TcpListener::bind("[::]:0").unwrap().local_addr()
+        };
+        s.unwrap().port()
+    }
+
+    #[test]
+    fn a_held_port_cannot_be_bound_by_anyone_on_any_address_and_is_freed_on_drop() {
+        for udp in [false, true] {
+            let port = free_port(udp);
+            let l = if udp {
+                Listener::Udp(port)
+            } else {
+                Listener::Tcp(port)
+            };
+            let held = take(&l, &[0]).unwrap();
+            assert_eq!(listening(&held.fd), !udp);
+            for addr in [
+                format!("0.0.0.0:{port}"),
+                format!("127.0.0.1:{port}"),
+                format!("[::]:{port}"),
+                format!("[::1]:{port}"),
+            ] {
+                let bound = if udp {
+                    std::net::UdpSocket::bind(&addr).is_ok()
+                } else {
+                    std::net::TcpListener::bind(&addr).is_ok()
+                };
+                assert!(!bound, "{l}: {addr} was bound while held");
+            }
+            assert_eq!(take(&l, &[0]).unwrap_err(), NotTaken::InUse);
+            drop(held);
+            assert!(take(&l, &[0]).is_ok(), "{l} not freed");
+        }
+    }
+
+    #[test]
+    fn a_held_unix_path_is_a_listening_socket_removed_unless_handed_over() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("s.sock");
+        let l = Listener::Unix(path.to_str().unwrap().into());
+        let me = rustix::process::getuid().as_raw();
+        let held = take(&l, &[me]).unwrap();
+        assert!(listening(&held.fd));
+        assert!(held.still_ours().unwrap());
+        assert!(std::os::unix::net::UnixStream::connect(&path).is_ok());
+        assert_eq!(take(&l, &[me]).unwrap_err(), NotTaken::InUse);
+        drop(held);
+        assert!(!path.exists(), "the socket file stayed");
+        let mut held = take(&l, &[me]).unwrap();
+        held.hand_over();
+        drop(held);
+        assert!(path.exists(), "a handed-over socket file was removed");
+        // A name put in its place is not ours, and is never removed.
+        std::fs::remove_file(&path).unwrap();
+        let held = take(&l, &[me]).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, b"theirs").unwrap();
+        assert!(!held.still_ours().unwrap());
+        drop(held);
+        assert_eq!(std::fs::read(&path).unwrap(), b"theirs");
+    }
+
+    #[test]
+    fn a_unix_path_in_a_directory_others_can_write_is_not_taken() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let d = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let l = Listener::Unix(d.path().join("s.sock").to_str().unwrap().into());
+        let me = rustix::process::getuid().as_raw();
+        assert!(matches!(take(&l, &[me]), Err(NotTaken::Unprotected(_))));
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(matches!(take(&l, &[me + 1]), Err(NotTaken::Unprotected(_))));
+        assert!(take(&l, &[me]).is_ok());
+    }
+}

@@ -1,0 +1,74 @@
+//! The one text rule (docs/PROTOCOL.md, "Text"): a character that changes how a line
+//! reads (a control character: C0, DEL, C1, among them ESC, CR and LF; or a Unicode
+//! format character: bidi embeddings, overrides and isolates, zero-width characters, line
+//! and paragraph separators, the byte-order mark) never reaches a terminal, a log line or a
+//! signed record as itself. Text from outside (process names, symlink targets, cgroup and
+//! unit names, paths, peers' executables) is escaped where a fact or refusal is made;
+//! signed texts from a producer (journal operation names) must not hold one at all.
+
+use std::borrow::Cow;
+
+/// Whether `c` changes how a line reads.
+pub fn forges(c: char) -> bool {
+    c.is_control()
+        || matches!(c,
+            '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
+}
+
+/// `s` with each forging character written as `\u{XXXX}` and each backslash doubled (so
+/// an escape cannot be forged either); `s` itself when it has neither.
+pub fn escape(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(|c| forges(c) || c == '\\') {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len().saturating_add(8));
+    for c in s.chars() {
+        if c == '\\' {
+            out.push_str("\\\\");
+        } else if forges(c) {
+            out.push_str(&format!("\\u{{{:04x}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// The rule as a check: the first forging character, named.
+pub fn check(s: &str) -> Result<(), String> {
+    match s.chars().find(|c| forges(*c)) {
+        Some(c) => Err(format!(
+            "contains the {} character U+{:04X}, which changes how the text reads",
+            if c.is_control() { "control" } else { "format" },
+            u32::from(c)
+        )),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forging_characters_are_escaped_and_the_rest_kept() {
+        assert_eq!(escape("plain /srv/a b"), "plain /srv/a b");
+        assert!(matches!(escape("plain"), Cow::Borrowed(_)));
+        assert_eq!(escape("\u{1b}[31mred\u{7}"), "\\u{001b}[31mred\\u{0007}");
+        assert_eq!(escape("a\r\nb"), "a\\u{000d}\\u{000a}b");
+        assert_eq!(
+            escape("x\u{202e}y\u{200b}z\u{2028}"),
+            "x\\u{202e}y\\u{200b}z\\u{2028}"
+        );
+        assert_eq!(escape("\u{85}\u{9b}"), "\\u{0085}\\u{009b}");
+        // A backslash is doubled: the text `\u{001b}` cannot pass for an escaped ESC.
+        assert_eq!(escape("\\u{001b}"), "\\\\u{001b}");
+        assert_eq!(escape("café ✓"), "café ✓");
+        assert!(check("café").is_ok());
+        assert_eq!(
+            check("a\u{1b}b").unwrap_err(),
+            "contains the control character U+001B, which changes how the text reads"
+        );
+        assert!(check("\u{feff}").is_err());
+    }
+}

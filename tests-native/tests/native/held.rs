@@ -1,0 +1,182 @@
+//! Listener endpoints are held, not looked at (docs/THREAT-MODEL.md, "Who can change a
+//! fact"): repochd binds every enrolled TCP and UDP port (every address, both families)
+//! and unix path at the first observation and holds them through the dispatch, so no one
+//! can take one in the window and burn the epoch; the grant hands them to the new root,
+//! which `repoch-consume -- CMD` starts in systemd's socket-activation convention. Real
+//! sockets, a real uid 65534, a real new root that answers on each.
+
+use std::io::{BufRead as _, Read as _};
+use std::os::unix::process::CommandExt as _;
+use std::process::{Command, Stdio};
+
+use repoch_tests_native::*;
+
+fn free_port(udp: bool) -> u16 {
+    let a = if udp {
+        std::net::UdpSocket::bind("[::]:0").unwrap().local_addr()
+    } else {
+        std::net::TcpListener::bind("[::]:0").unwrap().local_addr()
+    };
+    a.unwrap().port()
+}
+
+/// Enrolls a TCP port, a UDP port and a unix path (in the sandbox, a directory only root
+/// can write).
+fn enroll_listeners(s: &Sandbox) -> (String, u16, u16, std::path::PathBuf) {
+    let (tcp, udp, unix) = (free_port(false), free_port(true), s.path("control.sock"));
+    let id = s.enroll_with(&s.manifest(&format!(
+        "[containment]\nlisteners = [\"tcp:{tcp}\", \"udp:{udp}\", \"unix:{}\"]",
+        unix.display()
+    )));
+    (id, tcp, udp, unix)
+}
+
+/// What uid 65534 gets binding the ports on every address of both families.
+fn binds_by_nobody(tcp: u16, udp: u16) -> Vec<String> {
+    let addrs: Vec<String> = ["0.0.0.0", "127.0.0.1", "[::]", "[::1]"]
+        .iter()
+        .flat_map(|h| [format!("tcp:{h}:{tcp}"), format!("udp:{h}:{udp}")])
+        .collect();
+    let mut c = Command::new(bin("repoch-test-helper"));
+    c.arg("try-bind").args(&addrs).uid(65534).gid(65534);
+    let out = c.output().unwrap();
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    j["binds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(&addrs)
+        .map(|(r, a)| format!("{a} {}", r.as_str().unwrap()))
+        .collect()
+}
+
+#[test]
+#[ignore = "needs root"]
+fn another_user_cannot_take_an_enrolled_port_while_a_recovery_holds_it() {
+    // repochd stopped right after its first observation, the consumer waiting: uid 65534
+    // binds each enrolled port on every address. Each bind fails; the recovery is granted.
+    require_root!();
+    let s = Sandbox::new();
+    let (id, tcp, udp, unix) = enroll_listeners(&s);
+    assert!(
+        binds_by_nobody(tcp, udp)
+            .iter()
+            .all(|b| b.ends_with(" bound")),
+        "the ports are free before the recovery"
+    );
+    let d = AtBarrier::start(&s, "after-observe");
+    let consumer = s
+        .consumer(&id[..6], "consumer.key", "grant.cbor", &[])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rec = recover_bg(&s, &id[..6], 20);
+    d.reached();
+    let got = binds_by_nobody(tcp, udp);
+    assert!(
+        got.iter().all(|b| b.ends_with(" address in use")),
+        "another user took a held port: {got:?}"
+    );
+    // Nor can anyone take the unix path: its name exists, a socket repochd listens on.
+    assert!(std::os::unix::net::UnixListener::bind(&unix).is_err());
+    d.signal(rustix::process::Signal::CONT);
+    let r = finish(rec);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.outcome()["outcome"], "granted");
+    let c = finish(consumer);
+    assert_eq!(c.code, 0, "{}", c.stdout);
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_recovery_that_ends_without_a_grant_frees_every_port_and_leaves_no_socket_file() {
+    // No consumer comes: consumer-absent, nothing written. What repochd held is released:
+    // the ports can be bound again and its socket file is gone (a stale one would be
+    // refused at the next recovery).
+    require_root!();
+    let s = Sandbox::new();
+    let (id, tcp, udp, unix) = enroll_listeners(&s);
+    let _d = s.daemon();
+    let r = run(s.recover(&id[..6], 1, &[]));
+    assert_eq!(r.reasons(), ["consumer-absent"], "{}", r.stdout);
+    assert!(!unix.exists(), "the socket file stayed");
+    assert!(binds_by_nobody(tcp, udp)
+        .iter()
+        .all(|b| b.ends_with(" bound")));
+    // And so the next recovery takes them again.
+    let r = run(s.recover(&id[..6], 1, &[]));
+    assert_eq!(r.reasons(), ["consumer-absent"], "{}", r.stdout);
+}
+
+#[test]
+#[ignore = "needs root"]
+fn the_new_root_accepts_on_every_handed_over_listener_right_after_the_grant() {
+    // `repoch-consume -- repoch-test-helper serve-activated` after the grant: the new root
+    // finds the listeners at 3, 4, 5 (LISTEN_FDS, LISTEN_FDNAMES, LISTEN_PID its own pid)
+    // and answers a TCP connection, a UDP datagram and a unix connection on them.
+    require_root!();
+    let s = Sandbox::new();
+    let (id, tcp, udp, unix) = enroll_listeners(&s);
+    let _d = s.daemon();
+    let report = s.path("activated.json");
+    let helper_bin = bin("repoch-test-helper");
+    let consumer = s
+        .consumer(
+            &id[..6],
+            "consumer.key",
+            "grant.cbor",
+            &[
+                helper_bin.to_str().unwrap(),
+                "serve-activated",
+                report.to_str().unwrap(),
+            ],
+        )
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let r = run(s.recover(&id[..6], 20, &[]));
+    assert_eq!(r.outcome()["outcome"], "granted", "{}", r.stdout);
+    let started = std::time::Instant::now();
+    while !report.exists() {
+        assert!(
+            started.elapsed().as_secs() < 20,
+            "the new root never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let j: serde_json::Value = serde_json::from_str(
+        std::fs::read_to_string(&report)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    let names = [
+        format!("tcp-{tcp}"),
+        format!("udp-{udp}"),
+        "unix-control.sock".to_owned(),
+    ];
+    assert_eq!(j["names"], serde_json::json!(names), "{j}");
+    let line = |r: &mut dyn std::io::Read| {
+        let mut l = String::new();
+        std::io::BufReader::new(r).read_line(&mut l).unwrap();
+        l
+    };
+    let mut t = std::net::TcpStream::connect(("127.0.0.1", tcp)).unwrap();
+    assert_eq!(line(&mut t), format!("{} ok\n", names[0]));
+    let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    u.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    u.send_to(b"hi", ("127.0.0.1", udp)).unwrap();
+    let mut buf = [0u8; 64];
+    let n = u.recv(&mut buf).unwrap();
+    assert_eq!(&buf[..n], format!("{} ok\n", names[1]).as_bytes());
+    let mut x = std::os::unix::net::UnixStream::connect(&unix).unwrap();
+    let mut got = String::new();
+    x.read_to_string(&mut got).unwrap();
+    assert_eq!(got, format!("{} ok\n", names[2]));
+    let c = finish(consumer);
+    assert_eq!(c.code, 0, "{}", c.stdout);
+}
