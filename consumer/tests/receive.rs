@@ -388,41 +388,75 @@ fn more_than_grant_fds_max_fds_are_refused_as_they_arrive() {
 
 #[test]
 fn a_listener_fd_that_is_not_its_listener_is_refused_and_nothing_persisted() {
-    // The grant names tcp:PORT after its fence: a file, a socket on another port, and one
-    // bound but not listening are each refused, naming the listener; the right one passes.
+    // The grant names one listener after its fence; the fd sent for it is, in turn, a
+    // file, a socket of another type, on another port, on a single address, bound but not
+    // listening, at another path: each refused, naming the listener. The right ones pass.
     use repoch_protocol::manifest::Listener;
+    use std::os::fd::OwnedFd;
     let port = |l: &std::net::TcpListener| l.local_addr().unwrap().port();
     let right = std::net::TcpListener::bind("[::]:0").unwrap();
     let other = std::net::TcpListener::bind("[::]:0").unwrap();
+    let loopback = std::net::TcpListener::bind("[::1]:0").unwrap();
+    let udp = std::net::UdpSocket::bind("[::]:0").unwrap();
+    let udp_port = udp.local_addr().unwrap().port();
     // Bound, never listened on.
-    let idle = rustix::net::socket_with(
-        rustix::net::AddressFamily::INET6,
-        rustix::net::SocketType::STREAM,
-        rustix::net::SocketFlags::CLOEXEC,
-        None,
-    )
-    .unwrap();
-    let any = std::net::SocketAddrV6::new(std::net::Ipv6Addr::UNSPECIFIED, 0, 0, 0);
-    rustix::net::bind(&idle, &any).unwrap();
+    let unlistened = |family, addr: &dyn Fn(&OwnedFd)| {
+        let fd = rustix::net::socket_with(
+            family,
+            rustix::net::SocketType::STREAM,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        addr(&fd);
+        fd
+    };
+    let idle = unlistened(rustix::net::AddressFamily::INET6, &|fd| {
+        let any = std::net::SocketAddrV6::new(std::net::Ipv6Addr::UNSPECIFIED, 0, 0, 0);
+        rustix::net::bind(fd, &any).unwrap();
+    });
     let idle_port = std::net::SocketAddr::try_from(rustix::net::getsockname(&idle).unwrap())
         .unwrap()
         .port();
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b, c) = (
+        dir.path().join("a.sock"),
+        dir.path().join("b.sock"),
+        dir.path().join("c.sock"),
+    );
+    let unix = |p: &Path| Listener::Unix(p.to_str().unwrap().into());
+    let at_a = UnixListener::bind(&a).unwrap();
+    let at_b = UnixListener::bind(&b).unwrap();
+    let c_addr = rustix::net::SocketAddrUnix::new(c.as_path()).unwrap();
+    let idle_unix = unlistened(rustix::net::AddressFamily::UNIX, &|fd| {
+        rustix::net::bind(fd, &c_addr).unwrap();
+    });
     let p = port(&right);
-    let cases: Vec<(u16, std::os::fd::OwnedFd, &str)> = vec![
+    let cases: Vec<(Listener, OwnedFd, &str)> = vec![
         (
-            p,
+            Listener::Tcp(p),
             std::fs::File::open("/dev/null").unwrap().into(),
             "not a socket",
         ),
-        (p, other.try_clone().unwrap().into(), "bound to"),
-        (idle_port, idle, "not listening"),
-        (p, right.try_clone().unwrap().into(), ""),
+        (Listener::Tcp(udp_port), udp.try_clone().unwrap().into(), "a socket of type"),
+        (Listener::Tcp(p), other.try_clone().unwrap().into(), "bound to"),
+        (
+            Listener::Tcp(port(&loopback)),
+            loopback.try_clone().unwrap().into(),
+            "bound to",
+        ),
+        (Listener::Tcp(idle_port), idle, "not listening"),
+        (unix(&a), at_b.try_clone().unwrap().into(), "bound to"),
+        (unix(&c), idle_unix, "not listening"),
+        (Listener::Tcp(p), right.try_clone().unwrap().into(), ""),
+        (Listener::Udp(udp_port), udp.try_clone().unwrap().into(), ""),
+        (unix(&a), at_a.try_clone().unwrap().into(), ""),
     ];
     for (want, fd, why) in cases {
         let fake = Fake::new();
         let fences = vec![fake.file("lock0")];
         let mut g = grant(&fences);
-        g.listeners = vec![Listener::Tcp(want)];
+        g.listeners = vec![want.clone()];
         let bytes = signed(g, &issuer());
         let sent = fences.clone();
         let (r, _, fake) = fake.run(move |mut c| {
@@ -451,7 +485,7 @@ fn a_listener_fd_that_is_not_its_listener_is_refused_and_nothing_persisted() {
             assert_eq!(got.fences.len(), 1);
         } else {
             let m = bad_grant(r);
-            assert!(m.contains(&format!("fd for tcp:{want}: {why}")), "{m}");
+            assert!(m.contains(&format!("fd for {want}: {why}")), "{m}");
             nothing_persisted(&fake);
         }
     }
