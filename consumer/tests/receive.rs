@@ -438,8 +438,16 @@ fn a_listener_fd_that_is_not_its_listener_is_refused_and_nothing_persisted() {
             std::fs::File::open("/dev/null").unwrap().into(),
             "not a socket",
         ),
-        (Listener::Tcp(udp_port), udp.try_clone().unwrap().into(), "a socket of type"),
-        (Listener::Tcp(p), other.try_clone().unwrap().into(), "bound to"),
+        (
+            Listener::Tcp(udp_port),
+            udp.try_clone().unwrap().into(),
+            "a socket of type",
+        ),
+        (
+            Listener::Tcp(p),
+            other.try_clone().unwrap().into(),
+            "bound to",
+        ),
         (
             Listener::Tcp(port(&loopback)),
             loopback.try_clone().unwrap().into(),

@@ -858,14 +858,19 @@ fn main() {
         }
         Some("try-bind") => {
             // Binds each ADDR (tcp:HOST:PORT or udp:HOST:PORT) and reports what each got,
-            // as JSON: what another user can or cannot take.
-            let got: Vec<String> = args[2..]
+            // as JSON: what another user can or cannot take. With --hold first, keeps
+            // what it bound (a TCP one listening) until killed.
+            let hold = args.get(2).is_some_and(|a| a == "--hold");
+            let mut kept: Vec<Box<dyn std::any::Any>> = Vec::new();
+            let got: Vec<String> = args[if hold { 3 } else { 2 }..]
                 .iter()
                 .map(|a| {
                     let (proto, addr) = a.split_once(':').unwrap();
                     let r = match proto {
-                        "tcp" => std::net::TcpListener::bind(addr).map(drop),
-                        _ => std::net::UdpSocket::bind(addr).map(drop),
+                        "tcp" => std::net::TcpListener::bind(addr)
+                            .map(|s| kept.push(Box::new(s) as Box<dyn std::any::Any>)),
+                        _ => std::net::UdpSocket::bind(addr)
+                            .map(|s| kept.push(Box::new(s) as Box<dyn std::any::Any>)),
                     };
                     match r {
                         Ok(()) => "bound".to_owned(),
@@ -874,6 +879,11 @@ fn main() {
                 })
                 .collect();
             println!("{}", serde_json::json!({ "binds": got }));
+            std::io::stdout().flush().unwrap();
+            if hold {
+                sleep_forever();
+            }
+            drop(kept);
         }
         Some("serve-activated") => {
             // A new root started by `repoch-consume -- CMD`: takes the descriptors of

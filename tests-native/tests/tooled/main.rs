@@ -19,6 +19,7 @@
 //! that calls `require_root!` to a `root` declaration.
 
 mod abuse;
+mod burn;
 mod checkpoint;
 mod containment;
 mod disks;
@@ -72,6 +73,10 @@ const IP: Need = Need::Program {
 const PYTHON3: Need = Need::Program {
     name: "/usr/bin/python3",
     package: "python3",
+};
+const UNSHARE: Need = Need::Program {
+    name: "unshare",
+    package: "util-linux",
 };
 const NSPAWN: Need = Need::Program {
     name: "systemd-nspawn",
@@ -187,6 +192,11 @@ macro_rules! trial {
 
 fn declared() -> Vec<Declared> {
     vec![
+        trial!(
+            root,
+            burn::another_user_acting_at_random_moments_of_many_recoveries_never_denies_nor_burns_one,
+            &[UNSHARE]
+        ),
         trial!(
             root,
             abuse::a_flood_of_hostile_connections_from_another_user_neither_delays_nor_touches_a_real_recovery,

@@ -1,0 +1,198 @@
+//! The burn trial (docs/THREAT-MODEL.md, "Who can change a fact"): another user (uid
+//! 65534) does everything it can to the facts of a recovery at a random moment of it (a
+//! barrier from the first observation to the dispatch), in each of many recoveries with
+//! their consumers waiting: binds the enrolled ports on every address, tries to plant a
+//! name at the enrolled unix path, maps and runs the enrolled executable, maps a file under
+//! a path of any length, starts another binary at the enrolled path in user and mount
+//! namespaces of its own, binds the ports in a network namespace of its own, and runs a
+//! process whose name would forge a terminal line. Every outcome must be `granted`:
+//! nothing an outsider does may deny or burn an epoch. The seed is printed; replay one
+//! with `REPOCH_BURN_SEED=<seed>` (`REPOCH_BURN_RUNS` sets the count, 100 by default).
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::process::CommandExt as _;
+use std::process::{Command, Stdio};
+
+use repoch_tests_native::*;
+
+/// The moments an outsider acts at: every issuance barrier from the first observation to
+/// the dispatch.
+const MOMENTS: &[&str] = &[
+    "after-observe",
+    "after-connect",
+    "before-intent",
+    "after-intent",
+    "after-custody",
+    "after-final-1",
+    "after-consume",
+    "after-receipt",
+    "after-final-2",
+];
+
+const NOBODY: u32 = 65534;
+
+fn nobody(mut c: Command) -> Command {
+    c.uid(NOBODY).gid(NOBODY);
+    c.stdin(Stdio::null());
+    c
+}
+
+fn free_port(udp: bool) -> u16 {
+    let a = if udp {
+        std::net::UdpSocket::bind("[::]:0").unwrap().local_addr()
+    } else {
+        std::net::TcpListener::bind("[::]:0").unwrap().local_addr()
+    };
+    a.unwrap().port()
+}
+
+/// One outsider action, started; what it leaves running is killed when dropped.
+fn act(
+    k: usize,
+    s: &Sandbox,
+    exe: &std::path::Path,
+    unix: &std::path::Path,
+    ports: (u16, u16),
+) -> Vec<Proc> {
+    let helper_bin = bin("repoch-test-helper");
+    let public = s.path("public");
+    let (tcp, udp) = ports;
+    let mut left = Vec::new();
+    match k {
+        0 => {
+            let addrs: Vec<String> = ["0.0.0.0", "127.0.0.1", "[::]", "[::1]"]
+                .iter()
+                .flat_map(|h| [format!("tcp:{h}:{tcp}"), format!("udp:{h}:{udp}")])
+                .collect();
+            // Kept bound (TCP listening) for as long as the run lasts, if it could bind.
+            let mut c = Command::new(&helper_bin);
+            c.arg("try-bind").arg("--hold").args(&addrs);
+            left.push(spawn_ready(nobody(c)));
+        }
+        1 => {
+            // A symlink or a file at the enrolled unix path: the directory is root's.
+            let mut c = Command::new("ln");
+            c.arg("-sf").arg("/tmp/elsewhere").arg(unix);
+            let _ = nobody(c).stderr(Stdio::null()).status();
+        }
+        2 => left.push(spawn_ready(nobody(helper(&["map", exe.to_str().unwrap()])))),
+        3 => left.push(spawn_ready(nobody({
+            let mut c = Command::new(exe);
+            c.arg("threads");
+            c
+        }))),
+        4 => left.push(spawn_ready(nobody(helper(&[
+            "map-deep",
+            public.to_str().unwrap(),
+            "50",
+        ])))),
+        5 => {
+            let script = format!(
+                "mount -t tmpfs none {dir} && cp /bin/sleep {exe} && echo $$ && exec {exe} 600",
+                dir = exe.parent().unwrap().display(),
+                exe = exe.display()
+            );
+            let mut c = Command::new("unshare");
+            c.args(["-Urm", "sh", "-c", &script]);
+            left.push(spawn_ready(nobody(c)));
+        }
+        6 => {
+            // The ports in a network namespace of its own: another stack's ports.
+            let script = format!(
+                "echo $$; exec {} try-bind tcp:0.0.0.0:{tcp} udp:0.0.0.0:{udp}",
+                helper_bin.display()
+            );
+            let mut c = Command::new("unshare");
+            c.args(["-Urn", "sh", "-c", &script]);
+            let _ = nobody(c).stdout(Stdio::null()).status();
+        }
+        _ => {
+            // A process whose name sets a title and colours a line.
+            let evil = public.join("\u{1b}]0;x\u{7}\u{1b}[31m");
+            if !evil.exists() {
+                std::fs::copy(&helper_bin, &evil).unwrap();
+                std::fs::set_permissions(&evil, std::fs::Permissions::from_mode(0o755)).unwrap();
+            }
+            left.push(spawn_ready(nobody({
+                let mut c = Command::new(&evil);
+                c.arg("threads");
+                c
+            })));
+        }
+    }
+    left
+}
+
+const ACTIONS: usize = 8;
+
+pub(crate) fn another_user_acting_at_random_moments_of_many_recoveries_never_denies_nor_burns_one()
+{
+    require_root!();
+    let seed: u64 = std::env::var("REPOCH_BURN_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    let runs: usize = std::env::var("REPOCH_BURN_RUNS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100);
+    eprintln!("burn trial: REPOCH_BURN_SEED={seed} REPOCH_BURN_RUNS={runs}");
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut granted = 0;
+    for run in 0..runs {
+        let s = Sandbox::new();
+        for d in [s.dir.path(), &s.srv] {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let public = s.path("public");
+        std::fs::create_dir(&public).unwrap();
+        std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let exe = s.srv.join("bin").join("old-root");
+        std::fs::create_dir(exe.parent().unwrap()).unwrap();
+        unique_copy(&bin("repoch-test-helper"), &exe, &s.tag);
+        let unix = s.path("control.sock");
+        let ports = (free_port(false), free_port(true));
+        let id = s.enroll_with(&s.manifest(&format!(
+            "[containment]\nexecutables = [\"{}\"]\nlisteners = [\"tcp:{}\", \"udp:{}\", \"unix:{}\"]",
+            exe.display(),
+            ports.0,
+            ports.1,
+            unix.display()
+        )));
+        let moment = MOMENTS[rng.usize(..MOMENTS.len())];
+        let actions: Vec<usize> = (0..ACTIONS).filter(|_| rng.bool()).collect();
+        let what = format!("run {run} (seed {seed}): at {moment}, actions {actions:?}");
+        let d = AtBarrier::start(&s, moment);
+        let consumer = s
+            .consumer(&id[..6], "consumer.key", "grant.cbor", &[])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let rec = recover_bg(&s, &id[..6], 20);
+        d.reached();
+        let left: Vec<Proc> = actions
+            .iter()
+            .flat_map(|k| act(*k, &s, &exe, &unix, ports))
+            .collect();
+        d.signal(rustix::process::Signal::CONT);
+        let r = finish(rec);
+        let c = finish(consumer);
+        assert_eq!(
+            r.outcome()["outcome"],
+            "granted",
+            "{what}: {}\n{}",
+            r.stdout,
+            c.stdout
+        );
+        assert_eq!(c.code, 0, "{what}: consumer {}", c.stdout);
+        granted += 1;
+        drop(left);
+        drop(d);
+    }
+    eprintln!("burn trial: {granted} of {runs} granted, 0 withheld, 0 uncertain, 0 refused");
+}
