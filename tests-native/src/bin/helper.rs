@@ -866,11 +866,16 @@ fn main() {
                 .iter()
                 .map(|a| {
                     let (proto, addr) = a.split_once(':').unwrap();
+                    // Without --hold each socket is closed at once: the next address is
+                    // tried on its own, not against this process's previous bind.
+                    let mut keep = |s: Box<dyn std::any::Any>| {
+                        if hold {
+                            kept.push(s);
+                        }
+                    };
                     let r = match proto {
-                        "tcp" => std::net::TcpListener::bind(addr)
-                            .map(|s| kept.push(Box::new(s) as Box<dyn std::any::Any>)),
-                        _ => std::net::UdpSocket::bind(addr)
-                            .map(|s| kept.push(Box::new(s) as Box<dyn std::any::Any>)),
+                        "tcp" => std::net::TcpListener::bind(addr).map(|s| keep(Box::new(s))),
+                        _ => std::net::UdpSocket::bind(addr).map(|s| keep(Box::new(s))),
                     };
                     match r {
                         Ok(()) => "bound".to_owned(),
