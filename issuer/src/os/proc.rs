@@ -1,7 +1,8 @@
 //! Tasks that run a contained executable (docs/THREAT-MODEL.md, "Who can change a fact"):
 //! only tasks that can be the old root are looked at, those with a principal's uid (root or
 //! one of the manifest's `old_root_uids`) among their real, effective, saved or
-//! file-system uids; another user's tasks are never read, so nothing such a user runs,
+//! file-system uids, or with any capability in our user namespace (root that gave up its
+//! uids and kept its power); another user's tasks are never read, so nothing such a user runs,
 //! maps or names can fail or change the fact. A principal's task runs an enrolled
 //! executable when its `exe`, or a file mapped into it (a binary started through the
 //! dynamic loader has the loader as its `exe`), is that file by identity, or has its
@@ -123,14 +124,24 @@ pub fn parse_maps_line(line: &[u8]) -> Option<(&str, u32, u32, u64, &[u8])> {
     Some((range, maj, min, ino, &rest[start..]))
 }
 
-/// The uids (real, effective, saved, file system) and thread count of a task, from its
-/// `status` under `dir`; `None` once it has exited.
-fn task_status(dir: impl AsFd, status: &str) -> Option<([u32; 4], usize)> {
+/// What a task's `status` says of who it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TaskStatus {
+    /// Real, effective, saved and file-system uids.
+    uids: [u32; 4],
+    /// Whether it holds any capability (permitted, effective or ambient).
+    capable: bool,
+    threads: usize,
+}
+
+/// The status of the task under `dir` (its `status` file); `None` once it has exited.
+/// `CapAmb` comes last of the fields read, after `Uid`, `Threads` and the other sets.
+fn task_status(dir: impl AsFd, status: &str) -> Option<TaskStatus> {
     let f = rustix::fs::openat(dir, status, OFlags::CLOEXEC, Mode::empty()).ok()?;
     let mut r = std::io::BufReader::new(std::fs::File::from(f));
-    let (mut uids, mut threads) = (None, None);
+    let (mut uids, mut threads, mut capable, mut amb) = (None, None, false, false);
     let mut line = Vec::new();
-    while uids.is_none() || threads.is_none() {
+    while !amb {
         read_line_kept(&mut r, &mut line, STATUS_LINE_KEPT_BYTES).ok()??;
         let text = String::from_utf8_lossy(&line);
         if let Some(u) = text.strip_prefix("Uid:") {
@@ -141,9 +152,19 @@ fn task_status(dir: impl AsFd, status: &str) -> Option<([u32; 4], usize)> {
             uids = Some(<[u32; 4]>::try_from(v).ok()?);
         } else if let Some(t) = text.strip_prefix("Threads:") {
             threads = Some(t.trim().parse().ok()?);
+        } else if let Some((name, set)) = ["CapPrm:", "CapEff:", "CapAmb:"]
+            .iter()
+            .find_map(|k| text.strip_prefix(k).map(|v| (*k, v)))
+        {
+            capable |= u64::from_str_radix(set.trim(), 16).ok()? != 0;
+            amb = name == "CapAmb:";
         }
     }
-    Some((uids?, threads?))
+    Some(TaskStatus {
+        uids: uids?,
+        capable,
+        threads: threads?,
+    })
 }
 
 /// Whether the init of our pid namespace hides its `exe` and maps from root (as some
@@ -368,7 +389,21 @@ pub fn running_all(wanted: &[Wanted<'_>], principals: &[u32]) -> Vec<Result<Vec<
             Ok(d) => d,
             Err(e) => return wanted.iter().map(|_| Err(format!("/proc: {e}"))).collect(),
         };
-    let principal = |uids: [u32; 4]| uids.iter().any(|u| principals.contains(u));
+    // A principal's task: one of its uids is a principal's, or it holds a capability in
+    // our user namespace (root that gave up its uids but kept its power). Capabilities a
+    // task holds in a user namespace of its own are that namespace's, not the host's.
+    let own_userns = rustix::fs::stat("/proc/self/ns/user")
+        .ok()
+        .map(|st| st.st_ino);
+    let principal = |t: TaskStatus, dir: &OwnedFd| {
+        t.uids.iter().any(|u| principals.contains(u))
+            || (t.capable
+                && own_userns.is_some()
+                && rustix::fs::statat(dir, "ns/user", rustix::fs::AtFlags::empty())
+                    .ok()
+                    .map(|st| st.st_ino)
+                    == own_userns)
+    };
     for pid in all {
         let Ok(dir) = rustix::fs::openat(
             &proc_dir,
@@ -378,10 +413,11 @@ pub fn running_all(wanted: &[Wanted<'_>], principals: &[u32]) -> Vec<Result<Vec<
         ) else {
             continue;
         };
-        let Some((uids, threads)) = task_status(&dir, "status") else {
+        let Some(status) = task_status(&dir, "status") else {
             continue;
         };
-        let mut is_principal = principal(uids);
+        let threads = status.threads;
+        let mut is_principal = principal(status, &dir);
         // The leader, then (when it has no memory, or is not a principal's while another
         // thread may be) each thread.
         let mut result = if is_principal {
@@ -415,7 +451,7 @@ pub fn running_all(wanted: &[Wanted<'_>], principals: &[u32]) -> Vec<Result<Vec<
                     };
                     if !is_principal {
                         match task_status(&t, "status") {
-                            Some((u, _)) if principal(u) => is_principal = true,
+                            Some(u) if principal(u, &t) => is_principal = true,
                             _ => continue,
                         }
                     }

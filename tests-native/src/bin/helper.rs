@@ -950,6 +950,26 @@ fn main() {
             ready();
             sleep_forever();
         }
+        Some("map-as-nobody-with-caps") => {
+            // Root that gives up every uid (65534, all four) but keeps its capabilities
+            // (PR_SET_KEEPCAPS, then the permitted set made effective again), then maps
+            // FILE: root's power under another user's uids.
+            rustix::thread::set_keep_capabilities(true).unwrap();
+            let nobody_g = nix::unistd::Gid::from_raw(65534);
+            let nobody_u = nix::unistd::Uid::from_raw(65534);
+            nix::unistd::setgroups(&[]).unwrap();
+            nix::unistd::setresgid(nobody_g, nobody_g, nobody_g).unwrap();
+            nix::unistd::setresuid(nobody_u, nobody_u, nobody_u).unwrap();
+            let mut caps = rustix::thread::capabilities(None).unwrap();
+            caps.effective = caps.permitted;
+            rustix::thread::set_capabilities(None, caps).unwrap();
+            let f = std::fs::File::open(&args[2]).unwrap();
+            let len = f.metadata().unwrap().len() as usize;
+            repoch_tests_native::sys::map_readonly(&f, len).unwrap();
+            println!("{}", std::process::id());
+            ready();
+            sleep_forever();
+        }
         Some("map-deep") => {
             // Under DIR, DEPTH directories of 200-byte names made by relative mkdir and
             // chdir (each path stays under PATH_MAX; the whole is not), then a file

@@ -244,3 +244,34 @@ fn the_enrolled_executable_run_through_an_overlay_mount_is_an_escaped_task() {
         r.stdout
     );
 }
+
+#[test]
+#[ignore = "needs root"]
+fn root_that_gives_up_its_uids_but_keeps_its_capabilities_is_a_principal() {
+    // All four uids 65534, every capability still effective (found by attacking the
+    // release binaries: observed "none"), mapping the enrolled executable: an escaped task.
+    // Another user's task with capabilities only in a user namespace of its own is not.
+    require_root!();
+    let (s, exe, id) = enrolled_exe("");
+    let ns_root = spawn_ready(as_nobody({
+        let mut c = Command::new("unshare");
+        c.args(["-Ur", "sh", "-c", "echo $$; exec /bin/sleep 600"]);
+        c
+    }));
+    let status = std::fs::read_to_string(format!("/proc/{}/status", ns_root.pid())).unwrap();
+    assert!(!status.contains("CapEff:\t0000000000000000"), "{status}");
+    assert_holds(&s.observe(&id));
+    let p = spawn_ready(helper(&["map-as-nobody-with-caps", exe.to_str().unwrap()]));
+    let status = std::fs::read_to_string(format!("/proc/{}/status", p.pid())).unwrap();
+    assert!(
+        status.contains("Uid:\t65534\t65534\t65534\t65534"),
+        "{status}"
+    );
+    let r = s.observe(&id);
+    assert_refused(&r, "escaped-task");
+    assert!(
+        observed(&r, "process").contains(&format!("pid {} (mapped, not its exe)", p.pid())),
+        "{}",
+        r.stdout
+    );
+}
