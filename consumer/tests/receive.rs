@@ -910,3 +910,38 @@ fn the_cli_persists_the_grant_at_a_path_relative_to_its_working_directory() {
         note()
     );
 }
+
+#[test]
+fn undumpable_makes_the_consumer_process_not_dumpable() {
+    // What keeps a process of the consumer's uid from copying its connection
+    // (pidfd_getfd, ptrace): the receiving functions call it before connecting.
+    repoch_consumer::undumpable().unwrap();
+    assert_eq!(
+        rustix::process::dumpable_behavior().unwrap(),
+        rustix::process::DumpableBehavior::NotDumpable
+    );
+}
+
+#[test]
+fn exactly_grant_fds_max_fds_are_read_and_judged_against_the_grant() {
+    // GRANT_FDS_MAX fds in one piece is the most a grant may carry: they are all taken and
+    // compared with the grant (here it names FENCES_MAX fences and no listener), not
+    // refused as too many.
+    let fake = Fake::new();
+    let files: Vec<PathBuf> = (0..GRANT_FDS_MAX)
+        .map(|i| fake.file(&format!("lock{i}")))
+        .collect();
+    let bytes = signed(grant(&files[..FENCES_MAX]), &issuer());
+    let (r, _, fake) = fake.run(move |mut c| {
+        challenge(&mut c);
+        dispatch(&mut c, bytes, &files);
+    });
+    let m = bad_grant(r);
+    assert_eq!(
+        m,
+        format!(
+            "{GRANT_FDS_MAX} fds received, the grant names {FENCES_MAX} fences and 0 listeners"
+        )
+    );
+    nothing_persisted(&fake);
+}
