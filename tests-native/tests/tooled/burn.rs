@@ -128,6 +128,9 @@ const ACTIONS: usize = 8;
 pub(crate) fn another_user_acting_at_random_moments_of_many_recoveries_never_denies_nor_burns_one()
 {
     require_root!();
+    // It makes mount namespaces (unshare -Urm): they would copy a power-loss trial's ext4
+    // mount and keep its shut-down superblock alive across the remount.
+    let _no_copied_mounts = mount_namespace_guard();
     let seed: u64 = std::env::var("REPOCH_BURN_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
