@@ -1060,6 +1060,16 @@ pub fn unique_copy(src: &Path, dst: &Path, tag: &str) {
     std::fs::set_permissions(dst, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
+/// A TCP or UDP port free now on every address (bound on the IPv6 wildcard, then closed).
+pub fn free_port(udp: bool) -> u16 {
+    let a = if udp {
+        std::net::UdpSocket::bind("[::]:0").unwrap().local_addr()
+    } else {
+        std::net::TcpListener::bind("[::]:0").unwrap().local_addr()
+    };
+    a.unwrap().port()
+}
+
 pub fn open_to_all(s: &Sandbox) {
     use std::os::unix::fs::PermissionsExt as _;
     // Let an unprivileged process reach the sandbox's sockets and binaries.

@@ -11,15 +11,6 @@ use std::process::{Command, Stdio};
 
 use repoch_tests_native::*;
 
-fn free_port(udp: bool) -> u16 {
-    let a = if udp {
-        std::net::UdpSocket::bind("[::]:0").unwrap().local_addr()
-    } else {
-        std::net::TcpListener::bind("[::]:0").unwrap().local_addr()
-    };
-    a.unwrap().port()
-}
-
 /// Enrolls a TCP port, a UDP port and a unix path (in the sandbox, a directory only root
 /// can write).
 fn enroll_listeners(s: &Sandbox) -> (String, u16, u16, std::path::PathBuf) {

@@ -16,18 +16,12 @@ use std::process::{Command, Stdio};
 use repoch_tests_native::*;
 
 /// The moments an outsider acts at: every issuance barrier from the first observation to
-/// the dispatch.
-const MOMENTS: &[&str] = &[
-    "after-observe",
-    "after-connect",
-    "before-intent",
-    "after-intent",
-    "after-custody",
-    "after-final-1",
-    "after-consume",
-    "after-receipt",
-    "after-final-2",
-];
+/// the dispatch (`after-observe` .. `after-final-2`).
+fn moments() -> &'static [&'static str] {
+    let b = repoch_issuer::barrier::BARRIERS;
+    let at = |n: &str| b.iter().position(|x| *x == n).unwrap();
+    &b[at("after-observe")..=at("after-final-2")]
+}
 
 const NOBODY: u32 = 65534;
 
@@ -35,15 +29,6 @@ fn nobody(mut c: Command) -> Command {
     c.uid(NOBODY).gid(NOBODY);
     c.stdin(Stdio::null());
     c
-}
-
-fn free_port(udp: bool) -> u16 {
-    let a = if udp {
-        std::net::UdpSocket::bind("[::]:0").unwrap().local_addr()
-    } else {
-        std::net::TcpListener::bind("[::]:0").unwrap().local_addr()
-    };
-    a.unwrap().port()
 }
 
 /// One outsider action, started; what it leaves running is killed when dropped.
@@ -167,7 +152,7 @@ pub(crate) fn another_user_acting_at_random_moments_of_many_recoveries_never_den
             ports.1,
             unix.display()
         )));
-        let moment = MOMENTS[rng.usize(..MOMENTS.len())];
+        let moment = moments()[rng.usize(..moments().len())];
         let actions: Vec<usize> = (0..ACTIONS).filter(|_| rng.bool()).collect();
         let what = format!("run {run} (seed {seed}): at {moment}, actions {actions:?}");
         let d = AtBarrier::start(&s, moment);
