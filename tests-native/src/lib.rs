@@ -316,6 +316,31 @@ pub fn spawn_ready(mut cmd: Command) -> Proc {
     }
 }
 
+/// A command run by the helper's `reaped` in a cgroup (`cgroup.procs` of `cg`), every
+/// process orphaned below it reaped there: on drop, the reaper kills that cgroup, reaps
+/// what it held, and exits (bounded wait; then it is killed).
+#[derive(Debug)]
+pub struct Reaped(Proc);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        drop(self.0.child.stdin.take());
+        for _ in 0..2000 {
+            if !matches!(self.0.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+}
+
+/// Starts `bin args` under a reaper in `cg`, ready once it printed its first line.
+pub fn reaped(cg: &Cgroup, bin: &Path, args: &[&str]) -> Reaped {
+    let mut c = helper(&["reaped", cg.path().join("cgroup.procs").to_str().unwrap()]);
+    c.arg(bin).args(args).stdin(std::process::Stdio::piped());
+    Reaped(spawn_ready(c))
+}
+
 pub fn helper(args: &[&str]) -> Command {
     let mut c = Command::new(bin("repoch-test-helper"));
     c.args(args);

@@ -60,3 +60,18 @@ pub fn inherited(fd: i32) -> std::os::fd::OwnedFd {
     // says was inherited open for this process; nothing else owns it.
     unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
 }
+
+/// Forks; true in the child. Only for the helper's single-threaded process chains (a child
+/// of a multi-threaded process may call only async-signal-safe functions).
+pub fn fork_is_child() -> bool {
+    // SAFETY: the helper calls it single-threaded, before any thread is spawned.
+    let r = unsafe { nix::unistd::fork() }.expect("fork");
+    matches!(r, nix::unistd::ForkResult::Child)
+}
+
+/// Ends the process at once (`_exit(2)`: no atexit handlers, no stdio flush), as a forked
+/// parent that hands on to its child does.
+pub fn exit_now() -> ! {
+    // SAFETY: _exit is async-signal-safe and never returns.
+    unsafe { libc::_exit(0) }
+}

@@ -35,6 +35,14 @@ pub const MAPS_LINE_KEPT_BYTES: usize = 128 + PATH_BYTES_MAX + 16;
 /// Bytes kept of one `status` line (only `Uid:` and `Threads:` are parsed; a longer line,
 /// `Groups:` of a process with many groups, is skipped to its end).
 pub const STATUS_LINE_KEPT_BYTES: usize = 256;
+/// Rounds of the chase after a walk (each lists `/proc` again and examines the pids born
+/// since the round before), while a round meets a pid that exited before it could be
+/// examined: a chain of short-lived processes running an enrolled executable must slip
+/// past every one of them.
+pub const CHASE_ROUNDS_MAX: usize = 64;
+/// Pids examined in one round of the chase, newest first; past it the round counts as one
+/// that missed a process (another round follows).
+pub const CHASE_PIDS_PER_ROUND_MAX: usize = 1 << 16;
 /// Distinct mapped files judged by content in one walk (each at most once).
 pub const MAPPED_FILES_MAX: usize = 1 << 20;
 /// Bytes of a file hashed to compare it with an enrolled executable of the same size.
@@ -127,6 +135,8 @@ pub fn parse_maps_line(line: &[u8]) -> Option<(&str, u32, u32, u64, &[u8])> {
 /// What a task's `status` says of who it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct TaskStatus {
+    /// Its thread group (process) id: the pid of a process, another for a thread.
+    tgid: u32,
     /// Real, effective, saved and file-system uids.
     uids: [u32; 4],
     /// Whether it holds any capability (permitted, effective or ambient).
@@ -135,16 +145,19 @@ struct TaskStatus {
 }
 
 /// The status of the task under `dir` (its `status` file); `None` once it has exited.
-/// `CapAmb` comes last of the fields read, after `Uid`, `Threads` and the other sets.
+/// `CapAmb` comes last of the fields read, after `Tgid`, `Uid`, `Threads` and the other
+/// sets.
 fn task_status(dir: impl AsFd, status: &str) -> Option<TaskStatus> {
     let f = rustix::fs::openat(dir, status, OFlags::CLOEXEC, Mode::empty()).ok()?;
     let mut r = std::io::BufReader::new(std::fs::File::from(f));
-    let (mut uids, mut threads, mut capable, mut amb) = (None, None, false, false);
+    let (mut tgid, mut uids, mut threads, mut capable, mut amb) = (None, None, None, false, false);
     let mut line = Vec::new();
     while !amb {
         read_line_kept(&mut r, &mut line, STATUS_LINE_KEPT_BYTES).ok()??;
         let text = String::from_utf8_lossy(&line);
-        if let Some(u) = text.strip_prefix("Uid:") {
+        if let Some(t) = text.strip_prefix("Tgid:") {
+            tgid = Some(t.trim().parse().ok()?);
+        } else if let Some(u) = text.strip_prefix("Uid:") {
             let v: Vec<u32> = u
                 .split_whitespace()
                 .filter_map(|x| x.parse().ok())
@@ -161,6 +174,7 @@ fn task_status(dir: impl AsFd, status: &str) -> Option<TaskStatus> {
         }
     }
     Some(TaskStatus {
+        tgid: tgid?,
         uids: uids?,
         capable,
         threads: threads?,
@@ -360,6 +374,149 @@ fn examine(judge: &mut Judge<'_, '_>, task: &OwnedFd) -> Result<Option<Seen>, St
     Ok(Some(seen))
 }
 
+/// The last pid the kernel gave out in our pid namespace (`ns_last_pid`) and the bound
+/// at which pids wrap (`pid_max`).
+fn last_pid() -> Result<(u32, u32), String> {
+    let read = |name: &str| -> Result<u32, String> {
+        let path = format!("/proc/sys/kernel/{name}");
+        super::procfs::read_small(std::path::Path::new(&path), 32)
+            .map_err(|e| format!("{path}: {e}"))?
+            .trim()
+            .parse()
+            .map_err(|e| format!("{path}: {e}"))
+    };
+    let (last, max) = (read("ns_last_pid")?, read("pid_max")?);
+    if last >= max {
+        return Err(format!("ns_last_pid {last} not below pid_max {max}"));
+    }
+    Ok((last, max))
+}
+
+/// What one visit of a pid found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Visit {
+    /// Examined: a task that cannot be the old root, or one whose files were judged.
+    Seen,
+    /// Exited before it could be examined (or a principal's task without memory now).
+    Gone,
+}
+
+/// One walk of `/proc`: the judge, the tasks that count, what was found per executable.
+struct Walk<'a, 'w, 'x, P> {
+    judge: &'a mut Judge<'w, 'x>,
+    proc_dir: &'a OwnedFd,
+    principal: &'a P,
+    out: &'a mut Vec<Result<Vec<Runner>, String>>,
+}
+
+impl<P: Fn(TaskStatus, &OwnedFd) -> bool> Walk<'_, '_, '_, P> {
+    /// Whether every executable's search has its answer: a task found, or an error.
+    fn settled(&self) -> bool {
+        self.out
+            .iter()
+            .all(|f| f.as_ref().map_or(true, |f| !f.is_empty()))
+    }
+
+    /// Every executable's search that found nothing yet ends with `e`.
+    fn fail(&mut self, e: &str) {
+        for found in self.out.iter_mut() {
+            if found.as_ref().is_ok_and(|f| f.is_empty()) {
+                *found = Err(e.to_owned());
+            }
+        }
+    }
+
+    /// Examines process `pid` (its leader, or a live thread) if it is a principal's.
+    fn visit(&mut self, pid: u32) -> Visit {
+        let principal = self.principal;
+        let Ok(dir) = rustix::fs::openat(
+            self.proc_dir,
+            pid.to_string().as_str(),
+            OFlags::CLOEXEC | OFlags::DIRECTORY,
+            Mode::empty(),
+        ) else {
+            return Visit::Gone;
+        };
+        let Some(status) = task_status(&dir, "status") else {
+            return Visit::Gone;
+        };
+        if status.tgid != pid {
+            // A thread (the chase meets thread ids; /proc's listing hides them): its
+            // process is visited at its own pid, by the walk or by the chase.
+            return Visit::Seen;
+        }
+        let threads = status.threads;
+        let mut is_principal = principal(status, &dir);
+        // The leader, then (when it has no memory, or is not a principal's while another
+        // thread may be) each thread.
+        let mut result = if is_principal {
+            examine(self.judge, &dir).map(|s| s.map(|s| (pid, s)))
+        } else {
+            Ok(None)
+        };
+        if threads > 1 && matches!(result, Ok(None)) {
+            if let Ok(tasks) = rustix::fs::openat(
+                &dir,
+                "task",
+                OFlags::CLOEXEC | OFlags::DIRECTORY,
+                Mode::empty(),
+            ) {
+                let tids: Vec<u32> = match rustix::fs::Dir::read_from(&tasks) {
+                    Ok(d) => d
+                        .take(TASKS_PER_PROC_MAX)
+                        .filter_map(|e| e.ok()?.file_name().to_str().ok()?.parse().ok())
+                        .filter(|t| *t != pid)
+                        .collect(),
+                    Err(_) => Vec::new(),
+                };
+                for tid in tids {
+                    let Ok(t) = rustix::fs::openat(
+                        &tasks,
+                        tid.to_string().as_str(),
+                        OFlags::CLOEXEC | OFlags::DIRECTORY,
+                        Mode::empty(),
+                    ) else {
+                        continue;
+                    };
+                    if !is_principal {
+                        match task_status(&t, "status") {
+                            Some(u) if principal(u, &t) => is_principal = true,
+                            _ => continue,
+                        }
+                    }
+                    result = examine(self.judge, &t).map(|s| s.map(|s| (tid, s)));
+                    if !matches!(result, Ok(None)) {
+                        break;
+                    }
+                }
+            }
+        }
+        match result {
+            // A principal's process without memory now: a zombie, or a kernel thread.
+            Ok(None) if is_principal => return Visit::Gone,
+            Ok(None) => {}
+            Ok(Some((tid, seen))) => {
+                for (k, found) in self.out.iter_mut().enumerate() {
+                    let Ok(found) = found else { continue };
+                    let bit = 1u16 << k;
+                    // A process seen by the walk and again by the chase is named once.
+                    if seen.any() & bit != 0 && !found.iter().any(|r| r.pid == pid) {
+                        found.push(Runner {
+                            pid,
+                            tid,
+                            mapped: (seen.mapped | seen.mapped_copy) & bit != 0,
+                            copy: (seen.exe_copy | seen.mapped_copy) & bit != 0,
+                        });
+                    }
+                }
+            }
+            Err(_) if pid == 1 && init_hidden() => {}
+            Err(e) => self.fail(&format!("/proc/{pid}/{e}")),
+        }
+        Visit::Seen
+    }
+}
+
 /// For each of `wanted`, in order, every task of a principal (`principals`: uids) running
 /// it, as its `exe` or mapped into it, by identity or content; or why that could not be
 /// known. One walk of `/proc` for all of them. A process whose leader has exited (a zombie
@@ -404,89 +561,58 @@ pub fn running_all(wanted: &[Wanted<'_>], principals: &[u32]) -> Vec<Result<Vec<
                     .map(|st| st.st_ino)
                     == own_userns)
     };
-    for pid in all {
-        let Ok(dir) = rustix::fs::openat(
-            &proc_dir,
-            pid.to_string().as_str(),
-            OFlags::CLOEXEC | OFlags::DIRECTORY,
-            Mode::empty(),
-        ) else {
-            continue;
-        };
-        let Some(status) = task_status(&dir, "status") else {
-            continue;
-        };
-        let threads = status.threads;
-        let mut is_principal = principal(status, &dir);
-        // The leader, then (when it has no memory, or is not a principal's while another
-        // thread may be) each thread.
-        let mut result = if is_principal {
-            examine(&mut judge, &dir).map(|s| s.map(|s| (pid, s)))
-        } else {
-            Ok(None)
-        };
-        if threads > 1 && matches!(result, Ok(None)) {
-            if let Ok(tasks) = rustix::fs::openat(
-                &dir,
-                "task",
-                OFlags::CLOEXEC | OFlags::DIRECTORY,
-                Mode::empty(),
-            ) {
-                let tids: Vec<u32> = match rustix::fs::Dir::read_from(&tasks) {
-                    Ok(d) => d
-                        .take(TASKS_PER_PROC_MAX)
-                        .filter_map(|e| e.ok()?.file_name().to_str().ok()?.parse().ok())
-                        .filter(|t| *t != pid)
-                        .collect(),
-                    Err(_) => Vec::new(),
-                };
-                for tid in tids {
-                    let Ok(t) = rustix::fs::openat(
-                        &tasks,
-                        tid.to_string().as_str(),
-                        OFlags::CLOEXEC | OFlags::DIRECTORY,
-                        Mode::empty(),
-                    ) else {
-                        continue;
-                    };
-                    if !is_principal {
-                        match task_status(&t, "status") {
-                            Some(u) if principal(u, &t) => is_principal = true,
-                            _ => continue,
-                        }
-                    }
-                    result = examine(&mut judge, &t).map(|s| s.map(|s| (tid, s)));
-                    if !matches!(result, Ok(None)) {
-                        break;
-                    }
-                }
-            }
+    // Read before the listing: every pid given out after it is chased.
+    let chase_start = last_pid();
+    let mut walk = Walk {
+        judge: &mut judge,
+        proc_dir: &proc_dir,
+        principal: &principal,
+        out: &mut out,
+    };
+    // The walk of every process listed, then the chase of those born since: the kernel
+    // gives pids out in turn (upwards, wrapping at pid_max), and `ns_last_pid` is the last
+    // one given, so each round examines, newest first, the pids given out since the round
+    // before. A round that meets no birth, or in which every pid born could be examined
+    // alive, ends the chase; a process that exited first may have left a child that runs
+    // on (a chain of short-lived processes, each forking and exiting at once, born after
+    // the listing and gone before a walk reaches it), so the chase goes on, up to
+    // CHASE_ROUNDS_MAX rounds. The newest pid is visited within microseconds of being
+    // read, so a chain must outrun every round's first look.
+    let mut last = match chase_start {
+        Ok(l) => l,
+        Err(e) => {
+            walk.fail(&e);
+            return out;
         }
-        match result {
-            Ok(None) => {}
-            Ok(Some((tid, seen))) => {
-                for (k, found) in out.iter_mut().enumerate() {
-                    let Ok(found) = found else { continue };
-                    let bit = 1u16 << k;
-                    if seen.any() & bit != 0 {
-                        found.push(Runner {
-                            pid,
-                            tid,
-                            mapped: (seen.mapped | seen.mapped_copy) & bit != 0,
-                            copy: (seen.exe_copy | seen.mapped_copy) & bit != 0,
-                        });
-                    }
-                }
-            }
-            Err(_) if pid == 1 && init_hidden() => {}
+    };
+    for pid in all {
+        walk.visit(pid);
+    }
+    for _ in 0..CHASE_ROUNDS_MAX {
+        let now = match last_pid() {
+            Ok(l) => l,
             Err(e) => {
-                let e = format!("/proc/{pid}/{e}");
-                for found in out.iter_mut() {
-                    if found.as_ref().is_ok_and(|f| f.is_empty()) {
-                        *found = Err(e.clone());
-                    }
-                }
+                walk.fail(&e);
+                break;
             }
+        };
+        if now.0 == last.0 {
+            break;
+        }
+        let mut missed = false;
+        let (mut pid, mut visited) = (now.0, 0usize);
+        while pid != last.0 {
+            if visited == CHASE_PIDS_PER_ROUND_MAX {
+                missed = true;
+                break;
+            }
+            missed |= walk.visit(pid) == Visit::Gone;
+            visited += 1;
+            pid = if pid <= 1 { now.1 - 1 } else { pid - 1 };
+        }
+        last = now;
+        if !missed || walk.settled() {
+            break;
         }
     }
     out

@@ -13,6 +13,15 @@
 //!   "Audit throughput"); prints how many and how long it took.
 //! * `listen-unix PATH`, `listen-tcp PORT`, `listen-udp PORT` — binds, prints its pid, sleeps.
 //! * `zombie-leader` — spawns a thread, then the leader thread exits alone.
+//! * `reaped PROCS BIN ARGS...` — becomes a child subreaper, starts BIN ARGS in the cgroup
+//!   whose `cgroup.procs` is PROCS, and reaps every process orphaned below it; at the end
+//!   of its stdin it kills that cgroup, reaps the rest and exits (an orphan that died
+//!   under a pid 1 that does not reap would stay a zombie, holding its pid, for good).
+//! * `fork-chain` — prints its pid, then forks and exits at once, each child doing the
+//!   same: a chain of short-lived processes, one alive at a time, never the same pid for
+//!   long (run it under `reaped`).
+//! * `sleepers N` — forks N children that sleep, prints its pid once they exist, sleeps
+//!   (run it under `reaped`).
 //! * `threads` — spawns two threads, prints `PID TID,TID,TID`, sleeps.
 //! * `drip-consumer SOCKET PREFIX KEY MILLIS` — speaks the consumer protocol with the
 //!   enrolled key, then sends its custody frame one byte every MILLIS ms (a slow peer).
@@ -946,7 +955,6 @@ fn main() {
             let f = std::fs::File::open(&args[2]).unwrap();
             let len = f.metadata().unwrap().len() as usize;
             repoch_tests_native::sys::map_readonly(&f, len).unwrap();
-            println!("{}", std::process::id());
             ready();
             sleep_forever();
         }
@@ -966,7 +974,6 @@ fn main() {
             let f = std::fs::File::open(&args[2]).unwrap();
             let len = f.metadata().unwrap().len() as usize;
             repoch_tests_native::sys::map_readonly(&f, len).unwrap();
-            println!("{}", std::process::id());
             ready();
             sleep_forever();
         }
@@ -984,8 +991,46 @@ fn main() {
             std::fs::write("f", b"mapped").unwrap();
             let f = std::fs::File::open("f").unwrap();
             repoch_tests_native::sys::map_readonly(&f, 6).unwrap();
-            println!("{}", std::process::id());
             ready();
+            sleep_forever();
+        }
+        Some("reaped") => {
+            nix::sys::prctl::set_child_subreaper(true).expect("PR_SET_CHILD_SUBREAPER");
+            let procs = std::path::PathBuf::from(&args[2]);
+            if repoch_tests_native::sys::fork_is_child() {
+                std::fs::write(&procs, "0").expect("join the cgroup");
+                let e = std::os::unix::process::CommandExt::exec(
+                    Command::new(&args[3]).args(&args[4..]),
+                );
+                panic!("exec {}: {e}", args[3]);
+            }
+            let kill = procs.with_file_name("cgroup.kill");
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+                std::fs::write(&kill, "1").expect("kill the cgroup");
+            });
+            // Until the cgroup is killed there is always a child: the command, or the
+            // chain's live member (an orphan, reparented here).
+            while nix::sys::wait::waitpid(None, None) != Err(nix::errno::Errno::ECHILD) {}
+        }
+        Some("fork-chain") => {
+            println!("{}", std::process::id());
+            std::io::stdout().flush().unwrap();
+            loop {
+                if !repoch_tests_native::sys::fork_is_child() {
+                    repoch_tests_native::sys::exit_now();
+                }
+            }
+        }
+        Some("sleepers") => {
+            let n: usize = args[2].parse().expect("N: a count of sleepers");
+            for _ in 0..n {
+                if repoch_tests_native::sys::fork_is_child() {
+                    sleep_forever();
+                }
+            }
+            println!("{}", std::process::id());
+            std::io::stdout().flush().unwrap();
             sleep_forever();
         }
         Some("zombie-leader") => {

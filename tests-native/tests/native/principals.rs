@@ -275,3 +275,56 @@ fn root_that_gives_up_its_uids_but_keeps_its_capabilities_is_a_principal() {
         r.stdout
     );
 }
+
+#[test]
+#[ignore = "needs root"]
+fn a_chain_of_short_lived_processes_running_an_enrolled_executable_is_an_escaped_task() {
+    // The old root's code as a chain: each process forks and exits at once, so one member
+    // is alive at any moment and none for long, always at a new pid (ahead of a walk that
+    // listed /proc before it was born). Beside it, a thousand of root's processes make
+    // each walk long. Every observation must still see the chain.
+    require_root!();
+    let (s, exe, id) = enrolled_exe("");
+    let slow = Cgroup::new(&format!("repoch-slow-{}", s.tag));
+    let _sleepers = reaped(&slow, &bin("repoch-test-helper"), &["sleepers", "1000"]);
+    let chain = Cgroup::new(&format!("repoch-chain-{}", s.tag));
+    let running = reaped(&chain, &exe, &["fork-chain"]);
+    for round in 0..5 {
+        let r = s.observe(&id);
+        assert_eq!(
+            r.code, 2,
+            "observation {round} missed the chain: {}",
+            r.stdout
+        );
+        assert_eq!(reasons(&r), vec!["escaped-task".to_owned()], "{}", r.stdout);
+        // A member, named by its pid (its cgroup is read after the walk, when that
+        // member has usually gone: "in ?").
+        assert!(observed(&r, "process").starts_with("pid "), "{}", r.stdout);
+    }
+    drop(running);
+    assert_holds(&s.observe(&id));
+}
+
+#[test]
+#[ignore = "needs root"]
+fn another_users_chain_of_short_lived_processes_changes_no_fact() {
+    // The same chain run by uid 65534: its members are chased (each exits before it can
+    // be examined, so every round of the chase runs) and none of them counts.
+    require_root!();
+    let (s, exe, id) = enrolled_exe("");
+    let chain = Cgroup::new(&format!("repoch-chain-{}", s.tag));
+    let _running = reaped(
+        &chain,
+        std::path::Path::new("setpriv"),
+        &[
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            exe.to_str().unwrap(),
+            "fork-chain",
+        ],
+    );
+    for _ in 0..3 {
+        assert_holds(&s.observe(&id));
+    }
+}
