@@ -4,8 +4,9 @@
 //! their consumers waiting: binds the enrolled ports on every address, tries to plant a
 //! name at the enrolled unix path, maps and runs the enrolled executable, maps a file under
 //! a path of any length, starts another binary at the enrolled path in user and mount
-//! namespaces of its own, binds the ports in a network namespace of its own, and runs a
-//! process whose name would forge a terminal line. Every outcome must be `granted`:
+//! namespaces of its own, binds the ports in a network namespace of its own, runs a chain
+//! of short-lived processes of the enrolled executable, and runs a process whose name
+//! would forge a terminal line. Every outcome must be `granted`:
 //! nothing an outsider does may deny or burn an epoch. The seed is printed; replay one
 //! with `REPOCH_BURN_SEED=<seed>` (`REPOCH_BURN_RUNS` sets the count, 100 by default).
 
@@ -38,11 +39,12 @@ fn act(
     exe: &std::path::Path,
     unix: &std::path::Path,
     ports: (u16, u16),
-) -> Vec<Proc> {
+) -> Vec<Box<dyn std::any::Any>> {
     let helper_bin = bin("repoch-test-helper");
     let public = s.path("public");
     let (tcp, udp) = ports;
-    let mut left = Vec::new();
+    let mut left: Vec<Box<dyn std::any::Any>> = Vec::new();
+    let mut keep = |p: Proc| left.push(Box::new(p));
     match k {
         0 => {
             let addrs: Vec<String> = ["0.0.0.0", "127.0.0.1", "[::]", "[::1]"]
@@ -52,7 +54,7 @@ fn act(
             // Kept bound (TCP listening) for as long as the run lasts, if it could bind.
             let mut c = Command::new(&helper_bin);
             c.arg("try-bind").arg("--hold").args(&addrs);
-            left.push(spawn_ready(nobody(c)));
+            keep(spawn_ready(nobody(c)));
         }
         1 => {
             // A symlink or a file at the enrolled unix path: the directory is root's.
@@ -60,13 +62,13 @@ fn act(
             c.arg("-sf").arg("/tmp/elsewhere").arg(unix);
             let _ = nobody(c).stderr(Stdio::null()).status();
         }
-        2 => left.push(spawn_ready(nobody(helper(&["map", exe.to_str().unwrap()])))),
-        3 => left.push(spawn_ready(nobody({
+        2 => keep(spawn_ready(nobody(helper(&["map", exe.to_str().unwrap()])))),
+        3 => keep(spawn_ready(nobody({
             let mut c = Command::new(exe);
             c.arg("threads");
             c
         }))),
-        4 => left.push(spawn_ready(nobody(helper(&[
+        4 => keep(spawn_ready(nobody(helper(&[
             "map-deep",
             public.to_str().unwrap(),
             "50",
@@ -79,7 +81,7 @@ fn act(
             );
             let mut c = Command::new("unshare");
             c.args(["-Urm", "sh", "-c", &script]);
-            left.push(spawn_ready(nobody(c)));
+            keep(spawn_ready(nobody(c)));
         }
         6 => {
             // The ports in a network namespace of its own: another stack's ports.
@@ -91,6 +93,23 @@ fn act(
             c.args(["-Urn", "sh", "-c", &script]);
             let _ = nobody(c).stdout(Stdio::null()).status();
         }
+        7 => {
+            // A chain of short-lived processes running the enrolled executable: the walk
+            // chases each of them, and none counts. The reaper is dropped before its cgroup.
+            let cg = Cgroup::new(&format!("repoch-burn-chain-{}", s.tag));
+            let chain = reaped(
+                &cg,
+                std::path::Path::new("setpriv"),
+                &[
+                    "--reuid=65534",
+                    "--regid=65534",
+                    "--clear-groups",
+                    exe.to_str().unwrap(),
+                    "fork-chain",
+                ],
+            );
+            left.push(Box::new((chain, cg)));
+        }
         _ => {
             // A process whose name sets a title and colours a line.
             let evil = public.join("\u{1b}]0;x\u{7}\u{1b}[31m");
@@ -98,7 +117,7 @@ fn act(
                 std::fs::copy(&helper_bin, &evil).unwrap();
                 std::fs::set_permissions(&evil, std::fs::Permissions::from_mode(0o755)).unwrap();
             }
-            left.push(spawn_ready(nobody({
+            keep(spawn_ready(nobody({
                 let mut c = Command::new(&evil);
                 c.arg("threads");
                 c
@@ -108,7 +127,7 @@ fn act(
     left
 }
 
-const ACTIONS: usize = 8;
+const ACTIONS: usize = 9;
 
 pub(crate) fn another_user_acting_at_random_moments_of_many_recoveries_never_denies_nor_burns_one()
 {
@@ -163,7 +182,7 @@ pub(crate) fn another_user_acting_at_random_moments_of_many_recoveries_never_den
             .unwrap();
         let rec = recover_bg(&s, &id[..6], 20);
         d.reached();
-        let left: Vec<Proc> = actions
+        let left: Vec<Box<dyn std::any::Any>> = actions
             .iter()
             .flat_map(|k| act(*k, &s, &exe, &unix, ports))
             .collect();
