@@ -17,6 +17,9 @@ use crate::os::procfs;
 use crate::storage::open_path;
 use crate::store::fstat_identity;
 
+/// What every fence fact expects.
+const WANT: &str = "the enrolled inode, locked by us";
+
 /// A fence acquired and held by this process: never opened twice (closing any fd of a
 /// file drops its POSIX locks), handed to the consumer with `SCM_RIGHTS`. Keyed by its
 /// manifest entry (path and enrolled identity), never by its position.
@@ -106,7 +109,6 @@ impl Fences {
 /// fence (matched by path and enrolled identity) is re-verified. One fact per entry, in
 /// manifest order, each naming only its own entry.
 pub(super) fn observe(m: &Manifest, fences: &mut Fences, facts: &mut Vec<Fact>) {
-    const WANT: &str = "the enrolled inode, locked by us";
     let entries: Vec<&InventoryEntry> = m.entries(Role::Fence).collect();
     if fences.is_empty() {
         let mut acquired = Vec::with_capacity(entries.len());
@@ -186,10 +188,10 @@ fn fence_protection(
 
 /// Acquires one fence: open once, read-only (flock needs no write access, and a read-only
 /// mount must not break observation), without following symlinks; fstat against the
-/// enrolled identity (birth time included) and protection; `flock` EX non-blocking;
-/// re-stat the path to catch a replacement during acquisition, then confirm kernel custody.
+/// enrolled identity (birth time included) and protection; `flock` EX non-blocking; no
+/// record lock of another; our OFD read lock; re-stat the path to catch a replacement
+/// during acquisition, then confirm kernel custody.
 fn acquire(path: &str, enrolled: &Identity) -> Result<HeldFence, Fact> {
-    const WANT: &str = "the enrolled inode, locked by us";
     let (fd, id) = open_enrolled(&Enrolled {
         kind: "fence",
         path,
@@ -223,6 +225,41 @@ fn acquire(path: &str, enrolled: &Identity) -> Result<HeldFence, Fact> {
             ))
         }
     }
+    // Every other advisory lock kind: a POSIX record lock (fcntl, lockf, SQLite) or an OFD
+    // lock of another is fence-busy; then our own OFD read lock on the whole file, on the
+    // same open file as the flock (both travel with it to the new root), keeps every
+    // writer's record lock out. A read lock, not a write lock: the fence is open read-only
+    // (a write lock needs write access, and a read-only mount must not break observation).
+    // Anyone who could take a read lock beside it can open the fence: a principal
+    // (`fence_protection`), and check_held then finds that lock.
+    busy_record_lock(path, &id, &fd)?;
+    // nix, not rustix's fcntl_lock: that one takes a POSIX lock (owned by this process,
+    // dropped when any of its descriptors of the file closes), not an OFD lock.
+    match nix::fcntl::fcntl(
+        &fd,
+        nix::fcntl::FcntlArg::F_OFD_SETLK(&whole_file(nix::libc::F_RDLCK)),
+    ) {
+        Ok(_) => {}
+        Err(e) if e == nix::errno::Errno::EAGAIN || e == nix::errno::Errno::EACCES => {
+            busy_record_lock(path, &id, &fd)?;
+            return Err(Fact::failed(
+                "fence",
+                path,
+                WANT,
+                "a record lock appeared while the fence was being locked",
+                Reason::FenceBusy,
+            ));
+        }
+        Err(e) => {
+            return Err(Fact::failed(
+                "fence",
+                path,
+                WANT,
+                &format!("OFD lock: {e}"),
+                Reason::ObserveFailed,
+            ))
+        }
+    }
     let h = HeldFence {
         path: path.to_owned(),
         enrolled: *enrolled,
@@ -233,13 +270,55 @@ fn acquire(path: &str, enrolled: &Identity) -> Result<HeldFence, Fact> {
     Ok(h)
 }
 
+/// A record lock of type `l_type` (`F_RDLCK`, `F_WRLCK`) on the whole file, as OFD locks
+/// are asked for (`l_pid` 0).
+fn whole_file(l_type: i32) -> nix::libc::flock {
+    nix::libc::flock {
+        l_type: l_type as nix::libc::c_short,
+        l_whence: nix::libc::SEEK_SET as nix::libc::c_short,
+        l_start: 0,
+        l_len: 0,
+        l_pid: 0,
+    }
+}
+
+/// The first record lock (POSIX or OFD) of another owner on the fence open as `fd` that a
+/// write lock on the whole file would conflict with: `fence-busy` naming its holders. Our
+/// own OFD lock and our flock are not such a lock (`F_OFD_GETLK` skips the locks of the
+/// asking open file; flocks are another kind).
+fn busy_record_lock(path: &str, id: &Identity, fd: &OwnedFd) -> Result<(), Fact> {
+    use nix::libc;
+    let mut want = whole_file(libc::F_WRLCK);
+    if let Err(e) = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_OFD_GETLK(&mut want)) {
+        return Err(Fact::failed(
+            "fence",
+            path,
+            WANT,
+            &format!("asking for record locks (F_OFD_GETLK): {e}"),
+            Reason::ObserveFailed,
+        ));
+    }
+    if want.l_type == libc::F_UNLCK as libc::c_short {
+        return Ok(());
+    }
+    // An OFD lock has no owning process (pid -1); a POSIX lock names the one that took it.
+    let kind = if want.l_pid == -1 { "OFDLCK" } else { "POSIX" };
+    Err(Fact::failed(
+        "fence",
+        path,
+        WANT,
+        &format!("{kind} lock {}", crate::store::describe_holders(kind, id)),
+        Reason::FenceBusy,
+    ))
+}
+
 /// Re-verifies a held fence: the path still names our object (birth time included), its
-/// owner and mode still keep others out, and the kernel shows our exclusive lock on the
-/// device and inode in our descriptor's fdinfo `lock:` line. Not `/proc/locks`: it is no
+/// owner and mode still keep others out, the kernel shows our exclusive flock and our OFD
+/// lock on the device and inode in our descriptor's fdinfo `lock:` lines, and no other
+/// record lock has been taken beside ours. Not `/proc/locks`: it is no
 /// snapshot (read a page at a time, a lock released between two reads makes it skip
 /// another), and a held fence read as free there would refuse a sound recovery.
 fn check_held(h: &HeldFence) -> Result<Fact, Fact> {
-    const WANT: &str = "the enrolled inode, locked by us";
     let now = open_path(Path::new(&h.path), OFlags::PATH, 0).and_then(fstat_identity);
     match now {
         Ok(id) if id.same_object(&h.identity) => {
@@ -286,6 +365,17 @@ fn check_held(h: &HeldFence) -> Result<Fact, Fact> {
         Some(_) => Some("our descriptor holds it shared, not exclusive"),
         None => Some("our descriptor holds no lock on it"),
     };
+    let ofd = procfs::fdinfo_lock(
+        std::process::id(),
+        h.fd.as_raw_fd() as u32,
+        "OFDLCK",
+        h.identity.dev,
+        h.identity.ino,
+    );
+    let observed = observed.or(match ofd {
+        Some(_) => None,
+        None => Some("our descriptor holds no OFD lock on it"),
+    });
     if let Some(observed) = observed {
         return Err(Fact::failed(
             "fence",
@@ -295,5 +385,6 @@ fn check_held(h: &HeldFence) -> Result<Fact, Fact> {
             Reason::FenceCustody,
         ));
     }
+    busy_record_lock(&h.path, &h.identity, &h.fd)?;
     Ok(Fact::ok("fence", &h.path, WANT, "held"))
 }

@@ -17,6 +17,7 @@ mod hygiene;
 mod identity;
 mod idle;
 mod inputs;
+mod lock_kinds;
 mod matrix_types;
 mod observers;
 mod principals;
