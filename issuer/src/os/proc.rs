@@ -39,7 +39,7 @@ pub const STATUS_LINE_KEPT_BYTES: usize = 256;
 /// since the round before), while a round meets a pid that exited before it could be
 /// examined: a chain of short-lived processes running an enrolled executable must slip
 /// past every one of them.
-pub const CHASE_ROUNDS_MAX: usize = 64;
+pub const CHASE_ROUNDS_MAX: usize = 256;
 /// Pids examined in one round of the chase, newest first; past it the round counts as one
 /// that missed a process (another round follows).
 pub const CHASE_PIDS_PER_ROUND_MAX: usize = 1 << 16;
@@ -374,22 +374,43 @@ fn examine(judge: &mut Judge<'_, '_>, task: &OwnedFd) -> Result<Option<Seen>, St
     Ok(Some(seen))
 }
 
-/// The last pid the kernel gave out in our pid namespace (`ns_last_pid`) and the bound
-/// at which pids wrap (`pid_max`).
-fn last_pid() -> Result<(u32, u32), String> {
-    let read = |name: &str| -> Result<u32, String> {
-        let path = format!("/proc/sys/kernel/{name}");
-        super::procfs::read_small(std::path::Path::new(&path), 32)
-            .map_err(|e| format!("{path}: {e}"))?
+/// The last pid the kernel gave out in our pid namespace (`ns_last_pid`), read again and
+/// again through one open descriptor (a round of the chase starts with it: the fewer
+/// microseconds it costs, the younger the newest pid is when it is examined), and the
+/// bound at which pids wrap (`pid_max`, read once per walk).
+struct LastPid {
+    file: OwnedFd,
+    max: u32,
+}
+
+impl LastPid {
+    const PATH: &'static str = "/proc/sys/kernel/ns_last_pid";
+
+    fn open() -> Result<LastPid, String> {
+        let max_path = "/proc/sys/kernel/pid_max";
+        let max = super::procfs::read_small(std::path::Path::new(max_path), 32)
+            .map_err(|e| format!("{max_path}: {e}"))?
             .trim()
             .parse()
-            .map_err(|e| format!("{path}: {e}"))
-    };
-    let (last, max) = (read("ns_last_pid")?, read("pid_max")?);
-    if last >= max {
-        return Err(format!("ns_last_pid {last} not below pid_max {max}"));
+            .map_err(|e| format!("{max_path}: {e}"))?;
+        let file = rustix::fs::open(Self::PATH, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|e| format!("{}: {e}", Self::PATH))?;
+        Ok(LastPid { file, max })
     }
-    Ok((last, max))
+
+    fn read(&self) -> Result<u32, String> {
+        let mut buf = [0u8; 24];
+        let n = rustix::io::pread(&self.file, &mut buf, 0)
+            .map_err(|e| format!("{}: {e}", Self::PATH))?;
+        let last: u32 = std::str::from_utf8(&buf[..n])
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .ok_or_else(|| format!("{}: not a pid: {:?}", Self::PATH, &buf[..n]))?;
+        if last >= self.max {
+            return Err(format!("ns_last_pid {last} not below pid_max {}", self.max));
+        }
+        Ok(last)
+    }
 }
 
 /// What one visit of a pid found.
@@ -405,6 +426,8 @@ enum Visit {
 struct Walk<'a, 'w, 'x, P> {
     judge: &'a mut Judge<'w, 'x>,
     proc_dir: &'a OwnedFd,
+    /// The device of `proc_dir`'s procfs: a pid directory on another is a mount over it.
+    proc_dev: u64,
     principal: &'a P,
     out: &'a mut Vec<Result<Vec<Runner>, String>>,
 }
@@ -437,6 +460,19 @@ impl<P: Fn(TaskStatus, &OwnedFd) -> bool> Walk<'_, '_, '_, P> {
         ) else {
             return Visit::Gone;
         };
+        // Root can mount an empty directory over /proc/PID in our mount namespace: that
+        // process would read as having exited. Not a fact to skip: the scan fails.
+        match rustix::fs::fstat(&dir) {
+            Ok(st) if st.st_dev == self.proc_dev => {}
+            Ok(_) => {
+                self.fail(&format!("/proc/{pid}: not procfs (a mount over it)"));
+                return Visit::Seen;
+            }
+            Err(e) => {
+                self.fail(&format!("/proc/{pid}: {e}"));
+                return Visit::Seen;
+            }
+        }
         let Some(status) = task_status(&dir, "status") else {
             return Visit::Gone;
         };
@@ -562,10 +598,19 @@ pub fn running_all(wanted: &[Wanted<'_>], principals: &[u32]) -> Vec<Result<Vec<
                     == own_userns)
     };
     // Read before the listing: every pid given out after it is chased.
-    let chase_start = last_pid();
+    let last_pid = LastPid::open();
+    let chase_start = last_pid
+        .as_ref()
+        .map_err(Clone::clone)
+        .and_then(LastPid::read);
+    let proc_dev = match rustix::fs::fstat(&proc_dir) {
+        Ok(st) => st.st_dev,
+        Err(e) => return wanted.iter().map(|_| Err(format!("/proc: {e}"))).collect(),
+    };
     let mut walk = Walk {
         judge: &mut judge,
         proc_dir: &proc_dir,
+        proc_dev,
         principal: &principal,
         out: &mut out,
     };
@@ -578,9 +623,9 @@ pub fn running_all(wanted: &[Wanted<'_>], principals: &[u32]) -> Vec<Result<Vec<
     // the listing and gone before a walk reaches it), so the chase goes on, up to
     // CHASE_ROUNDS_MAX rounds. The newest pid is visited within microseconds of being
     // read, so a chain must outrun every round's first look.
-    let mut last = match chase_start {
-        Ok(l) => l,
-        Err(e) => {
+    let (last_pid, mut last) = match (last_pid, chase_start) {
+        (Ok(p), Ok(l)) => (p, l),
+        (Err(e), _) | (_, Err(e)) => {
             walk.fail(&e);
             return out;
         }
@@ -589,26 +634,26 @@ pub fn running_all(wanted: &[Wanted<'_>], principals: &[u32]) -> Vec<Result<Vec<
         walk.visit(pid);
     }
     for _ in 0..CHASE_ROUNDS_MAX {
-        let now = match last_pid() {
+        let now = match last_pid.read() {
             Ok(l) => l,
             Err(e) => {
                 walk.fail(&e);
                 break;
             }
         };
-        if now.0 == last.0 {
+        if now == last {
             break;
         }
         let mut missed = false;
-        let (mut pid, mut visited) = (now.0, 0usize);
-        while pid != last.0 {
+        let (mut pid, mut visited) = (now, 0usize);
+        while pid != last {
             if visited == CHASE_PIDS_PER_ROUND_MAX {
                 missed = true;
                 break;
             }
             missed |= walk.visit(pid) == Visit::Gone;
             visited += 1;
-            pid = if pid <= 1 { now.1 - 1 } else { pid - 1 };
+            pid = if pid <= 1 { last_pid.max - 1 } else { pid - 1 };
         }
         last = now;
         if !missed || walk.settled() {

@@ -328,3 +328,37 @@ fn another_users_chain_of_short_lived_processes_changes_no_fact() {
         assert_holds(&s.observe(&id));
     }
 }
+
+#[test]
+#[ignore = "needs root"]
+fn a_mount_over_a_processs_proc_directory_fails_the_observation() {
+    // Root hides a running old root by mounting an empty directory over /proc/PID (in a
+    // mount namespace of the test's own, where the observation then runs): the walk would
+    // read it as exited. Found by attacking the release binaries: `none`.
+    require_root!();
+    let _no_copied_mounts = mount_namespace_guard();
+    let (s, exe, id) = enrolled_exe("");
+    let mut c = Command::new(&exe);
+    c.arg("threads");
+    let p = spawn_ready(c);
+    let empty = s.path("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let observe = s.observe_cmd(&id, &[]);
+    let script = format!(
+        "mount --bind {} /proc/{} && exec \"$0\" \"$@\"",
+        empty.display(),
+        p.pid()
+    );
+    let mut c = Command::new("unshare");
+    c.args(["-m", "--propagation", "private", "sh", "-c", &script])
+        .arg(observe.get_program())
+        .args(observe.get_args())
+        .envs(observe.get_envs().filter_map(|(k, v)| Some((k, v?))));
+    let r = run(c);
+    assert_refused(&r, "observe-failed");
+    assert!(
+        observed(&r, "process").contains(&format!("/proc/{}: not procfs", p.pid())),
+        "{}",
+        r.stdout
+    );
+}
