@@ -64,7 +64,9 @@ pub fn write_new(path: &Path, hex: &str, mode: u32) -> Result<(), KeyError> {
     Ok(())
 }
 
-/// Writes a signing key to `path` (0600) and its public key to `path.pub` (0644).
+/// Writes a signing key to `path` (0600) and its public key to `pub_path` (0644). When the
+/// public key cannot be written, the secret key just created is removed again (it was
+/// created here, `O_EXCL`): a half-written pair would make the rerun fail "File exists".
 pub fn write_pair(path: &Path, pub_path: &Path, key: &SigningKey) -> Result<(), KeyError> {
     write_new(path, &hex::encode(key.to_bytes()), 0o600)?;
     write_new(
@@ -72,6 +74,9 @@ pub fn write_pair(path: &Path, pub_path: &Path, key: &SigningKey) -> Result<(), 
         &hex::encode(key.verifying_key().to_bytes()),
         0o644,
     )
+    .inspect_err(|_| {
+        let _ = std::fs::remove_file(path);
+    })
 }
 
 fn read_hex(path: &Path) -> Result<(String, rustix::fs::Stat), KeyError> {
@@ -122,4 +127,24 @@ pub fn parse_public(hex: &str) -> Option<PublicKey> {
     let k = PublicKey::from_hex(hex)?;
     k.verifying_key()?;
     Some(k)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{generate, read_secret, write_pair};
+
+    #[test]
+    fn a_pair_whose_public_key_cannot_be_written_leaves_no_secret_key_behind() {
+        let d = tempfile::tempdir().unwrap();
+        let (secret, public) = (d.path().join("k"), d.path().join("k.pub"));
+        // The public key's path is taken: the pair cannot be written.
+        std::fs::write(&public, "taken\n").unwrap();
+        let key = generate().unwrap();
+        assert!(write_pair(&secret, &public, &key).is_err());
+        assert!(!secret.exists(), "the secret key was left behind");
+        // Once the path is free, the same command succeeds (no "File exists").
+        std::fs::remove_file(&public).unwrap();
+        write_pair(&secret, &public, &key).unwrap();
+        assert_eq!(read_secret(&secret).unwrap().to_bytes(), key.to_bytes());
+    }
 }

@@ -417,12 +417,21 @@ pub fn list(layout: &Layout) -> std::io::Result<Vec<DeploymentId>> {
 /// Resolves a unique prefix of a deployment id.
 pub fn resolve(layout: &Layout, prefix: &str) -> Result<DeploymentId, Refusal> {
     let p = prefix.trim().to_ascii_lowercase();
-    if p.is_empty() || p.len() > 32 || !p.chars().all(|c| c.is_ascii_hexdigit()) {
+    let not_an_id = if p.is_empty() {
+        Some("empty".to_owned())
+    } else if !p.chars().all(|c| c.is_ascii_hexdigit()) {
+        Some("not hex".to_owned())
+    } else if p.len() > 32 {
+        Some(format!("{} characters, over the 32 of an id", p.len()))
+    } else {
+        None
+    };
+    if let Some(observed) = not_an_id {
         return Err(Refusal::new(
             Reason::DeploymentUnknown,
             prefix,
             "a hex id or unique prefix",
-            "not hex",
+            observed,
         ));
     }
     let all = list(layout).map_err(|e| {
@@ -472,4 +481,24 @@ pub fn issuer_public(layout: &Layout) -> Result<PublicKey, Refusal> {
 /// Whether a path exists (without following a final symlink).
 pub fn exists_nofollow(p: &Path) -> bool {
     std::fs::symlink_metadata(p).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::resolve;
+    use crate::Layout;
+
+    #[test]
+    fn an_id_argument_that_is_no_id_is_refused_saying_what_it_is() {
+        let d = tempfile::tempdir().unwrap();
+        let layout = Layout::new(Some(d.path()));
+        let observed = |arg: &str| resolve(&layout, arg).unwrap_err().observed;
+        assert_eq!(
+            observed(&"a".repeat(33)),
+            "33 characters, over the 32 of an id"
+        );
+        assert_eq!(observed("0x12"), "not hex");
+        assert_eq!(observed(""), "empty");
+        assert_eq!(observed("  "), "empty");
+    }
 }

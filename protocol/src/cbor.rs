@@ -20,6 +20,8 @@ use crate::limits::FRAME_BYTES_MAX;
 pub enum DecodeError {
     #[error("input is {len} bytes, over the bound of {max}")]
     TooLarge { len: usize, max: usize },
+    #[error("a frame of 0 bytes (every frame holds one value)")]
+    EmptyFrame,
     #[error("not well-formed CBOR: {0}")]
     Malformed(String),
     #[error("{0} trailing bytes after the value")]

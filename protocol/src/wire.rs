@@ -26,7 +26,10 @@ pub fn frame(payload: &[u8]) -> Vec<u8> {
 /// Reads a frame header: the payload length, refused if zero or over the bound.
 pub fn frame_len(header: [u8; 4]) -> Result<usize, DecodeError> {
     let len = u32::from_be_bytes(header) as usize;
-    if len == 0 || len > FRAME_BYTES_MAX {
+    if len == 0 {
+        return Err(DecodeError::EmptyFrame);
+    }
+    if len > FRAME_BYTES_MAX {
         return Err(DecodeError::TooLarge {
             len,
             max: FRAME_BYTES_MAX,

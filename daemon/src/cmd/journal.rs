@@ -89,9 +89,19 @@ pub fn append(
     // One writer at a time: an exclusive flock on the journal while appending.
     rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockExclusive)
         .map_err(|e| Failure::Internal(format!("flock: {e}")))?;
+    // Over its bound, the journal is bad input: lineage-mutated, as `verify_journal` says of
+    // journal bytes over `JOURNAL_BYTES_MAX`.
     let bytes =
         repoch_issuer::storage::read_all_fd(&fd, repoch_protocol::limits::JOURNAL_BYTES_MAX)
-            .map_err(|e| Failure::Internal(e.to_string()))?;
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::FileTooLarge => Failure::refused(Refusal::new(
+                    Reason::LineageMutated,
+                    journal.display().to_string(),
+                    "a valid journal",
+                    e.to_string(),
+                )),
+                _ => Failure::Internal(e.to_string()),
+            })?;
     let f = verify_journal(
         &bytes,
         JournalPins {

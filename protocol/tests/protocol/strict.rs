@@ -132,9 +132,21 @@ fn frame_length_is_checked_before_allocation() {
         frame_len((FRAME_BYTES_MAX as u32).to_be_bytes()).unwrap(),
         FRAME_BYTES_MAX
     );
-    assert!(frame_len((FRAME_BYTES_MAX as u32 + 1).to_be_bytes()).is_err());
-    assert!(frame_len(0u32.to_be_bytes()).is_err());
+    assert_eq!(
+        frame_len((FRAME_BYTES_MAX as u32 + 1).to_be_bytes()),
+        Err(DecodeError::TooLarge {
+            len: FRAME_BYTES_MAX + 1,
+            max: FRAME_BYTES_MAX
+        })
+    );
     assert!(frame_len(u32::MAX.to_be_bytes()).is_err());
+    // An empty frame is refused as what it is, not as one over the bound.
+    let empty = frame_len(0u32.to_be_bytes()).unwrap_err();
+    assert_eq!(empty, DecodeError::EmptyFrame);
+    assert_eq!(
+        empty.to_string(),
+        "a frame of 0 bytes (every frame holds one value)"
+    );
 }
 
 #[test]

@@ -548,6 +548,20 @@ fn journal_append_exits_0_and_on_a_mutated_journal_2_with_its_lineage_reason() {
     assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
     assert!(refusal_reason(&r).starts_with("lineage-"), "{}", r.stdout);
     assert_eq!(std::fs::read(&journal).unwrap(), bytes);
+    // A journal over its bound is bad input, refused as a mutated lineage (as the
+    // journal verifier says of such bytes), not "internal: a bug" (exit 70); nothing is
+    // appended.
+    let over = repoch_protocol::limits::JOURNAL_BYTES_MAX as u64 + 1;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&journal)
+        .unwrap()
+        .set_len(over)
+        .unwrap();
+    let r = append(&["root-stop"]);
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(refusal_reason(&r), "lineage-mutated", "{}", r.stdout);
+    assert_eq!(std::fs::metadata(&journal).unwrap().len(), over);
 }
 
 #[test]
