@@ -341,6 +341,24 @@ pub fn reaped(cg: &Cgroup, bin: &Path, args: &[&str]) -> Reaped {
     Reaped(spawn_ready(c))
 }
 
+/// `exe fork-chain` (a copy of the helper) run under a reaper in `cg`, as uid 65534 when
+/// `nobody`: a chain of short-lived processes, one alive at a time.
+pub fn fork_chain(cg: &Cgroup, exe: &Path, nobody: bool) -> Reaped {
+    let exe = exe.to_str().expect("a UTF-8 path");
+    if nobody {
+        let args = [
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            exe,
+            "fork-chain",
+        ];
+        reaped(cg, Path::new("setpriv"), &args)
+    } else {
+        reaped(cg, Path::new(exe), &["fork-chain"])
+    }
+}
+
 pub fn helper(args: &[&str]) -> Command {
     let mut c = Command::new(bin("repoch-test-helper"));
     c.args(args);

@@ -288,7 +288,7 @@ fn a_chain_of_short_lived_processes_running_an_enrolled_executable_is_an_escaped
     let slow = Cgroup::new(&format!("repoch-slow-{}", s.tag));
     let _sleepers = reaped(&slow, &bin("repoch-test-helper"), &["sleepers", "1000"]);
     let chain = Cgroup::new(&format!("repoch-chain-{}", s.tag));
-    let running = reaped(&chain, &exe, &["fork-chain"]);
+    let running = fork_chain(&chain, &exe, false);
     for round in 0..5 {
         let r = s.observe(&id);
         assert_eq!(
@@ -313,17 +313,7 @@ fn another_users_chain_of_short_lived_processes_changes_no_fact() {
     require_root!();
     let (s, exe, id) = enrolled_exe("");
     let chain = Cgroup::new(&format!("repoch-chain-{}", s.tag));
-    let _running = reaped(
-        &chain,
-        std::path::Path::new("setpriv"),
-        &[
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            exe.to_str().unwrap(),
-            "fork-chain",
-        ],
-    );
+    let _running = fork_chain(&chain, &exe, true);
     for _ in 0..3 {
         assert_holds(&s.observe(&id));
     }

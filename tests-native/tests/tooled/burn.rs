@@ -97,17 +97,7 @@ fn act(
             // A chain of short-lived processes running the enrolled executable: the walk
             // chases each of them, and none counts. The reaper is dropped before its cgroup.
             let cg = Cgroup::new(&format!("repoch-burn-chain-{}", s.tag));
-            let chain = reaped(
-                &cg,
-                std::path::Path::new("setpriv"),
-                &[
-                    "--reuid=65534",
-                    "--regid=65534",
-                    "--clear-groups",
-                    exe.to_str().unwrap(),
-                    "fork-chain",
-                ],
-            );
+            let chain = fork_chain(&cg, exe, true);
             left.push(Box::new((chain, cg)));
         }
         _ => {
