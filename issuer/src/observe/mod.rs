@@ -147,6 +147,14 @@ pub(crate) struct Enrolled<'a> {
     pub identity: Option<(&'a Identity, Reason)>,
 }
 
+/// Who holds a lease on the file at `path` (opened `O_PATH`, which breaks no lease).
+fn leased_by(path: &str) -> String {
+    match open_path(Path::new(path), OFlags::PATH, 0).and_then(fstat_identity) {
+        Ok(id) => crate::store::describe_holders("LEASE", &id),
+        Err(e) => format!("(holder unknown: {e})"),
+    }
+}
+
 /// Opens an enrolled object: read-only and `O_NONBLOCK` (a FIFO in its place must not
 /// block the open), following no symlink in any component; classifies the errno
 /// (missing, a symlink, unreadable); fstat; then the file type and the enrolled identity.
@@ -159,6 +167,13 @@ pub(crate) fn open_enrolled(e: &Enrolled<'_>) -> Result<(OwnedFd, Identity), Fac
         open_path(Path::new(e.path), OFlags::RDONLY | OFlags::NONBLOCK, 0).map_err(
             |err| match err.kind() {
                 std::io::ErrorKind::NotFound => fail(e.missing.0, "missing", e.missing.1),
+                // Another holds a write lease: our open asked it to give the lease up and
+                // would block. For a fence, that holder is busy with it, named.
+                std::io::ErrorKind::WouldBlock if e.kind == "fence" => fail(
+                    e.want.unwrap_or("readable"),
+                    &format!("a write lease {}", leased_by(e.path)),
+                    Reason::FenceBusy,
+                ),
                 _ if is_eloop(&err) => fail(e.want.unwrap_or("no symlink"), "a symlink", e.symlink),
                 _ => fail(
                     e.want.unwrap_or("readable"),

@@ -150,3 +150,20 @@ for name, t in tries:
         c.stdout
     );
 }
+
+#[test]
+#[ignore = "needs root"]
+fn a_write_lease_on_a_fence_is_fence_busy_naming_its_holder() {
+    // A write lease makes repochd's read-only, non-blocking open fail (the holder is asked
+    // to give it up): that is a holder busy with the fence, named, not an unreadable fence.
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let fence = s.srv.join("lock");
+    // SIGIO (the lease break) would end it: it ignores it and keeps the lease.
+    let p = python_holding(
+        &fence,
+        "import signal\nsignal.signal(signal.SIGIO, signal.SIG_IGN)\nfcntl.fcntl(f, fcntl.F_SETLEASE, fcntl.F_WRLCK)",
+    );
+    assert_busy_naming(&s, &id, p.pid(), "a write lease");
+}
