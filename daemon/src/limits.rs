@@ -43,6 +43,9 @@ pub const PID_MAX: i64 = 4_194_304;
 pub const OP_ID_MAX: u64 = u64::MAX - 1;
 /// Longest wait to write one event to the admin client before it is dropped.
 pub const ADMIN_WRITE_SECONDS_MAX: u64 = 5;
+/// Beyond the deadlines of a recovery past its intent (custody, then the acknowledgement),
+/// how long a stopping repochd waits for it: its final verifications and appends.
+pub const STOP_MARGIN_SECONDS_MAX: u64 = 30;
 /// Events buffered between an issuance and its admin connection.
 pub const EVENTS_BUFFERED_MAX: usize = 256;
 
@@ -275,6 +278,17 @@ pub fn set_config(c: Config) {
 /// The process's config: what [`set_config`] set, else the defaults.
 pub fn config() -> &'static Config {
     CONFIG.get_or_init(Config::default)
+}
+
+/// How long a stopping repochd waits for its recoveries in progress: a recovery past its
+/// intent waits at most `custody_seconds` for the custody answer and `persisted_ack_seconds`
+/// for the acknowledgement, plus [`STOP_MARGIN_SECONDS_MAX`] for the rest (70s with the
+/// defaults, under systemd's `TimeoutStopSec` of 90s; docs/OPERATOR.md, "Stopping").
+pub fn stop_seconds() -> u64 {
+    let c = config();
+    c.custody_seconds
+        .saturating_add(c.persisted_ack_seconds)
+        .saturating_add(STOP_MARGIN_SECONDS_MAX)
 }
 
 #[cfg(test)]

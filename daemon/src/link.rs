@@ -8,6 +8,7 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use repoch_issuer::issuance::{Authenticated, ConsumerLink, Expected};
+use repoch_issuer::stop::Stop;
 use repoch_issuer::Refusal;
 use repoch_protocol::grant::{Challenge, ConsumerPeer};
 use repoch_protocol::wire::{AdminEvent, GrantMsg};
@@ -36,6 +37,8 @@ pub struct Registry {
     arrived: Condvar,
     /// Told of every arrival, so the sweeper sleeps without a timer while none waits.
     occupied: tokio::sync::Notify,
+    /// repochd's stop: once set, no consumer is added or taken ([`Registry::stop`]).
+    stop: Stop,
 }
 
 /// Whether a waiting consumer is still there: not too old, its process alive, its
@@ -47,6 +50,14 @@ fn still_there(p: &Pending) -> bool {
 }
 
 impl Registry {
+    /// An empty registry that stops with `stop`.
+    pub fn new(stop: Stop) -> Registry {
+        Registry {
+            stop,
+            ..Registry::default()
+        }
+    }
+
     /// Adds a consumer; refuses it (saying why) when its epoch is known used (`used`,
     /// asked under the registry's lock: a recovery records the epoch used before it refuses
     /// the waiting consumers, so a consumer is either refused here or found waiting then),
@@ -62,6 +73,9 @@ impl Registry {
             .pending
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if self.stop.is_set() {
+            return Err((Box::new(p), Stop::refusal("the consumer was not taken")));
+        }
         if let Some(r) = used(&p.deployment) {
             return Err((Box::new(p), r));
         }
@@ -117,6 +131,28 @@ impl Registry {
         n
     }
 
+    /// repochd is stopping: sets the stop (under the registry's lock, so a consumer is
+    /// either refused by [`Registry::push`] or found here), wakes every issuance waiting
+    /// for its consumer (it ends refused `daemon-stopping`), and refuses every waiting
+    /// consumer with the same reason. Returns how many were told.
+    pub fn stop(&self) -> usize {
+        let taken: VecDeque<Pending> = {
+            let mut q = self
+                .pending
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.stop.set();
+            self.arrived.notify_all();
+            std::mem::take(&mut *q)
+        };
+        let n = taken.len();
+        let r = Stop::refusal("the consumer was not taken");
+        for p in taken {
+            Connection::new(p.stream).refuse(r.reason, &r.detail());
+        }
+        n
+    }
+
     /// Drops every waiting consumer that hung up, exited or waited too long.
     pub fn sweep(&self) {
         self.pending
@@ -152,6 +188,9 @@ impl Registry {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         loop {
+            if self.stop.is_set() {
+                return None;
+            }
             q.retain(still_there);
             if let Some(i) = q.iter().position(|p| p.deployment == *id) {
                 return q.remove(i);
@@ -189,6 +228,9 @@ impl Registry {
             detail: format!("waiting for the consumer (deadline {}s)", wait.as_secs()),
         });
         while Instant::now() < deadline {
+            if self.stop.is_set() {
+                return Err(Stop::refusal("the recovery ended waiting for its consumer"));
+            }
             let Some(p) = self.take(&id, deadline) else {
                 let e = start.elapsed().as_secs();
                 progress(AdminEvent::Progress {

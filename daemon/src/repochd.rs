@@ -102,7 +102,14 @@ pub fn run(args: &Args) -> Outcome {
         }
     };
     let daemon = Arc::new(crate::server::Daemon::new(layout));
-    match rt.block_on(daemon.serve(admin, grant)) {
+    let served = rt.block_on(daemon.serve(admin, grant));
+    // A consumer's handshake still on a blocking thread ends within its own deadline (and
+    // is refused `daemon-stopping` by the stopped registry); a runtime dropped without a
+    // bound would wait for any blocking thread indefinitely.
+    rt.shutdown_timeout(std::time::Duration::from_secs(
+        crate::limits::config().handshake_seconds,
+    ));
+    match served {
         Ok(()) => Outcome::Success,
         Err(e) => {
             tracing::error!("{e}");

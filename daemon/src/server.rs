@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use repoch_issuer::issuance::{self, epoch_refusal, Ended};
+use repoch_issuer::stop::Stop;
 use repoch_issuer::{Layout, Refusal};
 use repoch_protocol::cbor::Canonical;
 use repoch_protocol::epoch::Contender;
@@ -41,6 +42,9 @@ pub struct Daemon {
     warnings: Warnings,
     /// Set when a write or fsync of an epoch log failed: no further issuance until restart.
     poisoned: AtomicBool,
+    /// Set on SIGTERM or SIGINT ([`Daemon::serve`]); shared with the registry and every
+    /// issuance.
+    stop: Stop,
 }
 
 /// Reads a peer's first frame, the WHOLE of it within `HANDSHAKE_SECONDS_MAX` (not per
@@ -146,18 +150,26 @@ pub fn listeners(layout: &Layout) -> Result<(StdListener, StdListener), String> 
 
 impl Daemon {
     pub fn new(layout: Layout) -> Daemon {
+        let stop = Stop::default();
         Daemon {
             admission: Admission::new(layout.clone()),
             epochs: Epochs::new(layout.clone()),
             layout,
-            registry: Registry::default(),
+            registry: Registry::new(stop.clone()),
+            stop,
             handshakes: Handshakes::default(),
             warnings: Warnings::default(),
             poisoned: AtomicBool::new(false),
         }
     }
 
-    /// Serves until SIGTERM or SIGINT.
+    /// Serves until SIGTERM or SIGINT, then stops (docs/ARCHITECTURE.md, "Stopping"): no
+    /// connection is accepted any more; the stop is set, so a recovery that has not written
+    /// its intent ends refused `daemon-stopping` (one waiting for its consumer is woken),
+    /// and every waiting consumer is refused the same; every admin connection is then
+    /// waited for, so each operator reads its recovery's real outcome, at most
+    /// [`stop_seconds`] (a recovery past its intent runs to its own end within its
+    /// deadlines). Returns an error if one is still running then.
     pub async fn serve(
         self: Arc<Self>,
         admin: StdListener,
@@ -168,6 +180,7 @@ impl Daemon {
         let admin = UnixListener::from_std(admin).map_err(|e| e.to_string())?;
         let grant = UnixListener::from_std(grant).map_err(|e| e.to_string())?;
         let admin_slots = Arc::new(Semaphore::new(config().admin_connections));
+        let mut admins = tokio::task::JoinSet::new();
         let grant_slots = Arc::new(Semaphore::new(config().grant_connections));
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .map_err(|e| e.to_string())?;
@@ -211,8 +224,9 @@ impl Daemon {
                         continue;
                     };
                     let d = self.clone();
-                    tokio::spawn(async move { d.admin(s).await; drop(permit); });
+                    admins.spawn(async move { d.admin(s).await; drop(permit); });
                 }
+                Some(_) = admins.join_next(), if !admins.is_empty() => {}
                 r = grant.accept() => {
                     let Ok((s, _)) = r else { continue };
                     // Admission before any work: credentials only; no pidfd, no /proc, no read.
@@ -239,9 +253,27 @@ impl Daemon {
                 _ = int.recv() => break,
             }
         }
+        drop((admin, grant));
         sweeper.abort();
-        crate::notify::notify("STOPPING=1");
-        tracing::info!("repochd stopping");
+        crate::notify::notify("STOPPING=1\nSTATUS=stopping: ending the recoveries in progress");
+        let told = self.registry.stop();
+        tracing::info!(
+            recoveries = admins.len(),
+            consumers_told = told,
+            "repochd stopping: recoveries before their intent end refused daemon-stopping, later ones run to their end"
+        );
+        let limit = stop_seconds();
+        let drained = tokio::time::timeout(Duration::from_secs(limit), async {
+            while admins.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            return Err(format!(
+                "{} recoveries still running {limit}s after the stop (custody_seconds + persisted_ack_seconds + {STOP_MARGIN_SECONDS_MAX}); their epochs are kept as their logs say",
+                admins.len()
+            ));
+        }
+        tracing::info!("repochd stopped");
         Ok(())
     }
 
@@ -454,6 +486,15 @@ impl Daemon {
             .await;
             return;
         }
+        if self.stop.is_set() {
+            let r = Stop::refusal("the recovery was not started");
+            let _ = send(
+                &mut s,
+                &outcome_event(Outcome::Refused, vec![r], "repochd is stopping", None),
+            )
+            .await;
+            return;
+        }
         let wait = Duration::from_secs(consumer_wait_seconds.min(CONSUMER_WAIT_SECONDS_MAX));
         let contender = Contender {
             pid: cred.pid().and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
@@ -489,6 +530,7 @@ impl Daemon {
             let registry = &d.registry;
             let result = issuance::run(
                 &d.layout,
+                d.stop.clone(),
                 key,
                 deployment,
                 approve_ready,

@@ -32,6 +32,7 @@ use crate::layout::Layout;
 use crate::log::{AppendError, EpochLog};
 use crate::observe::{Fences, Observation, Observe};
 use crate::refusal::Refusal;
+use crate::stop::Stop;
 use crate::storage::Storage;
 use crate::store::{read_epoch_log, read_only_refusal};
 use crate::world::{Host, World};
@@ -174,6 +175,8 @@ struct Common<W: World> {
     observer: W::Observer,
     fences: Fences,
     progress: Progress,
+    /// repochd's stop, asked right before the intent.
+    stop: Stop,
     /// The issuer lock, held while the issuance lives (last field: dropped last).
     _lock: W::Lock,
 }
@@ -334,6 +337,7 @@ impl<W: World> Reserved<W> {
             detail: format!("issuer lock held; epoch {}", class.as_str()),
         });
         let observer = world.observer(&o.manifest, approve_ready);
+        let stop = world.stop();
         Ok(Reserved {
             c: Common {
                 id,
@@ -344,6 +348,7 @@ impl<W: World> Reserved<W> {
                 observer,
                 fences: Fences::default(),
                 progress,
+                stop,
                 _lock: o.lock,
             },
         })
@@ -556,6 +561,13 @@ impl<C: ConsumerLink, W: World> Connected<C, W> {
         }
         self.first = now;
         crate::barrier::reach("before-intent");
+        // The last point before anything is written: a stopping repochd ends here, and
+        // never after the intent (crate::stop).
+        if self.c.stop.is_set() {
+            let r = Stop::refusal("the recovery ended before its intent");
+            self.consumer.refuse(r.reason, &r.detail());
+            return Err(Ended::one(r));
+        }
         let body = EpochBody::Intent {
             evidence: self.first.digest,
             facts: self.first.facts.clone(),
@@ -938,8 +950,10 @@ pub struct Granted {
 
 /// Runs all eleven steps in order, on the host (the real file system, `flock`, the live
 /// observers).
+#[allow(clippy::too_many_arguments)]
 pub fn run<C: ConsumerLink>(
     layout: &Layout,
+    stop: Stop,
     key: SigningKey,
     id: DeploymentId,
     approve_ready: Option<Hash>,
@@ -952,6 +966,7 @@ pub fn run<C: ConsumerLink>(
 ) -> Result<Granted, Ended> {
     let mut host = Host {
         layout: layout.clone(),
+        stop,
     };
     run_in(&mut host, key, id, approve_ready, contender, progress, wait)
 }

@@ -13,6 +13,7 @@ pub mod observe;
 pub mod os;
 pub mod refusal;
 pub mod sim;
+pub mod stop;
 pub mod storage;
 pub mod store;
 pub mod world;

@@ -14,6 +14,7 @@ use repoch_protocol::{DeploymentId, Hash, PublicKey};
 use crate::layout::Layout;
 use crate::observe::{Observe, Observer};
 use crate::refusal::Refusal;
+use crate::stop::Stop;
 use crate::storage::{Real, Storage};
 use crate::store::{lock_issuer, Deployment};
 
@@ -52,12 +53,19 @@ pub trait World {
     fn storage(&mut self) -> Self::Storage;
     /// The observer of one deployment for one issuance.
     fn observer(&mut self, manifest: &Manifest, approve_ready: Option<Hash>) -> Self::Observer;
+    /// The stop an issuance asks before it writes its intent ([`Stop`]); a world that never
+    /// stops keeps the default, never set.
+    fn stop(&self) -> Stop {
+        Stop::default()
+    }
 }
 
 /// The host: the real file system under a state root, `flock`, the live observers.
 #[derive(Debug, Clone)]
 pub struct Host {
     pub layout: Layout,
+    /// repochd's stop (set on SIGTERM).
+    pub stop: Stop,
 }
 
 impl World for Host {
@@ -88,5 +96,8 @@ impl World for Host {
     }
     fn observer(&mut self, manifest: &Manifest, approve_ready: Option<Hash>) -> Observer {
         Observer::new(manifest.clone(), self.layout.clone(), approve_ready)
+    }
+    fn stop(&self) -> Stop {
+        self.stop.clone()
     }
 }

@@ -84,6 +84,7 @@ reasons! {
     CustodyInvalid = "custody-invalid", "The consumer's custody signature does not verify against its enrolled key.", "Check the consumer's key file.";
     ConsumerLost = "consumer-lost", "The consumer went away after the intent: gone before `consume` or before the dispatch (withheld: no grant sent), or silent after the dispatch without acknowledging a durable grant (uncertain: dispatched, not acknowledged).", "The epoch is used and kept, never reissued. When uncertain, look for the grant file at the consumer's `--out` (`repoch-consume verify`).";
     DaemonUnreachable = "daemon-unreachable", "repoch could not reach repochd on its admin socket.", "Start repochd (or its socket unit) and retry; nothing was written.";
+    DaemonStopping = "daemon-stopping", "repochd was stopping (SIGTERM: `systemctl stop`, a restart or a package upgrade) before this recovery wrote its intent, or before this consumer was taken; nothing was written.", "Recover again once repochd is back (socket activation starts it on the next request); a consumer started by its unit is restarted by it.";
     AdminDenied = "admin-denied", "The admin socket peer is not root.", "Run as root.";
     ProtocolError = "protocol-error", "A peer sent a malformed, oversized or unexpected frame, or timed out.", "Check versions of repoch and the peer.";
     Internal = "internal", "A bug in repoch. Never a silent success.", "Report it with the log.";

@@ -1191,6 +1191,30 @@ impl AtBarrier {
         )
         .unwrap();
     }
+    /// What `systemctl stop` does to it, stopped at its barrier: SIGTERM, then SIGCONT.
+    pub fn stop_as_systemd_does(&self) {
+        self.signal(rustix::process::Signal::TERM);
+        self.signal(rustix::process::Signal::CONT);
+    }
+    /// Its exit status once it exits, at most `limit` from now; `None` if it still runs.
+    pub fn exit_within(&mut self, limit: std::time::Duration) -> Option<std::process::ExitStatus> {
+        exit_within(&mut self.daemon, limit)
+    }
+}
+
+/// `child`'s exit status once it exits, at most `limit` from now; `None` if it still runs.
+pub fn exit_within(
+    child: &mut std::process::Child,
+    limit: std::time::Duration,
+) -> Option<std::process::ExitStatus> {
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    None
 }
 
 impl Drop for AtBarrier {

@@ -21,6 +21,7 @@ mod lock_kinds;
 mod matrix_types;
 mod observers;
 mod principals;
+mod stopping;
 mod store;
 mod texts;
 mod told;

@@ -30,6 +30,7 @@ mod observers;
 mod powerloss;
 mod powerloss_real;
 mod systemd_recovery;
+mod systemd_stopping;
 mod units;
 
 use std::path::Path;
@@ -385,6 +386,16 @@ fn declared() -> Vec<Declared> {
         trial!(
             root,
             systemd_recovery::a_recovery_from_the_installed_package,
+            &[NSPAWN, Need::NspawnRootfs, Need::DebianPackage]
+        ),
+        trial!(
+            root,
+            systemd_stopping::stop_and_restart_at_every_barrier_under_systemd,
+            CONTAINER
+        ),
+        trial!(
+            root,
+            systemd_stopping::an_upgrade_mid_recovery_refuses_it_daemon_stopping_and_the_next_one_grants,
             &[NSPAWN, Need::NspawnRootfs, Need::DebianPackage]
         ),
         trial!(

@@ -32,7 +32,7 @@ fn journal(c: &Container) -> String {
 
 /// Installs the workspace's binaries and the shipped units, tmpfiles and sysusers entries
 /// at the places the package puts them, then enables the sockets.
-fn install_built(c: &Container) {
+pub(crate) fn install_built(c: &Container) {
     let root = PathBuf::from(format!("/proc/{}/root", c.leader));
     for b in ["repoch", "repochd", "repoch-consume", "repoch-test-helper"] {
         std::fs::copy(bin(b), root.join("usr/bin").join(b)).unwrap();
@@ -272,7 +272,7 @@ fn package() -> PathBuf {
 
 /// Installs the package with `dpkg -i` (its maintainer scripts create the user and group,
 /// the directories, and enable and start the sockets); the test helper beside it.
-fn install_package(c: &Container) {
+pub(crate) fn install_package(c: &Container) {
     let root = PathBuf::from(format!("/proc/{}/root", c.leader));
     std::fs::copy(package(), root.join("tmp/repoch.deb")).unwrap();
     std::fs::copy(
