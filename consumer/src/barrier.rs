@@ -8,6 +8,15 @@
 //! kill it there. Without the feature, [`reach`] does nothing. (The consumer never links
 //! the issuer, whose barriers are `REPOCH_BARRIER`'s.)
 
+// A build with barriers stops at REPOCH_BARRIER: never let one be optimized for release.
+// `cargo build --release --workspace --all-targets` would otherwise give release binaries
+// with the barriers of the test crates' dev-dependencies (cargo unifies features).
+#[cfg(all(feature = "barriers", not(debug_assertions)))]
+compile_error!(
+    "the `barriers` feature is for test builds only (debug assertions on); build release \
+     binaries with `cargo build --release -p repoch-daemon -p repoch-consumer`"
+);
+
 /// Every consumer barrier, in protocol order: each is reached right after the named step.
 pub const BARRIERS: &[&str] = &[
     // `hello` sent; the key proof not yet asked or answered.
@@ -22,8 +31,10 @@ pub const BARRIERS: &[&str] = &[
     "persist-after-write",
     // The grant durable at `--out` (linked, directory fsynced); not yet acknowledged.
     "after-persist",
-    // The `persisted` acknowledgement sent; the new root not yet exec'd.
+    // The `persisted` acknowledgement sent; repochd's last word (`granted`) not yet read.
     "after-acknowledge",
+    // repochd's `granted` read: the outcome is granted; the new root not yet exec'd.
+    "after-last-word",
 ];
 
 /// Whether this build stops at barriers (the `barriers` feature).

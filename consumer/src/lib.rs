@@ -52,7 +52,7 @@ pub enum Error {
     Inconsistent(checkpoint::Inconsistency, Option<u64>),
     #[error("the grant was received and verified but could not be persisted: {0}")]
     Persist(String),
-    #[error("the grant is persisted at {out}, but repochd did not take the acknowledgement ({why}): repochd reports the outcome uncertain; the new root was not started")]
+    #[error("the grant is persisted at {out}, but repochd did not confirm the acknowledgement ({why}): repochd reports the outcome uncertain; the new root was not started")]
     Unacknowledged { out: String, why: String },
 }
 
@@ -242,6 +242,8 @@ fn receive_on(
                     why: e.to_string(),
                 })?;
                 barrier::reach("after-acknowledge");
+                last_word(&s, repoch_protocol::Hash::of(&bytes), &o.out)?;
+                barrier::reach("after-last-word");
                 return Ok(Received {
                     grant,
                     bytes,
@@ -253,10 +255,63 @@ fn receive_on(
             GrantMsg::Hello { .. }
             | GrantMsg::Custody(_)
             | GrantMsg::Proof(_)
-            | GrantMsg::Persisted { .. } => {
+            | GrantMsg::Persisted { .. }
+            | GrantMsg::Granted { .. } => {
                 return Err(Error::Io("unexpected message from repochd".into()))
             }
         }
+    }
+}
+
+/// The handoff's last word (docs/PROTOCOL.md, "The grant socket"): after `persisted`,
+/// repochd's `granted` naming the grant, or the outcome is uncertain here as it is for the
+/// operator (`Error::Unacknowledged`: the grant is kept at `--out`, the new root is not
+/// started). repochd sends it within `LAST_WORD_SECONDS_MAX` of reading `persisted`, or
+/// never; this waits twice as long from sending it, and reads whatever is already there
+/// however late this process runs (a poll reports data that arrived while it was stopped).
+fn last_word(s: &UnixStream, sha: repoch_protocol::Hash, out: &Path) -> Result<(), Error> {
+    use repoch_protocol::limits::LAST_WORD_SECONDS_MAX;
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let unacknowledged = |why: String| Error::Unacknowledged {
+        out: out.display().to_string(),
+        why,
+    };
+    let wait = Duration::from_secs(2 * LAST_WORD_SECONDS_MAX);
+    let end = Instant::now() + wait;
+    let ready = loop {
+        let left = end.saturating_duration_since(Instant::now());
+        let t = Timespec {
+            tv_sec: i64::try_from(left.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: i64::from(left.subsec_nanos()),
+        };
+        let mut fds = [PollFd::new(s, PollFlags::IN)];
+        match poll(&mut fds, Some(&t)) {
+            Ok(n) => break n > 0,
+            Err(rustix::io::Errno::INTR) if !left.is_zero() => continue,
+            Err(e) => return Err(unacknowledged(format!("waiting for granted: poll: {e}"))),
+        }
+    };
+    if !ready {
+        return Err(unacknowledged(format!(
+            "no last word (granted) within {}s of the acknowledgement",
+            wait.as_secs()
+        )));
+    }
+    match recv_msg(
+        s,
+        Instant::now() + Duration::from_secs(LAST_WORD_SECONDS_MAX),
+    ) {
+        Ok((GrantMsg::Granted { grant_sha256 }, fds)) if grant_sha256 == sha && fds.is_empty() => {
+            Ok(())
+        }
+        Ok((GrantMsg::Refused { reason, detail }, _)) => {
+            Err(unacknowledged(format!("repochd: {reason}: {detail}")))
+        }
+        Ok((GrantMsg::Granted { grant_sha256 }, _)) => Err(unacknowledged(format!(
+            "granted names {grant_sha256}, not this grant"
+        ))),
+        Ok((other, _)) => Err(unacknowledged(format!("expected granted, got {other:?}"))),
+        Err(e) => Err(unacknowledged(e.to_string())),
     }
 }
 

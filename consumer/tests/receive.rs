@@ -245,8 +245,83 @@ fn dispatch_with(
     let payload = frame(&msg.to_bytes());
     let fds = files.iter().map(|f| f.as_fd()).collect();
     send_with_fds(c, &[(&payload[..1], fds), (&payload[1..], vec![])]).unwrap();
-    // Stay until the consumer has judged the grant (it acknowledges it or closes).
-    read_msg::<GrantMsg>(c).ok()
+    // Stay until the consumer has judged the grant (it acknowledges it or closes); an
+    // acknowledgement gets the last word, `granted` (docs/PROTOCOL.md).
+    let ack = read_msg::<GrantMsg>(c).ok();
+    if let Some(GrantMsg::Persisted { grant_sha256 }) = &ack {
+        let _ = write_msg(
+            c,
+            &GrantMsg::Granted {
+                grant_sha256: *grant_sha256,
+            },
+        );
+    }
+    ack
+}
+
+/// Like [`dispatch`], then `last` (or nothing, the connection closed) instead of the
+/// last word `granted` naming the acknowledged grant.
+fn dispatch_then(c: &mut UnixStream, bytes: Vec<u8>, sent: &[PathBuf], last: Option<GrantMsg>) {
+    let files: Vec<std::fs::File> = sent
+        .iter()
+        .map(|p| std::fs::File::open(p).unwrap())
+        .collect();
+    let payload = frame(
+        &GrantMsg::Grant {
+            grant: bytes,
+            checkpoint: note(),
+        }
+        .to_bytes(),
+    );
+    let fds = files.iter().map(|f| f.as_fd()).collect();
+    send_with_fds(c, &[(&payload[..1], fds), (&payload[1..], vec![])]).unwrap();
+    assert!(matches!(
+        read_msg::<GrantMsg>(c),
+        Ok(GrantMsg::Persisted { .. })
+    ));
+    if let Some(m) = last {
+        write_msg(c, &m).unwrap();
+    }
+}
+
+#[test]
+fn an_acknowledged_grant_without_the_last_word_is_unacknowledged_and_kept() {
+    // After `persisted`, anything but `granted` naming this grant (the connection closed,
+    // a refusal, `granted` naming other bytes) is uncertain: the grant stays durable at
+    // --out, and no new root may start (receive returns Unacknowledged, never Ok).
+    let other = GrantMsg::Granted {
+        grant_sha256: Hash::of(b"other bytes"),
+    };
+    let refused = GrantMsg::Refused {
+        reason: Reason::ConsumerLost,
+        detail: "not granted".into(),
+    };
+    for (last, why) in [
+        (None, "closed the connection"),
+        (Some(refused), "consumer-lost"),
+        (Some(other), "not this grant"),
+    ] {
+        let fake = Fake::new();
+        let fences = vec![fake.file("lock0")];
+        let bytes = signed(grant(&fences), &issuer());
+        let want = bytes.clone();
+        let (r, _, fake) = fake.run(move |mut c| {
+            challenge(&mut c);
+            dispatch_then(&mut c, bytes, &fences, last);
+        });
+        match r {
+            Err(Error::Unacknowledged { why: got, .. }) => {
+                assert!(got.contains(why), "{why}: {got}")
+            }
+            Err(e) => panic!("{why}: expected Unacknowledged, got {e:?}"),
+            Ok(_) => panic!("{why}: a grant without the last word was taken as granted"),
+        }
+        assert_eq!(
+            std::fs::read(fake.out()).unwrap(),
+            want,
+            "{why}: the grant was not kept"
+        );
+    }
 }
 
 /// Nothing at `--out` nor beside it, and no temporary file left in its directory.
@@ -485,7 +560,9 @@ fn a_listener_fd_that_is_not_its_listener_is_refused_and_nothing_persisted() {
                 ],
             )
             .unwrap();
-            if let Ok(GrantMsg::Persisted { .. }) = read_msg::<GrantMsg>(&mut c) {}
+            if let Ok(GrantMsg::Persisted { grant_sha256 }) = read_msg::<GrantMsg>(&mut c) {
+                let _ = write_msg(&mut c, &GrantMsg::Granted { grant_sha256 });
+            }
         });
         if why.is_empty() {
             let got = r.unwrap();
@@ -944,4 +1021,16 @@ fn exactly_grant_fds_max_fds_are_read_and_judged_against_the_grant() {
         )
     );
     nothing_persisted(&fake);
+}
+
+#[test]
+fn undumpable_leaves_the_process_not_dumpable() {
+    // What receive_with and receive_over call first, and the CLI before it reads a key:
+    // then no process of the consumer's uid can ptrace it or open its /proc/PID/fd and take
+    // a copy of the connection (docs/THREAT-MODEL.md, "The consumer's connection").
+    repoch_consumer::undumpable().unwrap();
+    assert_eq!(
+        rustix::process::dumpable_behavior().unwrap(),
+        rustix::process::DumpableBehavior::NotDumpable
+    );
 }

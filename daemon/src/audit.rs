@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use repoch_protocol::epoch::{batch_proven, verify_chain, verify_log_proven, LogReport};
 use repoch_protocol::limits::LOG_BYTES_MAX;
-use repoch_protocol::PublicKey;
+use repoch_protocol::{DeploymentId, PublicKey};
 
 /// Logs one audit reads.
 pub const AUDIT_LOGS_MAX: usize = 1024;
@@ -33,6 +33,18 @@ pub fn read_log(path: &Path) -> Result<Vec<u8>, String> {
         path.to_path_buf()
     };
     read_bounded(&p, LOG_BYTES_MAX)
+}
+
+/// The deployment a path given to `audit` must hold the log of: a directory named by a
+/// deployment id (a state directory, `/var/lib/repoch/deployments/ID`); `None` for a log
+/// file or a directory of another name.
+fn expected_deployment(path: &Path) -> Option<DeploymentId> {
+    if !path.is_dir() {
+        return None;
+    }
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .and_then(DeploymentId::from_hex)
 }
 
 /// Reads a regular file of at most `max` bytes (a FIFO never hangs the reader).
@@ -72,21 +84,24 @@ pub fn audit(
             paths.len()
         ));
     }
+    // A deployment's state directory, named by its id, must hold that deployment's log: a
+    // whole log of another deployment placed there is foreign (a log file given by its own
+    // path names no deployment to expect).
     let logs = paths
         .iter()
-        .map(|p| read_log(p))
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|p| Ok((read_log(p)?, expected_deployment(p))))
+        .collect::<Result<Vec<_>, String>>()?;
     let jobs = jobs.clamp(1, AUDIT_JOBS_MAX);
     let share = logs.len().div_ceil(jobs).max(1);
-    let verify = |logs: &[Vec<u8>]| -> Vec<LogReport> {
+    let verify = |logs: &[(Vec<u8>, Option<DeploymentId>)]| -> Vec<LogReport> {
         let proven = if batch {
-            let refs: Vec<&[u8]> = logs.iter().map(Vec::as_slice).collect();
+            let refs: Vec<&[u8]> = logs.iter().map(|(b, _)| b.as_slice()).collect();
             batch_proven(&refs, issuer)
         } else {
             HashSet::new()
         };
         logs.iter()
-            .map(|bytes| verify_log_proven(bytes, issuer, None, &proven))
+            .map(|(bytes, expected)| verify_log_proven(bytes, issuer, *expected, &proven))
             .collect()
     };
     let reports: Vec<LogReport> = std::thread::scope(|s| {

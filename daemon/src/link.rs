@@ -399,4 +399,35 @@ impl ConsumerLink for SocketLink {
             )),
         }
     }
+
+    /// The pinned pidfd's process still alive (a child that acknowledged for an exited
+    /// consumer is not it) and the connection its alone, then `granted`, all within
+    /// `LAST_WORD_SECONDS_MAX` of the acknowledgement.
+    fn last_word(&mut self, grant_sha256: &Hash) -> Result<(), (Reason, String)> {
+        use repoch_protocol::limits::LAST_WORD_SECONDS_MAX;
+        let deadline = Instant::now() + Duration::from_secs(LAST_WORD_SECONDS_MAX);
+        let p = &self.peer;
+        repoch_issuer::os::peer::alive(&self.pidfd).map_err(|e| {
+            (
+                Reason::ConsumerLost,
+                format!("the authenticated consumer pid {}: {e}", p.pid),
+            )
+        })?;
+        repoch_issuer::os::peer::sole_holder(self.conn.stream(), p.pid, p.uid)
+            .map_err(|e| (Reason::ConsumerRejected, e))?;
+        if Instant::now() >= deadline {
+            return Err((
+                Reason::ConsumerLost,
+                format!("the checks took over {LAST_WORD_SECONDS_MAX}s (LAST_WORD_SECONDS_MAX)"),
+            ));
+        }
+        self.conn
+            .write_msg(
+                &GrantMsg::Granted {
+                    grant_sha256: *grant_sha256,
+                },
+                deadline,
+            )
+            .map_err(|e| (Reason::ConsumerLost, format!("sending granted: {e}")))
+    }
 }

@@ -405,3 +405,56 @@ fn audit_with_batch_prints_what_audit_prints() {
     assert_eq!(code, 0);
     assert!(out.contains("--batch"), "{out}");
 }
+
+/// The audit's `--json` report (its first line: the logs, the chain, `chain_error`).
+fn audit_report(args: &[String]) -> serde_json::Value {
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (_, out, err) = repoch(&a);
+    serde_json::from_str(out.lines().next().unwrap_or("{}"))
+        .unwrap_or_else(|e| panic!("{e}: {out}{err}"))
+}
+
+#[test]
+fn chain_error_carries_the_first_bad_logs_own_reason() {
+    // docs/AUDITOR.md: `chain_error` carries the first problem's reason: a torn log says
+    // epoch-torn and a forged one epoch-forged, not a generic epoch-corrupt.
+    let key = ed25519_dalek::SigningKey::from_bytes(&[3; 32]);
+    let other = ed25519_dalek::SigningKey::from_bytes(&[4; 32]);
+    let log = genesis_log(&key, DeploymentId([0xa; 16]), None);
+    let mut two = log.clone();
+    two.extend_from_slice(&genesis_log(&other, DeploymentId([0xa; 16]), None)[..]);
+    for (name, bytes, want) in [
+        ("torn.log", log[..log.len() - 5].to_vec(), "epoch-torn"),
+        (
+            "forged.log",
+            genesis_log(&other, DeploymentId([0xa; 16]), None),
+            "epoch-forged",
+        ),
+    ] {
+        let (_d, args) = audit_dir(&key, &[("good.log", &log), (name, &bytes)]);
+        let j = audit_report(&args);
+        assert_eq!(j["verified"], false, "{name}: {j}");
+        assert_eq!(j["chain_error"]["reason"], want, "{name}: {j}");
+        let (code, reason, _) = audit_reason(&args);
+        assert_eq!((code, reason.as_str()), (2, want), "{name}");
+    }
+}
+
+#[test]
+fn a_state_directory_holding_another_deployments_log_is_foreign() {
+    // A deployment's state directory (named by its id) with a whole, valid log of another
+    // deployment of the same issuer in it: foreign, not verified.
+    let key = ed25519_dalek::SigningKey::from_bytes(&[3; 32]);
+    let (a, b) = (DeploymentId([0xa; 16]), DeploymentId([0xb; 16]));
+    let (d, mut args) = audit_dir(&key, &[]);
+    let dir = d.path().join(a.to_hex());
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("epoch.log"), genesis_log(&key, b, None)).unwrap();
+    args.push(dir.display().to_string());
+    let (code, reason, out) = audit_reason(&args);
+    assert_eq!((code, reason.as_str()), (2, "epoch-foreign"), "{out}");
+    // Its own log there verifies.
+    std::fs::write(dir.join("epoch.log"), genesis_log(&key, a, None)).unwrap();
+    let (code, _, out) = audit_reason(&args);
+    assert_eq!(code, 0, "{out}");
+}

@@ -7,6 +7,15 @@
 //! (`kill -9`: a crash at that boundary) or continue it (SIGCONT: overlap with a contender).
 //! Without the feature, [`reach`] does nothing.
 
+// A build with barriers stops at REPOCH_BARRIER: never let one be optimized for release.
+// `cargo build --release --workspace --all-targets` would otherwise give release binaries
+// with the barriers of the test crates' dev-dependencies (cargo unifies features).
+#[cfg(all(feature = "barriers", not(debug_assertions)))]
+compile_error!(
+    "the `barriers` feature is for test builds only (debug assertions on); build release \
+     binaries with `cargo build --release -p repoch-daemon -p repoch-consumer`"
+);
+
 /// Every barrier, in issuance order: each is reached right after the named step.
 pub const BARRIERS: &[&str] = &[
     "after-open",
@@ -22,6 +31,8 @@ pub const BARRIERS: &[&str] = &[
     "after-receipt",
     "after-final-2",
     "after-dispatch",
+    // The consumer's acknowledgement read (or its wait ended); the last word not yet sent.
+    "after-acknowledgement",
     // Enrollment (repoch enroll): right after the one-successor check passed.
     "enroll-after-successor-check",
     // repoch journal append: the journal read and verified, the record about to be written.

@@ -104,6 +104,12 @@ pub trait ConsumerLink {
     /// After the dispatch: waits, bounded by the link, for the consumer's acknowledgement
     /// that its grant file is durable (`persisted`), and returns the sha256 it names.
     fn acknowledgement(&mut self) -> Result<Hash, String>;
+    /// The handoff's last word, once the acknowledgement named the dispatched grant: the
+    /// pinned consumer must still live (`consumer-lost` otherwise) and alone hold the
+    /// connection (`consumer-rejected`), then `granted` naming `grant_sha256` is sent within
+    /// `LAST_WORD_SECONDS_MAX` of the acknowledgement. Only a word sent makes the outcome
+    /// `granted`; the consumer starts the new root only on it.
+    fn last_word(&mut self, grant_sha256: &Hash) -> Result<(), (Reason, String)>;
 }
 
 /// Before `consume` and `dispatch`: a consumer that went away ends `consumer-lost`.
@@ -894,10 +900,12 @@ pub struct Dispatched<C, W: World = Host> {
 
 impl<C: ConsumerLink, W: World> Dispatched<C, W> {
     /// Step 11: the consumer's acknowledgement that its grant file is durable, naming the
-    /// grant's sha256. Only then is the issuance granted (docs/OPERATOR.md, "Outcomes").
-    /// Without it, in time and for these very bytes: "dispatched, not acknowledged", the
-    /// outcome uncertain, the epoch receipted and preserved, never reissued. Nothing is
-    /// appended: the receipt already holds the grant.
+    /// grant's sha256, then the handoff's last word ([`ConsumerLink::last_word`]: the
+    /// pinned consumer alive and alone on its connection, `granted` sent). Only then is the
+    /// issuance granted (docs/OPERATOR.md, "Outcomes"). Without both, in time and for these
+    /// very bytes: "dispatched, not acknowledged", the outcome uncertain (the consumer is
+    /// told so and starts nothing), the epoch receipted and preserved, never reissued.
+    /// Nothing is appended: the receipt already holds the grant.
     pub fn acknowledged(mut self) -> Result<Granted, Ended> {
         let sha = Hash::of(&self.grant);
         let used = self.c.used();
@@ -905,12 +913,18 @@ impl<C: ConsumerLink, W: World> Dispatched<C, W> {
             "acknowledge",
             "waiting for the consumer to acknowledge a durable grant",
         );
-        let failed = |reason: Reason, observed: String| {
+        let failed = |consumer: &mut C, reason: Reason, observed: String| {
             let r = Refusal::new(
                 reason,
                 "grant acknowledgement",
                 format!("the consumer's persisted {sha}"),
                 observed,
+            );
+            // The consumer waits for the last word: tell it there is none (best effort; a
+            // closed connection says the same).
+            consumer.refuse(
+                reason,
+                &format!("not granted: {}; the outcome is uncertain", r.detail()),
             );
             Ended {
                 outcome: Outcome::Uncertain,
@@ -922,19 +936,34 @@ impl<C: ConsumerLink, W: World> Dispatched<C, W> {
                 used,
             }
         };
-        match self.consumer.acknowledgement() {
-            Ok(h) if h == sha => {
-                self.c.say(
-                    "acknowledge",
-                    format!("the consumer acknowledged its grant durable (sha256 {sha})"),
-                );
-                Ok(Granted {
-                    grant: self.grant,
-                    epoch: self.c.log.report().classification,
-                })
-            }
-            Ok(h) => Err(failed(Reason::ProtocolError, format!("persisted {h}"))),
-            Err(e) => Err(failed(Reason::ConsumerLost, e)),
+        let ack = self.consumer.acknowledgement();
+        crate::barrier::reach("after-acknowledgement");
+        match ack {
+            Ok(h) if h == sha => match self.consumer.last_word(&sha) {
+                Ok(()) => {
+                    self.c.say(
+                        "acknowledge",
+                        format!(
+                            "the consumer acknowledged its grant durable (sha256 {sha}) and was told granted"
+                        ),
+                    );
+                    Ok(Granted {
+                        grant: self.grant,
+                        epoch: self.c.log.report().classification,
+                    })
+                }
+                Err((reason, e)) => Err(failed(
+                    &mut self.consumer,
+                    reason,
+                    format!("persisted {sha}, but no last word: {e}"),
+                )),
+            },
+            Ok(h) => Err(failed(
+                &mut self.consumer,
+                Reason::ProtocolError,
+                format!("persisted {h}"),
+            )),
+            Err(e) => Err(failed(&mut self.consumer, Reason::ConsumerLost, e)),
         }
     }
 }
@@ -1032,6 +1061,9 @@ mod tests {
             self.0.clone()
         }
         fn alive(&mut self) -> Result<(), String> {
+            unreachable!()
+        }
+        fn last_word(&mut self, _: &Hash) -> Result<(), (Reason, String)> {
             unreachable!()
         }
         fn acknowledgement(&mut self) -> Result<Hash, String> {

@@ -12,6 +12,9 @@ pub mod log;
 pub mod observe;
 pub mod os;
 pub mod refusal;
+/// The storage simulation with crash semantics: only for the tests (`sim` feature, enabled
+/// by this crate's own tests), never in a production build.
+#[cfg(any(test, feature = "sim"))]
 pub mod sim;
 pub mod stop;
 pub mod storage;

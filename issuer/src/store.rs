@@ -359,15 +359,12 @@ pub fn read_only_refusal() -> Refusal {
 pub fn lock_issuer(lock: &OwnedFd) -> Result<(), Refusal> {
     match rustix::fs::flock(lock, FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => Ok(()),
-        Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
-            let id = fstat_identity(lock).map_err(|e| open_failed(LOCK_FILE, e))?;
-            Err(Refusal::new(
-                Reason::IssuerBusy,
-                LOCK_FILE,
-                "unlocked",
-                describe_holders("FLOCK", &id),
-            ))
-        }
+        Err(e) if e == rustix::io::Errno::WOULDBLOCK => Err(Refusal::new(
+            Reason::IssuerBusy,
+            LOCK_FILE,
+            "unlocked",
+            describe_holders("FLOCK", lock),
+        )),
         Err(e) => Err(Refusal::new(
             Reason::ObserveFailed,
             LOCK_FILE,
@@ -377,12 +374,19 @@ pub fn lock_issuer(lock: &OwnedFd) -> Result<(), Refusal> {
     }
 }
 
-/// "held by pid N (comm) started at tick T" for every real holder of a lock, else what
-/// `/proc/locks` says.
-pub fn describe_holders(kind: &str, id: &Identity) -> String {
-    let holders = procfs::lock_holders(kind, id.dev, id.ino);
+/// "held by pid N (comm) started at tick T" for every real holder of a lock of `kind` on
+/// the file open as `fd`, else what `/proc/locks` says. The file is found by its `stat`
+/// identity in other processes' descriptors, its locks by the device the kernel names
+/// them by (`procfs::lock_device`: another one on btrfs).
+pub fn describe_holders(kind: &str, fd: &OwnedFd) -> String {
+    let id = match fstat_identity(fd) {
+        Ok(id) => id,
+        Err(e) => return format!("locked (holder unknown: {e})"),
+    };
+    let lock_dev = procfs::lock_device(fd).unwrap_or(id.dev);
+    let holders = procfs::lock_holders(kind, (id.dev, id.ino), lock_dev);
     if holders.is_empty() {
-        let pids = procfs::locks_list(kind, id.dev, id.ino).unwrap_or_default();
+        let pids = procfs::locks_list(kind, lock_dev, id.ino).unwrap_or_default();
         return format!("locked (holder not found; /proc/locks names pid {pids:?})");
     }
     let list: Vec<String> = holders.iter().map(ToString::to_string).collect();

@@ -300,6 +300,8 @@ struct Run {
     last_facts: Vec<Fact>,
     /// The grant's sha256, once its consumer acknowledged it durable.
     acknowledged: Option<Hash>,
+    /// The grant's sha256, once its consumer was told `granted` (the last word).
+    told_granted: Option<Hash>,
 }
 
 impl Run {
@@ -317,6 +319,7 @@ impl Run {
             first_facts: None,
             last_facts: Vec::new(),
             acknowledged: None,
+            told_granted: None,
         }
     }
 }
@@ -938,6 +941,13 @@ impl ConsumerLink for SimLink {
         st.runs[self.me].acknowledged = Some(sent);
         Ok(sent)
     }
+    fn last_word(&mut self, grant_sha256: &Hash) -> Result<(), (Reason, String)> {
+        let mut st = self
+            .call("the last word")
+            .map_err(|e| (Reason::ConsumerLost, e))?;
+        st.runs[self.me].told_granted = Some(*grant_sha256);
+        Ok(())
+    }
 }
 
 /// Run `me`'s admin stream: what it reports is kept, and a `consume` record must follow
@@ -970,6 +980,9 @@ fn check_end(run: &Run, ended: &Result<issuance::Granted, issuance::Ended>) -> R
         Ok(g) => {
             if run.acknowledged != Some(Hash::of(&g.grant)) {
                 return Err("granted without its consumer acknowledging these bytes".into());
+            }
+            if run.told_granted != Some(Hash::of(&g.grant)) {
+                return Err("granted without telling its consumer so (the last word)".into());
             }
             let mut want = [
                 "reserve",

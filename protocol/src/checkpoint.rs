@@ -15,6 +15,16 @@ use crate::types::{Hash, PublicKey};
 
 const DASH: &str = "\u{2014}";
 
+/// Signature lines a note may have (Go's note.Open stops at the same count).
+pub const SIGNATURE_LINES_MAX: usize = 100;
+
+/// Standard base64 with padding, as Go's `base64.StdEncoding` decodes a signature line:
+/// bits past the last byte need not be zero.
+const B64_SIGNATURE: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
+);
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Checkpoint {
     pub origin: String,
@@ -59,19 +69,43 @@ impl Checkpoint {
         format!("{body}\n{DASH} {name} {}\n", B64.encode(blob))
     }
 
-    /// Parses a note and verifies that one signature line is by `name`/`key`.
+    /// Parses a note and verifies that one signature line is by `name`/`key`, exactly as
+    /// C2SP signed-note and tlog-checkpoint say (Go's `golang.org/x/mod/sumdb/note` is the
+    /// oracle for the note layer: `tests-native/tests/tooled/checkpoint.rs`):
+    ///
+    /// - the note is UTF-8 without ASCII control characters but newline, and ends in one;
+    /// - the text is everything up to the **last** blank line; it is lines that are not
+    ///   empty: the origin, the size in decimal without a sign or a leading zero (but `0`
+    ///   itself), the head in standard base64 (32 bytes), then any extension lines (kept
+    ///   out of [`Checkpoint`], which has no use for them);
+    /// - every signature line is `— NAME BASE64`: a name without spaces or `+`, and at
+    ///   least 5 bytes (a 4-byte key id, then the signature); anything else is malformed;
+    /// - a line by this `name` and key id whose signature does not verify rejects the note
+    ///   (a known signer never signed it); lines by other keys are ignored; at least one by
+    ///   this key must verify.
     pub fn verify(note: &str, name: &str, key: &PublicKey) -> Result<Checkpoint, CheckpointError> {
-        let (body, sigs) = note
-            .split_once("\n\n")
+        if note.chars().any(|c| c < ' ' && c != '\n') {
+            return Err(CheckpointError::Malformed("a control character"));
+        }
+        if !note.ends_with('\n') {
+            return Err(CheckpointError::Malformed("no final newline"));
+        }
+        let (before, sigs) = note
+            .rsplit_once("\n\n")
             .ok_or(CheckpointError::Malformed("no blank line"))?;
-        let body = format!("{body}\n");
-        let mut lines = body.lines();
-        let origin = lines
-            .next()
-            .filter(|l| !l.is_empty())
-            .ok_or(CheckpointError::Malformed("origin"))?;
+        // The text keeps its last newline (the signatures cover it).
+        let text = &note[..=before.len()];
+        if sigs.is_empty() {
+            return Err(CheckpointError::Malformed("no signature line"));
+        }
+        let mut lines = text.split_terminator('\n');
+        if text.split_terminator('\n').any(str::is_empty) {
+            return Err(CheckpointError::Malformed("an empty line in the text"));
+        }
+        let origin = lines.next().ok_or(CheckpointError::Malformed("origin"))?;
         let size = lines
             .next()
+            .filter(|l| l.bytes().all(|b| b.is_ascii_digit()) && (*l == "0" || !l.starts_with('0')))
             .and_then(|l| l.parse::<u64>().ok())
             .ok_or(CheckpointError::Malformed("size"))?;
         let head = lines
@@ -79,37 +113,53 @@ impl Checkpoint {
             .and_then(|l| B64.decode(l).ok())
             .and_then(|b| <[u8; 32]>::try_from(b.as_slice()).ok())
             .ok_or(CheckpointError::Malformed("head"))?;
-        if lines.next().is_some() {
-            return Err(CheckpointError::Malformed("extension lines are not used"));
-        }
+        // Extension lines (tlog-checkpoint allows them; none is ours): not empty, checked
+        // above, and signed with the rest of the text.
         let vk = key
             .verifying_key()
             .ok_or(CheckpointError::Unverified(name.into()))?;
         let want = key_id(name, key);
-        for line in sigs.lines() {
-            let Some(rest) = line.strip_prefix(DASH).and_then(|r| r.strip_prefix(' ')) else {
-                return Err(CheckpointError::Malformed("signature line"));
-            };
-            let Some((n, b)) = rest.split_once(' ') else {
-                return Err(CheckpointError::Malformed("signature line"));
-            };
-            let Ok(blob) = B64.decode(b) else {
-                return Err(CheckpointError::Malformed("signature base64"));
-            };
-            if n != name || blob.len() != 68 || blob[..4] != want {
+        let mut verified = false;
+        for (n, line) in sigs.split_terminator('\n').enumerate() {
+            if n >= SIGNATURE_LINES_MAX {
+                return Err(CheckpointError::Malformed("over 100 signature lines"));
+            }
+            let rest = line
+                .strip_prefix(DASH)
+                .and_then(|r| r.strip_prefix(' '))
+                .ok_or(CheckpointError::Malformed("signature line"))?;
+            let (who, b) = rest
+                .split_once(' ')
+                .ok_or(CheckpointError::Malformed("signature line"))?;
+            if who.is_empty() || who.contains(char::is_whitespace) || who.contains('+') {
+                return Err(CheckpointError::Malformed("signature name"));
+            }
+            let blob = B64_SIGNATURE
+                .decode(b)
+                .ok()
+                .filter(|blob| blob.len() >= 5)
+                .ok_or(CheckpointError::Malformed("signature base64"))?;
+            // Another key's line, or a repeated line of this key (the first one decides,
+            // as Go's note.Open does): not looked at.
+            if who != name || blob[..4] != want || verified {
                 continue;
             }
-            let sig =
-                Signature::from_bytes(&<[u8; 64]>::try_from(&blob[4..]).expect("length checked"));
-            if vk.verify_strict(body.as_bytes(), &sig).is_ok() {
-                return Ok(Checkpoint {
-                    origin: origin.into(),
-                    size,
-                    head: Hash(head),
-                });
+            let ok = <[u8; 64]>::try_from(&blob[4..])
+                .map(|sig| vk.verify_strict(text.as_bytes(), &Signature::from_bytes(&sig)))
+                .is_ok_and(|r| r.is_ok());
+            if !ok {
+                return Err(CheckpointError::Unverified(name.into()));
             }
+            verified = true;
         }
-        Err(CheckpointError::Unverified(name.into()))
+        if !verified {
+            return Err(CheckpointError::Unverified(name.into()));
+        }
+        Ok(Checkpoint {
+            origin: origin.into(),
+            size,
+            head: Hash(head),
+        })
     }
 }
 

@@ -85,6 +85,10 @@ pub const FACT_TEXT_BYTES_MAX: usize = 96;
 pub const FACT_BYTES_MAX: usize = 32 + PATH_BYTES_MAX + 2 * FACT_TEXT_BYTES_MAX + 48;
 
 /// Bytes of an ed25519 public key, signature, sha256 hash, deployment id, nonce.
+/// The handoff's last word (docs/PROTOCOL.md, "The grant socket"): repochd sends `granted`
+/// within this many seconds of reading the consumer's `persisted`, or never; the consumer
+/// waits twice as long from sending it, so a `granted` repochd sent is always read.
+pub const LAST_WORD_SECONDS_MAX: u64 = 10;
 pub const KEY_BYTES: usize = 32;
 pub const SIGNATURE_BYTES: usize = 64;
 pub const HASH_BYTES: usize = 32;

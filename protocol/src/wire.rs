@@ -421,6 +421,12 @@ pub enum GrantMsg {
     /// and is exactly the bytes whose sha256 this is. repochd reports `granted` only on
     /// this acknowledgement (docs/PROTOCOL.md, "The grant socket").
     Persisted { grant_sha256: Hash },
+    /// Daemon to consumer, the handoff's last word: the acknowledgement of the grant whose
+    /// sha256 this is was taken from the authenticated consumer, still alive and alone on
+    /// its connection, and repochd reports `granted`. The consumer starts the new root only
+    /// on it; without it (a refusal, the connection closed, or nothing within twice
+    /// `LAST_WORD_SECONDS_MAX`) the outcome is uncertain on both sides.
+    Granted { grant_sha256: Hash },
 }
 
 impl Canonical for GrantMsg {
@@ -448,6 +454,9 @@ impl Canonical for GrantMsg {
             ]),
             GrantMsg::Persisted { grant_sha256 } => {
                 cbor::array(vec![cbor::text("persisted"), cbor::bytes(&grant_sha256.0)])
+            }
+            GrantMsg::Granted { grant_sha256 } => {
+                cbor::array(vec![cbor::text("granted"), cbor::bytes(&grant_sha256.0)])
             }
         }
     }
@@ -521,6 +530,13 @@ impl Canonical for GrantMsg {
                 let mut f = Fields::open(v, "persisted", 2)?;
                 f.expect_text("persisted")?;
                 GrantMsg::Persisted {
+                    grant_sha256: Hash(f.bytes()?),
+                }
+            }
+            "granted" => {
+                let mut f = Fields::open(v, "granted", 2)?;
+                f.expect_text("granted")?;
+                GrantMsg::Granted {
                     grant_sha256: Hash(f.bytes()?),
                 }
             }

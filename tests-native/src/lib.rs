@@ -940,10 +940,38 @@ pub struct Ext4 {
     pub image: PathBuf,
     pub mnt: PathBuf,
     dev: String,
+    /// `ext4`, or `btrfs` ([`Ext4::btrfs`]).
+    fstype: &'static str,
     _dir: tempfile::TempDir,
 }
 
 impl Ext4 {
+    /// The same fixture formatted btrfs (128 MiB sparse: mkfs.btrfs's smallest default),
+    /// for what btrfs does differently (a subvolume's own device in `stat`).
+    pub fn btrfs() -> Ext4 {
+        let dir = tempfile::Builder::new()
+            .prefix("repoch-btrfs-")
+            .tempdir()
+            .unwrap();
+        let image = dir.path().join("image");
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        std::fs::File::create(&image)
+            .unwrap()
+            .set_len(128 << 20)
+            .unwrap();
+        sh("mkfs.btrfs", &["-q", "-f", image.to_str().unwrap()]);
+        let dev = sh("losetup", &["--find", "--show", image.to_str().unwrap()]);
+        let e = Ext4 {
+            image,
+            mnt,
+            dev,
+            fstype: "btrfs",
+            _dir: dir,
+        };
+        e.mount();
+        e
+    }
     pub fn new() -> Ext4 {
         let dir = tempfile::Builder::new()
             .prefix("repoch-ext4-")
@@ -962,6 +990,7 @@ impl Ext4 {
             image,
             mnt,
             dev,
+            fstype: "ext4",
             _dir: dir,
         };
         e.mount();
@@ -970,7 +999,7 @@ impl Ext4 {
     pub fn mount(&self) {
         sh(
             "mount",
-            &["-t", "ext4", &self.dev, self.mnt.to_str().unwrap()],
+            &["-t", self.fstype, &self.dev, self.mnt.to_str().unwrap()],
         );
     }
     /// Unmounts. A child that another test thread forked while this one had files open on
@@ -1142,9 +1171,14 @@ pub struct AtBarrier {
 
 impl AtBarrier {
     pub fn start(s: &Sandbox, barrier: &str) -> AtBarrier {
+        AtBarrier::start_with(s, barrier, &[])
+    }
+    /// The same, with more arguments for repochd (e.g. `--config FILE`).
+    pub fn start_with(s: &Sandbox, barrier: &str, args: &[&str]) -> AtBarrier {
         let log = s.path("repochd.log");
         let daemon = s
             .cmd("repochd")
+            .args(args)
             .env("REPOCH_BARRIER", barrier)
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()

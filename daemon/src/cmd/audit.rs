@@ -94,7 +94,30 @@ pub fn run(
     };
     let inconsistent = cp.as_ref().and_then(|(_, r)| r.clone());
     let verified = bad.is_empty() && chain.is_ok() && inconsistent.is_none();
-    ctx.out(json!({"verified": verified, "logs": rows, "chain": chain.as_ref().ok(), "chain_error": chain.as_ref().err().map(|(r, e)| json!({"reason": r.as_str(), "detail": e})),
+    // The first log that does not verify, with its own reason (epoch-torn, -forged, …);
+    // the chain cannot be checked past it, so it is also what `chain_error` carries.
+    let first = bad.first().map(|a| {
+        let reason = a
+            .report
+            .classification
+            .refusal()
+            .unwrap_or(Reason::EpochMissing);
+        Refusal::new(
+            reason,
+            a.path.display().to_string(),
+            "a valid log",
+            a.report
+                .problem
+                .as_ref()
+                .map_or("no record".into(), |(at, w)| format!("offset {at}: {w}")),
+        )
+    });
+    let chain_error = match (&first, &chain) {
+        (Some(r), _) => Some(json!({"reason": r.reason.as_str(), "detail": r.detail()})),
+        (None, Err((r, e))) => Some(json!({"reason": r.as_str(), "detail": e})),
+        (None, Ok(_)) => None,
+    };
+    ctx.out(json!({"verified": verified, "logs": rows, "chain": chain.as_ref().ok(), "chain_error": chain_error,
                    "checkpoint": cp.as_ref().map(|(j, _)| j)}), || {
         let mut s = format!("{:<32}  {:<10}  {:>7}  {:<16}  PREDECESSOR\n", "DEPLOYMENT", "EPOCH", "RECORDS", "HEAD");
         for a in &logs {
@@ -136,22 +159,6 @@ pub fn run(
     if verified {
         Ok(Outcome::Success)
     } else {
-        let first = bad.first().map(|a| {
-            let reason = a
-                .report
-                .classification
-                .refusal()
-                .unwrap_or(Reason::EpochMissing);
-            Refusal::new(
-                reason,
-                a.path.display().to_string(),
-                "a valid log",
-                a.report
-                    .problem
-                    .as_ref()
-                    .map_or("no record".into(), |(at, w)| format!("offset {at}: {w}")),
-            )
-        });
         let r = first.unwrap_or_else(|| {
             let (reason, why) = chain
                 .err()

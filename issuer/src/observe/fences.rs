@@ -31,6 +31,9 @@ pub struct HeldFence {
     enrolled: Identity,
     /// The identity observed through `fd` at acquisition (the same object as `enrolled`).
     identity: Identity,
+    /// The device the kernel names its locks by (`procfs::lock_device`: another one than
+    /// `stat`'s on btrfs).
+    lock_dev: u64,
     fd: OwnedFd,
 }
 
@@ -204,6 +207,18 @@ fn acquire(path: &str, enrolled: &Identity) -> Result<HeldFence, Fact> {
     // Before locking: a fence others can open may be held shared by anyone, and a busy
     // answer would then blame whoever that is.
     fence_protection(path, enrolled, &id, &fd)?;
+    let lock_dev = match procfs::lock_device(&fd) {
+        Ok(dev) => dev,
+        Err(e) => {
+            return Err(Fact::failed(
+                "fence",
+                path,
+                WANT,
+                &format!("the device its locks are named by: {e}"),
+                Reason::ObserveFailed,
+            ))
+        }
+    };
     match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => {}
         Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
@@ -211,7 +226,7 @@ fn acquire(path: &str, enrolled: &Identity) -> Result<HeldFence, Fact> {
                 "fence",
                 path,
                 WANT,
-                &crate::store::describe_holders("FLOCK", &id),
+                &crate::store::describe_holders("FLOCK", &fd),
                 Reason::FenceBusy,
             ));
         }
@@ -232,7 +247,7 @@ fn acquire(path: &str, enrolled: &Identity) -> Result<HeldFence, Fact> {
     // (a write lock needs write access, and a read-only mount must not break observation).
     // Anyone who could take a read lock beside it can open the fence: a principal
     // (`fence_protection`), and check_held then finds that lock.
-    busy_record_lock(path, &id, &fd)?;
+    busy_record_lock(path, &fd)?;
     // nix, not rustix's fcntl_lock: that one takes a POSIX lock (owned by this process,
     // dropped when any of its descriptors of the file closes), not an OFD lock.
     match nix::fcntl::fcntl(
@@ -241,7 +256,7 @@ fn acquire(path: &str, enrolled: &Identity) -> Result<HeldFence, Fact> {
     ) {
         Ok(_) => {}
         Err(e) if e == nix::errno::Errno::EAGAIN || e == nix::errno::Errno::EACCES => {
-            busy_record_lock(path, &id, &fd)?;
+            busy_record_lock(path, &fd)?;
             return Err(Fact::failed(
                 "fence",
                 path,
@@ -264,6 +279,7 @@ fn acquire(path: &str, enrolled: &Identity) -> Result<HeldFence, Fact> {
         path: path.to_owned(),
         enrolled: *enrolled,
         identity: id,
+        lock_dev,
         fd,
     };
     check_held(&h)?;
@@ -286,7 +302,7 @@ fn whole_file(l_type: i32) -> nix::libc::flock {
 /// write lock on the whole file would conflict with: `fence-busy` naming its holders. Our
 /// own OFD lock and our flock are not such a lock (`F_OFD_GETLK` skips the locks of the
 /// asking open file; flocks are another kind).
-fn busy_record_lock(path: &str, id: &Identity, fd: &OwnedFd) -> Result<(), Fact> {
+fn busy_record_lock(path: &str, fd: &OwnedFd) -> Result<(), Fact> {
     use nix::libc;
     let mut want = whole_file(libc::F_WRLCK);
     if let Err(e) = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_OFD_GETLK(&mut want)) {
@@ -307,7 +323,7 @@ fn busy_record_lock(path: &str, id: &Identity, fd: &OwnedFd) -> Result<(), Fact>
         "fence",
         path,
         WANT,
-        &format!("{kind} lock {}", crate::store::describe_holders(kind, id)),
+        &format!("{kind} lock {}", crate::store::describe_holders(kind, fd)),
         Reason::FenceBusy,
     ))
 }
@@ -357,7 +373,7 @@ fn check_held(h: &HeldFence) -> Result<Fact, Fact> {
         std::process::id(),
         h.fd.as_raw_fd() as u32,
         "FLOCK",
-        h.identity.dev,
+        h.lock_dev,
         h.identity.ino,
     );
     let observed = match own {
@@ -369,7 +385,7 @@ fn check_held(h: &HeldFence) -> Result<Fact, Fact> {
         std::process::id(),
         h.fd.as_raw_fd() as u32,
         "OFDLCK",
-        h.identity.dev,
+        h.lock_dev,
         h.identity.ino,
     );
     let observed = observed.or(match ofd {
@@ -385,6 +401,6 @@ fn check_held(h: &HeldFence) -> Result<Fact, Fact> {
             Reason::FenceCustody,
         ));
     }
-    busy_record_lock(&h.path, &h.identity, &h.fd)?;
+    busy_record_lock(&h.path, &h.fd)?;
     Ok(Fact::ok("fence", &h.path, WANT, "held"))
 }

@@ -149,8 +149,8 @@ pub(crate) struct Enrolled<'a> {
 
 /// Who holds a lease on the file at `path` (opened `O_PATH`, which breaks no lease).
 fn leased_by(path: &str) -> String {
-    match open_path(Path::new(path), OFlags::PATH, 0).and_then(fstat_identity) {
-        Ok(id) => crate::store::describe_holders("LEASE", &id),
+    match open_path(Path::new(path), OFlags::PATH, 0) {
+        Ok(fd) => crate::store::describe_holders("LEASE", &fd),
         Err(e) => format!("(holder unknown: {e})"),
     }
 }

@@ -165,6 +165,39 @@ pub fn locks_list(kind: &str, dev: u64, ino: u64) -> std::io::Result<Vec<i64>> {
 /// The lock of `kind` on `dev`/`ino` that `pid`'s fd `fd` holds, as its fdinfo shows it
 /// (the kernel writes a file's fdinfo in one piece, from the locks of that open file).
 /// `None`: no such lock, or the fdinfo is unreadable.
+/// Bytes of `/proc/self/mountinfo` read at most (one line per mount).
+pub const MOUNTINFO_BYTES_MAX: u64 = 4 * 1024 * 1024;
+
+/// The device the kernel names a lock by, for the file open as `fd` in this process: the
+/// superblock device of the descriptor's mount (its fdinfo `mnt_id`, then that mount's
+/// `major:minor` in `/proc/self/mountinfo`). `lock:` lines and `/proc/locks` print the
+/// superblock's device; `stat` may name another: on btrfs, a subvolume's own anonymous
+/// device. Elsewhere both are the same.
+pub fn lock_device(fd: &impl std::os::fd::AsRawFd) -> std::io::Result<u64> {
+    let fd = fd.as_raw_fd();
+    let info = read_small(
+        Path::new(&format!("/proc/self/fdinfo/{fd}")),
+        PROC_FILE_BYTES_MAX,
+    )?;
+    let mnt = info
+        .lines()
+        .find_map(|l| l.strip_prefix("mnt_id:"))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .ok_or_else(|| std::io::Error::other(format!("fdinfo of fd {fd} has no mnt_id")))?;
+    let mounts = read_small(Path::new("/proc/self/mountinfo"), MOUNTINFO_BYTES_MAX)?;
+    mounts
+        .lines()
+        .find_map(|line| {
+            let mut f = line.split_whitespace();
+            if f.next()?.parse::<u64>().ok()? != mnt {
+                return None;
+            }
+            let (maj, min) = f.nth(1)?.split_once(':')?;
+            Some(rustix::fs::makedev(maj.parse().ok()?, min.parse().ok()?))
+        })
+        .ok_or_else(|| std::io::Error::other(format!("mount {mnt} is not in /proc/self/mountinfo")))
+}
+
 pub fn fdinfo_lock(pid: u32, fd: u32, kind: &str, dev: u64, ino: u64) -> Option<LockLine> {
     let s = read_small(
         Path::new(&format!("/proc/{pid}/fdinfo/{fd}")),
@@ -180,7 +213,7 @@ pub fn fdinfo_lock(pid: u32, fd: u32, kind: &str, dev: u64, ino: u64) -> Option<
 /// The processes that really hold a lock on `dev`/`ino`: those with an fd to the file
 /// whose fdinfo shows the lock. `/proc/locks` names the pid that *took* the lock, which is
 /// dead after a fork-and-exit; fdinfo stays right.
-pub fn lock_holders(kind: &str, dev: u64, ino: u64) -> Vec<Holder> {
+pub fn lock_holders(kind: &str, (dev, ino): (u64, u64), lock_dev: u64) -> Vec<Holder> {
     let mut out = Vec::new();
     let Ok(pids) = pids() else { return out };
     for pid in pids {
@@ -196,7 +229,7 @@ pub fn lock_holders(kind: &str, dev: u64, ino: u64) -> Vec<Holder> {
             };
             if st.st_dev == dev
                 && st.st_ino == ino
-                && fdinfo_lock(pid, fd, kind, dev, ino).is_some()
+                && fdinfo_lock(pid, fd, kind, lock_dev, ino).is_some()
             {
                 out.push(Holder {
                     pid,

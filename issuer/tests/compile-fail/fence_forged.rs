@@ -10,6 +10,7 @@ fn forge_a_fence(fd: OwnedFd, id: Identity) -> HeldFence {
         path: "/srv/lock".into(),
         enrolled: id,
         identity: id,
+        lock_dev: id.dev,
         fd,
     }
 }

@@ -341,7 +341,8 @@ fn a_checkpoint_signature_carries_the_c2sp_key_hash_and_a_line_is_judged_by_name
         Checkpoint::verify(&renamed, KEY_NAME, &pk(&issuer())),
         Err(CheckpointError::Unverified(KEY_NAME.into()))
     );
-    // The right name and key hash with a blob of the wrong length: skipped, never read.
+    // The right name and key hash with a blob of the wrong length: that key's line does
+    // not verify, so the note is refused (as Go's note.Open refuses it).
     let short = format!(
         "{body}\n\n\u{2014} {KEY_NAME} {}\n",
         b64.encode(&blob[..14])

@@ -409,6 +409,13 @@ pub fn samples() -> Vec<(&'static str, Vec<u8>)> {
             }
             .to_bytes(),
         ),
+        (
+            "grant-msg",
+            GrantMsg::Granted {
+                grant_sha256: Hash([11; 32]),
+            }
+            .to_bytes(),
+        ),
     ];
     for r in epoch_records().iter().chain(
         chain(vec![

@@ -89,3 +89,160 @@ fn golden_vectors_decode_reencode_and_verify() {
         "encoding changed: regenerate deliberately or fix the regression"
     );
 }
+
+/// Logs that test an implementation's reading of docs/PROTOCOL.md ("The epoch log"), each
+/// with the classification `verify_log` gives it as deployment `DEP` under the fixed
+/// issuer key. Committed in `vectors/logs.txt` as `name classification hex`.
+fn golden_logs() -> Vec<(&'static str, Vec<u8>)> {
+    use repoch_protocol::epoch::{EpochBody, EpochRecord, SignedEpochRecord};
+    use repoch_protocol::DeploymentId;
+    let recs = epoch_records();
+    let full = log_bytes(&recs);
+    let first = recs[0].to_frame().len();
+    let other = ed25519_dalek::SigningKey::from_bytes(&[0x77; 32]);
+    let resign = |mut r: EpochRecord, key: &ed25519_dalek::SigningKey| {
+        if r.seq == 0 {
+            if let EpochBody::Genesis { issuer_key, .. } = &mut r.body {
+                *issuer_key = pk(key);
+            }
+        }
+        SignedEpochRecord::sign(r, key).to_frame()
+    };
+    let mut zero_sector = full.clone();
+    let at = first.div_ceil(512) * 512;
+    zero_sector[at..at + 512].fill(0);
+    let mut undecodable_then_signed = log_bytes(&recs[..3]);
+    undecodable_then_signed[first + 4..first + 12].fill(0);
+    let mut forged_then_signed = log_bytes(&recs[..3]);
+    let last = forged_then_signed.len() - recs[2].to_frame().len();
+    forged_then_signed[last - 3] ^= 1;
+    let mut bad_length = log_bytes(&recs[..2]);
+    bad_length.extend_from_slice(&[0, 0, 0, 0]);
+    bad_length.extend_from_slice(&recs[2].to_frame());
+    let mut another_key_named = recs[0].record.clone();
+    if let EpochBody::Genesis { issuer_key, .. } = &mut another_key_named.body {
+        *issuer_key = pk(&other);
+    }
+    let mut foreign = recs[0].record.clone();
+    foreign.deployment = DeploymentId([0x0f; 16]);
+    let mut wrong_seq = recs[1].record.clone();
+    wrong_seq.seq = 7;
+    vec![
+        ("granted", full.clone()),
+        ("genesis-only", log_bytes(&recs[..1])),
+        ("empty", vec![]),
+        ("cut-in-the-last-record", full[..full.len() - 9].to_vec()),
+        (
+            "zeros-after-the-last-record",
+            [&full[..], &[0u8; 700][..]].concat(),
+        ),
+        ("a-zero-sector-inside", zero_sector),
+        ("undecodable-then-signed", undecodable_then_signed),
+        ("forged-then-signed", forged_then_signed),
+        ("a-zero-length-then-signed", bad_length),
+        (
+            "signed-by-another-key",
+            resign(recs[0].record.clone(), &other),
+        ),
+        (
+            "genesis-naming-another-key",
+            SignedEpochRecord::sign(another_key_named, &issuer()).to_frame(),
+        ),
+        (
+            "another-deployments-genesis",
+            SignedEpochRecord::sign(foreign, &issuer()).to_frame(),
+        ),
+        (
+            "a-signed-record-out-of-sequence",
+            [
+                recs[0].to_frame(),
+                SignedEpochRecord::sign(wrong_seq, &issuer()).to_frame(),
+            ]
+            .concat(),
+        ),
+    ]
+}
+
+#[test]
+fn golden_logs_classify_as_committed() {
+    use repoch_protocol::epoch::verify_log;
+    let logs = golden_logs();
+    let path = format!("{DIR}/logs.txt");
+    if std::env::var_os("REPOCH_REGENERATE_VECTORS").is_some() {
+        let mut out = String::new();
+        for (name, bytes) in &logs {
+            let c = verify_log(bytes, &pk(&issuer()), Some(DEP)).classification;
+            out.push_str(&format!("{name} {} {}\n", c.as_str(), hex::encode(bytes)));
+        }
+        std::fs::write(&path, out).unwrap();
+    }
+    let text = std::fs::read_to_string(&path).expect("vectors/logs.txt");
+    let committed: Vec<(&str, &str, &str)> = text
+        .lines()
+        .map(|l| {
+            let mut p = l.split(' ');
+            (p.next().unwrap(), p.next().unwrap(), p.next().unwrap_or(""))
+        })
+        .collect();
+    assert_eq!(committed.len(), logs.len(), "vector count");
+    for ((name, class, hexbytes), (made, bytes)) in committed.iter().zip(&logs) {
+        assert_eq!(name, made);
+        assert_eq!(*hexbytes, hex::encode(bytes), "{name}: the bytes changed");
+        let c = verify_log(bytes, &pk(&issuer()), Some(DEP)).classification;
+        assert_eq!(c.as_str(), *class, "{name}");
+    }
+    // The classes the vectors cover, each at least once.
+    for class in [
+        "receipted",
+        "enrolled",
+        "empty",
+        "torn",
+        "corrupt",
+        "forged",
+        "foreign",
+    ] {
+        assert!(
+            committed.iter().any(|(_, c, _)| *c == class),
+            "no vector is {class}"
+        );
+    }
+}
+
+#[test]
+fn golden_checkpoint_notes_verify_as_committed() {
+    // Each note of notes.rs under the fixed issuer key, with repoch's verdict and Go's
+    // note-layer verdict: `vectors/notes.txt` as `repoch go hex(note)`.
+    use repoch_protocol::checkpoint::{Checkpoint, KEY_NAME};
+    let cases = crate::notes::note_cases(&issuer());
+    let path = format!("{DIR}/notes.txt");
+    let verdict = |ok: bool| if ok { "accept" } else { "refuse" };
+    if std::env::var_os("REPOCH_REGENERATE_VECTORS").is_some() {
+        let mut out = String::new();
+        for c in &cases {
+            out.push_str(&format!(
+                "{} {} {}\n",
+                verdict(c.repoch),
+                verdict(c.go),
+                hex::encode(c.note.as_bytes())
+            ));
+        }
+        std::fs::write(&path, out).unwrap();
+    }
+    let text = std::fs::read_to_string(&path).expect("vectors/notes.txt");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), cases.len(), "vector count");
+    for (line, c) in lines.iter().zip(&cases) {
+        let mut p = line.split(' ');
+        let (ours, go, note) = (p.next().unwrap(), p.next().unwrap(), p.next().unwrap());
+        assert_eq!(
+            note,
+            hex::encode(c.note.as_bytes()),
+            "{}: the note changed",
+            c.what
+        );
+        assert_eq!((ours, go), (verdict(c.repoch), verdict(c.go)), "{}", c.what);
+        let note = String::from_utf8(hex::decode(note).unwrap()).unwrap();
+        let got = Checkpoint::verify(&note, KEY_NAME, &pk(&issuer())).is_ok();
+        assert_eq!(verdict(got), ours, "{}", c.what);
+    }
+}

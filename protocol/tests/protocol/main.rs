@@ -11,6 +11,7 @@ mod fields;
 mod framing;
 mod golden;
 mod lineage;
+mod notes;
 mod props;
 mod reasons;
 mod signing;

@@ -183,3 +183,27 @@ fn a_persisted_acknowledgement_is_decoded_strictly() {
         );
     }
 }
+
+#[test]
+fn the_last_word_granted_is_decoded_strictly() {
+    use repoch_protocol::cbor::{array, bytes, encode, text, uint};
+    let ok = GrantMsg::Granted {
+        grant_sha256: repoch_protocol::Hash([7; 32]),
+    };
+    assert_eq!(GrantMsg::from_bytes(&ok.to_bytes()).unwrap(), ok);
+    // A short hash, a missing hash, an extra field: each refused.
+    for bad in [
+        array(vec![text("granted"), bytes(&[7; 31])]),
+        array(vec![text("granted")]),
+        array(vec![text("granted"), bytes(&[7; 32]), uint(0)]),
+        array(vec![text("granted"), text("00")]),
+    ] {
+        assert!(
+            matches!(
+                GrantMsg::from_bytes(&encode(&bad)).unwrap_err(),
+                DecodeError::Schema { .. }
+            ),
+            "{bad:?}"
+        );
+    }
+}

@@ -344,7 +344,9 @@ fn main() {
             // Speaks the consumer protocol correctly, then shuts its receiving side right
             // after answering the challenge: the grant's dispatch fails (a lost reply). With a
             // fifth argument `exit` it exits instead; with `wrong-ack` it reads the grant and
-            // acknowledges it `persisted` naming another sha256, then lives on.
+            // acknowledges it `persisted` naming another sha256, then lives on; with
+            // `child-ack LOG` it reads the grant and exits, and a child it forked
+            // acknowledges it.
             use repoch_protocol::wire::{read_msg, write_msg, GrantMsg};
             let key = repoch_protocol::sign::signing_key_from_hex(
                 &std::fs::read_to_string(&args[4]).unwrap(),
@@ -372,6 +374,37 @@ fn main() {
                         write_msg(&mut s, &GrantMsg::Custody(c.answer(&key))).unwrap();
                         if args.get(5).map(String::as_str) == Some("exit") {
                             std::process::exit(0);
+                        }
+                        if args.get(5).map(String::as_str) == Some("child-ack") {
+                            // Reads the grant, forks, and exits: its child, holding the
+                            // connection (and the key), acknowledges once the parent is gone,
+                            // then logs (to args[6]) what repochd answers.
+                            let Ok(GrantMsg::Grant { grant: g, .. }) = read_msg::<GrantMsg>(&mut s)
+                            else {
+                                std::process::exit(1)
+                            };
+                            let parent = std::process::id();
+                            if !repoch_tests_native::sys::fork_is_child() {
+                                repoch_tests_native::sys::exit_now();
+                            }
+                            // Reparented once the parent exited (its zombie may linger).
+                            while nix::unistd::getppid().as_raw() as u32 == parent {
+                                std::thread::sleep(std::time::Duration::from_millis(5));
+                            }
+                            let log = &args[6];
+                            append(log, &format!("child {} acknowledging", std::process::id()));
+                            let ack = GrantMsg::Persisted {
+                                grant_sha256: repoch_protocol::Hash::of(&g),
+                            };
+                            if let Err(e) = write_msg(&mut s, &ack) {
+                                append(log, &format!("ack failed: {e}"));
+                                sleep_forever();
+                            }
+                            match read_msg::<GrantMsg>(&mut s) {
+                                Ok(m) => append(log, &format!("answer {m:?}")),
+                                Err(e) => append(log, &format!("answer error {e}")),
+                            }
+                            sleep_forever();
                         }
                         if args.get(5).map(String::as_str) == Some("wrong-ack") {
                             let Ok(GrantMsg::Grant { grant: g, .. }) = read_msg::<GrantMsg>(&mut s)
@@ -683,8 +716,11 @@ fn main() {
             )
             .unwrap();
             c.write_all(&payload[n..]).unwrap();
-            // Stay until the consumer has judged the grant.
-            let _ = read_msg::<GrantMsg>(&mut c);
+            // Stay until the consumer has judged the grant; an acknowledgement gets the
+            // last word, as from repochd.
+            if let Ok(GrantMsg::Persisted { grant_sha256 }) = read_msg::<GrantMsg>(&mut c) {
+                let _ = write_msg(&mut c, &GrantMsg::Granted { grant_sha256 });
+            }
         }
         Some("serve-drip") => {
             let _ = std::fs::remove_file(&args[2]);

@@ -27,6 +27,16 @@ impl Guard {
                 .expect("spawn"),
         ))
     }
+    /// The same, its stderr to `log` (to wait for a barrier line in it).
+    pub(crate) fn spawn_with_stderr(mut c: Command, log: &Path) -> Guard {
+        Guard(Some(
+            c.stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(std::fs::File::create(log).unwrap())
+                .spawn()
+                .expect("spawn"),
+        ))
+    }
     pub(crate) fn pid(&self) -> u32 {
         self.0.as_ref().unwrap().id()
     }
@@ -383,14 +393,15 @@ fn consumer_killed_after_persisting_before_acknowledging_is_uncertain_and_its_gr
 
 #[test]
 #[ignore = "needs root"]
-fn consumer_killed_after_acknowledging_is_granted() {
-    // The acknowledgement is sent: granted (exit 0) means the consumer acknowledged a
-    // durable grant, even if it dies before exec'ing the new root.
+fn consumer_killed_after_the_last_word_is_granted() {
+    // The acknowledgement taken and the last word (`granted`) read: granted (exit 0) means
+    // the consumer acknowledged a durable grant and was told so, even if it dies before
+    // exec'ing the new root.
     require_root!();
     let s = Sandbox::new();
     let id = s.enroll();
     let _d = s.daemon();
-    let mut c = AtConsumerBarrier::start(&s, &id, "after-acknowledge", "grant.cbor");
+    let mut c = AtConsumerBarrier::start(&s, &id, "after-last-word", "grant.cbor");
     let mut rec = recover_bg(&s, &id, 20);
     c.reached();
     c.kill();
@@ -403,6 +414,35 @@ fn consumer_killed_after_acknowledging_is_granted() {
         r.outcome()["grant"]["sha256"]
     );
     assert!(temporaries(&s, "grant.cbor").is_empty());
+    assert_eq!(
+        records(&s, &id),
+        ["genesis", "intent", "consume", "receipt"]
+    );
+    never_reissued(&s, &id);
+}
+
+#[test]
+#[ignore = "needs root"]
+fn consumer_killed_after_acknowledging_before_the_last_word_is_uncertain() {
+    // repochd stops right after reading the acknowledgement; the consumer, stopped right
+    // after sending it, is killed: the pinned consumer is gone at the last word, so no
+    // `granted` is sent and the outcome is uncertain (exit 3, consumer-lost), its grant
+    // durable and verifying, the epoch receipted and never reissued.
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let d = AtBarrier::start(&s, "after-acknowledgement");
+    let mut c = AtConsumerBarrier::start(&s, &id, "after-acknowledge", "grant.cbor");
+    let mut rec = recover_bg(&s, &id, 20);
+    c.reached();
+    d.reached();
+    c.kill();
+    d.signal(rustix::process::Signal::CONT);
+    let r = rec.finish();
+    assert_eq!(r.code, 3, "{}", r.stdout);
+    assert_eq!(r.outcome()["outcome"], "uncertain");
+    assert_eq!(r.reasons(), ["consumer-lost"], "{}", r.stdout);
+    assert!(out_is_whole_or_absent(&s, "grant.cbor", &id));
     assert_eq!(
         records(&s, &id),
         ["genesis", "intent", "consume", "receipt"]

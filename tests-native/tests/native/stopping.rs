@@ -179,6 +179,13 @@ fn stopped_after_dispatch_the_recovery_runs_to_its_grant() {
 }
 
 #[test]
+#[ignore = "needs root"]
+fn stopped_after_the_acknowledgement_the_recovery_runs_to_its_grant() {
+    require_root!();
+    stop_at("after-acknowledgement");
+}
+
+#[test]
 fn every_issuance_barrier_has_a_stop_case() {
     let issuance: Vec<&str> = repoch_issuer::barrier::BARRIERS
         .iter()

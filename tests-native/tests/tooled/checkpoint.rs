@@ -85,3 +85,45 @@ pub(crate) fn a_checkpoint_verifies_with_go_sumdb_note_and_a_tampered_one_does_n
         "Go accepted a tampered note"
     );
 }
+
+/// The notes of protocol/tests/protocol/notes.rs (their rules checked there).
+#[path = "../../../protocol/tests/protocol/notes.rs"]
+#[allow(dead_code)]
+mod notes;
+
+/// Go's `golang.org/x/mod/sumdb/note` is the oracle for the note layer, in both
+/// directions: every note of `notes` that Go accepts repoch accepts,
+/// and every note Go refuses repoch refuses, but for the tlog-checkpoint body rules that
+/// Go's note layer does not read (a size with a sign or a leading zero, an empty line in
+/// the text), which repoch refuses and Go, not reading a body, accepts.
+pub(crate) fn every_note_is_judged_as_go_sumdb_note_judges_it() {
+    use repoch_protocol::checkpoint::{Checkpoint, KEY_NAME};
+    let dir = tempfile::tempdir().unwrap();
+    let exe = noteverify(dir.path());
+    let key = ed25519_dalek::SigningKey::from_bytes(&[9; 32]);
+    let public = repoch_protocol::PublicKey::from(&key.verifying_key());
+    for (n, c) in notes::note_cases(&key).into_iter().enumerate() {
+        let path = dir.path().join(format!("{n}.note"));
+        std::fs::write(&path, &c.note).unwrap();
+        let o = Command::new(&exe)
+            .args([KEY_NAME, &hex::encode(public.0)])
+            .arg(&path)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let go = o.status.code() == Some(0);
+        assert_eq!(
+            go,
+            c.go,
+            "{}: Go said {}{}",
+            c.what,
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let ours = Checkpoint::verify(&c.note, KEY_NAME, &public).is_ok();
+        assert_eq!(ours, c.repoch, "{}", c.what);
+        if go != ours {
+            assert!(go && !ours, "{}: repoch accepts a note Go refuses", c.what);
+        }
+    }
+}

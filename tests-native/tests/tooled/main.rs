@@ -19,6 +19,7 @@
 //! that calls `require_root!` to a `root` declaration.
 
 mod abuse;
+mod btrfs;
 mod burn;
 mod checkpoint;
 mod containment;
@@ -26,6 +27,7 @@ mod disks;
 mod e2e;
 mod identity;
 mod inputs;
+mod lock_kinds;
 mod observers;
 mod powerloss;
 mod powerloss_real;
@@ -94,6 +96,11 @@ const GO_X_MOD: Need = Need::Dir {
     package: "golang-golang-x-mod-dev",
 };
 const EXT4: &[Need] = &[MKFS_EXT4, LOSETUP];
+const MKFS_BTRFS: Need = Need::Program {
+    name: "mkfs.btrfs",
+    package: "btrfs-progs",
+};
+const BTRFS: &[Need] = &[MKFS_BTRFS, LOSETUP];
 const CONTAINER: &[Need] = &[NSPAWN, Need::NspawnRootfs];
 
 /// The command that installs the packages, as `apt-get install` takes them.
@@ -195,6 +202,26 @@ fn declared() -> Vec<Declared> {
     vec![
         trial!(
             root,
+            lock_kinds::a_lock_of_every_kind_on_a_fence_is_fence_busy_naming_its_holder,
+            &[PYTHON3]
+        ),
+        trial!(
+            root,
+            lock_kinds::no_process_can_take_a_lock_of_any_kind_on_a_fence_repochd_holds,
+            &[PYTHON3]
+        ),
+        trial!(
+            root,
+            lock_kinds::a_write_lease_on_a_fence_is_fence_busy_naming_its_holder,
+            &[PYTHON3]
+        ),
+        trial!(
+            root,
+            btrfs::a_fence_on_a_btrfs_subvolume_is_held_granted_and_its_holder_named,
+            BTRFS
+        ),
+        trial!(
+            root,
             burn::another_user_acting_at_random_moments_of_many_recoveries_never_denies_nor_burns_one,
             &[UNSHARE]
         ),
@@ -221,6 +248,11 @@ fn declared() -> Vec<Declared> {
         trial!(
             root,
             checkpoint::a_checkpoint_verifies_with_go_sumdb_note_and_a_tampered_one_does_not,
+            &[GO, GO_X_MOD]
+        ),
+        trial!(
+            plain,
+            checkpoint::every_note_is_judged_as_go_sumdb_note_judges_it,
             &[GO, GO_X_MOD]
         ),
         trial!(
@@ -380,6 +412,11 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            powerloss_real::power_cut_after_the_acknowledgement_keeps_the_receipt_the_persisted_grant_carries,
+            EXT4
+        ),
+        trial!(
+            root,
             systemd_recovery::a_recovery_through_socket_activation_under_the_shipped_unit,
             CONTAINER
         ),
@@ -401,6 +438,11 @@ fn declared() -> Vec<Declared> {
         trial!(
             root,
             units::units_masked_active_reload_pending_and_absent_systemd,
+            CONTAINER
+        ),
+        trial!(
+            root,
+            units::each_units_state_is_named_exactly_in_one_observation,
             CONTAINER
         ),
     ]

@@ -49,6 +49,10 @@ const CASES: &[(&str, &[&str])] = &[
         "after-dispatch",
         &["genesis", "intent", "consume", "receipt"],
     ),
+    (
+        "after-acknowledgement",
+        &["genesis", "intent", "consume", "receipt"],
+    ),
 ];
 
 /// The classification a log of exactly these records has.
@@ -256,15 +260,18 @@ fn power_cut_at(barrier: &str) {
     wait_connected(&s.path("repochd.log"), first.pid());
     let rec = Bg(Some(recover_bg(&s, &id[..6], CONSUMER_SECONDS_MAX)));
     d.reached();
-    let first = if barrier == "after-dispatch" {
-        // The grant left repochd: the consumer (on its own disk) persists it and exits.
-        let c = first.exit_within(CONSUMER_SECONDS_MAX, &format!("{what}: the consumer"));
-        assert_eq!(c.code, 0, "{what}: consumer: {}{}", c.stdout, c.stderr);
-        assert!(s.path("grant.cbor").exists(), "{what}: no grant persisted");
-        None
-    } else {
-        Some(first)
-    };
+    if barrier == "after-dispatch" {
+        // The grant left repochd: the consumer (on its own disk) persists it, acknowledges
+        // it, and waits for repochd's last word, which the cut will never let come.
+        let start = std::time::Instant::now();
+        while !s.path("grant.cbor").exists() {
+            assert!(
+                start.elapsed().as_secs() < CONSUMER_SECONDS_MAX,
+                "{what}: no grant persisted"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
     // What the barrier's steps wrote, read while repochd stands still.
     let at_barrier = std::fs::read(&log).unwrap();
     let seen = verify_log(&at_barrier, &issuer, Some(dep));
@@ -278,14 +285,12 @@ fn power_cut_at(barrier: &str) {
     // The power cut, then everything dies (SIGKILL): the client and the consumer first, so
     // what they printed is what they knew at the cut, then repochd.
     fs.cut_power();
-    if let Some(c) = first {
-        let c = c.kill();
-        assert!(
-            !c.stdout.contains("granted"),
-            "{what}: the consumer reported a grant: {}",
-            c.stdout
-        );
-    }
+    let c = first.kill();
+    assert!(
+        !c.stdout.contains("granted"),
+        "{what}: the consumer reported a grant: {}",
+        c.stdout
+    );
     let r = rec.kill();
     assert!(
         !r.json_lines().iter().any(|j| j["outcome"] == "granted"),
@@ -434,4 +439,9 @@ pub(crate) fn power_cut_after_the_second_final_verification_keeps_the_epoch_rece
 pub(crate) fn power_cut_after_dispatch_keeps_the_receipt_the_persisted_grant_carries() {
     require_root!();
     power_cut_at("after-dispatch");
+}
+
+pub(crate) fn power_cut_after_the_acknowledgement_keeps_the_receipt_the_persisted_grant_carries() {
+    require_root!();
+    power_cut_at("after-acknowledgement");
 }

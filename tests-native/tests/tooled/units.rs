@@ -48,3 +48,74 @@ pub(crate) fn units_masked_active_reload_pending_and_absent_systemd() {
     let r = observe_in(&s, &id, &c);
     assert_eq!(reasons(&r), ["unit-reload-pending"], "{}", r.stdout);
 }
+
+/// One observation through a real systemd, each unit's state named exactly: masked and
+/// inactive holds; loaded and not masked, masked but running (its main pid named), a
+/// changed unit file not reloaded, a unit no file defines, and a pattern (systemctl would
+/// expand it to the units it matches: no unit's state) each refuse with their reason.
+pub(crate) fn each_units_state_is_named_exactly_in_one_observation() {
+    use repoch_issuer::observe::{Fences, Observer};
+    use repoch_protocol::Reason;
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let c = Container::boot(&s.tag);
+    // Unit files in /run (a masked unit is a symlink to /dev/null in /etc).
+    c.sh(
+        "mkdir -p /run/systemd/system && for u in masked loaded busy stale; do \
+           printf '[Service]\\nExecStart=/bin/sleep infinity\\n' \
+             > /run/systemd/system/$u.service; done && systemctl daemon-reload && \
+         systemctl mask masked.service && \
+         systemctl start busy.service && systemctl mask busy.service && \
+         systemctl start stale.service && sleep 1 && \
+         echo '# changed' >> /run/systemd/system/stale.service",
+    );
+    let mut m = s.deployment(&id).manifest.clone();
+    m.containment.units = ["masked", "loaded", "busy", "stale", "absent", "mask*"]
+        .map(|u| format!("{u}.service"))
+        .to_vec();
+    let mut obs = Observer::new(m, repoch_issuer::Layout::new(Some(&s.root)), None);
+    obs.systemctl = c
+        .systemctl()
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    let o = obs.observe(&mut Fences::default());
+    let fact = |unit: &str| {
+        o.facts
+            .iter()
+            .find(|f| f.kind.as_str() == "unit" && f.subject == unit)
+            .unwrap_or_else(|| panic!("no unit fact for {unit}: {:?}", o.facts))
+            .clone()
+    };
+    let f = fact("masked.service");
+    assert!(f.holds(), "{f:?}");
+    assert_eq!(f.observed, "masked inactive");
+    let f = fact("loaded.service");
+    assert_eq!(f.reason, Some(Reason::UnitNotMasked), "{f:?}");
+    assert_eq!(f.observed, "loaded inactive/dead MainPID 0 reload no");
+    let f = fact("busy.service");
+    assert_eq!(f.reason, Some(Reason::UnitActive), "{f:?}");
+    let pid = c.exec(&[
+        "systemctl",
+        "show",
+        "-p",
+        "MainPID",
+        "--value",
+        "busy.service",
+    ]);
+    let pid = String::from_utf8_lossy(&pid.stdout).trim().to_owned();
+    assert_eq!(
+        f.observed,
+        format!("masked active/running MainPID {pid} reload no")
+    );
+    let f = fact("stale.service");
+    assert_eq!(f.reason, Some(Reason::UnitReloadPending), "{f:?}");
+    assert!(f.observed.ends_with("reload pending"), "{f:?}");
+    let f = fact("absent.service");
+    assert_eq!(f.reason, Some(Reason::UnitNotMasked), "{f:?}");
+    assert!(f.observed.starts_with("not-found inactive/dead"), "{f:?}");
+    let f = fact("mask*.service");
+    assert_eq!(f.reason, Some(Reason::ControllerUnknown), "{f:?}");
+    assert!(f.observed.contains("a pattern"), "{f:?}");
+}

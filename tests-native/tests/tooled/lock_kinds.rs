@@ -16,7 +16,7 @@ fn python_holding(fence: &std::path::Path, body: &str) -> Proc {
     let script = format!(
         "import fcntl, os, struct, sys, time, sqlite3\nf = open(sys.argv[1], 'r+')\n{body}\nprint(os.getpid(), flush=True)\ntime.sleep(600)\n"
     );
-    let mut c = Command::new("python3");
+    let mut c = Command::new("/usr/bin/python3");
     c.args(["-c", &script]).arg(fence);
     spawn_ready(c)
 }
@@ -46,9 +46,7 @@ fn assert_busy_naming(s: &Sandbox, id: &str, pid: u32, what: &str) {
     );
 }
 
-#[test]
-#[ignore = "needs root"]
-fn a_lock_of_every_kind_on_a_fence_is_fence_busy_naming_its_holder() {
+pub(crate) fn a_lock_of_every_kind_on_a_fence_is_fence_busy_naming_its_holder() {
     require_root!();
     let s = Sandbox::new();
     let id = s.enroll();
@@ -84,9 +82,7 @@ fn a_lock_of_every_kind_on_a_fence_is_fence_busy_naming_its_holder() {
     assert_eq!(r.code, 0, "{}", r.stdout);
 }
 
-#[test]
-#[ignore = "needs root"]
-fn no_process_can_take_a_lock_of_any_kind_on_a_fence_repochd_holds() {
+pub(crate) fn no_process_can_take_a_lock_of_any_kind_on_a_fence_repochd_holds() {
     // The old root, as root, tries every lock kind on the fence while a recovery holds it
     // (stopped after the first observation): each attempt is refused at once.
     require_root!();
@@ -127,7 +123,7 @@ for name, t in tries:
         except sqlite3.OperationalError as e:
             print(name, 'refused' if 'locked' in str(e) else e)
 "#;
-    let o = Command::new("python3")
+    let o = Command::new("/usr/bin/python3")
         .args(["-c", script])
         .arg(&fence)
         .output()
@@ -151,9 +147,7 @@ for name, t in tries:
     );
 }
 
-#[test]
-#[ignore = "needs root"]
-fn a_write_lease_on_a_fence_is_fence_busy_naming_its_holder() {
+pub(crate) fn a_write_lease_on_a_fence_is_fence_busy_naming_its_holder() {
     // A write lease makes repochd's read-only, non-blocking open fail (the holder is asked
     // to give it up): that is a holder busy with the fence, named, not an unreadable fence.
     require_root!();
