@@ -270,31 +270,24 @@ fn receive_on(
 /// never; this waits twice as long from sending it, and reads whatever is already there
 /// however late this process runs (a poll reports data that arrived while it was stopped).
 fn last_word(s: &UnixStream, sha: repoch_protocol::Hash, out: &Path) -> Result<(), Error> {
-    use repoch_protocol::limits::LAST_WORD_SECONDS_MAX;
+    use repoch_protocol::limits::{LAST_WORD_SECONDS_MAX, LAST_WORD_WAIT_SECONDS_MAX};
     use rustix::event::{poll, PollFd, PollFlags, Timespec};
     let unacknowledged = |why: String| Error::Unacknowledged {
         out: out.display().to_string(),
         why,
     };
-    let wait = Duration::from_secs(2 * LAST_WORD_SECONDS_MAX);
-    let end = Instant::now() + wait;
-    let ready = loop {
-        let left = end.saturating_duration_since(Instant::now());
-        let t = Timespec {
-            tv_sec: i64::try_from(left.as_secs()).unwrap_or(i64::MAX),
-            tv_nsec: i64::from(left.subsec_nanos()),
-        };
-        let mut fds = [PollFd::new(s, PollFlags::IN)];
-        match poll(&mut fds, Some(&t)) {
-            Ok(n) => break n > 0,
-            Err(rustix::io::Errno::INTR) if !left.is_zero() => continue,
-            Err(e) => return Err(unacknowledged(format!("waiting for granted: poll: {e}"))),
-        }
+    // One poll: this process sets no signal handler, so a stop and continue (or any
+    // signal) restarts it inside the kernel rather than failing it with EINTR.
+    let t = Timespec {
+        tv_sec: LAST_WORD_WAIT_SECONDS_MAX as i64,
+        tv_nsec: 0,
     };
-    if !ready {
+    let mut fds = [PollFd::new(s, PollFlags::IN)];
+    let ready = poll(&mut fds, Some(&t))
+        .map_err(|e| unacknowledged(format!("waiting for granted: poll: {e}")))?;
+    if ready == 0 {
         return Err(unacknowledged(format!(
-            "no last word (granted) within {}s of the acknowledgement",
-            wait.as_secs()
+            "no last word (granted) within {LAST_WORD_WAIT_SECONDS_MAX}s of the acknowledgement"
         )));
     }
     match recv_msg(

@@ -89,6 +89,9 @@ pub const FACT_BYTES_MAX: usize = 32 + PATH_BYTES_MAX + 2 * FACT_TEXT_BYTES_MAX 
 /// within this many seconds of reading the consumer's `persisted`, or never; the consumer
 /// waits twice as long from sending it, so a `granted` repochd sent is always read.
 pub const LAST_WORD_SECONDS_MAX: u64 = 10;
+/// How long the consumer waits for the last word from sending `persisted`: twice
+/// [`LAST_WORD_SECONDS_MAX`], from an earlier point than repochd's wait starts.
+pub const LAST_WORD_WAIT_SECONDS_MAX: u64 = 2 * LAST_WORD_SECONDS_MAX;
 pub const KEY_BYTES: usize = 32;
 pub const SIGNATURE_BYTES: usize = 64;
 pub const HASH_BYTES: usize = 32;

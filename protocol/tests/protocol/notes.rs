@@ -175,6 +175,30 @@ pub fn note_cases(key: &SigningKey) -> Vec<NoteCase> {
             false,
         ),
         case(
+            "an empty name",
+            note(
+                &good,
+                &[
+                    format!("\u{2014}  {}", B64.encode(blob(KEY_NAME, key, &good))),
+                    ours(&good),
+                ],
+            ),
+            false,
+            false,
+        ),
+        case(
+            "a name with a Unicode space",
+            note(
+                &good,
+                &[
+                    signature_line("repoch\u{2003}issuer", key, &good),
+                    ours(&good),
+                ],
+            ),
+            false,
+            false,
+        ),
+        case(
             "a signature of 4 bytes",
             note(
                 &good,
