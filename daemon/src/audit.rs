@@ -42,7 +42,10 @@ fn expected_deployment(path: &Path) -> Option<DeploymentId> {
     if !path.is_dir() {
         return None;
     }
-    path.file_name()
+    // By its real name: `.`, `x/..` or a trailing `/` name the directory they resolve to.
+    std::fs::canonicalize(path)
+        .ok()?
+        .file_name()
         .and_then(|n| n.to_str())
         .and_then(DeploymentId::from_hex)
 }

@@ -219,6 +219,7 @@ impl Registry {
         expected: &Expected<'id>,
         wait: Duration,
         progress: &mut dyn FnMut(AdminEvent),
+        operator: OwnedFd,
     ) -> Result<(SocketLink, Authenticated<'id>), Refusal> {
         let id = expected.deployment();
         let start = Instant::now();
@@ -275,6 +276,8 @@ impl Registry {
                     conn,
                     pidfd: p.pidfd,
                     peer: p.peer,
+                    operator,
+                    stop: self.stop.clone(),
                 },
                 authenticated,
             ));
@@ -289,7 +292,7 @@ impl Registry {
 }
 
 /// Whether the peer closed its end (poll reports HUP, or readable EOF or stray data).
-fn hung_up(s: &UnixStream) -> Result<(), String> {
+fn hung_up(s: impl AsFd) -> Result<(), String> {
     match repoch_issuer::os::peer::ready_now(
         s,
         rustix::event::PollFlags::IN | rustix::event::PollFlags::RDHUP,
@@ -307,6 +310,11 @@ pub struct SocketLink {
     pidfd: OwnedFd,
     /// The peer as described and authenticated at connect.
     peer: ConsumerPeer,
+    /// The operator's admin connection (a duplicate): hung up, the operator already read
+    /// "uncertain" and left, so no `granted` may be given.
+    operator: OwnedFd,
+    /// repochd's stop: abandoned, no operator will read the outcome.
+    stop: Stop,
 }
 
 impl ConsumerLink for SocketLink {
@@ -406,6 +414,19 @@ impl ConsumerLink for SocketLink {
     fn last_word(&mut self, grant_sha256: &Hash) -> Result<(), (Reason, String)> {
         use repoch_protocol::limits::LAST_WORD_SECONDS_MAX;
         let deadline = Instant::now() + Duration::from_secs(LAST_WORD_SECONDS_MAX);
+        // The operator must be there to read `granted` too: both sides or neither.
+        if self.stop.abandoned() {
+            return Err((
+                Reason::DaemonStopping,
+                "repochd stopped waiting for its recoveries; no operator will read this one's outcome".into(),
+            ));
+        }
+        if hung_up(&self.operator).is_err() {
+            return Err((
+                Reason::DaemonUnreachable,
+                "the operator's repoch recover went away before the last word".into(),
+            ));
+        }
         let p = &self.peer;
         repoch_issuer::os::peer::alive(&self.pidfd).map_err(|e| {
             (

@@ -268,6 +268,8 @@ impl Daemon {
         })
         .await;
         if drained.is_err() {
+            // No operator will read these outcomes: none may end granted.
+            self.stop.abandon();
             return Err(format!(
                 "{} recoveries still running {limit}s after the stop (custody_seconds + persisted_ack_seconds + {STOP_MARGIN_SECONDS_MAX}); their epochs are kept as their logs say",
                 admins.len()
@@ -504,6 +506,25 @@ impl Daemon {
                 .unwrap_or(0),
             boot_id: repoch_issuer::os::procfs::boot_id(),
         };
+        // The operator's connection, for the handoff's last word: a recovery whose operator
+        // went away never ends granted (daemon/src/link.rs, `SocketLink::last_word`).
+        let operator = match std::os::fd::AsFd::as_fd(&s).try_clone_to_owned() {
+            Ok(fd) => fd,
+            Err(e) => {
+                let r = Refusal::new(
+                    Reason::Internal,
+                    "admin socket",
+                    "a descriptor",
+                    e.to_string(),
+                );
+                let _ = send(
+                    &mut s,
+                    &outcome_event(Outcome::Internal, vec![r], "dup", None),
+                )
+                .await;
+                return;
+            }
+        };
         let (tx, mut rx) = mpsc::channel::<AdminEvent>(EVENTS_BUFFERED_MAX);
         let d = self.clone();
         crate::notify::notify(&format!("STATUS=recovering {deployment}"));
@@ -536,7 +557,7 @@ impl Daemon {
                 approve_ready,
                 contender,
                 progress,
-                |expected, progress| registry.wait_for(expected, wait, progress),
+                |expected, progress| registry.wait_for(expected, wait, progress, operator),
             );
             // The epoch used by this issuance (from its intent on: granted, withheld,
             // uncertain), or found used or not verifying at reserve: no consumer waiting for
@@ -696,9 +717,22 @@ fn prove_key(
         pid: peer.pid,
         start_ticks,
     };
-    repoch_protocol::wire::write_msg(s, &GrantMsg::Prove(proof.clone()))
-        .map_err(|e| rejected("a key proof", format!("sending the nonce: {e}")))?;
-    let sig = match repoch_protocol::wire::read_msg::<GrantMsg>(s) {
+    // One deadline for the whole exchange (not a timeout per read: a proof dripped a byte at
+    // a time must not hold a handshake slot for minutes).
+    let deadline = Instant::now() + Duration::from_secs(config().handshake_seconds);
+    repoch_protocol::wire::write_all_by(
+        s,
+        &repoch_protocol::wire::frame(&GrantMsg::Prove(proof.clone()).to_bytes()),
+        deadline,
+        &mut |s: &std::os::unix::net::UnixStream, left| s.set_write_timeout(Some(left)),
+    )
+    .map_err(|e| rejected("a key proof", format!("sending the nonce: {e}")))?;
+    let read = repoch_protocol::wire::read_msg_by::<GrantMsg, _>(
+        s,
+        deadline,
+        &mut |s: &std::os::unix::net::UnixStream, left| s.set_read_timeout(Some(left)),
+    );
+    let sig = match read {
         Ok(GrantMsg::Proof(sig)) => sig,
         Ok(other) => return Err(rejected("a key proof", format!("{other:?}"))),
         Err(e) => return Err(rejected("a key proof", e.to_string())),

@@ -453,6 +453,35 @@ fn a_state_directory_holding_another_deployments_log_is_foreign() {
     args.push(dir.display().to_string());
     let (code, reason, out) = audit_reason(&args);
     assert_eq!((code, reason.as_str()), (2, "epoch-foreign"), "{out}");
+    // The same directory by another spelling: `x/..`, a trailing `/`, `.` from inside it.
+    std::fs::create_dir(dir.join("sub")).unwrap();
+    for spelling in [
+        format!("{}/sub/..", dir.display()),
+        format!("{}/", dir.display()),
+    ] {
+        let mut again = args.clone();
+        *again.last_mut().unwrap() = spelling.clone();
+        let (code, reason, out) = audit_reason(&again);
+        assert_eq!(
+            (code, reason.as_str()),
+            (2, "epoch-foreign"),
+            "{spelling}: {out}"
+        );
+    }
+    let mut dot = args.clone();
+    *dot.last_mut().unwrap() = ".".into();
+    let o = Command::new(env!("CARGO_BIN_EXE_repoch"))
+        .current_dir(&dir)
+        .args(&dot)
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("epoch-foreign"));
     // Its own log there verifies.
     std::fs::write(dir.join("epoch.log"), genesis_log(&key, a, None)).unwrap();
     let (code, _, out) = audit_reason(&args);

@@ -16,17 +16,29 @@ use crate::refusal::Refusal;
 
 /// A stop flag shared by repochd's tasks; clones share it.
 #[derive(Clone, Debug, Default)]
-pub struct Stop(Arc<AtomicBool>);
+pub struct Stop(Arc<(AtomicBool, AtomicBool)>);
 
 impl Stop {
     /// Sets it (idempotent).
     pub fn set(&self) {
-        self.0.store(true, Ordering::SeqCst);
+        self.0 .0.store(true, Ordering::SeqCst);
     }
 
     /// Whether it is set.
     pub fn is_set(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.0 .0.load(Ordering::SeqCst)
+    }
+
+    /// repochd stopped waiting for its recoveries (its bound passed) and is exiting: no
+    /// operator will read their outcomes, so none may end granted (the handoff's last word
+    /// is not given; daemon/src/link.rs).
+    pub fn abandon(&self) {
+        self.0 .1.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether repochd abandoned its recoveries.
+    pub fn abandoned(&self) -> bool {
+        self.0 .1.load(Ordering::SeqCst)
     }
 
     /// The refusal of whatever the stop ends before it wrote anything: `what` names it.
@@ -51,6 +63,9 @@ mod tests {
         assert!(!b.is_set());
         a.set();
         assert!(b.is_set());
+        assert!(!b.abandoned());
+        a.abandon();
+        assert!(b.abandoned());
         assert_eq!(Stop::refusal("x").reason, Reason::DaemonStopping);
     }
 }

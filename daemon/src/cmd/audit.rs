@@ -134,9 +134,10 @@ pub fn run(
                 s.push_str(&format!("  {}: problem at offset {at}: {why}\n", a.path.display()));
             }
         }
-        match &chain {
-            Ok(order) => s.push_str(&format!("chain: verified ({} deployment{})", order.len(), if order.len() == 1 { "" } else { "s" })),
-            Err((r, e)) => s.push_str(&format!("chain: NOT verified: {r}: {e}")),
+        match (&chain, &chain_error) {
+            (Ok(order), None) => s.push_str(&format!("chain: verified ({} deployment{})", order.len(), if order.len() == 1 { "" } else { "s" })),
+            (_, Some(e)) => s.push_str(&format!("chain: NOT verified: {}: {}", e["reason"].as_str().unwrap_or(""), e["detail"].as_str().unwrap_or(""))),
+            (Err((r, e)), None) => s.push_str(&format!("chain: NOT verified: {r}: {e}")),
         }
         if let Some((j, r)) = &cp {
             match r {

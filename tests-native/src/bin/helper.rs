@@ -821,6 +821,40 @@ fn main() {
                 }
             }
         }
+        Some("drip-proof") => {
+            // drip-proof SOCKET PREFIX KEYFILE MILLIS: hello, then the key proof's frame one
+            // byte every MILLIS ms; prints what repochd answers next (or the error).
+            use repoch_protocol::cbor::Canonical as _;
+            use repoch_protocol::wire::{frame, read_msg, GrantMsg};
+            let key = repoch_protocol::sign::signing_key_from_hex(
+                &std::fs::read_to_string(&args[4]).unwrap(),
+            )
+            .unwrap();
+            let pause = std::time::Duration::from_millis(args[5].parse().unwrap());
+            let mut s = std::os::unix::net::UnixStream::connect(&args[2]).expect("connect");
+            hello(
+                &mut s,
+                &args[3],
+                repoch_protocol::PublicKey::from(&key.verifying_key()),
+            )
+            .unwrap();
+            ready();
+            let Ok(GrantMsg::Prove(p)) = read_msg::<GrantMsg>(&mut s) else {
+                println!("no prove");
+                return;
+            };
+            for b in frame(&GrantMsg::Proof(p.answer(&key)).to_bytes()) {
+                std::thread::sleep(pause);
+                if s.write_all(&[b]).is_err() {
+                    println!("closed while dripping");
+                    return;
+                }
+            }
+            match read_msg::<GrantMsg>(&mut s) {
+                Ok(m) => println!("answer {m:?}"),
+                Err(e) => println!("error {e}"),
+            }
+        }
         Some("hello-exit") => {
             let mut s = std::os::unix::net::UnixStream::connect(&args[2]).expect("connect");
             let _ = hello(

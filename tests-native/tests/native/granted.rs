@@ -51,6 +51,12 @@ impl Guard {
         }
         None
     }
+    /// SIGKILL now; what it printed until then.
+    pub(crate) fn kill_now(&mut self) -> Run {
+        let mut c = self.0.take().unwrap();
+        let _ = c.kill();
+        c.wait_with_output().unwrap().into()
+    }
     pub(crate) fn finish(&mut self) -> Run {
         self.finish_within(Duration::from_secs(60))
             .expect("the process never ended")

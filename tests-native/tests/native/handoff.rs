@@ -156,3 +156,108 @@ fn stopped(pid: u32) -> bool {
             .is_some_and(|r| r.trim_start().starts_with('T'))
     })
 }
+
+/// The key proof has one deadline for its whole frame (`waits.handshake_seconds`), not a
+/// timeout per read: a consumer dripping its proof a byte at a time is refused at the
+/// deadline, never registered. Before, a proof dripped over minutes was accepted.
+#[test]
+#[ignore = "needs root"]
+fn a_key_proof_dripped_a_byte_at_a_time_is_refused_at_its_deadline() {
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll_with_helper_consumer();
+    let config = s.path("repochd.toml");
+    std::fs::write(&config, "[waits]\nhandshake_seconds = 2\n").unwrap();
+    let log = s.path("repochd.log");
+    let mut d = Daemon {
+        child: s
+            .cmd("repochd")
+            .args(["--config", config.to_str().unwrap()])
+            .stderr(std::fs::File::create(&log).unwrap())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+        log,
+    };
+    d.wait_log("repochd ready");
+    let start = Instant::now();
+    let mut drip = Guard::spawn(helper(&[
+        "drip-proof",
+        s.grant_socket().to_str().unwrap(),
+        &id[..6],
+        s.path("consumer.key").to_str().unwrap(),
+        "300",
+    ]));
+    let pid = drip.pid();
+    let r = drip
+        .finish_within(Duration::from_secs(60))
+        .expect("the dripping consumer never ended");
+    let took = start.elapsed();
+    assert!(
+        !r.stdout.contains("Accepted") && !r.stdout.contains("answer Prove"),
+        "{}",
+        r.stdout
+    );
+    let text = std::fs::read_to_string(&d.log).unwrap_or_default();
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.contains(&format!("pid={pid} ")) && l.contains("consumer connected")),
+        "registered:\n{text}"
+    );
+    assert!(
+        text.lines().any(|l| l.contains(&format!("pid={pid} "))
+            && l.contains("did not arrive within its deadline")),
+        "not refused at the deadline:\n{text}"
+    );
+    // The proof's ~75-byte frame at 300 ms a byte would take over 20 s; the deadline is 2 s.
+    assert!(
+        took < Duration::from_secs(20),
+        "took {took:?}: {}",
+        r.stdout
+    );
+    let _ = d.child.kill();
+}
+
+/// The operator's `repoch recover` goes away (it gave up, or was killed) before the grant
+/// is dispatched: it has said uncertain, so the consumer must not be told granted nor start
+/// the new root. Before, repochd went on, gave the last word, and the consumer exec'd.
+#[test]
+#[ignore = "needs root"]
+fn an_operator_gone_before_the_last_word_means_uncertain_on_both_sides() {
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let d = AtBarrier::start(&s, "after-final-2");
+    let started = s.path("new-root-started");
+    let mut c = Guard::spawn(s.consumer(
+        &id[..6],
+        "consumer.key",
+        "grant.cbor",
+        &["/usr/bin/touch", started.to_str().unwrap()],
+    ));
+    waiting(&s, c.pid());
+    let mut rec = Guard::spawn(s.recover(&id[..6], 20, &[]));
+    d.reached();
+    // The operator leaves while repochd stands right before the dispatch.
+    let gone = rec.kill_now();
+    assert!(!gone.stdout.contains("\"granted\""), "{}", gone.stdout);
+    d.signal(rustix::process::Signal::CONT);
+    let out = c
+        .finish_within(Duration::from_secs(60))
+        .expect("the consumer never ended");
+    assert_eq!(out.code, 3, "the consumer: {}{}", out.stdout, out.stderr);
+    assert_eq!(out.json()["outcome"], "uncertain", "{}", out.stdout);
+    assert!(
+        !started.exists(),
+        "the new root started although the operator was told no grant"
+    );
+    assert!(
+        s.path("grant.cbor").exists(),
+        "the durable grant was not kept"
+    );
+    assert_eq!(
+        records(&s, &id),
+        ["genesis", "intent", "consume", "receipt"]
+    );
+}
