@@ -949,32 +949,16 @@ impl Ext4 {
     /// The same fixture formatted btrfs (128 MiB sparse: mkfs.btrfs's smallest default),
     /// for what btrfs does differently (a subvolume's own device in `stat`).
     pub fn btrfs() -> Ext4 {
-        let dir = tempfile::Builder::new()
-            .prefix("repoch-btrfs-")
-            .tempdir()
-            .unwrap();
-        let image = dir.path().join("image");
-        let mnt = dir.path().join("mnt");
-        std::fs::create_dir(&mnt).unwrap();
-        std::fs::File::create(&image)
-            .unwrap()
-            .set_len(128 << 20)
-            .unwrap();
-        sh("mkfs.btrfs", &["-q", "-f", image.to_str().unwrap()]);
-        let dev = sh("losetup", &["--find", "--show", image.to_str().unwrap()]);
-        let e = Ext4 {
-            image,
-            mnt,
-            dev,
-            fstype: "btrfs",
-            _dir: dir,
-        };
-        e.mount();
-        e
+        Ext4::formatted("btrfs", 128 << 20, &["mkfs.btrfs", "-q", "-f"])
     }
     pub fn new() -> Ext4 {
+        Ext4::formatted("ext4", 32 << 20, &["mkfs.ext4", "-q", "-F"])
+    }
+    /// A sparse image of `bytes`, formatted by `mkfs` (the program, then its options; the
+    /// image path is appended), on a loop device, mounted as `fstype`.
+    fn formatted(fstype: &'static str, bytes: u64, mkfs: &[&str]) -> Ext4 {
         let dir = tempfile::Builder::new()
-            .prefix("repoch-ext4-")
+            .prefix(&format!("repoch-{fstype}-"))
             .tempdir()
             .unwrap();
         let image = dir.path().join("image");
@@ -982,15 +966,17 @@ impl Ext4 {
         std::fs::create_dir(&mnt).unwrap();
         std::fs::File::create(&image)
             .unwrap()
-            .set_len(32 << 20)
+            .set_len(bytes)
             .unwrap();
-        sh("mkfs.ext4", &["-q", "-F", image.to_str().unwrap()]);
+        let mut args = mkfs[1..].to_vec();
+        args.push(image.to_str().unwrap());
+        sh(mkfs[0], &args);
         let dev = sh("losetup", &["--find", "--show", image.to_str().unwrap()]);
         let e = Ext4 {
             image,
             mnt,
             dev,
-            fstype: "ext4",
+            fstype,
             _dir: dir,
         };
         e.mount();
@@ -1153,7 +1139,7 @@ pub fn open_to_all(s: &Sandbox) {
 }
 
 /// Whether `pid` is stopped (state T in /proc/PID/stat).
-fn stopped(pid: u32) -> bool {
+pub fn stopped(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
         s.rsplit(')')
             .next()

@@ -20,6 +20,11 @@ use crate::store::fstat_identity;
 /// What every fence fact expects.
 const WANT: &str = "the enrolled inode, locked by us";
 
+/// A fence fact that fails what every fence fact expects ([`WANT`]).
+fn failed(path: &str, observed: &str, reason: Reason) -> Fact {
+    Fact::failed("fence", path, WANT, observed, reason)
+}
+
 /// A fence acquired and held by this process: never opened twice (closing any fd of a
 /// file drops its POSIX locks), handed to the consumer with `SCM_RIGHTS`. Keyed by its
 /// manifest entry (path and enrolled identity), never by its position.
@@ -133,7 +138,7 @@ pub(super) fn observe(m: &Manifest, fences: &mut Fences, facts: &mut Vec<Fact>) 
     for e in &entries {
         facts.push(match fences.of(e) {
             Some(h) => check_held(h).unwrap_or_else(|f| f),
-            None => Fact::failed("fence", &e.path, WANT, "not held", Reason::FenceCustody),
+            None => failed(&e.path, "not held", Reason::FenceCustody),
         });
     }
 }
@@ -210,10 +215,8 @@ fn acquire(path: &str, enrolled: &Identity) -> Result<HeldFence, Fact> {
     let lock_dev = match procfs::lock_device(&fd) {
         Ok(dev) => dev,
         Err(e) => {
-            return Err(Fact::failed(
-                "fence",
+            return Err(failed(
                 path,
-                WANT,
                 &format!("the device its locks are named by: {e}"),
                 Reason::ObserveFailed,
             ))
@@ -222,23 +225,13 @@ fn acquire(path: &str, enrolled: &Identity) -> Result<HeldFence, Fact> {
     match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => {}
         Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
-            return Err(Fact::failed(
-                "fence",
+            return Err(failed(
                 path,
-                WANT,
                 &crate::store::describe_holders("FLOCK", &fd),
                 Reason::FenceBusy,
             ));
         }
-        Err(e) => {
-            return Err(Fact::failed(
-                "fence",
-                path,
-                WANT,
-                &e.to_string(),
-                Reason::ObserveFailed,
-            ))
-        }
+        Err(e) => return Err(failed(path, &e.to_string(), Reason::ObserveFailed)),
     }
     // Every other advisory lock kind: a POSIX record lock (fcntl, lockf, SQLite) or an OFD
     // lock of another is fence-busy; then our own OFD read lock on the whole file, on the
@@ -257,19 +250,15 @@ fn acquire(path: &str, enrolled: &Identity) -> Result<HeldFence, Fact> {
         Ok(_) => {}
         Err(e) if e == nix::errno::Errno::EAGAIN || e == nix::errno::Errno::EACCES => {
             busy_record_lock(path, &fd)?;
-            return Err(Fact::failed(
-                "fence",
+            return Err(failed(
                 path,
-                WANT,
                 "a record lock appeared while the fence was being locked",
                 Reason::FenceBusy,
             ));
         }
         Err(e) => {
-            return Err(Fact::failed(
-                "fence",
+            return Err(failed(
                 path,
-                WANT,
                 &format!("OFD lock: {e}"),
                 Reason::ObserveFailed,
             ))
@@ -306,10 +295,8 @@ fn busy_record_lock(path: &str, fd: &OwnedFd) -> Result<(), Fact> {
     use nix::libc;
     let mut want = whole_file(libc::F_WRLCK);
     if let Err(e) = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_OFD_GETLK(&mut want)) {
-        return Err(Fact::failed(
-            "fence",
+        return Err(failed(
             path,
-            WANT,
             &format!("asking for record locks (F_OFD_GETLK): {e}"),
             Reason::ObserveFailed,
         ));
@@ -319,10 +306,8 @@ fn busy_record_lock(path: &str, fd: &OwnedFd) -> Result<(), Fact> {
     }
     // An OFD lock has no owning process (pid -1); a POSIX lock names the one that took it.
     let kind = if want.l_pid == -1 { "OFDLCK" } else { "POSIX" };
-    Err(Fact::failed(
-        "fence",
+    Err(failed(
         path,
-        WANT,
         &format!("{kind} lock {}", crate::store::describe_holders(kind, fd)),
         Reason::FenceBusy,
     ))
@@ -350,23 +335,9 @@ fn check_held(h: &HeldFence) -> Result<Fact, Fact> {
             ))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Fact::failed(
-                "fence",
-                &h.path,
-                WANT,
-                "path removed",
-                Reason::FenceReplaced,
-            ))
+            return Err(failed(&h.path, "path removed", Reason::FenceReplaced))
         }
-        Err(e) => {
-            return Err(Fact::failed(
-                "fence",
-                &h.path,
-                WANT,
-                &e.to_string(),
-                Reason::ObserveFailed,
-            ))
-        }
+        Err(e) => return Err(failed(&h.path, &e.to_string(), Reason::ObserveFailed)),
     }
     use std::os::fd::AsRawFd as _;
     let own = procfs::fdinfo_lock(
@@ -393,13 +364,7 @@ fn check_held(h: &HeldFence) -> Result<Fact, Fact> {
         None => Some("our descriptor holds no OFD lock on it"),
     });
     if let Some(observed) = observed {
-        return Err(Fact::failed(
-            "fence",
-            &h.path,
-            WANT,
-            observed,
-            Reason::FenceCustody,
-        ));
+        return Err(failed(&h.path, observed, Reason::FenceCustody));
     }
     busy_record_lock(&h.path, &h.fd)?;
     Ok(Fact::ok("fence", &h.path, WANT, "held"))

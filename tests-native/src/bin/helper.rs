@@ -88,6 +88,26 @@ fn stranger_key() -> ed25519_dalek::SigningKey {
     ed25519_dalek::SigningKey::from_bytes(&b)
 }
 
+/// The consumer's side up to its `hello`: the secret key read from `keyfile`, a
+/// connection to `socket`, `hello` for `prefix` with the key's public half sent.
+fn connect_as_consumer(
+    socket: &str,
+    prefix: &str,
+    keyfile: &str,
+) -> (std::os::unix::net::UnixStream, ed25519_dalek::SigningKey) {
+    let key =
+        repoch_protocol::sign::signing_key_from_hex(&std::fs::read_to_string(keyfile).unwrap())
+            .unwrap();
+    let mut s = std::os::unix::net::UnixStream::connect(socket).expect("connect");
+    hello(
+        &mut s,
+        prefix,
+        repoch_protocol::PublicKey::from(&key.verifying_key()),
+    )
+    .unwrap();
+    (s, key)
+}
+
 fn hello(
     s: &mut std::os::unix::net::UnixStream,
     prefix: &str,
@@ -348,19 +368,7 @@ fn main() {
             // `child-ack LOG` it reads the grant and exits, and a child it forked
             // acknowledges it.
             use repoch_protocol::wire::{read_msg, write_msg, GrantMsg};
-            let key = repoch_protocol::sign::signing_key_from_hex(
-                &std::fs::read_to_string(&args[4]).unwrap(),
-            )
-            .unwrap();
-            let mut s = std::os::unix::net::UnixStream::connect(&args[2]).expect("connect");
-            write_msg(
-                &mut s,
-                &GrantMsg::Hello {
-                    deployment: args[3].clone(),
-                    key: repoch_protocol::PublicKey::from(&key.verifying_key()),
-                },
-            )
-            .unwrap();
+            let (mut s, key) = connect_as_consumer(&args[2], &args[3], &args[4]);
             ready();
             loop {
                 match read_msg::<GrantMsg>(&mut s) {
@@ -435,19 +443,9 @@ fn main() {
         }
         Some("peek-consumer") => {
             use repoch_protocol::wire::{read_msg, write_msg, GrantMsg};
-            let key = repoch_protocol::sign::signing_key_from_hex(
-                &std::fs::read_to_string(&args[4]).unwrap(),
-            )
-            .unwrap();
             let report = &args[5];
             let mode = args.get(6).map_or("answer", String::as_str);
-            let mut s = std::os::unix::net::UnixStream::connect(&args[2]).expect("connect");
-            hello(
-                &mut s,
-                &args[3],
-                repoch_protocol::PublicKey::from(&key.verifying_key()),
-            )
-            .unwrap();
+            let (mut s, key) = connect_as_consumer(&args[2], &args[3], &args[4]);
             ready();
             // Until the challenge, read_msg (exact frames: nothing after it is consumed).
             loop {
@@ -491,20 +489,8 @@ fn main() {
             // within any per-read timeout, the whole frame takes far longer than any deadline.
             use repoch_protocol::cbor::Canonical as _;
             use repoch_protocol::wire::{frame, read_msg, write_msg, GrantMsg};
-            let key = repoch_protocol::sign::signing_key_from_hex(
-                &std::fs::read_to_string(&args[4]).unwrap(),
-            )
-            .unwrap();
             let every = std::time::Duration::from_millis(args[5].parse().unwrap());
-            let mut s = std::os::unix::net::UnixStream::connect(&args[2]).expect("connect");
-            write_msg(
-                &mut s,
-                &GrantMsg::Hello {
-                    deployment: args[3].clone(),
-                    key: repoch_protocol::PublicKey::from(&key.verifying_key()),
-                },
-            )
-            .unwrap();
+            let (mut s, key) = connect_as_consumer(&args[2], &args[3], &args[4]);
             ready();
             loop {
                 match read_msg::<GrantMsg>(&mut s) {
@@ -740,17 +726,7 @@ fn main() {
         }
         Some("exec-after-hello") => {
             use repoch_protocol::wire::{read_msg, write_msg, GrantMsg};
-            let key = repoch_protocol::sign::signing_key_from_hex(
-                &std::fs::read_to_string(&args[4]).unwrap(),
-            )
-            .unwrap();
-            let mut s = std::os::unix::net::UnixStream::connect(&args[2]).expect("connect");
-            hello(
-                &mut s,
-                &args[3],
-                repoch_protocol::PublicKey::from(&key.verifying_key()),
-            )
-            .unwrap();
+            let (mut s, key) = connect_as_consumer(&args[2], &args[3], &args[4]);
             ready();
             loop {
                 match read_msg::<GrantMsg>(&mut s) {
@@ -826,18 +802,8 @@ fn main() {
             // byte every MILLIS ms; prints what repochd answers next (or the error).
             use repoch_protocol::cbor::Canonical as _;
             use repoch_protocol::wire::{frame, read_msg, GrantMsg};
-            let key = repoch_protocol::sign::signing_key_from_hex(
-                &std::fs::read_to_string(&args[4]).unwrap(),
-            )
-            .unwrap();
             let pause = std::time::Duration::from_millis(args[5].parse().unwrap());
-            let mut s = std::os::unix::net::UnixStream::connect(&args[2]).expect("connect");
-            hello(
-                &mut s,
-                &args[3],
-                repoch_protocol::PublicKey::from(&key.verifying_key()),
-            )
-            .unwrap();
+            let (mut s, key) = connect_as_consumer(&args[2], &args[3], &args[4]);
             ready();
             let Ok(GrantMsg::Prove(p)) = read_msg::<GrantMsg>(&mut s) else {
                 println!("no prove");

@@ -615,15 +615,6 @@ impl Drop for Child {
     }
 }
 
-/// Whether `pid` is stopped (state T in /proc/PID/stat).
-fn stopped(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rsplit(')')
-            .next()
-            .is_some_and(|r| r.trim_start().starts_with('T'))
-    })
-}
-
 #[test]
 #[ignore = "needs root"]
 fn two_concurrent_enrollments_of_successors_of_one_predecessor_admit_one() {

@@ -74,14 +74,6 @@ fn records(s: &Sandbox, id: &str) -> Vec<String> {
         .collect()
 }
 
-fn stopped(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rsplit(')')
-            .next()
-            .is_some_and(|r| r.trim_start().starts_with('T'))
-    })
-}
-
 fn wait_until(what: &str, ok: impl Fn() -> bool) {
     let start = Instant::now();
     while !ok() {

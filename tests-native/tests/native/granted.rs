@@ -72,15 +72,6 @@ impl Drop for Guard {
     }
 }
 
-/// Whether `pid` is stopped (state T in /proc/PID/stat).
-fn stopped(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rsplit(')')
-            .next()
-            .is_some_and(|r| r.trim_start().starts_with('T'))
-    })
-}
-
 /// `repoch-consume receive` started with `REPOCH_CONSUMER_BARRIER=barrier`, its stderr in a
 /// file so the test can wait for the barrier line.
 pub(crate) struct AtConsumerBarrier {
@@ -305,6 +296,23 @@ fn consumer_killed_after_its_key_proof_burns_nothing_and_the_epoch_stays_recover
     killed_before_any_recovery("after-key-proof");
 }
 
+/// repochd stopped at its barrier `ours`, the consumer at its barrier `theirs`; the
+/// consumer is killed there, then repochd goes on: the recovery's output once it ends, and
+/// repochd still running (bind it last: it is dropped, and killed, before the sandbox).
+fn killed_while_repochd_stands(ours: &str, theirs: &str) -> (Sandbox, String, Run, AtBarrier) {
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let d = AtBarrier::start(&s, ours);
+    let mut c = AtConsumerBarrier::start(&s, &id, theirs, "grant.cbor");
+    let mut rec = recover_bg(&s, &id, 20);
+    c.reached();
+    d.reached();
+    c.kill();
+    d.signal(rustix::process::Signal::CONT);
+    let r = rec.finish();
+    (s, id, r, d)
+}
+
 #[test]
 #[ignore = "needs root"]
 fn consumer_killed_after_custody_is_withheld_and_never_reissued() {
@@ -312,16 +320,7 @@ fn consumer_killed_after_custody_is_withheld_and_never_reissued() {
     // own after-custody barrier; repochd goes on: before `consume` it finds the peer gone
     // and withholds consumer-lost (refused, exit 2): nothing consumed, no grant made.
     require_root!();
-    let s = Sandbox::new();
-    let id = s.enroll();
-    let d = AtBarrier::start(&s, "after-custody");
-    let mut c = AtConsumerBarrier::start(&s, &id, "after-custody", "grant.cbor");
-    let mut rec = recover_bg(&s, &id, 20);
-    c.reached();
-    d.reached();
-    c.kill();
-    d.signal(rustix::process::Signal::CONT);
-    let r = rec.finish();
+    let (s, id, r, _d) = killed_while_repochd_stands("after-custody", "after-custody");
     assert_eq!(r.code, 2, "{}", r.stdout);
     assert_eq!(r.outcome()["outcome"], "refused");
     assert_eq!(r.reasons(), ["consumer-lost"]);
@@ -435,16 +434,7 @@ fn consumer_killed_after_acknowledging_before_the_last_word_is_uncertain() {
     // `granted` is sent and the outcome is uncertain (exit 3, consumer-lost), its grant
     // durable and verifying, the epoch receipted and never reissued.
     require_root!();
-    let s = Sandbox::new();
-    let id = s.enroll();
-    let d = AtBarrier::start(&s, "after-acknowledgement");
-    let mut c = AtConsumerBarrier::start(&s, &id, "after-acknowledge", "grant.cbor");
-    let mut rec = recover_bg(&s, &id, 20);
-    c.reached();
-    d.reached();
-    c.kill();
-    d.signal(rustix::process::Signal::CONT);
-    let r = rec.finish();
+    let (s, id, r, _d) = killed_while_repochd_stands("after-acknowledgement", "after-acknowledge");
     assert_eq!(r.code, 3, "{}", r.stdout);
     assert_eq!(r.outcome()["outcome"], "uncertain");
     assert_eq!(r.reasons(), ["consumer-lost"], "{}", r.stdout);

@@ -63,15 +63,6 @@ impl Stopped {
     }
 }
 
-/// Whether `pid` is stopped (state T in /proc/PID/stat).
-fn stopped(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rsplit(')')
-            .next()
-            .is_some_and(|r| r.trim_start().starts_with('T'))
-    })
-}
-
 /// Every fd of `pid` that names the sandbox's fence: by link target (the path) or by the
 /// object it opens (device and inode), so a renamed fence is found too.
 fn fence_fds(s: &Sandbox, pid: u32) -> Vec<String> {

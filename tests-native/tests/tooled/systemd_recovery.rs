@@ -17,7 +17,7 @@ fn shipped() -> PathBuf {
 }
 
 /// Runs `script` in the container; its output as a [`Run`].
-fn run_in(c: &Container, script: &str) -> Run {
+pub(crate) fn run_in(c: &Container, script: &str) -> Run {
     c.exec(&["sh", "-c", script]).into()
 }
 

@@ -10,14 +10,10 @@ use std::time::{Duration, Instant};
 
 use repoch_tests_native::*;
 
-use crate::systemd_recovery::{install_built, install_package};
+use crate::systemd_recovery::{install_built, install_package, run_in};
 
 /// Longest wait for a recovery, a consumer or a barrier in the container.
 const WAIT_SECONDS_MAX: u64 = 60;
-
-fn run_in(c: &Container, script: &str) -> Run {
-    c.exec(&["sh", "-c", script]).into()
-}
 
 fn journal(c: &Container) -> String {
     run_in(
