@@ -472,25 +472,10 @@ fn rewritten_from(g: &Grant, report: &repoch_protocol::epoch::LogReport) -> Opti
         .map(|(i, _)| i as u64)
 }
 
-/// Reads a regular file of at most `max` bytes (non-blocking open: a FIFO never hangs).
+/// Reads a regular file of at most `max` bytes, following symlinks as the paths a
+/// supervisor names may (`repoch_sys::fs::read_regular`).
 pub(crate) fn read_bounded(p: &Path, max: usize) -> std::io::Result<Vec<u8>> {
-    use std::io::Read as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(OFlags::NONBLOCK.bits() as i32)
-        .open(p)?;
-    if !f.metadata()?.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    let mut out = Vec::new();
-    f.take(max as u64 + 1).read_to_end(&mut out)?;
-    if out.len() > max {
-        return Err(std::io::Error::other(format!(
-            "over its bound of {max} bytes"
-        )));
-    }
-    Ok(out)
+    repoch_sys::fs::read_regular(p, max, repoch_sys::fs::Links::Follow)
 }
 
 /// Splits the received fds into the fences (left in `fds`, each checked against its
@@ -1094,31 +1079,6 @@ mod tests {
             Err(Error::Usage(m)) => assert!(m.contains("NAME_MAX"), "{m}"),
             other => panic!("expected a usage error, got {other:?}"),
         }
-    }
-
-    #[test]
-    fn read_bounded_reads_a_regular_file_of_at_most_its_bound() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("f");
-        std::fs::write(&p, b"0123456789").unwrap();
-        assert_eq!(read_bounded(&p, 10).unwrap(), b"0123456789");
-        assert_eq!(read_bounded(&p, 11).unwrap(), b"0123456789");
-        let e = read_bounded(&p, 9).unwrap_err();
-        assert_eq!(e.to_string(), "over its bound of 9 bytes");
-        // A FIFO is refused, never waited on.
-        let fifo = d.path().join("fifo");
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            &fifo,
-            rustix::fs::FileType::Fifo,
-            Mode::from_raw_mode(0o600),
-            0,
-        )
-        .unwrap();
-        assert_eq!(
-            read_bounded(&fifo, 10).unwrap_err().to_string(),
-            "not a regular file"
-        );
     }
 
     #[test]

@@ -50,20 +50,11 @@ fn expected_deployment(path: &Path) -> Option<DeploymentId> {
         .and_then(DeploymentId::from_hex)
 }
 
-/// Reads a regular file of at most `max` bytes (a FIFO never hangs the reader).
+/// Reads a regular file of at most `max` bytes, following no symlink (a FIFO never hangs
+/// the reader: `repoch_sys::fs::read_regular`).
 pub fn read_bounded(p: &Path, max: usize) -> Result<Vec<u8>, String> {
-    // Non-blocking, and a regular file only: a FIFO given to an auditor must not hang it.
-    let fd = repoch_issuer::storage::open_path(
-        p,
-        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::NONBLOCK,
-        0,
-    )
-    .map_err(|e| format!("{}: {e}", p.display()))?;
-    let st = rustix::fs::fstat(&fd).map_err(|e| format!("{}: {e}", p.display()))?;
-    if let Some(kind) = repoch_issuer::storage::not_regular(st.st_mode) {
-        return Err(format!("{}: {kind}, not a regular file", p.display()));
-    }
-    repoch_issuer::storage::read_all_fd(&fd, max).map_err(|e| format!("{}: {e}", p.display()))
+    repoch_sys::fs::read_regular(p, max, repoch_sys::fs::Links::Refuse)
+        .map_err(|e| format!("{}: {e}", p.display()))
 }
 
 /// The deployments in chain order, or why the links do not verify (with its reason).

@@ -45,7 +45,7 @@ pub struct Registry {
 /// connection open and silent.
 fn still_there(p: &Pending) -> bool {
     p.since.elapsed() < Duration::from_secs(config().pending_consumer_seconds)
-        && repoch_issuer::os::peer::alive(&p.pidfd).is_ok()
+        && repoch_sys::peer::alive(&p.pidfd).is_ok()
         && hung_up(&p.stream).is_ok()
 }
 
@@ -242,9 +242,7 @@ impl Registry {
             };
             // A consumer that went away while pending must not be taken: it would burn the
             // epoch at the challenge.
-            if let Err(e) =
-                repoch_issuer::os::peer::alive(&p.pidfd).and_then(|_| hung_up(&p.stream))
-            {
+            if let Err(e) = repoch_sys::peer::alive(&p.pidfd).and_then(|_| hung_up(&p.stream)) {
                 progress(AdminEvent::Progress {
                     step: "connect".into(),
                     detail: format!("dropped a stale consumer (pid {}): {e}", p.peer.pid),
@@ -293,7 +291,7 @@ impl Registry {
 
 /// Whether the peer closed its end (poll reports HUP, or readable EOF or stray data).
 fn hung_up(s: impl AsFd) -> Result<(), String> {
-    match repoch_issuer::os::peer::ready_now(
+    match repoch_sys::peer::ready_now(
         s,
         rustix::event::PollFlags::IN | rustix::event::PollFlags::RDHUP,
     )? {
@@ -378,8 +376,8 @@ impl ConsumerLink for SocketLink {
 
     fn describe_again(&mut self) -> Result<ConsumerPeer, String> {
         let p = &self.peer;
-        repoch_issuer::os::peer::sole_holder(self.conn.stream(), p.pid, p.uid)?;
-        repoch_issuer::os::peer::describe(p.pid, p.uid, p.gid, &self.pidfd)
+        repoch_sys::peer::sole_holder(self.conn.stream(), p.pid, p.uid)?;
+        repoch_sys::peer::describe(p.pid, p.uid, p.gid, &self.pidfd)
     }
 
     fn refuse(&mut self, reason: Reason, detail: &str) {
@@ -389,7 +387,7 @@ impl ConsumerLink for SocketLink {
     /// The pinned pidfd not readable (its process has not exited), and the connection
     /// neither hung up nor carrying unexpected data; both polled with a zero timeout.
     fn alive(&mut self) -> Result<(), String> {
-        repoch_issuer::os::peer::alive(&self.pidfd)?;
+        repoch_sys::peer::alive(&self.pidfd)?;
         hung_up(self.conn.stream())
     }
 
@@ -428,13 +426,13 @@ impl ConsumerLink for SocketLink {
             ));
         }
         let p = &self.peer;
-        repoch_issuer::os::peer::alive(&self.pidfd).map_err(|e| {
+        repoch_sys::peer::alive(&self.pidfd).map_err(|e| {
             (
                 Reason::ConsumerLost,
                 format!("the authenticated consumer pid {}: {e}", p.pid),
             )
         })?;
-        repoch_issuer::os::peer::sole_holder(self.conn.stream(), p.pid, p.uid)
+        repoch_sys::peer::sole_holder(self.conn.stream(), p.pid, p.uid)
             .map_err(|e| (Reason::ConsumerRejected, e))?;
         if Instant::now() >= deadline {
             return Err((

@@ -84,7 +84,7 @@ pub fn run(args: &Args) -> Outcome {
     // The network namespace the admin socket is in (systemd's, when socket-activated) is
     // the host's: TCP and UDP ports are looked for there too, since repochd may run in
     // its own, empty one (`PrivateNetwork=yes`, systemd/repochd.service).
-    match repoch_issuer::os::sockdiag::adopt_host_netns(&admin) {
+    match repoch_sys::sockdiag::adopt_host_netns(&admin) {
         Ok(id) => tracing::debug!("host network namespace {id}"),
         Err(e) => {
             tracing::error!("cannot find the admin socket's network namespace: {e}");

@@ -383,7 +383,7 @@ impl Daemon {
                 return refuse(&mut std, r);
             }
             // Describe the peer from /proc, pinned by its pidfd.
-            let peer = match repoch_issuer::os::peer::describe(pid, uid, gid, &pidfd) {
+            let peer = match repoch_sys::peer::describe(pid, uid, gid, &pidfd) {
                 Ok(p) => p,
                 Err(e) => {
                     return refuse(
@@ -502,9 +502,9 @@ impl Daemon {
             pid: cred.pid().and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
             start_ticks: cred
                 .pid()
-                .and_then(|p| repoch_issuer::os::procfs::start_ticks(p as u32))
+                .and_then(|p| repoch_sys::procfs::start_ticks(p as u32))
                 .unwrap_or(0),
-            boot_id: repoch_issuer::os::procfs::boot_id(),
+            boot_id: repoch_sys::procfs::boot_id(),
         };
         // The operator's connection, for the handoff's last word: a recovery whose operator
         // went away never ends granted (daemon/src/link.rs, `SocketLink::last_word`).
@@ -689,7 +689,7 @@ fn log_event(e: &AdminEvent) {
 fn peer_pidfd(s: &UnixStream, pid: u32) -> Result<OwnedFd, String> {
     match nix::sys::socket::getsockopt(s, nix::sys::socket::sockopt::PeerPidfd) {
         Ok(fd) => Ok(fd),
-        Err(_) => repoch_issuer::os::peer::pidfd_open(pid),
+        Err(_) => repoch_sys::peer::pidfd_open(pid),
     }
 }
 
@@ -707,7 +707,7 @@ fn prove_key(
     let subject = format!("grant socket peer pid {}", peer.pid);
     let rejected =
         |want: &str, got: String| Refusal::new(Reason::ConsumerRejected, &subject, want, got);
-    let start_ticks = repoch_issuer::os::procfs::start_ticks(peer.pid)
+    let start_ticks = repoch_sys::procfs::start_ticks(peer.pid)
         .ok_or_else(|| rejected("a live peer", "no start time".into()))?;
     let nonce = repoch_issuer::keys::random()
         .map_err(|e| Refusal::new(Reason::Internal, "getrandom", "a nonce", e.to_string()))?;
@@ -743,11 +743,11 @@ fn prove_key(
             "does not verify".into(),
         ));
     }
-    repoch_issuer::os::peer::alive(pidfd).map_err(|e| rejected("the described peer", e))?;
+    repoch_sys::peer::alive(pidfd).map_err(|e| rejected("the described peer", e))?;
     // Whoever signed, the connection must be the pinned peer's alone.
-    repoch_issuer::os::peer::sole_holder(&*s, peer.pid, peer.uid)
+    repoch_sys::peer::sole_holder(&*s, peer.pid, peer.uid)
         .map_err(|e| rejected("the peer as the connection's sole holder", e))?;
-    if repoch_issuer::os::procfs::start_ticks(peer.pid) != Some(start_ticks) {
+    if repoch_sys::procfs::start_ticks(peer.pid) != Some(start_ticks) {
         return Err(rejected("the described peer", "another process".into()));
     }
     Ok(())

@@ -10,13 +10,14 @@ use repoch_protocol::limits::*;
 use repoch_protocol::manifest::*;
 use repoch_protocol::types::{check_abs_path, check_text};
 use repoch_protocol::{DeploymentId, Hash, PublicKey};
-use rustix::fs::{IFlags, OFlags};
+use rustix::fs::OFlags;
 use serde::Deserialize;
 
 use crate::layout::Layout;
 use crate::log::{enroll_sequence, staging_name};
-use crate::storage::{open_path, Real};
+use crate::storage::Real;
 use crate::store::{self, fstat_identity};
+use repoch_sys::fs::open_path;
 
 /// The manifest as an operator writes it (docs/OPERATOR.md documents every field).
 #[derive(Debug, Deserialize)]
@@ -258,7 +259,7 @@ pub fn validate(text: &str) -> Result<Validated, EnrollError> {
         // template (`name@.service`): its instances run, never the template itself.
         if u.is_empty()
             || u.contains('/')
-            || u.contains(crate::os::systemd::PATTERN_CHARS)
+            || u.contains(repoch_sys::systemd::PATTERN_CHARS)
             || u.contains("@.")
             || !u.contains('.')
         {
@@ -456,7 +457,7 @@ fn create_journal(
         .file_name()
         .and_then(|n| n.to_str())
         .expect("validated path");
-    let fd = crate::storage::open_at(
+    let fd = repoch_sys::fs::open_at(
         &pfd,
         name,
         OFlags::RDWR | OFlags::APPEND | OFlags::CREATE | OFlags::EXCL,
@@ -489,7 +490,7 @@ fn create_journal(
     }
     rustix::fs::fdatasync(&fd).map_err(|e| io(e.into()))?;
     rustix::fs::fsync(&pfd).map_err(|e| io(e.into()))?;
-    let append_only = set_append_only(&fd);
+    let append_only = repoch_sys::fs::set_append_only(&fd);
     let ident = fstat_identity(&fd).map_err(io)?;
     if ident.birth.is_none() {
         // Checked before the deployment exists; the caller removes the journal.
@@ -502,25 +503,10 @@ fn create_journal(
     Ok((ident, genesis, append_only))
 }
 
-/// Sets `FS_APPEND_FL` where the file system supports it.
-pub fn set_append_only(fd: &std::os::fd::OwnedFd) -> Result<(), String> {
-    let flags = rustix::fs::ioctl_getflags(fd).map_err(|e| format!("reading inode flags: {e}"))?;
-    rustix::fs::ioctl_setflags(fd, flags | IFlags::APPEND)
-        .map_err(|e| format!("setting the append-only flag: {e}"))
-}
-
-pub fn is_append_only(fd: &std::os::fd::OwnedFd) -> Result<bool, String> {
-    rustix::fs::ioctl_getflags(fd)
-        .map(|f| f.contains(IFlags::APPEND))
-        .map_err(|e| format!("reading inode flags: {e}"))
-}
-
 /// Removes a journal created by a failed enrollment (clearing the append-only flag first).
 fn remove_journal(path: &str) {
     if let Ok(fd) = open_path(Path::new(path), OFlags::RDONLY, 0) {
-        if let Ok(f) = rustix::fs::ioctl_getflags(&fd) {
-            let _ = rustix::fs::ioctl_setflags(&fd, f - IFlags::APPEND);
-        }
+        repoch_sys::fs::clear_append_only(&fd);
     }
     let _ = std::fs::remove_file(path);
 }
@@ -736,7 +722,7 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
     // The epoch log is append-only too, where the file system allows it.
     let log_append_only = open_path(&state_dir.join(crate::layout::LOG_FILE), OFlags::RDONLY, 0)
         .map_err(|e| e.to_string())
-        .and_then(|fd| set_append_only(&fd));
+        .and_then(|fd| repoch_sys::fs::set_append_only(&fd));
     Ok(Enrolled {
         id,
         state_dir,

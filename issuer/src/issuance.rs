@@ -464,7 +464,7 @@ impl<'id> Expected<'id> {
             None => return fail("executable", "observed".into(), "no baseline".into()),
         }
         if let Some(cg) = &self.cgroup {
-            if !crate::os::cgroup::is_within(&peer.cgroup, cg) {
+            if !repoch_sys::cgroup::is_within(&peer.cgroup, cg) {
                 return fail("cgroup", cg.clone(), peer.cgroup.clone());
             }
         }

@@ -7,7 +7,7 @@ use ed25519_dalek::SigningKey;
 use repoch_protocol::PublicKey;
 use rustix::fs::{Mode, OFlags};
 
-use crate::storage::{open_path, read_all_fd};
+use repoch_sys::fs::{open_path, read_bounded};
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
@@ -83,13 +83,13 @@ fn read_hex(path: &Path) -> Result<(String, rustix::fs::Stat), KeyError> {
     // Non-blocking and a regular file only: a FIFO given as a key must not hang the reader.
     let fd = open_path(path, OFlags::RDONLY | OFlags::NONBLOCK, 0).map_err(io(path))?;
     let st = rustix::fs::fstat(&fd).map_err(|e| io(path)(e.into()))?;
-    if let Some(kind) = crate::storage::not_regular(st.st_mode) {
+    if let Some(kind) = repoch_sys::fs::not_regular(st.st_mode) {
         return Err(KeyError::NotRegular {
             path: path.display().to_string(),
             kind,
         });
     }
-    let bytes = read_all_fd(&fd, 256).map_err(io(path))?;
+    let bytes = read_bounded(&fd, 256).map_err(io(path))?;
     let text = String::from_utf8(bytes).map_err(|_| KeyError::Format {
         path: path.display().to_string(),
     })?;

@@ -1,16 +1,14 @@
-//! repoch's issuer: enrollment, the protected state store, the OS observers and the typed
+//! repoch's issuer: enrollment, the protected state store, the observers (over `repoch-sys`) and the typed
 //! issuance state machine. Synchronous; the daemon drives it.
 #![forbid(unsafe_code)]
 
 pub mod barrier;
-pub mod digest;
 pub mod enroll;
 pub mod issuance;
 pub mod keys;
 pub mod layout;
 pub mod log;
 pub mod observe;
-pub mod os;
 pub mod refusal;
 /// The storage simulation with crash semantics: only for the tests (`sim` feature, enabled
 /// by this crate's own tests), never in a production build.

@@ -7,78 +7,22 @@ use std::path::Path;
 use repoch_protocol::cbor::Canonical;
 use repoch_protocol::epoch::{Classification, EpochBody, LogReport};
 use repoch_protocol::manifest::{Manifest, Role, SignedManifest};
-use repoch_protocol::types::BIRTH_NSEC_MAX;
-use repoch_protocol::{Birth, DeploymentId, Hash, Identity, PublicKey, Reason};
-use rustix::fs::{FlockOperation, OFlags, StatxFlags};
+use repoch_protocol::{DeploymentId, Hash, Identity, PublicKey, Reason};
+use rustix::fs::{FlockOperation, OFlags};
 
 use crate::layout::{Layout, LOCK_FILE, LOG_FILE, MANIFEST_FILE};
 use crate::log::EpochLog;
-use crate::os::procfs;
 use crate::refusal::Refusal;
-use crate::storage::{open_at, open_path, read_all_fd, Real, Storage};
+use crate::storage::{Real, Storage};
+use repoch_sys::fs::{open_at, open_path, read_bounded};
+use repoch_sys::procfs;
 
 /// Largest manifest file read.
 pub const MANIFEST_BYTES_MAX: usize = repoch_protocol::limits::FRAME_BYTES_MAX;
 /// Deployments listed in one state root.
 pub const DEPLOYMENTS_MAX: usize = 4096;
 
-/// The identity of an open file (or `O_PATH` fd), with its birth time: `statx` asks for
-/// `STATX_BTIME`, and the birth is filled only when the returned mask has it (a file system
-/// without birth times gives `None`; enrollment refuses such objects). The inode generation
-/// (`FS_IOC_GETVERSION`) is not read: rustix has no safe wrapper for it, and the issuer
-/// forbids `unsafe`.
-pub fn fstat_identity(fd: impl std::os::fd::AsFd) -> std::io::Result<Identity> {
-    use rustix::fs::{AtFlags, StatxFlags};
-    let sx = rustix::fs::statx(
-        fd,
-        "",
-        AtFlags::EMPTY_PATH,
-        StatxFlags::BASIC_STATS | StatxFlags::BTIME,
-    )?;
-    identity_of(&sx)
-}
-
-/// The identity in a `statx` answer asked for `BASIC_STATS | BTIME` (see [`fstat_identity`]).
-pub(crate) fn identity_of(sx: &rustix::fs::Statx) -> std::io::Result<Identity> {
-    let basic = StatxFlags::TYPE | StatxFlags::MODE | StatxFlags::UID | StatxFlags::GID;
-    if !StatxFlags::from_bits_retain(sx.stx_mask).contains(basic | StatxFlags::INO) {
-        return Err(std::io::Error::other(format!(
-            "statx gave no inode, owner or mode (mask {:#x})",
-            sx.stx_mask
-        )));
-    }
-    Ok(Identity {
-        dev: rustix::fs::makedev(sx.stx_dev_major, sx.stx_dev_minor),
-        ino: sx.stx_ino,
-        uid: sx.stx_uid,
-        gid: sx.stx_gid,
-        mode: sx.stx_mode.into(),
-        birth: birth_of(sx),
-    })
-}
-
-/// Whether an open file carries a POSIX access ACL (`system.posix_acl_access`): named user
-/// or group entries that the mode bits do not show (a minimal ACL, equal to the mode, is
-/// never stored). A file system without extended attributes or ACLs has none.
-pub fn has_access_acl(fd: impl std::os::fd::AsFd) -> std::io::Result<bool> {
-    use rustix::io::Errno;
-    match rustix::fs::fgetxattr_query(fd, "system.posix_acl_access") {
-        Ok(_) => Ok(true),
-        Err(e) if e == Errno::NODATA || e == Errno::OPNOTSUPP => Ok(false),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// The birth time in a statx answer: only when its mask says the file system gave one, and
-/// never a time before 1970 (read as none) or an out-of-range nanosecond count.
-fn birth_of(sx: &rustix::fs::Statx) -> Option<Birth> {
-    if !StatxFlags::from_bits_retain(sx.stx_mask).contains(StatxFlags::BTIME) {
-        return None;
-    }
-    let sec = u64::try_from(sx.stx_btime.tv_sec).ok()?;
-    let nsec = sx.stx_btime.tv_nsec;
-    (nsec <= BIRTH_NSEC_MAX).then_some(Birth { sec, nsec })
-}
+pub use repoch_sys::fs::{fstat_identity, has_access_acl};
 
 /// Checks an opened state object against its enrolled identity: another inode is
 /// `state-replaced`; another owner, or any group/other permission bit, is `state-unprotected`.
@@ -189,7 +133,7 @@ impl Deployment {
         let mf = open_at(&dir, MANIFEST_FILE, OFlags::RDONLY | OFlags::NONBLOCK, 0)
             .map_err(|e| open_failed(MANIFEST_FILE, e))?;
         let bytes =
-            read_all_fd(&mf, MANIFEST_BYTES_MAX).map_err(|e| open_failed(MANIFEST_FILE, e))?;
+            read_bounded(&mf, MANIFEST_BYTES_MAX).map_err(|e| open_failed(MANIFEST_FILE, e))?;
         let signed = SignedManifest::from_bytes(&bytes).map_err(|e| {
             Refusal::new(
                 Reason::ManifestForged,

@@ -17,7 +17,6 @@ use std::process::{Child, Command};
 use std::time::Duration;
 
 use repoch_issuer::observe::{Fences, Observation, Observe, Observer};
-use repoch_issuer::store::fstat_identity;
 use repoch_issuer::Layout;
 use repoch_protocol::grant::GrantFence;
 use repoch_protocol::journal::{next_frame, JournalBody};
@@ -25,6 +24,7 @@ use repoch_protocol::manifest::{
     Consumer, Containment, InventoryEntry, Lineage, Listener, Manifest, Predecessor, Role, Target,
 };
 use repoch_protocol::{DeploymentId, Fact, Hash, Identity, PublicKey, Reason};
+use repoch_sys::fs::fstat_identity;
 
 fn assert_root() {
     assert!(
@@ -286,10 +286,10 @@ fn file(p: &Path, bytes: &[u8], mode: u32, uid: u32, gid: u32) {
 }
 
 /// Waits until a file changed just now is old enough for its stamp to prove it unchanged later
-/// (`repoch_issuer::digest::CHANGE_SETTLED_MS`): nothing can set a change time back.
+/// (`repoch_sys::digest::CHANGE_SETTLED_MS`): nothing can set a change time back.
 fn settle() {
     std::thread::sleep(Duration::from_millis(
-        repoch_issuer::digest::CHANGE_SETTLED_MS + 100,
+        repoch_sys::digest::CHANGE_SETTLED_MS + 100,
     ));
 }
 
@@ -505,7 +505,7 @@ const CGROUP_EMPTY_WAIT_MS_MAX: u64 = 5000;
 
 impl Cgroup {
     fn new(name: &str) -> Cgroup {
-        let root = repoch_issuer::os::cgroup::mount_point().expect("cgroup2 mounted");
+        let root = repoch_sys::cgroup::mount_point().expect("cgroup2 mounted");
         let rel = format!("/{}", tag(name));
         let path = root.join(&rel[1..]);
         std::fs::create_dir(&path).expect("mkdir cgroup");
@@ -1383,7 +1383,7 @@ fn journal_signed(
     std::fs::write(path, &bytes).unwrap();
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
     let f = File::open(path).unwrap();
-    repoch_issuer::enroll::set_append_only(&f.into()).expect("append-only (ext4, root)");
+    repoch_sys::fs::set_append_only(&f).expect("append-only (ext4, root)");
     m.inventory.push(InventoryEntry {
         role: Role::Journal,
         path: s(path),
@@ -1394,14 +1394,12 @@ fn journal_signed(
 
 /// Sets or clears the append-only flag (chown and chmod fail while it is set).
 fn append_only(p: &Path, on: bool) {
-    let fd: std::os::fd::OwnedFd = File::open(p).unwrap().into();
-    let flags = rustix::fs::ioctl_getflags(&fd).unwrap();
-    let flags = if on {
-        flags | rustix::fs::IFlags::APPEND
+    let f = File::open(p).unwrap();
+    if on {
+        repoch_sys::fs::set_append_only(&f).unwrap();
     } else {
-        flags - rustix::fs::IFlags::APPEND
-    };
-    rustix::fs::ioctl_setflags(&fd, flags).unwrap();
+        repoch_sys::fs::clear_append_only(&f);
+    }
 }
 
 /// A journal path whose append-only flag is cleared on drop (so the tempdir can go).

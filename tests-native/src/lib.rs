@@ -9,8 +9,6 @@ pub mod sys;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use rustix::fs::IFlags;
-
 /// Names the directory of the binaries to drive instead of the one this executable was
 /// built into (the benchmarks: docs/BENCHMARKS.md).
 pub const BIN_DIR_ENV: &str = "REPOCH_BIN_DIR";
@@ -79,17 +77,14 @@ pub fn clear_append_only(dir: &Path) {
 
 pub fn unset_append_only(p: &Path) {
     if let Ok(f) = std::fs::File::open(p) {
-        if let Ok(flags) = rustix::fs::ioctl_getflags(&f) {
-            let _ = rustix::fs::ioctl_setflags(&f, flags - IFlags::APPEND);
-        }
+        repoch_sys::fs::clear_append_only(&f);
     }
 }
 
 pub fn is_append_only(p: &Path) -> bool {
     std::fs::File::open(p)
         .ok()
-        .and_then(|f| rustix::fs::ioctl_getflags(&f).ok())
-        .is_some_and(|f| f.contains(IFlags::APPEND))
+        .is_some_and(|f| repoch_sys::fs::is_append_only(&f) == Ok(true))
 }
 
 /// The result of running a binary.
@@ -382,7 +377,7 @@ pub struct Cgroup {
 
 impl Cgroup {
     pub fn new(name: &str) -> Cgroup {
-        let root = repoch_issuer::os::cgroup::mount_point().expect("cgroup2 mounted");
+        let root = repoch_sys::cgroup::mount_point().expect("cgroup2 mounted");
         let rel = format!("/{name}");
         std::fs::create_dir_all(root.join(name)).expect("mkdir cgroup");
         Cgroup { root, rel }

@@ -31,8 +31,8 @@ fn read_manifest(path: &Path) -> Result<String, String> {
             st.st_size
         ));
     }
-    let bytes = repoch_issuer::storage::read_all_fd(&fd, MANIFEST_TOML_BYTES_MAX)
-        .map_err(|e| e.to_string())?;
+    let bytes =
+        repoch_sys::fs::read_bounded(&fd, MANIFEST_TOML_BYTES_MAX).map_err(|e| e.to_string())?;
     String::from_utf8(bytes).map_err(|_| "not UTF-8 text".into())
 }
 
@@ -101,7 +101,7 @@ fn absent_now(
     const MISSING: &str = "does not exist now";
     let missing = |p: &Path| matches!(std::fs::metadata(p), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
     let mut out = Vec::new();
-    if let Ok(root) = repoch_issuer::os::cgroup::mount_point() {
+    if let Ok(root) = repoch_sys::cgroup::mount_point() {
         for g in &c.cgroups {
             if missing(&root.join(g.trim_start_matches('/'))) {
                 out.push(("cgroup", g.clone(), MISSING));

@@ -63,22 +63,19 @@ pub fn append(
     let id = store::resolve(&ctx.layout, deployment)?;
     let issuer = store::issuer_public(&ctx.layout)?;
     let producer = repoch_protocol::PublicKey::from(&key.verifying_key());
-    let fd = repoch_issuer::storage::open_path(
-        journal,
-        OFlags::RDWR | OFlags::APPEND | OFlags::NONBLOCK,
-        0,
-    )
-    .map_err(|e| {
-        Failure::refused(Refusal::new(
-            Reason::LineageMissing,
-            journal.display().to_string(),
-            "present",
-            e.to_string(),
-        ))
-    })?;
+    let fd =
+        repoch_sys::fs::open_path(journal, OFlags::RDWR | OFlags::APPEND | OFlags::NONBLOCK, 0)
+            .map_err(|e| {
+                Failure::refused(Refusal::new(
+                    Reason::LineageMissing,
+                    journal.display().to_string(),
+                    "present",
+                    e.to_string(),
+                ))
+            })?;
     // A FIFO or device at the journal path is no journal (and would block or never end).
     let st = rustix::fs::fstat(&fd).map_err(|e| Failure::Internal(format!("fstat: {e}")))?;
-    if let Some(kind) = repoch_issuer::storage::not_regular(st.st_mode) {
+    if let Some(kind) = repoch_sys::fs::not_regular(st.st_mode) {
         return Err(Failure::refused(Refusal::new(
             Reason::LineageReplaced,
             journal.display().to_string(),
@@ -91,17 +88,16 @@ pub fn append(
         .map_err(|e| Failure::Internal(format!("flock: {e}")))?;
     // Over its bound, the journal is bad input: lineage-mutated, as `verify_journal` says of
     // journal bytes over `JOURNAL_BYTES_MAX`.
-    let bytes =
-        repoch_issuer::storage::read_all_fd(&fd, repoch_protocol::limits::JOURNAL_BYTES_MAX)
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::FileTooLarge => Failure::refused(Refusal::new(
-                    Reason::LineageMutated,
-                    journal.display().to_string(),
-                    "a valid journal",
-                    e.to_string(),
-                )),
-                _ => Failure::Internal(e.to_string()),
-            })?;
+    let bytes = repoch_sys::fs::read_bounded(&fd, repoch_protocol::limits::JOURNAL_BYTES_MAX)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::FileTooLarge => Failure::refused(Refusal::new(
+                Reason::LineageMutated,
+                journal.display().to_string(),
+                "a valid journal",
+                e.to_string(),
+            )),
+            _ => Failure::Internal(e.to_string()),
+        })?;
     let f = verify_journal(
         &bytes,
         JournalPins {

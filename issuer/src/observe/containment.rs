@@ -5,8 +5,8 @@ use repoch_protocol::manifest::{Listener, Manifest};
 use repoch_protocol::{Fact, Reason};
 
 use super::Fences;
-use crate::os::hold::{self, NotTaken};
-use crate::os::{cgroup, net, proc, systemd};
+use repoch_sys::hold::{self, NotTaken};
+use repoch_sys::{cgroup, net, proc, systemd};
 
 /// The enrolled units: masked, inactive, no main pid, no reload pending.
 pub(super) fn units(m: &Manifest, systemctl: &[String], facts: &mut Vec<Fact>) {
@@ -235,7 +235,7 @@ pub(super) fn executables(m: &Manifest, facts: &mut Vec<Fact>) {
                 Err(e) => return Err(format!("{exe}: {e}")),
             };
             let st = rustix::fs::fstat(&f).map_err(|e| format!("{exe}: {e}"))?;
-            let digest = crate::digest::digest(&f, proc::CONTENT_BYTES_MAX)
+            let digest = repoch_sys::digest::digest(&f, proc::CONTENT_BYTES_MAX)
                 .map_err(|e| format!("{exe}: {e}"))?;
             Ok(proc::Wanted {
                 path: exe,
@@ -287,13 +287,13 @@ pub(super) fn executables(m: &Manifest, facts: &mut Vec<Fact>) {
 /// a connection was accepted for; "holder unknown" when no socket could be matched.
 fn describe_unix_bound(
     sockets: &[(
-        crate::os::sockdiag::NetnsId,
-        crate::os::sockdiag::UnixSocket,
+        repoch_sys::sockdiag::NetnsId,
+        repoch_sys::sockdiag::UnixSocket,
     )],
     unsearched: Option<&str>,
     accepts: Option<&str>,
 ) -> String {
-    let own = crate::os::sockdiag::own_netns().ok();
+    let own = repoch_sys::sockdiag::own_netns().ok();
     let shown = &sockets[..sockets.len().min(cgroup::TASKS_SHOWN_MAX)];
     let inodes: Vec<u64> = shown.iter().map(|(_, s)| s.inode).collect();
     let holders = net::socket_holders_of(&inodes);

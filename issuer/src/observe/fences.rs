@@ -12,10 +12,10 @@ use repoch_protocol::{Fact, Identity, Reason};
 use rustix::fs::{FlockOperation, OFlags};
 
 use super::{open_enrolled, Enrolled};
-use crate::os::hold::Held;
-use crate::os::procfs;
-use crate::storage::open_path;
 use crate::store::fstat_identity;
+use repoch_sys::fs::open_path;
+use repoch_sys::hold::Held;
+use repoch_sys::procfs;
 
 /// What every fence fact expects.
 const WANT: &str = "the enrolled inode, locked by us";
@@ -85,7 +85,7 @@ impl Fences {
         self.held
             .iter()
             .map(|h| &h.fd)
-            .chain(self.listeners.iter().map(|(_, h)| &h.fd))
+            .chain(self.listeners.iter().map(|(_, h)| h.socket()))
             .collect()
     }
     /// The grant's listener list: each held endpoint, in manifest order.

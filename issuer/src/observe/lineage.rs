@@ -10,7 +10,7 @@ use repoch_protocol::{Fact, Hash, Reason};
 
 use super::{open_enrolled, Enrolled};
 use crate::layout::Layout;
-use crate::storage::read_all_fd;
+use repoch_sys::fs::read_bounded;
 
 /// The lineage facts: the journal, its frontier and unknown operations, and the
 /// predecessor link. Returns the frontier and the unknown operations for the grant.
@@ -70,7 +70,7 @@ fn journal(m: &Manifest) -> Result<repoch_protocol::journal::Frontier, Fact> {
         regular: Some(("the enrolled regular file", Reason::LineageReplaced)),
         identity: Some((&enrolled, Reason::LineageReplaced)),
     })?;
-    let append_only = crate::enroll::is_append_only(&fd);
+    let append_only = repoch_sys::fs::is_append_only(&fd);
     if id.uid != enrolled.uid || id.mode != enrolled.mode || append_only != Ok(true) {
         let expected = format!(
             "uid {} mode {:o} append-only true",
@@ -85,7 +85,7 @@ fn journal(m: &Manifest) -> Result<repoch_protocol::journal::Frontier, Fact> {
         );
         return Err(fail(&expected, &observed, Reason::LineageUnprotected));
     }
-    let bytes = read_all_fd(&fd, JOURNAL_BYTES_MAX)
+    let bytes = read_bounded(&fd, JOURNAL_BYTES_MAX)
         .map_err(|e| fail("readable", &e.to_string(), Reason::ObserveFailed))?;
     let pins = JournalPins {
         deployment: m.deployment,

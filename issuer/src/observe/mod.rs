@@ -17,9 +17,9 @@ use repoch_protocol::{Fact, Hash, Identity, Reason};
 use rustix::fs::OFlags;
 
 use crate::layout::Layout;
-use crate::os::systemd;
-use crate::storage::{not_regular, open_path};
 use crate::store::fstat_identity;
+use repoch_sys::fs::{not_regular, open_path};
+use repoch_sys::systemd;
 
 pub mod containment;
 pub mod fences;

@@ -8,12 +8,11 @@ use repoch_protocol::manifest::Manifest;
 use repoch_protocol::{Fact, Hash, Identity, Reason};
 
 use super::{open_enrolled, Enrolled};
-use crate::digest::{Proof, Stamp};
+use repoch_sys::digest::{Proof, Stamp};
 
 /// Largest READY file hashed.
 pub const READY_BYTES_MAX: u64 = 1024 * 1024;
-/// Largest consumer executable hashed.
-pub const EXE_BYTES_MAX: u64 = 512 * 1024 * 1024;
+pub use repoch_sys::digest::EXE_BYTES_MAX;
 
 /// What the first observation of one issuance fixes for the later ones: the READY digest
 /// (the operator's approval, else the first seen) and the consumer executable's identity
@@ -25,7 +24,7 @@ pub struct Baseline {
     consumer_exe: Option<(Identity, Hash)>,
     /// The consumer executable as hashed at the first observation: held open (its inode
     /// cannot be freed and handed out again meanwhile) and, when its stamp can prove it
-    /// unchanged later, that proof (`crate::digest`).
+    /// unchanged later, that proof (`repoch_sys::digest`).
     consumer_exe_held: Option<(Arc<OwnedFd>, Option<Proof>)>,
 }
 
@@ -79,7 +78,7 @@ fn ready_fact(m: &Manifest, b: &mut Baseline) -> Result<(Hash, Fact), Fact> {
             Reason::ReadyUnprotected,
         ));
     }
-    let digest = crate::digest::hash(&fd, READY_BYTES_MAX)
+    let digest = repoch_sys::digest::hash(&fd, READY_BYTES_MAX)
         .map(|(d, _)| d)
         .map_err(|e| fail("readable", &e, Reason::ObserveFailed))?;
     let observed = format!("sha256 {digest}");
@@ -156,20 +155,20 @@ fn consumer_exe_fact(m: &Manifest, b: &mut Baseline) -> Result<Fact, Fact> {
 
 /// The consumer executable's digest. Read whole once per issuance, at the first
 /// observation, with the file then held open and its proof remembered for the peer's
-/// `/proc/PID/exe` (`crate::os::peer::describe`); at later observations taken from that
+/// `/proc/PID/exe` (`repoch_sys::peer::describe`); at later observations taken from that
 /// read when the file's stamp now proves it the same file unchanged (docs/THREAT-MODEL.md,
 /// "The consumer executable, hashed once per issuance"), else read whole again.
 fn exe_digest(fd: OwnedFd, b: &mut Baseline) -> Result<Hash, String> {
     match &b.consumer_exe_held {
         None => {
-            let (digest, proof) = crate::digest::hash(&fd, EXE_BYTES_MAX)?;
+            let (digest, proof) = repoch_sys::digest::hash(&fd, EXE_BYTES_MAX)?;
             if let Some(p) = proof {
-                crate::digest::remember(p);
+                repoch_sys::digest::remember(p);
             }
             b.consumer_exe_held = Some((Arc::new(fd), proof));
             Ok(digest)
         }
         Some((_, Some(p))) if Stamp::of(&fd).is_ok_and(|now| p.proves(&now)) => Ok(p.digest),
-        Some(_) => crate::digest::hash(&fd, EXE_BYTES_MAX).map(|(d, _)| d),
+        Some(_) => repoch_sys::digest::hash(&fd, EXE_BYTES_MAX).map(|(d, _)| d),
     }
 }

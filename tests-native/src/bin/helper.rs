@@ -635,7 +635,7 @@ fn main() {
             };
             write_msg(&mut c, &GrantMsg::Challenge(challenge)).unwrap();
             let _ = read_msg::<GrantMsg>(&mut c);
-            let mut fence_identity = repoch_issuer::store::fstat_identity(&fence).unwrap();
+            let mut fence_identity = repoch_sys::fs::fstat_identity(&fence).unwrap();
             // args[7] "fence-born-another-time": the grant names the fence's device and inode
             // with another birth time, as a fence deleted and recreated on the same inode
             // number would show.

@@ -46,7 +46,7 @@ fn sock_diag_reports_the_bound_inode_and_device_as_stat_does() {
     // device encoding differs from stat's): the dump lists it by its socket inode, with
     // the (st_dev, st_ino) that stat() gives for the path, and its bound name.
     require_root!();
-    use repoch_issuer::os::sockdiag;
+    use repoch_sys::sockdiag;
     use std::os::unix::fs::MetadataExt as _;
     let s = Sandbox::new();
     let path = s.path("diag.sock");
@@ -80,7 +80,7 @@ fn sock_diag_reports_the_bound_inode_and_device_as_stat_does() {
 fn sock_diag_names_the_peer_of_a_connected_socket() {
     // A connected pair: the peer of each end is the other end's socket inode.
     require_root!();
-    use repoch_issuer::os::sockdiag;
+    use repoch_sys::sockdiag;
     let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
     let (ia, ib) = (
         sockdiag::inode_of(&a).unwrap(),

@@ -1211,7 +1211,7 @@ fn a_granted_recovery_reads_the_consumer_executable_at_most_twice() {
     ));
     // Older than the margin after which a change time is a proof.
     std::thread::sleep(std::time::Duration::from_millis(
-        repoch_issuer::digest::CHANGE_SETTLED_MS + 200,
+        repoch_sys::digest::CHANGE_SETTLED_MS + 200,
     ));
     let d = s.daemon();
     let before = bytes_read(d.child.id());

@@ -10,8 +10,7 @@ use repoch_tests_native::*;
 
 fn set_append_only(p: &std::path::Path) {
     let f = std::fs::File::open(p).unwrap();
-    let flags = rustix::fs::ioctl_getflags(&f).unwrap();
-    rustix::fs::ioctl_setflags(&f, flags | rustix::fs::IFlags::APPEND).unwrap();
+    repoch_sys::fs::set_append_only(&f).unwrap();
 }
 
 fn reasons(r: &Run) -> Vec<String> {
@@ -647,7 +646,7 @@ fn rewrite_last_byte_in_place(path: &std::path::Path) {
 /// executable, hashed once per issuance").
 fn settle() {
     std::thread::sleep(std::time::Duration::from_millis(
-        repoch_issuer::digest::CHANGE_SETTLED_MS + 200,
+        repoch_sys::digest::CHANGE_SETTLED_MS + 200,
     ));
 }
 
@@ -713,11 +712,11 @@ fn a_peer_executable_rewritten_in_place_between_two_connections_is_hashed_again(
             c.arg("threads");
             c
         });
-        let pidfd = repoch_issuer::os::peer::pidfd_open(p.pid()).unwrap();
-        let d = repoch_issuer::os::peer::describe(p.pid(), 0, 0, &pidfd).unwrap();
+        let pidfd = repoch_sys::peer::pidfd_open(p.pid()).unwrap();
+        let d = repoch_sys::peer::describe(p.pid(), 0, 0, &pidfd).unwrap();
         assert_eq!(d.exe_sha256, want);
         // Described twice: the second from the proof, the same answer.
-        let d2 = repoch_issuer::os::peer::describe(p.pid(), 0, 0, &pidfd).unwrap();
+        let d2 = repoch_sys::peer::describe(p.pid(), 0, 0, &pidfd).unwrap();
         assert_eq!(d2.exe_sha256, want);
         d
     };

@@ -31,6 +31,9 @@ pub const CHANGE_SETTLED_MS: u64 = 1000;
 /// per device and inode; the oldest forgotten first).
 pub const REMEMBERED_MAX: usize = 16;
 
+/// Largest executable hashed: the consumer executable enrolled, a peer's, a principal's.
+pub const EXE_BYTES_MAX: u64 = 512 * 1024 * 1024;
+
 /// Bytes read at once while hashing.
 const CHUNK_BYTES: usize = 64 * 1024;
 
@@ -62,7 +65,7 @@ impl Stamp {
             )));
         }
         Ok(Stamp {
-            id: crate::store::identity_of(&sx)?,
+            id: crate::fs::identity_of(&sx)?,
             size: sx.stx_size,
             ctime: (sx.stx_ctime.tv_sec, sx.stx_ctime.tv_nsec),
             mtime: (sx.stx_mtime.tv_sec, sx.stx_mtime.tv_nsec),

@@ -26,15 +26,8 @@ pub fn read_small(path: &Path, max: u64) -> std::io::Result<String> {
 
 /// [`read_small`] of a file already open (e.g. relative to a directory descriptor).
 pub fn read_small_from(f: fs::File, max: u64) -> std::io::Result<String> {
-    use std::io::Read as _;
-    let mut s = String::new();
-    f.take(max.saturating_add(1)).read_to_string(&mut s)?;
-    if s.len() as u64 > max {
-        return Err(std::io::Error::other(format!(
-            "over its bound of {max} bytes"
-        )));
-    }
-    Ok(s)
+    let bytes = crate::fs::read_bounded(&f, usize::try_from(max).unwrap_or(usize::MAX))?;
+    String::from_utf8(bytes).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
 /// `/proc/<pid>/stat` field 22: start time in clock ticks since boot.

@@ -26,10 +26,17 @@ pub const HELD_BACKLOG: i32 = 128;
 #[derive(Debug)]
 pub struct Held {
     /// The socket.
-    pub(crate) fd: OwnedFd,
+    fd: OwnedFd,
     /// For a unix path: its directory, the name in it and the socket file's identity
     /// (device, inode) as bound; removed on drop unless handed over.
     file: Option<SocketFile>,
+}
+
+impl Held {
+    /// The held socket, to hand over with the grant.
+    pub fn socket(&self) -> &OwnedFd {
+        &self.fd
+    }
 }
 
 #[derive(Debug)]
@@ -171,7 +178,7 @@ fn take_unix(path: &str, principals: &[u32]) -> Result<Held, NotTaken> {
     let (Some(parent), Some(name)) = (p.parent(), p.file_name().and_then(|n| n.to_str())) else {
         return Err(NotTaken::Failed(format!("{path}: no directory and name")));
     };
-    let dir = crate::storage::open_path(parent, OFlags::DIRECTORY | OFlags::RDONLY, 0)
+    let dir = crate::fs::open_path(parent, OFlags::DIRECTORY | OFlags::RDONLY, 0)
         .map_err(|e| NotTaken::Failed(format!("{}: {e}", parent.display())))?;
     let st = rustix::fs::fstat(&dir).map_err(|e| NotTaken::Failed(format!("{e}")))?;
     if st.st_mode & 0o022 != 0 || !principals.contains(&st.st_uid) {

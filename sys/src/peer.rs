@@ -9,7 +9,7 @@ use repoch_protocol::limits::PATH_BYTES_MAX;
 use super::cgroup;
 
 /// Largest peer executable hashed.
-pub const PEER_EXE_BYTES_MAX: u64 = 512 * 1024 * 1024;
+pub const PEER_EXE_BYTES_MAX: u64 = crate::digest::EXE_BYTES_MAX;
 
 /// Reads the peer's executable and cgroup, then checks through the pidfd that the process
 /// read is still the one that connected (a pid reused meanwhile would be another process).
@@ -17,7 +17,7 @@ pub fn describe(pid: u32, uid: u32, gid: u32, pidfd: &OwnedFd) -> Result<Consume
     alive(pidfd)?;
     let exe_path = format!("/proc/{pid}/exe");
     let f = std::fs::File::open(&exe_path).map_err(|e| format!("{exe_path}: {e}"))?;
-    let exe = crate::store::fstat_identity(&f).map_err(|e| format!("{exe_path}: {e}"))?;
+    let exe = crate::fs::fstat_identity(&f).map_err(|e| format!("{exe_path}: {e}"))?;
     // Read whole unless a proof remembered from an earlier read (the issuance's read of
     // the consumer executable, or an earlier peer's) shows this is that file, unchanged
     // (`crate::digest`; docs/THREAT-MODEL.md, "The consumer executable, hashed once per

@@ -18,6 +18,18 @@
 //!
 //! The request is built and the reply parsed by hand, bounded and checked (no unsafe):
 //! `include/uapi/linux/{netlink,sock_diag,unix_diag,inet_diag}.h`.
+//!
+//! Why by hand, not `netlink-packet-sock-diag` and `netlink-sys` (checked against
+//! netlink-packet-sock-diag 0.4.2, its latest release, 2023-07, built on
+//! netlink-packet-core 0.7 while that crate is at 0.9; netlink-sys 0.8.8): the crate
+//! cannot ask for unix sockets in every state (its bitflags-1 `StateFlags` holds only
+//! ESTABLISHED and LISTEN, and any other bit needs `unsafe`), so bound but unconnected
+//! datagram sockets would be missed; its `UNIX_DIAG_VFS` value has private fields and no
+//! getters; it parses `UNIX_DIAG_NAME` as a UTF-8 `String`, so one non-UTF-8 name fails the
+//! whole message. With it, the datagram loop, the sequence and `NLM_F_DUMP_INTR` checks,
+//! the errno in `NLMSG_DONE`, and the size and time bounds would still be ours, and
+//! netlink-sys does nothing `nix` does not already do here. It would replace about 140
+//! lines of layout code and add a second `bitflags`.
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd as _, OwnedFd};

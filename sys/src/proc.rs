@@ -46,7 +46,7 @@ pub const CHASE_PIDS_PER_ROUND_MAX: usize = 1 << 16;
 /// Distinct mapped files judged by content in one walk (each at most once).
 pub const MAPPED_FILES_MAX: usize = 1 << 20;
 /// Bytes of a file hashed to compare it with an enrolled executable of the same size.
-pub const CONTENT_BYTES_MAX: u64 = crate::observe::EXE_BYTES_MAX;
+pub const CONTENT_BYTES_MAX: u64 = crate::digest::EXE_BYTES_MAX;
 
 /// A task (process or thread) running a contained executable.
 #[derive(Debug, Clone, PartialEq, Eq)]

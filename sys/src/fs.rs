@@ -1,0 +1,338 @@
+//! Files as repoch opens and reads them: no symlink followed on any path, one bounded
+//! reader, one identity (`statx`), and the append-only inode flag.
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+
+use repoch_protocol::types::BIRTH_NSEC_MAX;
+use repoch_protocol::{Birth, Identity};
+use rustix::fs::{self, IFlags, Mode, OFlags, ResolveFlags, StatxFlags};
+
+pub const OPEN_NOFOLLOW: ResolveFlags =
+    ResolveFlags::NO_SYMLINKS.union(ResolveFlags::NO_MAGICLINKS);
+
+/// What a non-regular file is, for an `observed` text ("a fifo"); `None` for a regular file.
+/// Observed paths are opened with `O_NONBLOCK` and checked with this before any read, so a
+/// FIFO or device put in a file's place refuses at once instead of blocking.
+pub fn not_regular(mode: u32) -> Option<&'static str> {
+    Some(match mode & 0o170000 {
+        0o100000 => return None,
+        0o010000 => "a fifo",
+        0o140000 => "a socket",
+        0o040000 => "a directory",
+        0o020000 => "a character device",
+        0o060000 => "a block device",
+        0o120000 => "a symlink",
+        _ => "an unknown file type",
+    })
+}
+
+/// Opens an absolute path without following any symlink in any component.
+pub fn open_path(path: &std::path::Path, flags: OFlags, mode: u32) -> io::Result<OwnedFd> {
+    open_nofollow(fs::CWD, path, flags, Mode::from_raw_mode(mode))
+}
+
+/// Opens `name` inside `dir` without following symlinks.
+pub fn open_at(dir: impl AsFd, name: &str, flags: OFlags, mode: u32) -> io::Result<OwnedFd> {
+    if name.contains('/') || name == ".." || name == "." || name.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{name:?} is not a plain name"),
+        ));
+    }
+    open_nofollow(dir.as_fd(), name.as_ref(), flags, Mode::from_raw_mode(mode))
+}
+
+/// `openat2(RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`; where that call is not available
+/// (`ENOSYS`: systemd's `RestrictSUIDSGID=`, set in `repochd.service`, makes it so, since
+/// its filter cannot read the mode inside `open_how`; kernels before 5.6), the same walk
+/// one component at a time ([`open_walk`]).
+fn open_nofollow(
+    dir: std::os::fd::BorrowedFd<'_>,
+    path: &std::path::Path,
+    flags: OFlags,
+    mode: Mode,
+) -> io::Result<OwnedFd> {
+    match fs::openat2(
+        dir,
+        path,
+        flags | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        mode,
+        OPEN_NOFOLLOW,
+    ) {
+        Err(rustix::io::Errno::NOSYS) => open_walk(dir, path, flags, mode),
+        r => Ok(r?),
+    }
+}
+
+/// Opens `path` relative to `dir` one component at a time, following no symlink: each
+/// directory on the way is opened `O_PATH | O_NOFOLLOW` and must be a directory (a symlink
+/// is `ELOOP`, as `RESOLVE_NO_SYMLINKS` answers), and the last component is opened with
+/// `flags | O_NOFOLLOW` (so a symlink there is `ELOOP`, or, with `O_PATH`, the symlink
+/// itself: as `openat2` answers).
+fn open_walk(
+    dir: std::os::fd::BorrowedFd<'_>,
+    path: &std::path::Path,
+    flags: OFlags,
+    mode: Mode,
+) -> io::Result<OwnedFd> {
+    use std::path::Component;
+    let mut names: Vec<&std::ffi::OsStr> = Vec::new();
+    let mut held: Option<OwnedFd> = None;
+    for c in path.components() {
+        match c {
+            Component::RootDir => {
+                held = Some(fs::open(
+                    "/",
+                    OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )?);
+            }
+            Component::Prefix(_) => return Err(io::ErrorKind::InvalidInput.into()),
+            Component::CurDir => names.push(".".as_ref()),
+            Component::ParentDir => names.push("..".as_ref()),
+            Component::Normal(n) => names.push(n),
+        }
+    }
+    let Some((last, between)) = names.split_last() else {
+        return Err(io::ErrorKind::InvalidInput.into());
+    };
+    for name in between {
+        let at = held.as_ref().map_or(dir, AsFd::as_fd);
+        let next = fs::openat(
+            at,
+            *name,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let st = fs::fstat(&next)?;
+        match fs::FileType::from_raw_mode(st.st_mode) {
+            fs::FileType::Directory => {}
+            fs::FileType::Symlink => return Err(rustix::io::Errno::LOOP.into()),
+            _ => return Err(rustix::io::Errno::NOTDIR.into()),
+        }
+        held = Some(next);
+    }
+    let at = held.as_ref().map_or(dir, AsFd::as_fd);
+    Ok(fs::openat(
+        at,
+        *last,
+        flags | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        mode,
+    )?)
+}
+
+/// Bytes asked of the first `pread` of [`read_bounded`]; each next one asks for twice as
+/// many, up to [`READ_CHUNK_BYTES_MAX`] (a small procfs file costs one small buffer).
+const READ_CHUNK_BYTES_MIN: usize = 4 * 1024;
+/// Largest single `pread` of [`read_bounded`].
+const READ_CHUNK_BYTES_MAX: usize = 64 * 1024;
+
+/// The one bounded reader: a whole file from offset 0 (`pread`, so the fd's offset is
+/// neither used nor moved), refusing more than `max` bytes: more is an error, never a
+/// prefix (a table cut at its bound would read as a shorter, well-formed one).
+pub fn read_bounded(f: impl AsFd, max: usize) -> io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut chunk = READ_CHUNK_BYTES_MIN;
+    loop {
+        let at = out.len();
+        out.resize(at + chunk, 0);
+        let n = rustix::io::pread(&f, &mut out[at..], at as u64)?;
+        out.truncate(at + n);
+        if n == 0 {
+            return Ok(out);
+        }
+        if out.len() > max {
+            return Err(io::Error::new(
+                io::ErrorKind::FileTooLarge,
+                format!("over its bound of {max} bytes"),
+            ));
+        }
+        chunk = (chunk * 2).min(READ_CHUNK_BYTES_MAX);
+    }
+}
+
+/// Whether [`read_regular`] follows symlinks on the way to the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Links {
+    /// As `open(2)` does: for paths an operator or a supervisor names (key files).
+    Follow,
+    /// None, in any component ([`open_path`]).
+    Refuse,
+}
+
+/// Reads a regular file of at most `max` bytes. The open does not block and anything but a
+/// regular file is refused before a byte is read: a FIFO given as a path never hangs.
+pub fn read_regular(p: &std::path::Path, max: usize, links: Links) -> io::Result<Vec<u8>> {
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK;
+    let fd = match links {
+        Links::Refuse => open_path(p, flags, 0)?,
+        Links::Follow => fs::open(p, flags | OFlags::CLOEXEC, Mode::empty())?,
+    };
+    if let Some(kind) = not_regular(fs::fstat(&fd)?.st_mode) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{kind}, not a regular file"),
+        ));
+    }
+    read_bounded(&fd, max)
+}
+
+/// Sets `FS_APPEND_FL` where the file system supports it.
+pub fn set_append_only(fd: impl AsFd) -> Result<(), String> {
+    let flags = fs::ioctl_getflags(&fd).map_err(|e| format!("reading inode flags: {e}"))?;
+    fs::ioctl_setflags(&fd, flags | IFlags::APPEND)
+        .map_err(|e| format!("setting the append-only flag: {e}"))
+}
+
+/// Whether `FS_APPEND_FL` is set.
+pub fn is_append_only(fd: impl AsFd) -> Result<bool, String> {
+    fs::ioctl_getflags(&fd)
+        .map(|f| f.contains(IFlags::APPEND))
+        .map_err(|e| format!("reading inode flags: {e}"))
+}
+
+/// Clears `FS_APPEND_FL` (the only way such a file can be removed or rewritten: a failed
+/// enrollment's journal, a test's fixture), best effort.
+pub fn clear_append_only(fd: impl AsFd) {
+    if let Ok(f) = fs::ioctl_getflags(&fd) {
+        let _ = fs::ioctl_setflags(&fd, f - IFlags::APPEND);
+    }
+}
+
+/// The identity of an open file (or `O_PATH` fd), with its birth time: `statx` asks for
+/// `STATX_BTIME`, and the birth is filled only when the returned mask has it (a file system
+/// without birth times gives `None`; enrollment refuses such objects). The inode generation
+/// (`FS_IOC_GETVERSION`) is not read: rustix has no safe wrapper for it, and the issuer
+/// forbids `unsafe`.
+pub fn fstat_identity(fd: impl std::os::fd::AsFd) -> std::io::Result<Identity> {
+    use rustix::fs::AtFlags;
+    let sx = rustix::fs::statx(
+        fd,
+        "",
+        AtFlags::EMPTY_PATH,
+        StatxFlags::BASIC_STATS | StatxFlags::BTIME,
+    )?;
+    identity_of(&sx)
+}
+
+/// The identity in a `statx` answer asked for `BASIC_STATS | BTIME` (see [`fstat_identity`]).
+pub fn identity_of(sx: &rustix::fs::Statx) -> std::io::Result<Identity> {
+    let basic = StatxFlags::TYPE | StatxFlags::MODE | StatxFlags::UID | StatxFlags::GID;
+    if !StatxFlags::from_bits_retain(sx.stx_mask).contains(basic | StatxFlags::INO) {
+        return Err(std::io::Error::other(format!(
+            "statx gave no inode, owner or mode (mask {:#x})",
+            sx.stx_mask
+        )));
+    }
+    Ok(Identity {
+        dev: rustix::fs::makedev(sx.stx_dev_major, sx.stx_dev_minor),
+        ino: sx.stx_ino,
+        uid: sx.stx_uid,
+        gid: sx.stx_gid,
+        mode: sx.stx_mode.into(),
+        birth: birth_of(sx),
+    })
+}
+
+/// Whether an open file carries a POSIX access ACL (`system.posix_acl_access`): named user
+/// or group entries that the mode bits do not show (a minimal ACL, equal to the mode, is
+/// never stored). A file system without extended attributes or ACLs has none.
+pub fn has_access_acl(fd: impl std::os::fd::AsFd) -> std::io::Result<bool> {
+    use rustix::io::Errno;
+    match rustix::fs::fgetxattr_query(fd, "system.posix_acl_access") {
+        Ok(_) => Ok(true),
+        Err(e) if e == Errno::NODATA || e == Errno::OPNOTSUPP => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The birth time in a statx answer: only when its mask says the file system gave one, and
+/// never a time before 1970 (read as none) or an out-of-range nanosecond count.
+fn birth_of(sx: &rustix::fs::Statx) -> Option<Birth> {
+    if !StatxFlags::from_bits_retain(sx.stx_mask).contains(StatxFlags::BTIME) {
+        return None;
+    }
+    let sec = u64::try_from(sx.stx_btime.tv_sec).ok()?;
+    let nsec = sx.stx_btime.tv_nsec;
+    (nsec <= BIRTH_NSEC_MAX).then_some(Birth { sec, nsec })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file of exactly its bound is read whole, one byte more is refused (never a
+    /// prefix), across the growing chunks; a FIFO is refused without blocking.
+    #[test]
+    fn the_bounded_reader_reads_whole_or_refuses() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("f");
+        let body: Vec<u8> = (0..200_000u32).map(|i| i as u8).collect();
+        std::fs::write(&p, &body).unwrap();
+        assert_eq!(read_regular(&p, body.len(), Links::Refuse).unwrap(), body);
+        let e = read_regular(&p, body.len() - 1, Links::Follow).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::FileTooLarge, "{e}");
+        std::fs::write(&p, b"0123456789").unwrap();
+        assert_eq!(read_regular(&p, 10, Links::Refuse).unwrap(), b"0123456789");
+        assert!(read_regular(&p, 9, Links::Refuse).is_err());
+        let fifo = t.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let e = read_regular(&fifo, 10, Links::Follow).unwrap_err();
+        assert_eq!(e.to_string(), "a fifo, not a regular file");
+        std::os::unix::fs::symlink(&p, t.path().join("link")).unwrap();
+        assert!(read_regular(&t.path().join("link"), 10, Links::Refuse).is_err());
+        assert_eq!(
+            read_regular(&t.path().join("link"), 10, Links::Follow).unwrap(),
+            b"0123456789"
+        );
+    }
+
+    /// The walk answers as `openat2(RESOLVE_NO_SYMLINKS)` does: a symlink anywhere is
+    /// `ELOOP`, a file opens, a non-directory on the way is `ENOTDIR`.
+    #[test]
+    fn the_walk_follows_no_symlink_like_openat2() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        std::fs::create_dir(d.join("dir")).unwrap();
+        std::fs::write(d.join("dir/file"), b"x").unwrap();
+        std::os::unix::fs::symlink("dir", d.join("linkdir")).unwrap();
+        std::os::unix::fs::symlink("file", d.join("dir/linkfile")).unwrap();
+        let cases = [
+            ("dir/file", OFlags::RDONLY),
+            ("dir/file", OFlags::PATH),
+            ("linkdir/file", OFlags::RDONLY),
+            ("dir/linkfile", OFlags::RDONLY),
+            ("dir/linkfile", OFlags::PATH),
+            ("dir/file/x", OFlags::RDONLY),
+            ("dir/absent", OFlags::RDONLY),
+        ];
+        for (rel, flags) in cases {
+            let p = d.join(rel);
+            let want = fs::openat2(
+                fs::CWD,
+                &p,
+                flags | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+                Mode::empty(),
+                OPEN_NOFOLLOW,
+            )
+            .map(|_| ())
+            .map_err(|e| e.raw_os_error());
+            let got = open_walk(fs::CWD, &p, flags, Mode::empty())
+                .map(|_| ())
+                .map_err(|e| e.raw_os_error().unwrap());
+            assert_eq!(got, want, "{rel} {flags:?}");
+        }
+        assert_eq!(
+            open_walk(
+                fs::CWD,
+                &d.join("linkdir/file"),
+                OFlags::RDONLY,
+                Mode::empty()
+            )
+            .unwrap_err()
+            .raw_os_error(),
+            Some(rustix::io::Errno::LOOP.raw_os_error())
+        );
+    }
+}

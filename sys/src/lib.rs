@@ -1,0 +1,15 @@
+//! The only crate that reads procfs, cgroupfs or `/proc/locks`, opens a netlink socket,
+//! takes a pidfd, asks systemd, or sets an inode flag (docs/ARCHITECTURE.md, "Invariants";
+//! `tests-native/tests/native/architecture.rs` keeps it). Everything else receives facts.
+#![forbid(unsafe_code)]
+
+pub mod cgroup;
+pub mod digest;
+pub mod fs;
+pub mod hold;
+pub mod net;
+pub mod peer;
+pub mod proc;
+pub mod procfs;
+pub mod sockdiag;
+pub mod systemd;
