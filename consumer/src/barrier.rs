@@ -14,7 +14,7 @@
 #[cfg(all(feature = "barriers", not(debug_assertions)))]
 compile_error!(
     "the `barriers` feature is for test builds only (debug assertions on); build release \
-     binaries with `cargo build --release -p repoch-daemon -p repoch-consumer`"
+     binaries with `cargo build --release -p repoch-daemon -p repoch-cli -p repoch-consumer`"
 );
 
 /// Every consumer barrier, in protocol order: each is reached right after the named step.

@@ -571,31 +571,9 @@ fn check_fences(g: &Grant, fds: &[OwnedFd]) -> Result<(), Error> {
 /// `None` where the file system gives none), compared the way the issuer compares enrolled
 /// objects (`Identity::same_object`): an inode number reused by a recreated file is another
 /// object.
-fn object_of(
-    fd: &OwnedFd,
-) -> rustix::io::Result<(u64, u64, Option<repoch_protocol::types::Birth>)> {
-    use rustix::fs::{AtFlags, StatxFlags};
-    let sx = rustix::fs::statx(
-        fd,
-        "",
-        AtFlags::EMPTY_PATH,
-        StatxFlags::INO | StatxFlags::BTIME,
-    )?;
-    let birth = StatxFlags::from_bits_retain(sx.stx_mask)
-        .contains(StatxFlags::BTIME)
-        .then(|| {
-            Some(repoch_protocol::types::Birth {
-                sec: u64::try_from(sx.stx_btime.tv_sec).ok()?,
-                nsec: sx.stx_btime.tv_nsec,
-            })
-        })
-        .flatten()
-        .filter(|b| b.nsec <= repoch_protocol::types::BIRTH_NSEC_MAX);
-    Ok((
-        rustix::fs::makedev(sx.stx_dev_major, sx.stx_dev_minor),
-        sx.stx_ino,
-        birth,
-    ))
+fn object_of(fd: &OwnedFd) -> std::io::Result<(u64, u64, Option<repoch_protocol::types::Birth>)> {
+    let id = repoch_sys::fs::fstat_identity(fd)?;
+    Ok((id.dev, id.ino, id.birth))
 }
 
 /// Longest file name (`NAME_MAX`): the temporary name beside `--out` must fit it too.

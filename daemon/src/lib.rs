@@ -1,13 +1,11 @@
-//! `repochd`, the recovery-epoch daemon, and `repoch`, the operator and auditor CLI.
-//! Only this crate knows about sockets, socket activation and `sd_notify`.
+//! `repochd`, the recovery-epoch daemon: its sockets (the one server of the admin and grant
+//! sockets), admission, the consumer link, the stop, socket activation and `sd_notify`.
+//! The only crate with an async runtime (docs/ARCHITECTURE.md, "Invariants").
 #![deny(unsafe_code)]
 
 pub mod admission;
-pub mod audit;
-pub mod cmd;
 pub mod conn;
 pub mod epochs;
-pub mod exit;
 pub mod limits;
 pub mod link;
 pub mod notify;

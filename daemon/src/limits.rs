@@ -1,4 +1,8 @@
-//! The daemon's bounds, with the unit last.
+//! The daemon's bounds, with the unit last. The wire's, the logs' and the consumer wait's
+//! are `repoch_protocol::limits`; the observers' are beside them in `repoch-issuer` and
+//! `repoch-sys` (docs/ARCHITECTURE.md, "Limits").
+
+pub use repoch_protocol::limits::{CONSUMER_WAIT_SECONDS_MAX, CONSUMER_WAIT_SECONDS_MIN};
 
 /// Concurrent admin connections (each may run one issuance).
 pub const ADMIN_CONNECTIONS_MAX: usize = 8;
@@ -32,15 +36,6 @@ pub const CUSTODY_SECONDS_MAX: u64 = 10;
 pub const PERSISTED_ACK_SECONDS_MAX: u64 = 30;
 /// Time a peer gets to take a whole refusal or `accepted` frame before it is dropped.
 pub const REFUSAL_WRITE_SECONDS_MAX: u64 = 5;
-/// Longest consumer wait an operator may ask for (`repoch recover --consumer-wait`).
-pub const CONSUMER_WAIT_SECONDS_MAX: u64 = 3600;
-/// Shortest consumer wait an operator may ask for.
-pub const CONSUMER_WAIT_SECONDS_MIN: u64 = 1;
-/// Largest pid a journal `root-start` may name (the kernel's `PID_MAX_LIMIT`).
-pub const PID_MAX: i64 = 4_194_304;
-/// Largest op id `journal append op-end` accepts: a journal naming `u64::MAX` is refused
-/// (lineage-mutated), the largest id leaving no next one.
-pub const OP_ID_MAX: u64 = u64::MAX - 1;
 /// Longest wait to write one event to the admin client before it is dropped.
 pub const ADMIN_WRITE_SECONDS_MAX: u64 = 5;
 /// Beyond the deadlines of a recovery past its intent (custody, then the acknowledgement),
@@ -255,7 +250,12 @@ impl Config {
     /// Reads and validates `path` (at most [`CONFIG_BYTES_MAX`] bytes).
     pub fn load(path: &std::path::Path) -> Result<Config, String> {
         // Non-blocking and a regular file only: a FIFO must not hang repochd's start.
-        let bytes = crate::audit::read_bounded(path, CONFIG_BYTES_MAX as usize)?;
+        let bytes = repoch_sys::fs::read_regular(
+            path,
+            CONFIG_BYTES_MAX as usize,
+            repoch_sys::fs::Links::Refuse,
+        )
+        .map_err(|e| format!("{}: {e}", path.display()))?;
         let text =
             String::from_utf8(bytes).map_err(|_| format!("{}: not UTF-8 text", path.display()))?;
         if text.len() as u64 > CONFIG_BYTES_MAX {

@@ -56,7 +56,16 @@ fn init_tracing(filter: &str) {
 pub fn main() -> Outcome {
     match Args::try_parse() {
         Ok(args) => run(&args),
-        Err(e) => crate::exit::clap_exit(e),
+        // Help and version print and exit 0; every usage error exits 64 (not clap's 2,
+        // which would read as a refusal).
+        Err(e) => {
+            let _ = e.print();
+            if e.use_stderr() {
+                Outcome::Usage
+            } else {
+                Outcome::Success
+            }
+        }
     }
 }
 

@@ -22,12 +22,6 @@ _repoch() {
             repoch,checkpoint)
                 cmd="repoch__subcmd__checkpoint"
                 ;;
-            repoch,demo)
-                cmd="repoch__subcmd__demo"
-                ;;
-            repoch,demo-old-root)
-                cmd="repoch__subcmd__demo__subcmd__old__subcmd__root"
-                ;;
             repoch,enroll)
                 cmd="repoch__subcmd__enroll"
                 ;;
@@ -54,12 +48,6 @@ _repoch() {
                 ;;
             repoch__subcmd__help,checkpoint)
                 cmd="repoch__subcmd__help__subcmd__checkpoint"
-                ;;
-            repoch__subcmd__help,demo)
-                cmd="repoch__subcmd__help__subcmd__demo"
-                ;;
-            repoch__subcmd__help,demo-old-root)
-                cmd="repoch__subcmd__help__subcmd__demo__subcmd__old__subcmd__root"
                 ;;
             repoch__subcmd__help,enroll)
                 cmd="repoch__subcmd__help__subcmd__enroll"
@@ -167,7 +155,7 @@ _repoch() {
 
     case "${cmd}" in
         repoch)
-            opts="-h -V --root --json --help --version enroll recover observe status list checkpoint audit journal demo-old-root demo help"
+            opts="-h -V --root --json --help --version enroll recover observe status list checkpoint audit journal help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -232,50 +220,6 @@ _repoch() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        repoch__subcmd__demo)
-            opts="-h --keep --root --json --help"
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                --root)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        repoch__subcmd__demo__subcmd__old__subcmd__root)
-            opts="-h --fence --socket --root --json --help"
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                --fence)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --socket)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --root)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
         repoch__subcmd__enroll)
             opts="-h --root --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -295,7 +239,7 @@ _repoch() {
             return 0
             ;;
         repoch__subcmd__help)
-            opts="enroll recover observe status list checkpoint audit journal demo-old-root demo help"
+            opts="enroll recover observe status list checkpoint audit journal help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -323,34 +267,6 @@ _repoch() {
             return 0
             ;;
         repoch__subcmd__help__subcmd__checkpoint)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        repoch__subcmd__help__subcmd__demo)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        repoch__subcmd__help__subcmd__demo__subcmd__old__subcmd__root)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

@@ -763,12 +763,7 @@ pub struct Consumed<C, W: World = Host> {
     consume: Hash,
 }
 
-fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
+use repoch_sys::time::now;
 
 impl<C: ConsumerLink, W: World> Consumed<C, W> {
     /// Step 8: sign the grant and append it in the receipt; fsync.

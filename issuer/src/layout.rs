@@ -19,7 +19,7 @@ pub const STATE_DIR_MODE: u32 = 0o700;
 pub const ISSUER_KEY: &str = "issuer.key";
 pub const ISSUER_PUB: &str = "issuer.pub";
 pub const MANIFEST_FILE: &str = "manifest.cbor";
-pub const LOG_FILE: &str = "epoch.log";
+pub use repoch_protocol::epoch::LOG_FILE;
 pub const LOCK_FILE: &str = "issuer.lock";
 pub const DEPLOYMENTS_DIR: &str = "deployments";
 pub const ADMIN_SOCKET: &str = "admin.sock";

@@ -14,6 +14,10 @@ use crate::types::{DeploymentId, Fact, Hash, PublicKey};
 
 pub const RECORD_VERSION: u64 = 1;
 
+/// The epoch log's file name in a deployment's state directory (docs/PROTOCOL.md): what an
+/// auditor given a state directory reads.
+pub const LOG_FILE: &str = "epoch.log";
+
 /// Who started the issuance (the contender), for the intent record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Contender {

@@ -1,4 +1,7 @@
-//! Every bound repoch keeps, in one place. Names carry the unit last.
+//! The protocol's bounds: frames, records, logs, journals, grants and checkpoints, and the
+//! operator's and producer's inputs. Names carry the unit last. The daemon's connection
+//! and time bounds are `daemon/src/limits.rs`; an observer's bound lives beside the code
+//! that keeps it, in `repoch-sys` or `repoch-issuer` (docs/ARCHITECTURE.md, "Limits").
 //!
 //! Each limit says why it has its value. Related limits are checked against each other at
 //! compile time, so a change that breaks a relation does not build.
@@ -114,3 +117,15 @@ const _: () = assert!(OP_NAME_BYTES_MAX <= TEXT_BYTES_MAX);
 
 /// Operations begun and not yet ended that a journal may hold open at once.
 pub const OPEN_OPS_MAX: usize = 4096;
+
+// The operator's and the producer's inputs.
+
+/// Longest consumer wait an operator may ask for (`repoch recover --consumer-wait`).
+pub const CONSUMER_WAIT_SECONDS_MAX: u64 = 3600;
+/// Shortest consumer wait an operator may ask for.
+pub const CONSUMER_WAIT_SECONDS_MIN: u64 = 1;
+/// Largest pid a journal `root-start` may name (the kernel's `PID_MAX_LIMIT`).
+pub const PID_MAX: i64 = 4_194_304;
+/// Largest op id `journal append op-end` accepts: a journal naming `u64::MAX` is refused
+/// (lineage-mutated), the largest id leaving no next one.
+pub const OP_ID_MAX: u64 = u64::MAX - 1;

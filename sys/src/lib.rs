@@ -13,3 +13,4 @@ pub mod proc;
 pub mod procfs;
 pub mod sockdiag;
 pub mod systemd;
+pub mod time;

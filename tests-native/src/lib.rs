@@ -649,7 +649,7 @@ pub fn nspawn_rootfs_built() -> bool {
 
 /// The Debian package built from this tree: `REPOCH_DEB` if set, else the last
 /// `target/debian/repoch_*.deb` (built by `cargo build --release -p repoch-daemon -p
-/// repoch-consumer && cargo deb -p repoch-daemon --no-build`, as .ci/run does). `None`
+/// repoch-cli -p repoch-consumer && cargo deb -p repoch-daemon --no-build`, as .ci/run does). `None`
 /// when there is no such file.
 pub fn debian_package() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("REPOCH_DEB") {

@@ -435,8 +435,8 @@ fn the_demo_runs_a_granted_recovery_and_cleans_up() {
         .flatten()
         .map(|e| e.file_name())
         .collect();
-    let r: Run = Command::new(bin("repoch"))
-        .args(["--json", "demo"])
+    let r: Run = Command::new(bin("repoch-demo"))
+        .args(["--json"])
         .env_remove("REPOCH_ROOT")
         .output()
         .unwrap()
@@ -564,8 +564,8 @@ fn the_shipped_example_manifest_enrolls() {
 #[ignore = "needs root"]
 fn the_demo_as_another_user_runs_the_offline_parts_and_says_what_it_skipped() {
     require_root!();
-    let mut c = Command::new(bin("repoch"));
-    c.args(["--json", "demo"])
+    let mut c = Command::new(bin("repoch-demo"));
+    c.args(["--json"])
         .env_remove("REPOCH_ROOT")
         .uid(65534)
         .gid(65534);

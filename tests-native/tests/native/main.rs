@@ -2,6 +2,7 @@
 //! cgroups and file systems. One binary, one module per area; a fresh sandbox per test.
 
 mod acceptance;
+mod architecture;
 mod bounded;
 mod checkpoint;
 mod containment;

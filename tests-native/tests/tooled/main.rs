@@ -124,7 +124,7 @@ impl Need {
         match self.package() {
             Some(package) => apt(package),
             None => "cargo install cargo-deb --locked && cargo build --release \
-                 -p repoch-daemon -p repoch-consumer && cargo deb -p repoch-daemon --no-build \
+                 -p repoch-daemon -p repoch-cli -p repoch-consumer && cargo deb -p repoch-daemon --no-build \
                  (or set REPOCH_DEB to the package)"
                 .to_owned(),
         }

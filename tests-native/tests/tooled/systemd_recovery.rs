@@ -264,7 +264,7 @@ fn package() -> PathBuf {
     debian_package().unwrap_or_else(|| {
         panic!(
             "no repoch_*.deb in target/debian: build it with `cargo build --release -p \
-             repoch-daemon -p repoch-consumer && cargo deb -p repoch-daemon --no-build` (or \
+             repoch-daemon -p repoch-cli -p repoch-consumer && cargo deb -p repoch-daemon --no-build` (or \
              set REPOCH_DEB)"
         )
     })

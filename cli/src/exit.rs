@@ -70,9 +70,9 @@ impl Failure {
     /// Prints the failure (to stderr, or as JSON on stdout) and returns its outcome.
     pub fn report(&self, json: bool) -> Outcome {
         if json {
-            crate::cmd::say(&self.to_json().to_string());
+            crate::out::say(&self.to_json().to_string());
         } else {
-            crate::cmd::warn(&format!("repoch: {}: {}", self.outcome(), self.message()));
+            crate::out::warn(&format!("repoch: {}: {}", self.outcome(), self.message()));
         }
         self.outcome()
     }

@@ -5,5 +5,5 @@ use std::process::ExitCode;
 
 /// The one place `repoch`'s outcome becomes its exit code (docs/EXIT-CODES.md).
 fn main() -> ExitCode {
-    ExitCode::from(repoch_daemon::cmd::main().code())
+    ExitCode::from(repoch_cli::cmd::main().code())
 }

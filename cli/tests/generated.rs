@@ -14,7 +14,7 @@ const BLESS: &str = "REPOCH_BLESS=1 cargo test --workspace --test generated";
 /// Each binary's clap definition and the manual section its page belongs in.
 fn commands() -> [(clap::Command, &'static str); 3] {
     [
-        (repoch_daemon::cmd::Args::command(), "1"),
+        (repoch_cli::cmd::Args::command(), "1"),
         (repoch_daemon::repochd::Args::command(), "8"),
         (repoch_consumer::cli::Args::command(), "1"),
     ]

@@ -35,21 +35,7 @@ impl Ctx {
     }
 }
 
-/// Writes one line to stdout. An output error never aborts (`println!` panics, and a
-/// panic aborts) and never changes the outcome: a reader that went away (EPIPE; Rust
-/// leaves SIGPIPE ignored) or a full disk only loses the text. The command goes on to its
-/// end (a recovery still reads repochd's outcome) and exits with its documented code.
-pub fn say(line: &str) {
-    use std::io::Write as _;
-    let mut o = std::io::stdout().lock();
-    let _ = writeln!(o, "{line}").and_then(|()| o.flush());
-}
-
-/// [`say`] for stderr: diagnostics, with the same guarantee.
-pub fn warn(line: &str) {
-    use std::io::Write as _;
-    let _ = writeln!(std::io::stderr().lock(), "{line}");
-}
+pub use crate::out::{say, warn};
 
 pub fn require_root(what: &str) -> Result<(), Failure> {
     if !rustix::process::geteuid().is_root() {
@@ -63,12 +49,7 @@ pub fn require_root(what: &str) -> Result<(), Failure> {
     Ok(())
 }
 
-pub fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
+pub use repoch_sys::time::now;
 
 /// Opens a deployment named by id or unique prefix.
 pub fn open(ctx: &Ctx, prefix: &str) -> Result<Deployment, Failure> {

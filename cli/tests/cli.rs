@@ -28,7 +28,6 @@ fn help_documents_every_command_and_the_exit_codes() {
         "audit",
         "checkpoint",
         "journal",
-        "demo",
     ] {
         assert!(out.contains(cmd), "--help lacks {cmd}");
     }

@@ -21,7 +21,7 @@ pub enum JournalRecordArg {
     /// The root started (records this process's parent pid unless --pid).
     RootStart {
         /// 1..=4194304 (the kernel's PID_MAX_LIMIT).
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=crate::limits::PID_MAX))]
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=repoch_protocol::limits::PID_MAX))]
         pid: Option<u32>,
     },
     /// An operation begins; prints its op id (use it with op-end).
@@ -30,7 +30,7 @@ pub enum JournalRecordArg {
     OpEnd {
         /// The op id op-begin printed (below 18446744073709551615: the largest id leaves
         /// no next one).
-        #[arg(value_parser = clap::value_parser!(u64).range(..=crate::limits::OP_ID_MAX))]
+        #[arg(value_parser = clap::value_parser!(u64).range(..=repoch_protocol::limits::OP_ID_MAX))]
         op: u64,
         outcome: String,
     },

@@ -28,7 +28,7 @@ pub struct Audited {
 /// Accepts a log file or a deployment state directory (its `epoch.log`).
 pub fn read_log(path: &Path) -> Result<Vec<u8>, String> {
     let p = if path.is_dir() {
-        path.join(repoch_issuer::layout::LOG_FILE)
+        path.join(repoch_protocol::epoch::LOG_FILE)
     } else {
         path.to_path_buf()
     };

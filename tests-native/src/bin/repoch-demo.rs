@@ -1,4 +1,6 @@
-//! `repoch demo`: a complete recovery in a sandbox, end to end, with the real binaries.
+//! `repoch-demo`: a complete recovery in a sandbox, end to end, with the real binaries
+//! (README.md, "Try it"). A fixture, not part of the package: it makes a cgroup and a
+//! stand-in old root as the tests do, and drives `repoch`'s own commands.
 //!
 //! Sets up fixture objects (a lock fence, a store, a producer journal with an operation of
 //! unknown outcome, a READY file; as root also a real cgroup and a unix listener held by a
@@ -16,9 +18,64 @@ use repoch_protocol::journal::{next_frame, JournalBody, Outcome as OpOutcome};
 use repoch_protocol::Outcome;
 use serde_json::json;
 
-use super::common::{say, Ctx};
-use super::CmdResult;
-use crate::exit::Failure;
+use clap::Parser;
+use repoch_cli::cmd::common::{say, Ctx};
+use repoch_cli::cmd::CmdResult;
+use repoch_cli::exit::Failure;
+
+/// Run a complete sandboxed recovery, end to end, and clean up.
+///
+/// Needs root for the recovery itself (root-owned state, READY and consumer executable, a
+/// real cgroup); as another user it runs the offline parts and says what it skipped. Needs
+/// repoch, repochd and repoch-consume built next to it (`cargo build --release`).
+#[derive(Parser, Debug)]
+#[command(name = "repoch-demo", version)]
+struct Args {
+    /// One JSON object per line on stdout instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Keep the sandbox directory and print its path.
+    #[arg(long)]
+    keep: bool,
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Cmd {
+    /// The stand-in old root (internal).
+    #[command(hide = true)]
+    OldRoot {
+        #[arg(long)]
+        fence: PathBuf,
+        #[arg(long)]
+        socket: PathBuf,
+    },
+}
+
+/// The demo's outcome is `repoch`'s (docs/EXIT-CODES.md).
+fn main() -> std::process::ExitCode {
+    let args = match Args::try_parse() {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            let o = if e.use_stderr() {
+                Outcome::Usage
+            } else {
+                Outcome::Success
+            };
+            return std::process::ExitCode::from(o.code());
+        }
+    };
+    let outcome = match &args.cmd {
+        Some(Cmd::OldRoot { fence, socket }) => old_root(fence, socket),
+        None => {
+            let ctx = Ctx::new(None, args.json);
+            run(&ctx, args.keep).unwrap_or_else(|f| f.report(args.json))
+        }
+    };
+    std::process::ExitCode::from(outcome.code())
+}
 
 /// Longest wait for repochd to come up, or for the old root to stop.
 pub const DEMO_WAIT_SECONDS_MAX: u64 = 15;
@@ -66,31 +123,11 @@ impl Drop for Cleanup {
             }
         }
         if let Some(dir) = self.dir.take() {
-            clear_append_only(dir.path());
+            repoch_tests_native::clear_append_only(dir.path());
             if self.keep {
                 let p = dir.keep();
-                eprintln!("repoch demo: kept the sandbox at {}", p.display());
+                eprintln!("repoch-demo: kept the sandbox at {}", p.display());
             }
-        }
-    }
-}
-
-fn clear_append_only(dir: &Path) {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in rd.flatten() {
-        let p = e.path();
-        match e.file_type() {
-            Ok(t) if t.is_dir() => clear_append_only(&p),
-            Ok(t) if t.is_file() => {
-                if let Ok(f) = std::fs::File::open(&p) {
-                    if let Ok(fl) = rustix::fs::ioctl_getflags(&f) {
-                        let _ = rustix::fs::ioctl_setflags(&f, fl - rustix::fs::IFlags::APPEND);
-                    }
-                }
-            }
-            _ => {}
         }
     }
 }
@@ -109,7 +146,7 @@ fn wait_for(what: &str, mut ok: impl FnMut() -> bool) -> Result<(), Failure> {
 }
 
 /// The stand-in old root (hidden subcommand): holds the fence and a listener, sleeps.
-pub fn old_root(fence: &Path, socket: &Path) -> Outcome {
+fn old_root(fence: &Path, socket: &Path) -> Outcome {
     let Ok(f) = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -130,7 +167,7 @@ pub fn old_root(fence: &Path, socket: &Path) -> Outcome {
     }
 }
 
-pub fn run(ctx0: &Ctx, keep: bool) -> CmdResult {
+fn run(ctx0: &Ctx, keep: bool) -> CmdResult {
     let root_user = rustix::process::geteuid().is_root();
     let dir = tempfile::Builder::new()
         .prefix("repoch-demo-")
@@ -261,7 +298,7 @@ pub fn run(ctx0: &Ctx, keep: bool) -> CmdResult {
     }
     let me = std::env::current_exe().map_err(|e| Failure::Internal(e.to_string()))?;
     let mut old = Command::new(&me)
-        .args(["demo-old-root", "--fence"])
+        .args(["old-root", "--fence"])
         .arg(srv.join("lock"))
         .arg("--socket")
         .arg(&sock)
@@ -308,7 +345,7 @@ pub fn run(ctx0: &Ctx, keep: bool) -> CmdResult {
         &ctx,
         "recovery while the old root still lives: refused, nothing written",
     );
-    let first = super::recover::run(&ctx, &id[..6], None, 1);
+    let first = repoch_cli::cmd::recover::run(&ctx, &id[..6], None, 1);
     let refused_first = matches!(first, Ok(Outcome::Refused));
 
     step(
@@ -335,7 +372,7 @@ pub fn run(ctx0: &Ctx, keep: bool) -> CmdResult {
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| Failure::Internal(e.to_string()))?;
-    let granted = super::recover::run(&ctx, &id[..6], None, 20);
+    let granted = repoch_cli::cmd::recover::run(&ctx, &id[..6], None, 20);
     let out = consumer
         .wait_with_output()
         .map_err(|e| Failure::Internal(e.to_string()))?;
@@ -351,11 +388,11 @@ pub fn run(ctx0: &Ctx, keep: bool) -> CmdResult {
     });
 
     step(&ctx, "a second recovery of the same deployment");
-    let second = super::recover::run(&ctx, &id[..6], None, 1);
+    let second = repoch_cli::cmd::recover::run(&ctx, &id[..6], None, 1);
     let refused_second = matches!(second, Ok(Outcome::Refused));
 
     step(&ctx, "the auditor verifies the epoch log offline");
-    let audit = super::audit::run(
+    let audit = repoch_cli::cmd::audit::run(
         &ctx,
         Some(&ctx.layout.issuer_pub()),
         None,
@@ -461,7 +498,7 @@ fn offline_demo(ctx: &Ctx, producer: &ed25519_dalek::SigningKey) -> CmdResult {
                  checkpoint {}\n\
                  skipped (need root): enrollment (root-owned state), repochd, the recovery (READY and\n\
                  the consumer executable must be root-owned), the cgroup and listener to contain.\n\
-                 Run `sudo repoch demo` for the whole recovery.",
+                 Run `sudo repoch-demo` for the whole recovery.",
                 f.records,
                 f.last_seq,
                 f.unknown_ops.iter().map(|u| u.name.as_str()).collect::<Vec<_>>(),

@@ -6,7 +6,6 @@
 pub mod audit;
 pub mod checkpoint;
 pub mod common;
-pub mod demo;
 pub mod enroll;
 pub mod journal;
 pub mod list;
@@ -22,7 +21,7 @@ use repoch_protocol::Outcome;
 pub use common::{say, warn, Ctx};
 
 use crate::exit::Failure;
-use crate::limits;
+use repoch_protocol::limits;
 
 /// What a command ends with: its outcome, or a failure `main` reports.
 pub type CmdResult = Result<Outcome, Failure>;
@@ -174,24 +173,6 @@ pub enum Cmd {
     /// Producer journal records, for roots not written in Rust.
     #[command(subcommand)]
     Journal(JournalCmd),
-    /// The demo's stand-in old root (internal).
-    #[command(hide = true)]
-    DemoOldRoot {
-        #[arg(long)]
-        fence: PathBuf,
-        #[arg(long)]
-        socket: PathBuf,
-    },
-    /// Run a complete sandboxed recovery, end to end, and clean up.
-    ///
-    /// Needs root for the recovery itself (root-owned state, READY and consumer executable,
-    /// a real cgroup); as another user it runs the offline parts and says what it skipped.
-    /// Needs repochd and repoch-consume built next to repoch (`cargo build --release`).
-    Demo {
-        /// Keep the sandbox directory and print its path.
-        #[arg(long)]
-        keep: bool,
-    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -252,8 +233,6 @@ pub fn run(args: Args) -> Outcome {
             deployment,
             record,
         }) => journal::append(&ctx, &journal, &key, &deployment, record),
-        Cmd::Demo { keep } => demo::run(&ctx, keep),
-        Cmd::DemoOldRoot { fence, socket } => return demo::old_root(&fence, &socket),
     };
     match r {
         Ok(outcome) => outcome,

@@ -1,0 +1,265 @@
+//! The invariants of docs/ARCHITECTURE.md ("Invariants"), each kept by one test here: the
+//! crate graph as `cargo tree` prints it, and what the production sources may name. A
+//! change that breaks one fails its test; none of them needs root.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Source files scanned (a bound on the walk, far above the tree's size).
+const SOURCE_FILES_MAX: usize = 1000;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .into()
+}
+
+/// Every `.rs` file under `dir`.
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            sources(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+        assert!(
+            out.len() <= SOURCE_FILES_MAX,
+            "more than {SOURCE_FILES_MAX} files"
+        );
+    }
+}
+
+/// The packages `package` depends on to build and run (normal dependencies, transitively,
+/// for this host): `cargo tree -e normal`'s names.
+fn normal_dependencies(package: &str) -> Vec<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let o = Command::new(cargo)
+        .current_dir(repo())
+        .args(["tree", "-e", "normal", "--prefix", "none", "-p", package])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut names: Vec<String> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split(' ').next())
+        .map(str::to_owned)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Fails naming every package of `forbidden` that `package` depends on.
+fn assert_without(package: &str, forbidden: &[&str]) {
+    let deps = normal_dependencies(package);
+    assert!(deps.iter().any(|d| d == package), "{package}: {deps:?}");
+    let found: Vec<&&str> = forbidden
+        .iter()
+        .filter(|f| deps.iter().any(|d| d == *f))
+        .collect();
+    assert!(found.is_empty(), "{package} depends on {found:?}");
+}
+
+/// The protocol is pure: what auditors and supervisors verify with links no OS crate, no
+/// runtime, and none of repoch's other crates.
+#[test]
+fn the_protocol_links_no_other_repoch_crate_and_no_runtime() {
+    assert_without(
+        "repoch-protocol",
+        &[
+            "repoch-sys",
+            "repoch-issuer",
+            "repoch-daemon",
+            "repoch-cli",
+            "repoch-consumer",
+            "tokio",
+            "rustix",
+            "nix",
+        ],
+    );
+}
+
+/// `repoch-sys` receives no fact from above it: the protocol's types only.
+#[test]
+fn sys_depends_on_the_protocol_alone() {
+    assert_without(
+        "repoch-sys",
+        &[
+            "repoch-issuer",
+            "repoch-daemon",
+            "repoch-cli",
+            "repoch-consumer",
+            "tokio",
+        ],
+    );
+}
+
+/// The issuance is synchronous: one thread of control, driven by the daemon.
+#[test]
+fn the_issuer_is_synchronous_and_knows_no_daemon() {
+    assert_without(
+        "repoch-issuer",
+        &["repoch-daemon", "repoch-cli", "repoch-consumer", "tokio"],
+    );
+}
+
+/// The CLI runs no async runtime and does not link the daemon.
+#[test]
+fn the_cli_has_no_runtime_and_no_daemon() {
+    assert_without("repoch-cli", &["repoch-daemon", "repoch-consumer", "tokio"]);
+}
+
+/// The consumer verifies with the protocol and reads files with `repoch-sys`: it never
+/// links the issuer (it could not then be told apart from the side it checks).
+#[test]
+fn the_consumer_never_links_the_issuer() {
+    assert_without(
+        "repoch-consumer",
+        &["repoch-issuer", "repoch-daemon", "repoch-cli", "tokio"],
+    );
+}
+
+/// Production sources: every crate's `src/` but the tests' fixtures.
+fn production_sources() -> Vec<(String, String)> {
+    let mut files = Vec::new();
+    for krate in ["protocol", "sys", "issuer", "daemon", "cli", "consumer"] {
+        sources(&repo().join(krate).join("src"), &mut files);
+    }
+    files
+        .into_iter()
+        .map(|p| {
+            let rel = p.strip_prefix(repo()).unwrap().display().to_string();
+            (rel, std::fs::read_to_string(&p).unwrap())
+        })
+        .collect()
+}
+
+/// The code of a source line: what precedes a `//` comment (a comment may name anything).
+fn code(line: &str) -> &str {
+    let t = line.trim_start();
+    if t.starts_with("//") {
+        return "";
+    }
+    line
+}
+
+/// Lines of production sources outside `allowed` (path prefixes) that contain any of
+/// `needles` in code: (file:line, line).
+fn offenders(needles: &[&str], allowed: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (rel, text) in production_sources() {
+        if allowed.iter().any(|a| rel.starts_with(a)) {
+            continue;
+        }
+        for (n, line) in text.lines().enumerate() {
+            let c = code(line);
+            if needles.iter().any(|x| c.contains(x)) {
+                out.push(format!("{rel}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    out
+}
+
+/// Only `repoch-sys` reads procfs or cgroupfs, opens netlink, takes a pidfd, asks `statx`
+/// or systemd, or touches an inode flag.
+#[test]
+fn only_sys_touches_the_kernels_views() {
+    let found = offenders(
+        &[
+            "\"/proc",
+            "/sys/fs/cgroup",
+            "\"cgroup.procs\"",
+            "\"cgroup.events\"",
+            "\"cgroup.kill\"",
+            "\"cgroup.freeze\"",
+            "NETLINK_",
+            "AddressFamily::NETLINK",
+            "process::pidfd_open",
+            "fs::statx(",
+            "ioctl_getflags",
+            "ioctl_setflags",
+            "\"systemctl\"",
+        ],
+        &["sys/src/"],
+    );
+    assert!(
+        found.is_empty(),
+        "outside repoch-sys:\n{}",
+        found.join("\n")
+    );
+}
+
+/// Only repochd serves a socket (the admin and grant sockets), and only `repoch-sys` binds
+/// the listener endpoints repochd holds for a recovery; the CLI and the consumer connect.
+#[test]
+fn only_the_daemon_and_sys_listen() {
+    let found = offenders(
+        &[
+            "UnixListener",
+            "TcpListener",
+            "UdpSocket",
+            "net::bind",
+            "::listen(",
+        ],
+        &["daemon/src/", "sys/src/"],
+    );
+    assert!(
+        found.is_empty(),
+        "a listener outside repochd:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The only async code is repochd's.
+#[test]
+fn only_the_daemon_is_async() {
+    let found = offenders(&["async fn", "tokio::", ".await"], &["daemon/src/"]);
+    assert!(
+        found.is_empty(),
+        "async outside repochd:\n{}",
+        found.join("\n")
+    );
+}
+
+/// `repoch audit`'s verification (`cli/src/audit.rs`) uses the protocol and the bounded
+/// reader alone: it names no issuer item (an auditor's verdict cannot depend on the code it
+/// audits). The command around it (`cmd/audit.rs`) finds the issuer's key where enrollment
+/// put it and reports refusals as every command does.
+#[test]
+fn the_audit_uses_the_protocol_alone() {
+    let found: Vec<String> = production_sources()
+        .into_iter()
+        .filter(|(rel, _)| rel == "cli/src/audit.rs")
+        .flat_map(|(rel, text)| {
+            text.lines()
+                .enumerate()
+                .filter(|(_, l)| code(l).contains("repoch_issuer"))
+                .map(|(n, l)| format!("{rel}:{}: {}", n + 1, l.trim()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "the audit names the issuer:\n{}",
+        found.join("\n")
+    );
+}
+
+/// `unsafe` is written in one place: adopting systemd's socket-activation fds.
+#[test]
+fn unsafe_is_written_once() {
+    let found = offenders(&["unsafe {", "unsafe fn", "allow(unsafe_code)"], &[]);
+    assert_eq!(
+        found
+            .iter()
+            .filter(|l| l.starts_with("daemon/src/sys.rs:"))
+            .count(),
+        found.len(),
+        "unsafe outside daemon/src/sys.rs:\n{}",
+        found.join("\n")
+    );
+}
