@@ -11,7 +11,9 @@ use repoch_protocol::{DeploymentId, Hash, PublicKey};
 use crate::layout::{LOCK_FILE, LOG_FILE, MANIFEST_FILE};
 use crate::storage::Storage;
 
-/// Why an append did not complete. Each one poisons the log: it is never retried.
+/// Why an append did not complete. `TooLarge` and `Undecodable` are found before anything
+/// is written and leave the log as it was; every other one poisons it (`Poisoned` from then
+/// on): a failed append is never retried.
 #[derive(Debug, thiserror::Error)]
 pub enum AppendError {
     #[error("the epoch log is poisoned by an earlier write or sync error; the epoch is uncertain")]

@@ -81,7 +81,7 @@ pub(super) fn cgroups(m: &Manifest, facts: &mut Vec<Fact>) {
     }
 }
 
-/// The enrolled listeners, held by repochd from the first observation on (`os::hold`):
+/// The enrolled listeners, held by repochd from the first observation on (`repoch_sys::hold`):
 /// taken then (all or none; one taken already is `listener-present`, its holder named),
 /// afterwards each still ours.
 pub(super) fn listeners(m: &Manifest, held: &mut Fences, facts: &mut Vec<Fact>) {
