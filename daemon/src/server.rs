@@ -18,7 +18,7 @@ use repoch_protocol::cbor::Canonical;
 use repoch_protocol::epoch::Contender;
 use repoch_protocol::grant::KeyProof;
 use repoch_protocol::wire::{
-    bounded, frame, frame_len, refused, AdminEvent, AdminRequest, GrantMsg, Outcome,
+    bounded, frame, frame_len, refused, AdminEvent, AdminRequest, GrantMsg, Verdict,
 };
 use repoch_protocol::Reason;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -205,7 +205,7 @@ impl Daemon {
                             let observed = other.map_or_else(|e| e.to_string(), |u| format!("uid {u}"));
                             self.warnings.warn(format_args!("admin peer refused: {observed}"));
                             let r = Refusal::new(Reason::AdminDenied, "admin socket", "uid 0", observed);
-                            let e = outcome_event(Outcome::Refused, vec![r], "the admin socket is root's only", None);
+                            let e = outcome_event(Verdict::Refused, vec![r], "the admin socket is root's only", None);
                             refuse_over_bound(&s, &frame(&bounded(e).to_bytes()));
                             continue;
                         }
@@ -219,7 +219,7 @@ impl Daemon {
                             format!("fewer than {n} admin connections (limits.admin_connections)"),
                             format!("{n} admin connections open"),
                         );
-                        let e = outcome_event(Outcome::Busy, vec![r], &format!("repochd is busy: {n} admin connections open (limits.admin_connections); retry later"), None);
+                        let e = outcome_event(Verdict::Busy, vec![r], &format!("repochd is busy: {n} admin connections open (limits.admin_connections); retry later"), None);
                         refuse_over_bound(&s, &frame(&bounded(e).to_bytes()));
                         continue;
                     };
@@ -442,7 +442,7 @@ impl Daemon {
             let _ = send(
                 &mut s,
                 &outcome_event(
-                    Outcome::Refused,
+                    Verdict::Refused,
                     vec![r],
                     "the admin socket is root's only",
                     None,
@@ -463,7 +463,7 @@ impl Daemon {
                 );
                 let _ = send(
                     &mut s,
-                    &outcome_event(Outcome::Refused, vec![r], "bad request", None),
+                    &outcome_event(Verdict::Refused, vec![r], "bad request", None),
                 )
                 .await;
                 return;
@@ -483,7 +483,7 @@ impl Daemon {
             );
             let _ = send(
                 &mut s,
-                &outcome_event(Outcome::Refused, vec![r], "issuance stopped", None),
+                &outcome_event(Verdict::Refused, vec![r], "issuance stopped", None),
             )
             .await;
             return;
@@ -492,7 +492,7 @@ impl Daemon {
             let r = Stop::refusal("the recovery was not started");
             let _ = send(
                 &mut s,
-                &outcome_event(Outcome::Refused, vec![r], "repochd is stopping", None),
+                &outcome_event(Verdict::Refused, vec![r], "repochd is stopping", None),
             )
             .await;
             return;
@@ -519,7 +519,7 @@ impl Daemon {
                 );
                 let _ = send(
                     &mut s,
-                    &outcome_event(Outcome::Internal, vec![r], "dup", None),
+                    &outcome_event(Verdict::Internal, vec![r], "dup", None),
                 )
                 .await;
                 return;
@@ -540,7 +540,7 @@ impl Daemon {
                 Err(e) => {
                     let r = Refusal::new(Reason::Internal, "issuer key", "readable", e.to_string());
                     let _ = tx.blocking_send(outcome_event(
-                        Outcome::Internal,
+                        Verdict::Internal,
                         vec![r],
                         "no issuer key",
                         None,
@@ -574,7 +574,7 @@ impl Daemon {
             };
             let event = match result {
                 Ok(done) => outcome_event(
-                    Outcome::Granted,
+                    Verdict::Granted,
                     vec![],
                     "granted: the consumer acknowledged a durable grant",
                     Some(done.grant),
@@ -647,7 +647,7 @@ fn epoch_unissuable(r: Reason) -> bool {
 }
 
 fn outcome_event(
-    outcome: Outcome,
+    outcome: Verdict,
     refusals: Vec<Refusal>,
     detail: &str,
     grant: Option<Vec<u8>>,

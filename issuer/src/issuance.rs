@@ -25,7 +25,7 @@ use repoch_protocol::epoch::{
 };
 use repoch_protocol::grant::{Challenge, ConsumerPeer, Grant, SignedGrant};
 use repoch_protocol::manifest::Manifest;
-use repoch_protocol::wire::{AdminEvent, Outcome};
+use repoch_protocol::wire::{AdminEvent, Verdict};
 use repoch_protocol::{DeploymentId, Hash, Identity, Reason};
 
 use crate::layout::Layout;
@@ -40,7 +40,7 @@ use crate::world::{Host, World};
 /// How an issuance ended when it did not grant.
 #[derive(Debug)]
 pub struct Ended {
-    pub outcome: Outcome,
+    pub outcome: Verdict,
     pub refusals: Vec<Refusal>,
     pub detail: String,
     /// The store failed a write or sync: stop issuing until restarted.
@@ -54,7 +54,7 @@ pub struct Ended {
 impl Ended {
     fn refused(refusals: Vec<Refusal>, detail: impl Into<String>) -> Ended {
         Ended {
-            outcome: Outcome::Refused,
+            outcome: Verdict::Refused,
             refusals,
             detail: detail.into(),
             poisoned: false,
@@ -63,9 +63,9 @@ impl Ended {
     }
     fn one(r: Refusal) -> Ended {
         let outcome = if r.reason == Reason::IssuerBusy {
-            Outcome::Busy
+            Verdict::Busy
         } else {
-            Outcome::Refused
+            Verdict::Refused
         };
         let detail = r.to_string();
         Ended {
@@ -238,14 +238,14 @@ fn withhold<C: ConsumerLink, W: World>(mut c: Common<W>, consumer: &mut C, r: Re
         detail,
     }) {
         Ok(_) => Ended {
-            outcome: Outcome::Refused,
+            outcome: Verdict::Refused,
             detail: format!("withheld: {r}"),
             refusals: vec![r],
             poisoned: false,
             used: c.used(),
         },
         Err(e) => Ended {
-            outcome: Outcome::Uncertain,
+            outcome: Verdict::Uncertain,
             detail: format!("{r}; then the withheld record could not be written: {e}"),
             refusals: vec![r],
             poisoned: true,
@@ -256,7 +256,7 @@ fn withhold<C: ConsumerLink, W: World>(mut c: Common<W>, consumer: &mut C, r: Re
 
 fn uncertain<W: World>(c: &Common<W>, e: AppendError, what: &str) -> Ended {
     Ended {
-        outcome: Outcome::Uncertain,
+        outcome: Verdict::Uncertain,
         refusals: vec![Refusal::new(
             Reason::StorePoisoned,
             what,
@@ -875,7 +875,7 @@ impl<C: ConsumerLink, W: World> Verified2<C, W> {
                 })
             }
             Err(e) => Err(Ended {
-                outcome: Outcome::Uncertain,
+                outcome: Verdict::Uncertain,
                 refusals: vec![Refusal::new(Reason::ConsumerLost, "dispatch", "grant delivered", e.clone())],
                 detail: format!("the grant may not have reached the consumer ({e}); the epoch is receipted and preserved"),
                 poisoned: false,
@@ -922,7 +922,7 @@ impl<C: ConsumerLink, W: World> Dispatched<C, W> {
                 &format!("not granted: {}; the outcome is uncertain", r.detail()),
             );
             Ended {
-                outcome: Outcome::Uncertain,
+                outcome: Verdict::Uncertain,
                 detail: format!(
                     "dispatched, not acknowledged: {r}; the consumer may or may not hold the grant; the epoch is receipted and preserved, never reissued"
                 ),

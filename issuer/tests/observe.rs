@@ -1426,7 +1426,7 @@ fn bodies() -> Vec<JournalBody> {
         },
         JournalBody::OpEnd {
             op: 2,
-            outcome: repoch_protocol::journal::Outcome::Succeeded,
+            outcome: repoch_protocol::journal::OpOutcome::Succeeded,
         },
     ]
 }

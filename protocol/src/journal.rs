@@ -19,25 +19,25 @@ use crate::types::{DeploymentId, Hash, PublicKey};
 
 /// The outcome of an operation as the producer recorded it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub enum OpOutcome {
     Succeeded,
     Failed,
     Unknown,
 }
 
-impl Outcome {
+impl OpOutcome {
     pub fn as_str(self) -> &'static str {
         match self {
-            Outcome::Succeeded => "succeeded",
-            Outcome::Failed => "failed",
-            Outcome::Unknown => "unknown",
+            OpOutcome::Succeeded => "succeeded",
+            OpOutcome::Failed => "failed",
+            OpOutcome::Unknown => "unknown",
         }
     }
-    pub fn parse(s: &str) -> Option<Outcome> {
+    pub fn parse(s: &str) -> Option<OpOutcome> {
         Some(match s {
-            "succeeded" => Outcome::Succeeded,
-            "failed" => Outcome::Failed,
-            "unknown" => Outcome::Unknown,
+            "succeeded" => OpOutcome::Succeeded,
+            "failed" => OpOutcome::Failed,
+            "unknown" => OpOutcome::Unknown,
             _ => return None,
         })
     }
@@ -48,7 +48,7 @@ pub enum JournalBody {
     Genesis { producer_key: PublicKey },
     RootStart { pid: u32 },
     OpBegin { op: u64, name: String },
-    OpEnd { op: u64, outcome: Outcome },
+    OpEnd { op: u64, outcome: OpOutcome },
     RootStop,
 }
 
@@ -115,7 +115,7 @@ impl JournalBody {
                 f.expect_text("op-end")?;
                 let op = f.uint()?;
                 let o = f.text(16)?;
-                let outcome = Outcome::parse(&o).ok_or_else(|| {
+                let outcome = OpOutcome::parse(&o).ok_or_else(|| {
                     DecodeError::schema("op-end", format!("unknown outcome {o:?}"))
                 })?;
                 JournalBody::OpEnd { op, outcome }
@@ -391,7 +391,7 @@ pub fn verify_journal(bytes: &[u8], pins: JournalPins<'_>) -> Result<Frontier, L
                         format!("op-end {op} without an open op-begin"),
                     );
                 };
-                if *outcome == Outcome::Unknown {
+                if *outcome == OpOutcome::Unknown {
                     unknown.push(UnknownOp { op: *op, name });
                 }
             }

@@ -203,9 +203,10 @@ pub fn bounded(e: AdminEvent) -> AdminEvent {
     }
 }
 
-/// The outcome of an issuance (docs/EXIT-CODES.md).
+/// An issuance's verdict as the admin socket carries it; [`Verdict::outcome`] is the
+/// command outcome it maps to (docs/EXIT-CODES.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Verdict {
     Granted,
     Refused,
     Uncertain,
@@ -213,34 +214,34 @@ pub enum Outcome {
     Internal,
 }
 
-impl Outcome {
+impl Verdict {
     pub fn as_str(self) -> &'static str {
         match self {
-            Outcome::Granted => "granted",
-            Outcome::Refused => "refused",
-            Outcome::Uncertain => "uncertain",
-            Outcome::Busy => "busy",
-            Outcome::Internal => "internal",
+            Verdict::Granted => "granted",
+            Verdict::Refused => "refused",
+            Verdict::Uncertain => "uncertain",
+            Verdict::Busy => "busy",
+            Verdict::Internal => "internal",
         }
     }
     pub fn parse(s: &str) -> Option<Self> {
         Some(match s {
-            "granted" => Outcome::Granted,
-            "refused" => Outcome::Refused,
-            "uncertain" => Outcome::Uncertain,
-            "busy" => Outcome::Busy,
-            "internal" => Outcome::Internal,
+            "granted" => Verdict::Granted,
+            "refused" => Verdict::Refused,
+            "uncertain" => Verdict::Uncertain,
+            "busy" => Verdict::Busy,
+            "internal" => Verdict::Internal,
             _ => return None,
         })
     }
     /// The command outcome (and so the exit code) of docs/EXIT-CODES.md.
     pub fn outcome(self) -> crate::Outcome {
         match self {
-            Outcome::Granted => crate::Outcome::Success,
-            Outcome::Refused => crate::Outcome::Refused,
-            Outcome::Uncertain => crate::Outcome::Uncertain,
-            Outcome::Busy => crate::Outcome::Busy,
-            Outcome::Internal => crate::Outcome::Internal,
+            Verdict::Granted => crate::Outcome::Success,
+            Verdict::Refused => crate::Outcome::Refused,
+            Verdict::Uncertain => crate::Outcome::Uncertain,
+            Verdict::Busy => crate::Outcome::Busy,
+            Verdict::Internal => crate::Outcome::Internal,
         }
     }
 }
@@ -281,7 +282,8 @@ impl Canonical for AdminRequest {
     }
 }
 
-/// Admin socket, daemon to client: a stream of events ending with one `Outcome`.
+/// Admin socket, daemon to client: a stream of events ending with one `Outcome` event (its
+/// `Verdict`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AdminEvent {
     /// A step started or finished: `step` is a stable name, `detail` free text.
@@ -293,7 +295,7 @@ pub enum AdminEvent {
     /// The end: the outcome, every reason code, a detail line, and the signed grant bytes
     /// when granted.
     Outcome {
-        outcome: Outcome,
+        outcome: Verdict,
         reasons: Vec<Reason>,
         detail: String,
         grant: Option<Vec<u8>>,
@@ -366,7 +368,7 @@ impl Canonical for AdminEvent {
                 let mut f = Fields::open(v, "outcome", 5)?;
                 f.expect_text("outcome")?;
                 let o = f.text(16)?;
-                let outcome = Outcome::parse(&o).ok_or_else(|| {
+                let outcome = Verdict::parse(&o).ok_or_else(|| {
                     DecodeError::schema("outcome", format!("unknown outcome {o:?}"))
                 })?;
                 AdminEvent::Outcome {

@@ -83,9 +83,11 @@ fn main() {
         for (t, r) in round(|| w.s.recover(&id, 1, &[])) {
             // Correctness, not speed: every contender is refused busy, naming why.
             assert_eq!(
-                r.code, 4,
+                r.code,
+                Outcome::Busy,
                 "a contender was not refused busy:\n{}{}",
-                r.stdout, r.stderr
+                r.stdout,
+                r.stderr
             );
             assert_eq!(r.reasons(), ["issuer-busy"], "{}", r.stdout);
             if r.outcome()["detail"]
@@ -104,7 +106,7 @@ fn main() {
             c.arg("--version");
             c
         }) {
-            assert_eq!(r.code, 0);
+            assert_eq!(r.code, Outcome::Success);
             bare.push(t);
         }
     }
@@ -115,12 +117,12 @@ fn main() {
         let t = Instant::now();
         let r = run_one(w.s.recover(&id, 1, &[]));
         busy1.push(t.elapsed());
-        assert_eq!(r.code, 4, "{}{}", r.stdout, r.stderr);
+        assert_eq!(r.code, Outcome::Busy, "{}{}", r.stdout, r.stderr);
         assert_eq!(r.reasons(), ["issuer-busy"], "{}", r.stdout);
         let mut c = std::process::Command::new(bin("repoch"));
         c.arg("--version");
         let t = Instant::now();
-        assert_eq!(run_one(c).code, 0);
+        assert_eq!(run_one(c).code, Outcome::Success);
         bare1.push(t.elapsed());
     }
     // Nothing was written by any contender; now the consumer comes and the first proceeds.

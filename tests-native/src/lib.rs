@@ -9,6 +9,8 @@ pub mod sys;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+pub use repoch_protocol::Outcome;
+
 /// Names the directory of the binaries to drive instead of the one this executable was
 /// built into (the benchmarks: docs/BENCHMARKS.md).
 pub const BIN_DIR_ENV: &str = "REPOCH_BIN_DIR";
@@ -87,10 +89,52 @@ pub fn is_append_only(p: &Path) -> bool {
         .is_some_and(|f| repoch_sys::fs::is_append_only(&f) == Ok(true))
 }
 
+/// A process's exit status, compared with the [`Outcome`] it documents
+/// (docs/EXIT-CODES.md): tests name outcomes, not numbers, and a mismatch prints both.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Exit(pub i32);
+
+impl Exit {
+    /// The status of a process ended by a signal (it has no exit code).
+    pub const SIGNALED: Exit = Exit(-1);
+    /// The status a command ending in `o` exits with.
+    pub fn of(o: Outcome) -> Exit {
+        Exit(i32::from(o.code()))
+    }
+    /// The outcome this status is, if it is one.
+    pub fn outcome(self) -> Option<Outcome> {
+        Outcome::ALL
+            .into_iter()
+            .find(|o| i32::from(o.code()) == self.0)
+    }
+}
+
+impl PartialEq<Outcome> for Exit {
+    fn eq(&self, o: &Outcome) -> bool {
+        self.0 == i32::from(o.code())
+    }
+}
+
+impl std::fmt::Debug for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.outcome() {
+            Some(o) => write!(f, "{} ({})", self.0, o.name()),
+            None if *self == Exit::SIGNALED => f.write_str("killed by a signal"),
+            None => write!(f, "{} (no documented outcome)", self.0),
+        }
+    }
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self, f)
+    }
+}
+
 /// The result of running a binary.
 #[derive(Debug)]
 pub struct Run {
-    pub code: i32,
+    pub code: Exit,
     pub stdout: String,
     pub stderr: String,
 }
@@ -117,7 +161,7 @@ impl Run {
 impl From<Output> for Run {
     fn from(o: Output) -> Run {
         Run {
-            code: o.status.code().unwrap_or(-1),
+            code: Exit(o.status.code().unwrap_or(-1)),
             stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
         }
@@ -191,7 +235,7 @@ impl Sandbox {
             "keygen",
             self.path(&format!("{name}.key")).to_str().unwrap(),
         ]);
-        assert_eq!(r.code, 0, "keygen: {}", r.stderr);
+        assert_eq!(r.code, Outcome::Success, "keygen: {}", r.stderr);
     }
 
     pub fn cmd(&self, bin_name: &str) -> Command {
@@ -231,7 +275,13 @@ impl Sandbox {
         let p = self.path("manifest.toml");
         std::fs::write(&p, manifest).unwrap();
         let r = self.repoch(&["--json", "enroll", p.to_str().unwrap()]);
-        assert_eq!(r.code, 0, "enroll failed: {}{}", r.stdout, r.stderr);
+        assert_eq!(
+            r.code,
+            Outcome::Success,
+            "enroll failed: {}{}",
+            r.stdout,
+            r.stderr
+        );
         r.json()["deployment"].as_str().unwrap().to_owned()
     }
 

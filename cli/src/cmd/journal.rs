@@ -4,9 +4,7 @@ use std::path::Path;
 
 use repoch_issuer::store;
 use repoch_issuer::Refusal;
-use repoch_protocol::journal::{
-    next_frame, verify_journal, JournalBody, JournalPins, Outcome as OpOutcome,
-};
+use repoch_protocol::journal::{next_frame, verify_journal, JournalBody, JournalPins, OpOutcome};
 use repoch_protocol::{Outcome, Reason};
 use rustix::fs::OFlags;
 use serde_json::json;

@@ -52,8 +52,9 @@ impl HeldFence {
 /// manifest order, or none (a partial set is released, never kept); and the listener
 /// endpoints repochd holds the same way (`repoch_sys::hold`), handed over with them.
 /// Anyone may make an empty one (`Default`: it holds nothing) for an observation to fill;
-/// only the issuer reads the fds it holds ([`Fences::fds`] is the crate's own), and no
-/// field can be read or built from outside (`issuer/tests/compile-fail/fences_private.rs`).
+/// what it holds is reached only through its methods ([`Fences::fds`] lends the fds, for
+/// the dispatch), and no field can be read or built from outside
+/// (`issuer/tests/compile-fail/fences_private.rs`).
 #[derive(Debug, Default)]
 pub struct Fences {
     held: Vec<HeldFence>,
@@ -84,7 +85,7 @@ impl Fences {
     }
     /// The fds to dispatch: the fences' in the order of `grant_fences`, then the held
     /// listeners' in the order of `grant_listeners`.
-    pub(crate) fn fds(&self) -> Vec<&OwnedFd> {
+    pub fn fds(&self) -> Vec<&OwnedFd> {
         self.held
             .iter()
             .map(|h| &h.fd)

@@ -230,7 +230,7 @@ fn journal_refusals_name_the_right_reason() {
         prev: Hash::of(&recs[1].to_bytes()),
         body: JournalBody::OpEnd {
             op: 9,
-            outcome: repoch_protocol::journal::Outcome::Failed,
+            outcome: repoch_protocol::journal::OpOutcome::Failed,
         },
     };
     stray.push(SignedJournalRecord::sign(r, &producer()));

@@ -5,7 +5,7 @@ use ed25519_dalek::SigningKey;
 use repoch_protocol::cbor::Canonical;
 use repoch_protocol::epoch::{Contender, EpochBody, EpochRecord, SignedEpochRecord};
 use repoch_protocol::grant::{Challenge, ConsumerPeer, Grant, GrantFence, SignedGrant, UnknownOp};
-use repoch_protocol::journal::{JournalBody, JournalRecord, Outcome, SignedJournalRecord};
+use repoch_protocol::journal::{JournalBody, JournalRecord, OpOutcome, SignedJournalRecord};
 use repoch_protocol::manifest::*;
 use repoch_protocol::wire::{AdminEvent, AdminRequest, GrantMsg};
 use repoch_protocol::{DeploymentId, Fact, Hash, Identity, PublicKey, Reason};
@@ -229,7 +229,7 @@ pub fn journal_records() -> Vec<SignedJournalRecord> {
         },
         JournalBody::OpEnd {
             op: 0,
-            outcome: Outcome::Succeeded,
+            outcome: OpOutcome::Succeeded,
         },
         JournalBody::OpBegin {
             op: 1,
@@ -237,7 +237,7 @@ pub fn journal_records() -> Vec<SignedJournalRecord> {
         },
         JournalBody::OpEnd {
             op: 1,
-            outcome: Outcome::Unknown,
+            outcome: OpOutcome::Unknown,
         },
         JournalBody::OpBegin {
             op: 2,
@@ -347,7 +347,7 @@ pub fn samples() -> Vec<(&'static str, Vec<u8>)> {
         (
             "admin-event",
             AdminEvent::Outcome {
-                outcome: repoch_protocol::wire::Outcome::Granted,
+                outcome: repoch_protocol::wire::Verdict::Granted,
                 reasons: vec![],
                 detail: "ok".into(),
                 grant: Some(vec![1, 2]),
@@ -357,7 +357,7 @@ pub fn samples() -> Vec<(&'static str, Vec<u8>)> {
         (
             "admin-event",
             AdminEvent::Outcome {
-                outcome: repoch_protocol::wire::Outcome::Refused,
+                outcome: repoch_protocol::wire::Verdict::Refused,
                 reasons: vec![Reason::FenceBusy],
                 detail: "no".into(),
                 grant: None,

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use repoch_protocol::cbor::Canonical as _;
 use repoch_protocol::wire::{
-    bounded, frame, read_frame_by, refused, AdminEvent, GrantMsg, Outcome, WIRE_TEXT_BYTES_MAX,
+    bounded, frame, read_frame_by, refused, AdminEvent, GrantMsg, Verdict, WIRE_TEXT_BYTES_MAX,
 };
 use repoch_protocol::Reason;
 
@@ -87,7 +87,7 @@ fn refusal_and_event_texts_are_clipped_to_what_receivers_accept() {
             detail: long.clone(),
         },
         AdminEvent::Outcome {
-            outcome: Outcome::Refused,
+            outcome: Verdict::Refused,
             reasons: vec![Reason::ConsumerAbsent],
             detail: long.clone(),
             grant: None,

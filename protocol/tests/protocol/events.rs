@@ -3,22 +3,22 @@
 
 use repoch_protocol::cbor::{Canonical, DecodeError};
 use repoch_protocol::limits::{FACTS_MAX, TEXT_BYTES_MAX};
-use repoch_protocol::wire::{AdminEvent, GrantMsg, Outcome, STEP_BYTES_MAX, WIRE_TEXT_BYTES_MAX};
+use repoch_protocol::wire::{AdminEvent, GrantMsg, Verdict, STEP_BYTES_MAX, WIRE_TEXT_BYTES_MAX};
 use repoch_protocol::Reason;
 
 #[test]
 fn every_outcome_reads_back_as_itself_with_its_exit_code() {
     let all = [
-        (Outcome::Granted, 0),
-        (Outcome::Refused, 2),
-        (Outcome::Uncertain, 3),
-        (Outcome::Busy, 4),
-        (Outcome::Internal, 70),
+        (Verdict::Granted, 0),
+        (Verdict::Refused, 2),
+        (Verdict::Uncertain, 3),
+        (Verdict::Busy, 4),
+        (Verdict::Internal, 70),
     ];
     for (o, code) in all {
-        assert_eq!(Outcome::parse(o.as_str()), Some(o));
+        assert_eq!(Verdict::parse(o.as_str()), Some(o));
         assert_eq!(o.outcome().code(), code, "{o:?}");
-        if o != Outcome::Granted {
+        if o != Verdict::Granted {
             assert_eq!(o.outcome().name(), o.as_str(), "{o:?}");
         }
         let e = AdminEvent::Outcome {
@@ -29,7 +29,7 @@ fn every_outcome_reads_back_as_itself_with_its_exit_code() {
         };
         assert_eq!(AdminEvent::from_bytes(&e.to_bytes()).unwrap(), e);
     }
-    assert_eq!(Outcome::parse("granted "), None);
+    assert_eq!(Verdict::parse("granted "), None);
 }
 
 #[test]
@@ -62,7 +62,7 @@ fn a_wire_text_of_four_times_the_text_bound_is_accepted_and_no_more() {
 #[test]
 fn an_outcome_carries_a_reason_per_fact_and_four_more_at_most() {
     let outcome = |n: usize| AdminEvent::Outcome {
-        outcome: Outcome::Refused,
+        outcome: Verdict::Refused,
         reasons: vec![Reason::FenceBusy; n],
         detail: "refused".into(),
         grant: None,
@@ -82,7 +82,7 @@ fn an_outcome_carries_a_reason_per_fact_and_four_more_at_most() {
 fn an_outcome_carries_a_grant_of_at_most_a_record() {
     use repoch_protocol::limits::RECORD_BYTES_MAX;
     let outcome = |n: usize| AdminEvent::Outcome {
-        outcome: Outcome::Granted,
+        outcome: Verdict::Granted,
         reasons: vec![],
         detail: String::new(),
         grant: Some(vec![7; n]),

@@ -4,7 +4,7 @@
 
 use repoch_protocol::cbor::Canonical;
 use repoch_protocol::journal::{
-    next_frame, verify_journal, Frontier, JournalBody, JournalPins, LineageError, Outcome,
+    next_frame, verify_journal, Frontier, JournalBody, JournalPins, LineageError, OpOutcome,
     SignedJournalRecord,
 };
 use repoch_protocol::limits::{JOURNAL_BYTES_MAX, OPEN_OPS_MAX, UNKNOWN_OPS_MAX};
@@ -48,7 +48,7 @@ fn begin(op: u64) -> JournalBody {
         name: format!("op{op}"),
     }
 }
-fn end(op: u64, outcome: Outcome) -> JournalBody {
+fn end(op: u64, outcome: OpOutcome) -> JournalBody {
     JournalBody::OpEnd { op, outcome }
 }
 
@@ -57,7 +57,7 @@ fn next_frame_writes_the_chain_verify_journal_reads() {
     let (bytes, hashes) = written([
         JournalBody::RootStart { pid: 7 },
         begin(0),
-        end(0, Outcome::Failed),
+        end(0, OpOutcome::Failed),
         JournalBody::RootStop,
     ]);
     let f = verify(&bytes).unwrap();
@@ -78,20 +78,20 @@ fn first_len(bytes: &[u8]) -> usize {
 
 #[test]
 fn every_outcome_reads_back_as_itself() {
-    for o in [Outcome::Succeeded, Outcome::Failed, Outcome::Unknown] {
-        assert_eq!(Outcome::parse(o.as_str()), Some(o));
+    for o in [OpOutcome::Succeeded, OpOutcome::Failed, OpOutcome::Unknown] {
+        assert_eq!(OpOutcome::parse(o.as_str()), Some(o));
     }
-    assert_eq!(Outcome::parse("lost"), None);
+    assert_eq!(OpOutcome::parse("lost"), None);
 }
 
 #[test]
 fn op_ids_only_increase_and_may_skip() {
     // 0, then 5: ids may skip; the next is 6.
-    let (bytes, _) = written([begin(0), begin(5), end(0, Outcome::Succeeded)]);
+    let (bytes, _) = written([begin(0), begin(5), end(0, OpOutcome::Succeeded)]);
     assert_eq!(verify(&bytes).unwrap().next_op, 6);
     // An id below the next one is a reuse, ended or not.
     for reused in [
-        vec![begin(0), end(0, Outcome::Succeeded), begin(0)],
+        vec![begin(0), end(0, OpOutcome::Succeeded), begin(0)],
         vec![begin(3), begin(2)],
         vec![begin(3), begin(3)],
     ] {
@@ -108,7 +108,7 @@ fn at_most_open_ops_max_operations_are_open_at_once() {
     // refused.
     let opens: Vec<JournalBody> = (0..OPEN_OPS_MAX as u64).map(begin).collect();
     let ends: Vec<JournalBody> = (0..OPEN_OPS_MAX as u64)
-        .map(|op| end(op, Outcome::Succeeded))
+        .map(|op| end(op, OpOutcome::Succeeded))
         .collect();
     let (bytes, _) = written(opens.iter().cloned().chain(ends.iter().cloned()));
     assert!(verify(&bytes).is_ok());
@@ -129,7 +129,7 @@ fn at_most_open_ops_max_operations_are_open_at_once() {
 
 #[test]
 fn up_to_unknown_ops_max_unknown_operations_are_carried() {
-    let unknown = |n: u64| written((0..n).flat_map(|op| [begin(op), end(op, Outcome::Unknown)]));
+    let unknown = |n: u64| written((0..n).flat_map(|op| [begin(op), end(op, OpOutcome::Unknown)]));
     let f = verify(&unknown(UNKNOWN_OPS_MAX as u64).0).unwrap();
     assert_eq!(f.unknown_ops.len(), UNKNOWN_OPS_MAX);
     let e = verify(&unknown(UNKNOWN_OPS_MAX as u64 + 1).0).unwrap_err();

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use repoch_protocol::journal::{next_frame, JournalBody, Outcome as OpOutcome};
+use repoch_protocol::journal::{next_frame, JournalBody, OpOutcome};
 use repoch_protocol::Outcome;
 use serde_json::json;
 

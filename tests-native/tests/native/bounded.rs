@@ -100,7 +100,7 @@ fn observe_reports_a_signed_op_begin_with_the_largest_op_id_as_lineage_mutated()
         .unwrap();
     std::io::Write::write_all(&mut w, &frame).unwrap();
     let r = s.observe(&id);
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
     let lineage: Vec<_> = failed(&r)
         .into_iter()
         .filter(|(_, reason)| reason.starts_with("lineage"))
@@ -151,7 +151,13 @@ fn recover_with_a_closed_stdout_still_exits_granted_when_the_daemon_granted() {
     c.args(["recover", &id, "--consumer-wait", "20"]);
     let (code, err) = run_with_closed_stdout(c);
     let got: Run = consumer.wait_with_output().unwrap().into();
-    assert_eq!(got.code, 0, "consumer: {}{}", got.stdout, got.stderr);
+    assert_eq!(
+        got.code,
+        Outcome::Success,
+        "consumer: {}{}",
+        got.stdout,
+        got.stderr
+    );
     assert_eq!(code, 0, "{err}");
     assert_eq!(s.status(&id).json()["epoch"], "receipted");
 }
@@ -168,7 +174,7 @@ fn a_consumer_wait_of_u64_max_is_a_usage_error_not_an_abort() {
     let id = s.enroll();
     let _d = s.daemon();
     let r = run(s.recover(&id, u64::MAX, &[]));
-    assert_eq!(r.code, 64, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
     assert!(r.stderr.contains("3600"), "{}", r.stderr);
     assert_eq!(s.status(&id).json()["epoch"], "enrolled");
 }
@@ -209,7 +215,7 @@ fn every_numeric_argument_out_of_range_exits_64() {
         ],
     ] {
         let r = s.repoch(args);
-        assert_eq!(r.code, 64, "{args:?}: {}{}", r.stdout, r.stderr);
+        assert_eq!(r.code, Outcome::Usage, "{args:?}: {}{}", r.stdout, r.stderr);
     }
     for wait in ["0", "86401", "18446744073709551615"] {
         let r = s.run(
@@ -228,7 +234,13 @@ fn every_numeric_argument_out_of_range_exits_64() {
                 wait,
             ],
         );
-        assert_eq!(r.code, 64, "--wait {wait}: {}{}", r.stdout, r.stderr);
+        assert_eq!(
+            r.code,
+            Outcome::Usage,
+            "--wait {wait}: {}{}",
+            r.stdout,
+            r.stderr
+        );
     }
 }
 
@@ -247,7 +259,7 @@ fn a_zero_filled_tail_after_the_last_record_reads_as_torn() {
     let r = s.status(&id);
     assert_eq!(r.json()["epoch"], "torn", "{}", r.stdout);
     assert_eq!(r.json()["refusal"], "epoch-torn");
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
 }
 
 #[test]
@@ -265,7 +277,7 @@ fn a_log_copied_from_another_deployment_reads_as_foreign() {
     std::fs::write(s.log(&a), &bytes).unwrap();
     let r = s.status(&a);
     assert_eq!(r.json()["refusal"], "epoch-foreign", "{}", r.stdout);
-    assert_eq!(r.code, 2);
+    assert_eq!(r.code, Outcome::Refused);
 }
 
 #[test]
@@ -294,7 +306,7 @@ fn a_record_signed_by_another_key_reads_as_forged() {
     append_to_log(&s, &id, &rec.to_frame());
     let r = s.status(&id);
     assert_eq!(r.json()["refusal"], "epoch-forged", "{}", r.stdout);
-    assert_eq!(r.code, 2);
+    assert_eq!(r.code, Outcome::Refused);
 }
 
 // ---- 9. one exit-code rule ----
@@ -307,10 +319,10 @@ fn observe_on_a_used_or_torn_epoch_exits_2_with_the_epoch_reason() {
     require_root!();
     let s = Sandbox::new();
     let id = s.enroll();
-    assert_eq!(s.observe(&id).code, 0);
+    assert_eq!(s.observe(&id).code, Outcome::Success);
     s.use_epoch(&id);
     let r = s.observe(&id);
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
     assert!(
         r.json()["refusals"].to_string().contains("epoch-consumed"),
         "{}",
@@ -319,7 +331,7 @@ fn observe_on_a_used_or_torn_epoch_exits_2_with_the_epoch_reason() {
     let t = s.enroll_with(&manifest_with_journal(&s, "", "journal2"));
     append_to_log(&s, &t, &[0, 0, 1]);
     let r = s.observe(&t);
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
     assert!(
         r.json()["refusals"].to_string().contains("epoch-torn"),
         "{}",
@@ -335,11 +347,14 @@ fn status_exits_0_for_a_verified_log_and_2_when_the_state_does_not_verify() {
     require_root!();
     let s = Sandbox::new();
     let id = s.enroll();
-    assert_eq!(s.status(&id).code, 0);
+    assert_eq!(s.status(&id).code, Outcome::Success);
     s.use_epoch(&id);
     let r = s.status(&id);
-    assert_eq!((r.code, r.json()["epoch"].clone()), (0, "withheld".into()));
-    assert_eq!(s.repoch(&["--json", "list"]).code, 0);
+    assert_eq!(
+        (r.code, r.json()["epoch"].clone()),
+        (Exit::of(Outcome::Success), "withheld".into())
+    );
+    assert_eq!(s.repoch(&["--json", "list"]).code, Outcome::Success);
     // A validly signed record that may not follow the terminal withheld: corrupt.
     let key = issuer_key(&s);
     let d = s.deployment(&id);
@@ -359,14 +374,14 @@ fn status_exits_0_for_a_verified_log_and_2_when_the_state_does_not_verify() {
     append_to_log(&s, &id, &rec.to_frame());
     let r = s.status(&id);
     assert_eq!(r.json()["epoch"], "corrupt", "{}", r.stdout);
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
-    assert_eq!(s.repoch(&["--json", "list"]).code, 2);
+    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
+    assert_eq!(s.repoch(&["--json", "list"]).code, Outcome::Refused);
     let log = s.log(&id);
     let bytes = std::fs::read(&log).unwrap();
     // The log replaced by another inode: state-replaced, 2.
     rename_over(&log, &bytes);
     let r = s.status(&id);
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
     assert_eq!(refusal_reason(&r), "state-replaced");
 }
 
@@ -381,7 +396,7 @@ fn enrolling_over_an_existing_journal_is_a_manifest_error_exit_64() {
     let p = s.path("again.toml");
     std::fs::write(&p, s.manifest("")).unwrap();
     let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
-    assert_eq!(r.code, 64, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("journal"), "{}", r.stdout);
 }
 
@@ -402,7 +417,7 @@ fn a_non_root_recover_is_admin_denied_not_daemon_unreachable() {
     let mut c = s.recover(&id, 1, &[]);
     c.uid(65534).gid(65534);
     let r = run(c);
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
     assert_eq!(refusal_reason(&r), "admin-denied", "{}", r.stdout);
 }
 
@@ -415,7 +430,7 @@ fn recover_without_a_daemon_is_daemon_unreachable_exit_2() {
     let s = Sandbox::new();
     let id = s.enroll();
     let r = run(s.recover(&id, 1, &[]));
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
     assert_eq!(refusal_reason(&r), "daemon-unreachable");
 }
 
@@ -435,7 +450,7 @@ fn the_consumer_exits_2_when_repochd_is_not_there() {
         .arg(s.path("nobody.sock"))
         .args(["--wait", "1"]);
     let r = run(c);
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
 }
 
 #[test]
@@ -456,7 +471,7 @@ fn the_consumer_exits_2_when_its_wait_ends_before_any_challenge() {
         .arg(&sock)
         .args(["--wait", "1"]);
     let r = run(c);
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
 }
 
 // ---- 10. one successor per predecessor ----
@@ -475,7 +490,7 @@ fn a_second_successor_of_one_predecessor_is_refused_at_enrollment() {
     let p = s.path("c.toml");
     std::fs::write(&p, manifest_with_journal(&s, &pred, "journal3")).unwrap();
     let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
-    assert_eq!(r.code, 64, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains(&b), "{}", r.stdout);
     assert!(
         !s.srv.join("journal3").exists(),
@@ -498,7 +513,7 @@ fn enroll_as_non_root_is_admin_denied() {
         .uid(65534)
         .gid(65534);
     let r = run(c);
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
     assert_eq!(refusal_reason(&r), "admin-denied");
     assert!(!s.srv.join("journal").exists());
 }
@@ -515,7 +530,7 @@ fn enroll_that_cannot_write_its_files_is_enroll_failed_exit_2() {
     let p = s.path("m.toml");
     std::fs::write(&p, s.manifest("")).unwrap();
     let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
     assert_eq!(refusal_reason(&r), "enroll-failed");
     assert!(!s.srv.join("journal").exists());
 }
@@ -538,14 +553,14 @@ fn journal_append_exits_0_and_on_a_mutated_journal_2_with_its_lineage_reason() {
         s.repoch(&a)
     };
     let r = append(&["root-start", "--pid", "1"]);
-    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
     unset_append_only(&journal);
     let mut bytes = std::fs::read(&journal).unwrap();
     let n = bytes.len() - 70; // inside the last record's signed body or signature
     bytes[n] ^= 1;
     std::fs::write(&journal, &bytes).unwrap();
     let r = append(&["root-stop"]);
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
     assert!(refusal_reason(&r).starts_with("lineage-"), "{}", r.stdout);
     assert_eq!(std::fs::read(&journal).unwrap(), bytes);
     // A journal over its bound is bad input, refused as a mutated lineage (as the
@@ -559,7 +574,7 @@ fn journal_append_exits_0_and_on_a_mutated_journal_2_with_its_lineage_reason() {
         .set_len(over)
         .unwrap();
     let r = append(&["root-stop"]);
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
     assert_eq!(refusal_reason(&r), "lineage-mutated", "{}", r.stdout);
     assert_eq!(std::fs::metadata(&journal).unwrap().len(), over);
 }
@@ -581,7 +596,7 @@ fn consumer_verify_exits_2_for_a_grant_that_does_not_verify_and_64_for_a_missing
             bad.to_str().unwrap(),
         ],
     );
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
     let r = s.run(
         "repoch-consume",
         &[
@@ -591,7 +606,7 @@ fn consumer_verify_exits_2_for_a_grant_that_does_not_verify_and_64_for_a_missing
             "/nonexistent/grant",
         ],
     );
-    assert_eq!(r.code, 64, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
 }
 
 /// A child process killed (and reaped) on drop unless it was waited for.
@@ -660,11 +675,11 @@ fn two_concurrent_enrollments_of_successors_of_one_predecessor_admit_one() {
     let pid = rustix::process::Pid::from_raw(b.pid() as i32).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
     let (rb, rc) = (b.finish(), c.finish());
-    let mut codes = [rb.code, rc.code];
+    let mut codes = [rb.code.0, rc.code.0];
     codes.sort();
     assert_eq!(
-        codes,
-        [0, 64],
+        codes.map(Exit),
+        [Exit::of(Outcome::Success), Exit::of(Outcome::Usage)],
         "B: {}{}\nC: {}{}",
         rb.stdout,
         rb.stderr,

@@ -64,12 +64,19 @@ fn a_root_rollback_of_a_granted_log_is_caught_by_audit_and_by_the_consumer() {
     let id = s.enroll();
     let genesis_note = s.path("genesis.note");
     let r = s.repoch(&["checkpoint", &id]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.code, Outcome::Success, "{}", r.stderr);
     std::fs::write(&genesis_note, format!("{}\n", r.stdout.trim_end())).unwrap();
     let d = s.daemon();
     let (r, c) = recover_to(&s, &id, "grant.cbor");
-    assert_eq!(r.code, 0, "{}\n{}\n{}", r.stdout, r.stderr, c.stdout);
-    assert_eq!(c.code, 0, "{}\n{}", c.stdout, c.stderr);
+    assert_eq!(
+        r.code,
+        Outcome::Success,
+        "{}\n{}\n{}",
+        r.stdout,
+        r.stderr,
+        c.stdout
+    );
+    assert_eq!(c.code, Outcome::Success, "{}\n{}", c.stdout, c.stderr);
     let grant = s.path("grant.cbor");
     let kept = s.path("grant.cbor.checkpoint");
     let note = std::fs::read_to_string(&kept).expect("the consumer kept no checkpoint");
@@ -84,13 +91,13 @@ fn a_root_rollback_of_a_granted_log_is_caught_by_audit_and_by_the_consumer() {
     );
     // Before the rollback: both checkpoints extended, the consumer's too.
     let a = audit_checkpoint(&s, &id, &kept);
-    assert_eq!(a.code, 0, "{}\n{}", a.stdout, a.stderr);
+    assert_eq!(a.code, Outcome::Success, "{}\n{}", a.stdout, a.stderr);
     let a = audit_checkpoint(&s, &id, &genesis_note);
-    assert_eq!(a.code, 0, "{}\n{}", a.stdout, a.stderr);
+    assert_eq!(a.code, Outcome::Success, "{}\n{}", a.stdout, a.stderr);
     let first: serde_json::Value = serde_json::from_str(a.stdout.lines().next().unwrap()).unwrap();
     assert_eq!(first["checkpoint"]["log"]["size"], 4, "{first}");
     let v = consume_verify(&s, &id, &grant);
-    assert_eq!(v.code, 0, "{}\n{}", v.stdout, v.stderr);
+    assert_eq!(v.code, Outcome::Success, "{}\n{}", v.stdout, v.stderr);
     assert_eq!(v.json()["grant"]["checkpoint"]["size"], 4);
     // The rollback, as root: the log back to its genesis; then recover again.
     let log = s.log(&id);
@@ -123,7 +130,7 @@ fn a_root_rollback_of_a_granted_log_is_caught_by_audit_and_by_the_consumer() {
     let (again, c2) = recover_to(&s, &id, "grant2.cbor");
     assert_eq!(
         (again.code, c2.code),
-        (0, 0),
+        (Exit::of(Outcome::Success), Exit::of(Outcome::Success)),
         "{}\nconsumer: {}{}",
         again.stdout.lines().last().unwrap_or(""),
         c2.stdout,
@@ -162,7 +169,7 @@ fn caught(
     rewritten_from: Option<u64>,
 ) {
     let a = audit_checkpoint(s, id, note);
-    assert_eq!(a.code, 5, "{}\n{}", a.stdout, a.stderr);
+    assert_eq!(a.code, Outcome::Inconsistent, "{}\n{}", a.stdout, a.stderr);
     let first: serde_json::Value = serde_json::from_str(a.stdout.lines().next().unwrap()).unwrap();
     let cp = &first["checkpoint"];
     assert_eq!(cp["reason"], reason, "{first}");
@@ -179,7 +186,7 @@ fn caught(
     assert_eq!(a.json()["outcome"], "inconsistent");
     assert_eq!(a.json()["refusals"][0]["reason"], reason);
     let v = consume_verify(s, id, grant);
-    assert_eq!(v.code, 5, "{}\n{}", v.stdout, v.stderr);
+    assert_eq!(v.code, Outcome::Inconsistent, "{}\n{}", v.stdout, v.stderr);
     let j = v.json();
     assert_eq!(
         (&j["outcome"], &j["reason"]),
@@ -219,7 +226,7 @@ fn checkpoint_refuses_a_non_root_caller_and_a_log_that_does_not_verify() {
     let mut c = s.cmd("repoch");
     c.args(["--json", "checkpoint", &id]).uid(65534).gid(65534);
     let r = run(c);
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
     assert_eq!(r.json()["refusals"][0]["reason"], "admin-denied");
     let log = s.log(&id);
     unset_append_only(&log);
@@ -231,14 +238,14 @@ fn checkpoint_refuses_a_non_root_caller_and_a_log_that_does_not_verify() {
         .write_all(&[0x00, 0x00, 0x01])
         .unwrap();
     let r = s.repoch(&["--json", "checkpoint", &id]);
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
     assert_eq!(r.json()["refusals"][0]["reason"], "epoch-torn");
     // Without a readable issuer key: usage (64).
     let s = Sandbox::new();
     let id = s.enroll();
     std::fs::remove_file(s.root.join("etc/repoch/issuer.key")).unwrap();
     let r = s.repoch(&["--json", "checkpoint", &id]);
-    assert_eq!(r.code, 64, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
 }
 
 #[test]
@@ -254,10 +261,10 @@ fn the_consumer_refuses_a_grant_whose_checkpoint_does_not_verify() {
     let id = s.enroll();
     let fence = s.srv.join("lock");
     for (n, (variant, code)) in [
-        ("checkpoint-by-another-key", 2),
-        ("checkpoint-of-another-log", 2),
-        ("checkpoint-before-the-receipt", 2),
-        ("", 0),
+        ("checkpoint-by-another-key", Outcome::Refused),
+        ("checkpoint-of-another-log", Outcome::Refused),
+        ("checkpoint-before-the-receipt", Outcome::Refused),
+        ("", Outcome::Success),
     ]
     .into_iter()
     .enumerate()
@@ -291,10 +298,10 @@ fn the_consumer_refuses_a_grant_whose_checkpoint_does_not_verify() {
         let kept = out.with_file_name(format!("grant{n}.cbor.checkpoint"));
         assert_eq!(
             (out.exists(), kept.exists()),
-            (code == 0, code == 0),
+            (code == Outcome::Success, code == Outcome::Success),
             "{variant}: grant and checkpoint files"
         );
-        if code == 2 {
+        if code == Outcome::Refused {
             assert!(r.stdout.contains("checkpoint"), "{variant}: {}", r.stdout);
         }
     }

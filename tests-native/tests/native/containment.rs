@@ -16,7 +16,7 @@ fn reasons(r: &Run) -> Vec<String> {
 fn assert_holds(r: &Run) {
     assert_eq!(
         r.code,
-        0,
+        Outcome::Success,
         "expected every fact to hold: {:?}\n{}{}",
         failed(r),
         r.stdout,
@@ -25,7 +25,13 @@ fn assert_holds(r: &Run) {
 }
 
 fn assert_refused(r: &Run, reason: &str) {
-    assert_eq!(r.code, 2, "expected {reason}: {}{}", r.stdout, r.stderr);
+    assert_eq!(
+        r.code,
+        Outcome::Refused,
+        "expected {reason}: {}{}",
+        r.stdout,
+        r.stderr
+    );
     assert_eq!(reasons(r), vec![reason.to_owned()], "{}", r.stdout);
 }
 
@@ -232,7 +238,7 @@ fn recover_is_refused_listener_present_for_a_relative_path_listener() {
         .output()
         .unwrap()
         .into();
-    assert_eq!(r.code, 2, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Refused, "{}\n{}", r.stdout, r.stderr);
     assert_eq!(r.reasons(), ["listener-present"]);
     let records = s.status(&id).json()["records"].as_array().unwrap().len();
     assert_eq!(records, 1, "only the genesis record");

@@ -150,16 +150,24 @@ fn contender_at(barrier: &str, end: End) {
         // under the lock (never act on anything read before it) and append nothing.
         let c = b.consumer(&s, &id, "grant-b.cbor");
         let r = b.recover(&s, &id, 20);
-        assert_eq!(r.code, 0, "{barrier}: B: {}{}", r.stdout, r.stderr);
-        assert_eq!(finish(c).code, 0, "{barrier}: B's consumer");
+        assert_eq!(
+            r.code,
+            Outcome::Success,
+            "{barrier}: B: {}{}",
+            r.stdout,
+            r.stderr
+        );
+        assert_eq!(finish(c).code, Outcome::Success, "{barrier}: B's consumer");
         assert_eq!(records(&s, &id), GRANTED, "{barrier}");
         b_granted = true;
     } else {
         let r = b.recover(&s, &id, 1);
         assert_eq!(
-            r.code, 4,
+            r.code,
+            Outcome::Busy,
             "{barrier}: B must be busy: {}{}",
-            r.stdout, r.stderr
+            r.stdout,
+            r.stderr
         );
         assert_eq!(r.outcome()["outcome"], "busy", "{barrier}");
         assert_eq!(r.reasons(), ["issuer-busy"], "{barrier}");
@@ -180,12 +188,17 @@ fn contender_at(barrier: &str, end: End) {
             a.signal(rustix::process::Signal::CONT);
             let r = finish(rec_a);
             if b_granted {
-                assert_eq!(r.code, 2, "{barrier}: A must be refused: {}", r.stdout);
+                assert_eq!(
+                    r.code,
+                    Outcome::Refused,
+                    "{barrier}: A must be refused: {}",
+                    r.stdout
+                );
                 assert_eq!(r.reasons(), ["epoch-consumed"], "{barrier}");
                 let after = std::fs::read(s.log(&id)).unwrap();
                 assert!(after == log_before_a, "{barrier}: A changed the log");
             } else {
-                assert_eq!(r.code, 0, "{barrier}: A: {}", r.stdout);
+                assert_eq!(r.code, Outcome::Success, "{barrier}: A: {}", r.stdout);
                 assert_eq!(r.outcome()["outcome"], "granted");
                 a_granted = true;
             }
@@ -193,7 +206,12 @@ fn contender_at(barrier: &str, end: End) {
         End::Kill => {
             drop(a); // SIGKILL, then reaped
             let r = finish(rec_a);
-            assert_eq!(r.code, 3, "{barrier}: uncertain: {}", r.stdout);
+            assert_eq!(
+                r.code,
+                Outcome::Uncertain,
+                "{barrier}: uncertain: {}",
+                r.stdout
+            );
             let after = std::fs::read(s.log(&id)).unwrap();
             assert!(
                 after == log_before_a,
@@ -203,9 +221,19 @@ fn contender_at(barrier: &str, end: End) {
     }
     let c = finish(consumer_a);
     if a_granted {
-        assert_eq!(c.code, 0, "{barrier}: A's consumer: {}", c.stdout);
+        assert_eq!(
+            c.code,
+            Outcome::Success,
+            "{barrier}: A's consumer: {}",
+            c.stdout
+        );
     } else if end == End::Kill {
-        assert_ne!(c.code, 0, "{barrier}: A's consumer: {}", c.stdout);
+        assert_ne!(
+            c.code,
+            Outcome::Success,
+            "{barrier}: A's consumer: {}",
+            c.stdout
+        );
     }
     assert_eq!(s.path("grant-a.cbor").exists(), a_granted, "{barrier}");
     let after_a = records(&s, &id);
@@ -215,11 +243,23 @@ fn contender_at(barrier: &str, end: End) {
     let fresh = after_a.len() == 1;
     let r = b.recover(&s, &id, if fresh { 20 } else { 1 });
     if fresh {
-        assert_eq!(r.code, 0, "{barrier}: B recovers: {}{}", r.stdout, r.stderr);
-        assert_eq!(finish(c).code, 0, "{barrier}: B's consumer");
+        assert_eq!(
+            r.code,
+            Outcome::Success,
+            "{barrier}: B recovers: {}{}",
+            r.stdout,
+            r.stderr
+        );
+        assert_eq!(finish(c).code, Outcome::Success, "{barrier}: B's consumer");
         assert_eq!(records(&s, &id), GRANTED, "{barrier}");
     } else {
-        assert_eq!(r.code, 2, "{barrier}: B: {}{}", r.stdout, r.stderr);
+        assert_eq!(
+            r.code,
+            Outcome::Refused,
+            "{barrier}: B: {}{}",
+            r.stdout,
+            r.stderr
+        );
         assert_eq!(r.reasons(), ["epoch-consumed"], "{barrier}");
         assert_eq!(records(&s, &id), after_a, "{barrier}: B appended");
         drop(Killed(c));

@@ -29,7 +29,13 @@ fn enroll_second(s: &Sandbox) -> String {
     let p = s.path("manifest-b.toml");
     std::fs::write(&p, m).unwrap();
     let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
-    assert_eq!(r.code, 0, "enroll B: {}{}", r.stdout, r.stderr);
+    assert_eq!(
+        r.code,
+        Outcome::Success,
+        "enroll B: {}{}",
+        r.stdout,
+        r.stderr
+    );
     r.json()["deployment"].as_str().unwrap().to_owned()
 }
 
@@ -54,7 +60,7 @@ fn the_consumer_enrolled_for_another_deployment_is_rejected_and_burns_nothing() 
     d.wait_log(&format!("pid={}", imp.id()));
     let rec = recover_bg(&s, &a, 20);
     let imp = finish(imp);
-    assert_eq!(imp.code, 2, "{}{}", imp.stdout, imp.stderr);
+    assert_eq!(imp.code, Outcome::Refused, "{}{}", imp.stdout, imp.stderr);
     assert!(
         imp.stdout.contains("consumer-rejected") && imp.stdout.contains("key"),
         "{}",
@@ -68,8 +74,14 @@ fn the_consumer_enrolled_for_another_deployment_is_rejected_and_burns_nothing() 
     );
     assert_eq!(records(&s, &b), ["genesis"]);
     let real = run(s.consumer(&a, "consumer.key", "grant-a.cbor", &[]));
-    assert_eq!(real.code, 0, "{}{}", real.stdout, real.stderr);
-    assert_eq!(finish(rec).code, 0);
+    assert_eq!(
+        real.code,
+        Outcome::Success,
+        "{}{}",
+        real.stdout,
+        real.stderr
+    );
+    assert_eq!(finish(rec).code, Outcome::Success);
     assert_eq!(records(&s, &a).len(), 4);
     // A's consumer key asks for B: rejected the same way; B is untouched.
     let imp = s
@@ -81,15 +93,21 @@ fn the_consumer_enrolled_for_another_deployment_is_rejected_and_burns_nothing() 
     d.wait_log(&format!("pid={}", imp.id()));
     let rec = recover_bg(&s, &b, 20);
     let imp = finish(imp);
-    assert_eq!(imp.code, 2, "{}{}", imp.stdout, imp.stderr);
+    assert_eq!(imp.code, Outcome::Refused, "{}{}", imp.stdout, imp.stderr);
     assert_eq!(
         records(&s, &b),
         ["genesis"],
         "A's consumer burned B's epoch"
     );
     let real = run(s.consumer(&b, "consumer-b.key", "grant-b.cbor", &[]));
-    assert_eq!(real.code, 0, "{}{}", real.stdout, real.stderr);
-    assert_eq!(finish(rec).code, 0);
+    assert_eq!(
+        real.code,
+        Outcome::Success,
+        "{}{}",
+        real.stdout,
+        real.stderr
+    );
+    assert_eq!(finish(rec).code, Outcome::Success);
     // Each grant names its own deployment and verifies under the one issuer key.
     for (id, file) in [(&a, "grant-a.cbor"), (&b, "grant-b.cbor")] {
         let v = s.run(
@@ -102,7 +120,7 @@ fn the_consumer_enrolled_for_another_deployment_is_rejected_and_burns_nothing() 
                 s.path(file).to_str().unwrap(),
             ],
         );
-        assert_eq!(v.code, 0, "{}", v.stdout);
+        assert_eq!(v.code, Outcome::Success, "{}", v.stdout);
         assert_eq!(v.json()["grant"]["deployment"], id.as_str());
     }
     assert_eq!(records(&s, &b).len(), 4);
@@ -127,14 +145,14 @@ fn a_consumer_waiting_for_one_deployment_is_not_taken_by_another_recovery() {
         .unwrap();
     d.wait_log(&format!("pid={}", waiting.id()));
     let r = run(s.recover(&a, 2, &[]));
-    assert_eq!(r.code, 2, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Refused, "{}", r.stdout);
     assert_eq!(r.reasons(), ["consumer-absent"]);
     assert_eq!(records(&s, &a), ["genesis"]);
     assert_eq!(records(&s, &b), ["genesis"]);
     let r = run(s.recover(&b, 20, &[]));
-    assert_eq!(r.code, 0, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Success, "{}", r.stdout);
     let got = finish(waiting);
-    assert_eq!(got.code, 0, "{}{}", got.stdout, got.stderr);
+    assert_eq!(got.code, Outcome::Success, "{}{}", got.stdout, got.stderr);
     assert_eq!(got.json()["grant"]["deployment"], b.as_str());
     assert_eq!(records(&s, &a), ["genesis"]);
 }

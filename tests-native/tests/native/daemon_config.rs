@@ -42,7 +42,11 @@ fn refused(config: &str, key: &str) {
     let (code, err, mut child) = start_with(&s, config);
     let _ = child.kill();
     let _ = child.wait();
-    assert_eq!(code, Some(64), "{config:?}: {err}");
+    assert_eq!(
+        code.map(Exit),
+        Some(Exit::of(Outcome::Usage)),
+        "{config:?}: {err}"
+    );
     assert!(err.contains(key), "{config:?} must name {key}: {err}");
 }
 
@@ -88,7 +92,7 @@ fn an_invalid_config_is_refused_at_start_naming_the_key() {
         "repochd",
         &["--config", s.path("absent.toml").to_str().unwrap()],
     );
-    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert_eq!(r.code, Outcome::Usage, "{}", r.stderr);
     assert!(r.stderr.contains("absent.toml"), "{}", r.stderr);
 }
 
@@ -112,7 +116,7 @@ fn a_configured_limit_is_the_one_enforced() {
     let _silent = std::os::unix::net::UnixStream::connect(&admin).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(200));
     let r: Run = s.recover(&id, 1, &[]).output().unwrap().into();
-    assert_eq!(r.code, 4, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Busy, "{}\n{}", r.stdout, r.stderr);
     assert!(
         r.stdout.contains("1 admin connections open"),
         "{}",
@@ -124,7 +128,7 @@ fn a_configured_limit_is_the_one_enforced() {
     let _d = s.daemon();
     let _silent = std::os::unix::net::UnixStream::connect(&admin).unwrap();
     let r: Run = s.recover(&id, 1, &[]).output().unwrap().into();
-    assert_eq!(r.code, 2, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Refused, "{}\n{}", r.stdout, r.stderr);
     assert_eq!(r.reasons(), ["consumer-absent"]);
 }
 

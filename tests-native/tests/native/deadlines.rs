@@ -132,7 +132,7 @@ fn a_custody_answer_drip_fed_after_the_intent_is_withheld_consumer_lost_within_t
     let r = rec.finish_within(limit).unwrap_or_else(|| {
         panic!("the drip-fed custody answer still holds the issuance after {limit:?}")
     });
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
     assert_eq!(r.reasons(), ["consumer-lost"], "{}", r.stdout);
     assert_eq!(records(&s, &id), ["genesis", "intent", "withheld"]);
 }
@@ -246,12 +246,18 @@ fn a_contender_paused_between_open_and_lock_is_refused_epoch_consumed_after_anot
     let b_consumer = Child::spawn(s.consumer(&id[..6], "consumer.key", "b.cbor", &[]));
     b.wait_log("consumer connected");
     let r = run(s.recover(&id, 20, &[]));
-    assert_eq!(r.code, 0, "B must grant: {}{}", r.stdout, r.stderr);
+    assert_eq!(
+        r.code,
+        Outcome::Success,
+        "B must grant: {}{}",
+        r.stdout,
+        r.stderr
+    );
     let mut b_consumer = b_consumer;
     let bc = b_consumer
         .finish_within(Duration::from_secs(DAEMON_WAIT_SECONDS_MAX))
         .unwrap();
-    assert_eq!(bc.code, 0, "{}{}", bc.stdout, bc.stderr);
+    assert_eq!(bc.code, Outcome::Success, "{}{}", bc.stdout, bc.stderr);
     let before = std::fs::read(s.log(&id)).unwrap();
     // A goes on.
     rustix::process::kill_process(
@@ -265,7 +271,7 @@ fn a_contender_paused_between_open_and_lock_is_refused_epoch_consumed_after_anot
     let after = std::fs::read(s.log(&id)).unwrap();
     assert_eq!(
         r.code,
-        2,
+        Outcome::Refused,
         "A must be refused: {}{}\n{}",
         r.stdout,
         r.stderr,
@@ -327,9 +333,11 @@ fn a_consumer_rejected_for_a_long_cgroup_path_gets_a_clean_refusal() {
         .finish_within(Duration::from_secs(DAEMON_WAIT_SECONDS_MAX))
         .expect("the peer never ended");
     assert_eq!(
-        p.code, 2,
+        p.code,
+        Outcome::Refused,
         "the peer must be refused: {}{}",
-        p.stdout, p.stderr
+        p.stdout,
+        p.stderr
     );
     assert!(
         p.stdout.contains("consumer-rejected"),
@@ -340,7 +348,7 @@ fn a_consumer_rejected_for_a_long_cgroup_path_gets_a_clean_refusal() {
     let r = rec
         .finish_within(Duration::from_secs(DAEMON_WAIT_SECONDS_MAX))
         .expect("recover never ended");
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
     assert_eq!(r.reasons(), ["consumer-absent"], "{}", r.stdout);
     assert_eq!(records(&s, &id), ["genesis"]);
     // Innermost first: a parent cgroup is removed only once its children are.
@@ -445,7 +453,7 @@ fn an_admin_connection_past_the_bound_is_told_busy_naming_the_bound() {
         start.elapsed().as_secs() < HANDSHAKE_SECONDS,
         "the idle clients may have timed out; the test proves nothing"
     );
-    assert_eq!(r.code, 4, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Busy, "{}{}", r.stdout, r.stderr);
     assert_eq!(r.outcome()["outcome"], "busy");
     let detail = r.outcome()["detail"].as_str().unwrap().to_owned();
     assert!(
@@ -493,7 +501,7 @@ fn the_consumer_reads_the_reason_of_an_over_long_refusal_and_exits_refused() {
     let r = c
         .finish_within(Duration::from_secs(DAEMON_WAIT_SECONDS_MAX))
         .expect("the consumer never ended");
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("consumer-rejected"), "{}", r.stdout);
 }
 
@@ -511,7 +519,7 @@ fn a_frame_drip_fed_to_the_consumer_fails_at_its_wait_for_the_whole_message() {
     let r = c
         .finish_within(limit)
         .unwrap_or_else(|| panic!("the consumer still waits after {limit:?}"));
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("deadline"), "{}", r.stdout);
 }
 
@@ -573,7 +581,7 @@ fn a_repochd_that_drips_its_answer_cannot_hold_repoch_recover_past_its_deadline(
     let r = c
         .finish_within(limit)
         .unwrap_or_else(|| panic!("repoch recover still waits after {limit:?}"));
-    assert_eq!(r.code, 3, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Uncertain, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("deadline"), "{}", r.stdout);
 }
 
@@ -592,7 +600,7 @@ fn the_consumer_refuses_a_grant_whose_fence_fd_is_not_the_fence_it_names() {
     let other = s.path("other");
     std::fs::write(&other, b"").unwrap();
     let fence = s.srv.join("lock");
-    for (sent, code) in [(&other, 2), (&fence, 0)] {
+    for (sent, code) in [(&other, Outcome::Refused), (&fence, Outcome::Success)] {
         let _fake = spawn_ready(helper(&[
             "serve-grant",
             socket.to_str().unwrap(),
@@ -623,11 +631,11 @@ fn the_consumer_refuses_a_grant_whose_fence_fd_is_not_the_fence_it_names() {
         );
         assert_eq!(
             out.exists(),
-            code == 0,
+            code == Outcome::Success,
             "fd of {}: grant file",
             sent.display()
         );
-        if code == 2 {
+        if code == Outcome::Refused {
             assert!(r.stdout.contains("the grant names"), "{}", r.stdout);
         }
     }
@@ -664,7 +672,7 @@ fn the_consumer_refuses_a_fence_fd_on_the_named_inode_number_born_at_another_tim
     ))
     .finish_within(Duration::from_secs(DAEMON_WAIT_SECONDS_MAX))
     .expect("the consumer never ended");
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("born"), "{}", r.stdout);
     assert!(!out.exists());
 }

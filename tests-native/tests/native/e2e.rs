@@ -40,7 +40,7 @@ fn a_recovery_grants_once_and_the_new_root_holds_the_fences() {
         .unwrap();
     let before = unix_now();
     let r = run(s.recover(&id[..5], 20, &[]));
-    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Success, "{}\n{}", r.stdout, r.stderr);
     let out = r.outcome();
     assert_eq!(out["outcome"], "granted");
     // The progress stream shows each durable record as it is fsynced, in order.
@@ -73,7 +73,7 @@ fn a_recovery_grants_once_and_the_new_root_holds_the_fences() {
     );
     assert_eq!(s.status(&id).json()["epoch"], "receipted");
     let a = s.repoch(&["--json", "audit", s.state_dir(&id).to_str().unwrap()]);
-    assert_eq!(a.code, 0, "{}", a.stdout);
+    assert_eq!(a.code, Outcome::Success, "{}", a.stdout);
     assert_eq!(a.json()["verified"], true);
     // Oracle 2: the consumer's persisted grant verifies offline and is the receipted one.
     let g = s.path("grant.cbor");
@@ -87,7 +87,7 @@ fn a_recovery_grants_once_and_the_new_root_holds_the_fences() {
             g.to_str().unwrap(),
         ],
     );
-    assert_eq!(v.code, 0, "{}", v.stdout);
+    assert_eq!(v.code, Outcome::Success, "{}", v.stdout);
     assert_eq!(v.json()["grant"]["sha256"], out["grant"]["sha256"]);
     assert_eq!(v.json()["grant"]["deployment"], id.as_str());
     // Its issue time is the time of this recovery.
@@ -128,7 +128,7 @@ fn a_recovery_grants_once_and_the_new_root_holds_the_fences() {
     let _ = child.wait_with_output();
     // A second recovery is refused and writes nothing.
     let again = run(s.recover(&id[..5], 1, &[]));
-    assert_eq!(again.code, 2, "{}", again.stdout);
+    assert_eq!(again.code, Outcome::Refused, "{}", again.stdout);
     assert_eq!(again.reasons(), ["epoch-consumed"]);
     assert_eq!(records(&s, &id).len(), 4);
 }
@@ -141,7 +141,7 @@ fn no_consumer_refuses_consumer_absent_and_writes_nothing() {
     let id = s.enroll();
     let _d = s.daemon();
     let r = run(s.recover(&id, 1, &[]));
-    assert_eq!(r.code, 2, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Refused, "{}", r.stdout);
     assert_eq!(r.reasons(), ["consumer-absent"]);
     assert_eq!(records(&s, &id), ["genesis"]);
     assert_eq!(s.status(&id).json()["epoch"], "enrolled");
@@ -158,7 +158,7 @@ fn a_failed_observation_refuses_with_every_reason_and_writes_nothing() {
     let _h = spawn_ready(helper(&["flock", s.srv.join("lock").to_str().unwrap()]));
     std::fs::remove_file(s.srv.join("READY")).unwrap();
     let r = run(s.recover(&id, 1, &[]));
-    assert_eq!(r.code, 2);
+    assert_eq!(r.code, Outcome::Refused);
     let mut reasons = r.reasons();
     reasons.sort();
     assert_eq!(reasons, ["fence-busy", "ready-missing"]);
@@ -179,7 +179,7 @@ fn the_admin_socket_refuses_a_non_root_peer() {
     let mut c = s.recover(&id, 1, &[]);
     c.uid(65534).gid(65534);
     let r = run(c);
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
     assert_eq!(
         r.json()["refusals"][0]["reason"],
         "admin-denied",
@@ -194,7 +194,7 @@ fn the_admin_socket_refuses_a_non_root_peer() {
     let mut c = s.recover(&id, 1, &[]);
     c.uid(65534).gid(65534);
     let r = run(c);
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
     assert_eq!(r.reasons(), ["admin-denied"]);
     assert_eq!(records(&s, &id), ["genesis"]);
 }
@@ -232,7 +232,7 @@ fn a_wrong_uid_peer_is_rejected_burns_nothing_and_the_real_consumer_succeeds() {
     d.wait_log(&format!("pid={}", imp.id()));
     let rec = recover_bg(&s, &id[..8], 20);
     let imp = finish(imp);
-    assert_eq!(imp.code, 2, "{}{}", imp.stdout, imp.stderr);
+    assert_eq!(imp.code, Outcome::Refused, "{}{}", imp.stdout, imp.stderr);
     assert!(imp.stdout.contains("consumer-rejected"), "{}", imp.stdout);
     assert!(!s.path("impostor/impostor.cbor").exists());
     assert_eq!(
@@ -246,9 +246,15 @@ fn a_wrong_uid_peer_is_rejected_burns_nothing_and_the_real_consumer_succeeds() {
             .spawn()
             .unwrap(),
     );
-    assert_eq!(real.code, 0, "{}{}", real.stdout, real.stderr);
+    assert_eq!(
+        real.code,
+        Outcome::Success,
+        "{}{}",
+        real.stdout,
+        real.stderr
+    );
     let r = finish(rec);
-    assert_eq!(r.code, 0, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Success, "{}", r.stdout);
     assert_eq!(records(&s, &id).len(), 4);
 }
 
@@ -269,15 +275,21 @@ fn a_peer_with_the_wrong_key_is_rejected_and_the_real_consumer_succeeds() {
     d.wait_log(&format!("pid={}", imp.id()));
     let rec = recover_bg(&s, &id, 20);
     let imp = finish(imp);
-    assert_eq!(imp.code, 2, "{}", imp.stdout);
+    assert_eq!(imp.code, Outcome::Refused, "{}", imp.stdout);
     assert!(
         imp.stdout.contains("consumer-rejected") && imp.stdout.contains("key"),
         "{}",
         imp.stdout
     );
     let real = run(s.consumer(&id, "consumer.key", "grant.cbor", &[]));
-    assert_eq!(real.code, 0, "{}{}", real.stdout, real.stderr);
-    assert_eq!(finish(rec).code, 0);
+    assert_eq!(
+        real.code,
+        Outcome::Success,
+        "{}{}",
+        real.stdout,
+        real.stderr
+    );
+    assert_eq!(finish(rec).code, Outcome::Success);
     assert_eq!(records(&s, &id).len(), 4);
 }
 
@@ -303,7 +315,7 @@ fn the_consumer_refuses_a_grant_signed_by_another_key() {
     let c = c.stdout(Stdio::piped()).spawn().unwrap();
     let r = run(s.recover(&id, 20, &[]));
     let c = finish(c);
-    assert_eq!(c.code, 2, "{}", c.stdout);
+    assert_eq!(c.code, Outcome::Refused, "{}", c.stdout);
     assert!(
         c.stdout.contains("not signed by the pinned issuer key"),
         "{}",
@@ -312,7 +324,7 @@ fn the_consumer_refuses_a_grant_signed_by_another_key() {
     assert!(!s.path("grant.cbor").exists());
     // repochd dispatched, and the consumer never acknowledged a durable grant: not granted
     // but "dispatched, not acknowledged" (uncertain, exit 3); the epoch stays receipted.
-    assert_eq!(r.code, 3, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Uncertain, "{}", r.stdout);
     assert_eq!(r.reasons(), ["consumer-lost"]);
     assert_eq!(
         records(&s, &id),
@@ -338,14 +350,14 @@ fn a_lost_reply_after_the_receipt_is_uncertain_and_preserved() {
     ]));
     d.wait_log(&format!("pid={}", rogue.pid()));
     let r = run(s.recover(&id, 10, &[]));
-    assert_eq!(r.code, 3, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Uncertain, "{}", r.stdout);
     assert_eq!(r.outcome()["outcome"], "uncertain");
     assert_eq!(
         records(&s, &id),
         ["genesis", "intent", "consume", "receipt"]
     );
     let again = run(s.recover(&id, 1, &[]));
-    assert_eq!(again.code, 2);
+    assert_eq!(again.code, Outcome::Refused);
     assert_eq!(again.reasons(), ["epoch-consumed"]);
 }
 
@@ -361,7 +373,7 @@ fn a_held_issuer_lock_is_busy_and_names_the_holder() {
         s.state_dir(&id).join("issuer.lock").to_str().unwrap(),
     ]));
     let r = run(s.recover(&id, 1, &[]));
-    assert_eq!(r.code, 4, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Busy, "{}", r.stdout);
     assert_eq!(r.reasons(), ["issuer-busy"]);
     assert!(
         r.outcome()["detail"]
@@ -380,9 +392,9 @@ fn usage_errors_exit_64_and_a_malformed_daemon_reply_exits_70() {
     let s = Sandbox::new();
     let id = s.enroll();
     let r = run(s.recover(&id, 1, &["--approve-ready", "not-a-digest"]));
-    assert_eq!(r.code, 64, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Usage, "{}", r.stdout);
     let r = s.repoch(&["recover"]);
-    assert_eq!(r.code, 64);
+    assert_eq!(r.code, Outcome::Usage);
     // A fake repochd that answers with a malformed message.
     std::fs::create_dir_all(s.root.join("run/repoch")).unwrap();
     let _fake = spawn_ready(helper(&[
@@ -390,7 +402,7 @@ fn usage_errors_exit_64_and_a_malformed_daemon_reply_exits_70() {
         s.root.join("run/repoch/admin.sock").to_str().unwrap(),
     ]));
     let r = run(s.recover(&id, 1, &[]));
-    assert_eq!(r.code, 70, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Internal, "{}{}", r.stdout, r.stderr);
 }
 
 #[test]
@@ -411,7 +423,7 @@ fn an_ambiguous_prefix_is_refused_with_the_candidates() {
         assert!(ids.len() <= 17, "pigeonhole");
     };
     let r = s.status(&shared.0[..1]);
-    assert_eq!(r.code, 2, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Refused, "{}", r.stdout);
     let j = r.json();
     assert_eq!(j["refusals"][0]["reason"], "deployment-ambiguous");
     let observed = j["refusals"][0]["observed"].as_str().unwrap();
@@ -420,9 +432,9 @@ fn an_ambiguous_prefix_is_refused_with_the_candidates() {
         "{observed}"
     );
     // The full id, and a unique longer prefix, still work.
-    assert_eq!(s.status(&shared.1).code, 0);
+    assert_eq!(s.status(&shared.1).code, Outcome::Success);
     let r = run(s.recover("zz", 1, &[]));
-    assert_eq!(r.code, 2);
+    assert_eq!(r.code, Outcome::Refused);
 }
 
 #[test]
@@ -441,7 +453,7 @@ fn the_demo_runs_a_granted_recovery_and_cleans_up() {
         .output()
         .unwrap()
         .into();
-    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Success, "{}\n{}", r.stdout, r.stderr);
     let last = r.json();
     assert_eq!(last["demo"], "ok", "{last}");
     assert_eq!(last["refused_while_old_root_lived"], true);
@@ -506,8 +518,8 @@ fn repochd_serves_socket_activated_sockets_notifies_systemd_and_stops_on_sigterm
         .spawn()
         .unwrap();
     let r = run(s.recover(&id[..7], 20, &[]));
-    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
-    assert_eq!(finish(c).code, 0);
+    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
+    assert_eq!(finish(c).code, Outcome::Success);
     let mut buf = [0u8; 256];
     let n = notify.recv(&mut buf).unwrap();
     assert!(String::from_utf8_lossy(&buf[..n]).contains("READY=1"));
@@ -523,7 +535,11 @@ fn repochd_serves_socket_activated_sockets_notifies_systemd_and_stops_on_sigterm
     }
     assert!(stopping, "no STOPPING=1");
     let status = daemon.wait().unwrap();
-    assert_eq!(status.code(), Some(0), "repochd did not stop cleanly");
+    assert_eq!(
+        status.code().map(Exit),
+        Some(Exit::of(Outcome::Success)),
+        "repochd did not stop cleanly"
+    );
     let _ = daemon.stderr.take();
 }
 
@@ -570,7 +586,7 @@ fn the_demo_as_another_user_runs_the_offline_parts_and_says_what_it_skipped() {
         .uid(65534)
         .gid(65534);
     let r = run(c);
-    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
     let j = r.json();
     assert_eq!(j["demo"], "offline");
     assert_eq!(j["flipped_byte"], "lineage-mutated");
@@ -600,7 +616,8 @@ fn crash_at(barrier: &str, kept: &[&str]) {
     drop(d); // SIGKILL
     let r = finish(rec);
     assert_eq!(
-        r.code, 3,
+        r.code,
+        Outcome::Uncertain,
         "{barrier}: the client must report uncertain: {}",
         r.stdout
     );
@@ -610,7 +627,11 @@ fn crash_at(barrier: &str, kept: &[&str]) {
     let challenged = !matches!(barrier, "after-connect" | "after-intent");
     assert_eq!(
         c.code,
-        if challenged { 3 } else { 2 },
+        if challenged {
+            Outcome::Uncertain
+        } else {
+            Outcome::Refused
+        },
         "{barrier}: the consumer's exit: {}",
         c.stdout
     );
@@ -630,13 +651,14 @@ fn crash_at(barrier: &str, kept: &[&str]) {
     let again = run(s.recover(&id[..6], if fresh { 20 } else { 1 }, &[]));
     if fresh {
         assert_eq!(
-            again.code, 0,
+            again.code,
+            Outcome::Success,
             "{barrier}: nothing was written, the recovery may run: {}",
             again.stdout
         );
-        assert_eq!(finish(c2).code, 0);
+        assert_eq!(finish(c2).code, Outcome::Success);
     } else {
-        assert_eq!(again.code, 2, "{barrier}: {}", again.stdout);
+        assert_eq!(again.code, Outcome::Refused, "{barrier}: {}", again.stdout);
         assert_eq!(again.reasons(), ["epoch-consumed"]);
         assert_eq!(
             records(&s, &id),
@@ -793,7 +815,12 @@ impl Consumer {
         match self {
             Consumer::Real(c) => {
                 let r = finish(c);
-                assert_ne!(r.code, 0, "the consumer succeeded: {}", r.stdout);
+                assert_ne!(
+                    r.code,
+                    Outcome::Success,
+                    "the consumer succeeded: {}",
+                    r.stdout
+                );
                 assert!(!s.path("grant.cbor").exists(), "a grant was persisted");
                 assert!(
                     !s.path("marker").exists(),
@@ -855,7 +882,7 @@ fn late_mutation_with(
     mutate();
     d.signal(rustix::process::Signal::CONT);
     let r = finish(rec);
-    assert_eq!(r.code, 2, "{barrier}: {}", r.stdout);
+    assert_eq!(r.code, Outcome::Refused, "{barrier}: {}", r.stdout);
     assert_eq!(r.reasons(), ["evidence-changed"], "{barrier}");
     assert!(
         r.outcome()["detail"].as_str().unwrap().contains(naming),
@@ -863,7 +890,7 @@ fn late_mutation_with(
         r.stdout
     );
     if let Some(c) = consumer.refused_without_a_grant_byte(s, "evidence-changed") {
-        assert_eq!(c.code, 2, "{barrier}: {}", c.stdout);
+        assert_eq!(c.code, Outcome::Refused, "{barrier}: {}", c.stdout);
         assert!(c.stdout.contains("evidence-changed"), "{}", c.stdout);
     }
     let mut want: Vec<&str> = kept.to_vec();
@@ -941,7 +968,7 @@ fn a_second_repochd_on_the_same_root_refuses_to_start() {
     let s = Sandbox::new();
     let _d = s.daemon();
     let r = s.run("repochd", &[]);
-    assert_eq!(r.code, 70, "{}", r.stderr);
+    assert_eq!(r.code, Outcome::Internal, "{}", r.stderr);
     assert!(
         r.stderr.contains("another repochd is listening"),
         "{}",
@@ -1014,7 +1041,7 @@ fn the_old_root_appending_to_its_journal_after_the_intent_is_withheld() {
                 "op-begin",
                 "late write",
             ]);
-            assert_eq!(r.code, 0, "{}", r.stderr);
+            assert_eq!(r.code, Outcome::Success, "{}", r.stderr);
         };
         late_mutation(
             &s,
@@ -1087,12 +1114,12 @@ fn a_fact_that_changes_while_the_consumer_is_awaited_is_refused_before_the_inten
         });
         d.signal(rustix::process::Signal::CONT);
         let r = finish(rec);
-        assert_eq!(r.code, 2, "{}", r.stdout);
+        assert_eq!(r.code, Outcome::Refused, "{}", r.stdout);
         assert_eq!(r.reasons(), ["escaped-task"], "{}", r.stdout);
         match consumer {
             Consumer::Real(c) => {
                 let c = finish(c);
-                assert_eq!(c.code, 2, "{}{}", c.stdout, c.stderr);
+                assert_eq!(c.code, Outcome::Refused, "{}{}", c.stdout, c.stderr);
                 assert!(!s.path("grant.cbor").exists(), "a grant was persisted");
             }
             // Refused before any challenge: the test consumer reports what came instead.
@@ -1230,10 +1257,10 @@ fn a_granted_recovery_reads_the_consumer_executable_at_most_twice() {
         .spawn()
         .unwrap();
     let r = run(s.recover(&id[..6], 20, &[]));
-    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Success, "{}\n{}", r.stdout, r.stderr);
     assert_eq!(r.outcome()["outcome"], "granted");
     let c = finish(consumer);
-    assert_eq!(c.code, 0, "{}", c.stderr);
+    assert_eq!(c.code, Outcome::Success, "{}", c.stderr);
     let read = bytes_read(d.child.id()) - before;
     let ticks = cpu_ticks(d.child.id()) - cpu_before;
     eprintln!(

@@ -211,7 +211,7 @@ fn out_is_whole_or_absent(s: &Sandbox, out: &str, id: &str) -> bool {
     let v = verify(s, &p);
     assert_eq!(
         v.code,
-        0,
+        Outcome::Success,
         "a grant file at --out that does not verify ({} bytes): {}",
         std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0),
         v.stdout
@@ -247,10 +247,10 @@ fn never_reissued(s: &Sandbox, id: &str) {
     let c2 = Guard::spawn(s.consumer(&id[..6], "consumer.key", "grant2.cbor", &[]))
         .finish_within(Duration::from_secs(10))
         .expect("a consumer of a used epoch was not refused at its hello");
-    assert_eq!(c2.code, 2, "{}{}", c2.stdout, c2.stderr);
+    assert_eq!(c2.code, Outcome::Refused, "{}{}", c2.stdout, c2.stderr);
     assert_eq!(c2.json()["reason"], "epoch-consumed", "{}", c2.stdout);
     let again: Run = Guard::spawn(s.recover(&id[..6], 1, &[])).finish();
-    assert_eq!(again.code, 2, "{}", again.stdout);
+    assert_eq!(again.code, Outcome::Refused, "{}", again.stdout);
     assert_eq!(again.reasons(), ["epoch-consumed"]);
     assert_eq!(records(s, id), before, "a refused recovery appended");
     assert!(!s.path("grant2.cbor").exists());
@@ -268,7 +268,7 @@ fn killed_before_any_recovery(barrier: &str) {
     // After its key proof repochd may register it as waiting: once dead it is dropped.
     c.kill();
     let r = Guard::spawn(s.recover(&id[..6], 2, &[])).finish();
-    assert_eq!(r.code, 2, "{barrier}: {}", r.stdout);
+    assert_eq!(r.code, Outcome::Refused, "{barrier}: {}", r.stdout);
     assert_eq!(r.reasons(), ["consumer-absent"], "{barrier}");
     assert_eq!(records(&s, &id), ["genesis"], "{barrier}");
     assert_eq!(s.status(&id).json()["epoch"], "enrolled");
@@ -277,8 +277,8 @@ fn killed_before_any_recovery(barrier: &str) {
     // Recoverable again.
     let mut live = Guard::spawn(s.consumer(&id[..6], "consumer.key", "grant.cbor", &[]));
     let r = Guard::spawn(s.recover(&id[..6], 20, &[])).finish();
-    assert_eq!(r.code, 0, "{barrier}: {}", r.stdout);
-    assert_eq!(live.finish().code, 0);
+    assert_eq!(r.code, Outcome::Success, "{barrier}: {}", r.stdout);
+    assert_eq!(live.finish().code, Outcome::Success);
     assert!(out_is_whole_or_absent(&s, "grant.cbor", &id));
 }
 
@@ -321,7 +321,7 @@ fn consumer_killed_after_custody_is_withheld_and_never_reissued() {
     // and withholds consumer-lost (refused, exit 2): nothing consumed, no grant made.
     require_root!();
     let (s, id, r, _d) = killed_while_repochd_stands("after-custody", "after-custody");
-    assert_eq!(r.code, 2, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Refused, "{}", r.stdout);
     assert_eq!(r.outcome()["outcome"], "refused");
     assert_eq!(r.reasons(), ["consumer-lost"]);
     assert_eq!(records(&s, &id), ["genesis", "intent", "withheld"]);
@@ -343,7 +343,8 @@ fn killed_after_dispatch(barrier: &str) -> (Sandbox, String) {
     c.kill();
     let r = rec.finish();
     assert_eq!(
-        r.code, 3,
+        r.code,
+        Outcome::Uncertain,
         "{barrier}: dispatched, not acknowledged: {}",
         r.stdout
     );
@@ -411,7 +412,7 @@ fn consumer_killed_after_the_last_word_is_granted() {
     c.reached();
     c.kill();
     let r = rec.finish();
-    assert_eq!(r.code, 0, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Success, "{}", r.stdout);
     assert_eq!(r.outcome()["outcome"], "granted");
     assert!(out_is_whole_or_absent(&s, "grant.cbor", &id));
     assert_eq!(
@@ -435,7 +436,7 @@ fn consumer_killed_after_acknowledging_before_the_last_word_is_uncertain() {
     // durable and verifying, the epoch receipted and never reissued.
     require_root!();
     let (s, id, r, _d) = killed_while_repochd_stands("after-acknowledgement", "after-acknowledge");
-    assert_eq!(r.code, 3, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Uncertain, "{}", r.stdout);
     assert_eq!(r.outcome()["outcome"], "uncertain");
     assert_eq!(r.reasons(), ["consumer-lost"], "{}", r.stdout);
     assert!(out_is_whole_or_absent(&s, "grant.cbor", &id));
@@ -463,9 +464,9 @@ fn a_consumer_that_cannot_deliver_its_acknowledgement_is_uncertain_with_its_gran
     c.reached();
     drop(d); // SIGKILL
     let r = rec.finish();
-    assert_eq!(r.code, 3, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Uncertain, "{}", r.stdout);
     let out = c.resume();
-    assert_eq!(out.code, 3, "{}{}", out.stdout, out.stderr);
+    assert_eq!(out.code, Outcome::Uncertain, "{}{}", out.stdout, out.stderr);
     assert_eq!(out.json()["outcome"], "uncertain", "{}", out.stdout);
     assert!(!held.exists());
     assert!(out_is_whole_or_absent(&s, "grant.cbor", &id));
@@ -491,12 +492,12 @@ fn a_waiting_consumer_is_told_when_its_epoch_is_found_used() {
     waiting(&s, c.pid());
     s.use_epoch(&id);
     let r = Guard::spawn(s.recover(&id[..6], 1, &[])).finish();
-    assert_eq!(r.code, 2, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Refused, "{}", r.stdout);
     assert_eq!(r.reasons(), ["epoch-consumed"]);
     let out = c
         .finish_within(Duration::from_secs(10))
         .expect("the waiting consumer was never told");
-    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert_eq!(out.code, Outcome::Refused, "{}{}", out.stdout, out.stderr);
     let j = out.json();
     assert_eq!(j["outcome"], "refused", "{}", out.stdout);
     assert_eq!(j["reason"], "epoch-consumed", "{}", out.stdout);
@@ -513,11 +514,11 @@ fn consume_json_names_each_outcome_as_the_exit_codes_table_does() {
     let s = Sandbox::new();
     let id = s.enroll();
     let none = Guard::spawn(s.consumer(&id[..6], "consumer.key", "grant.cbor", &[])).finish();
-    assert_eq!(none.code, 2, "{}", none.stdout);
+    assert_eq!(none.code, Outcome::Refused, "{}", none.stdout);
     assert_eq!(none.json()["outcome"], "refused", "{}", none.stdout);
     std::fs::write(s.path("taken.cbor"), b"").unwrap();
     let taken = Guard::spawn(s.consumer(&id[..6], "consumer.key", "taken.cbor", &[])).finish();
-    assert_eq!(taken.code, 64, "{}", taken.stdout);
+    assert_eq!(taken.code, Outcome::Usage, "{}", taken.stdout);
     assert_eq!(taken.json()["outcome"], "usage", "{}", taken.stdout);
     assert_eq!(std::fs::read(s.path("taken.cbor")).unwrap(), b"");
     let d = AtBarrier::start(&s, "after-receipt");
@@ -525,9 +526,9 @@ fn consume_json_names_each_outcome_as_the_exit_codes_table_does() {
     let mut rec = recover_bg(&s, &id, 20);
     d.reached();
     drop(d); // SIGKILL
-    assert_eq!(rec.finish().code, 3);
+    assert_eq!(rec.finish().code, Outcome::Uncertain);
     let lost = c.finish();
-    assert_eq!(lost.code, 3, "{}", lost.stdout);
+    assert_eq!(lost.code, Outcome::Uncertain, "{}", lost.stdout);
     assert_eq!(lost.json()["outcome"], "uncertain", "{}", lost.stdout);
     assert!(!s.path("grant.cbor").exists());
 }
@@ -551,7 +552,7 @@ fn an_acknowledgement_naming_other_bytes_is_not_granted() {
     ]));
     d.wait_log(&format!("pid={}", rogue.pid()));
     let r = Guard::spawn(s.recover(&id[..6], 10, &[])).finish();
-    assert_eq!(r.code, 3, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Uncertain, "{}", r.stdout);
     assert_eq!(r.outcome()["outcome"], "uncertain");
     assert_eq!(r.reasons(), ["protocol-error"]);
     assert_eq!(
@@ -616,10 +617,10 @@ fn a_file_system_filled_after_the_consumer_started_does_not_cost_the_grant() {
         assert!(one.is_err(), "the file system still took a byte");
     }
     let r = recover_bg(&s, &id[..8], 20).finish();
-    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
     assert_eq!(r.outcome()["outcome"], "granted", "{}", r.stdout);
     let out = c.finish();
-    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert_eq!(out.code, Outcome::Success, "{}{}", out.stdout, out.stderr);
     assert!(out_is_whole_or_absent(&s, "small/grant.cbor", &id));
     assert!(s.path("small/grant.cbor").exists());
     let mut left: Vec<String> = std::fs::read_dir(&small.0)

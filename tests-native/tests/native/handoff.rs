@@ -62,7 +62,7 @@ fn an_acknowledgement_after_the_deadline_is_uncertain_on_both_sides_and_starts_n
     std::thread::sleep(Duration::from_millis(300));
     d.signal(rustix::process::Signal::CONT);
     let r = rec.finish();
-    assert_eq!(r.code, 3, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Uncertain, "{}", r.stdout);
     assert_eq!(r.outcome()["outcome"], "uncertain", "{}", r.stdout);
     consumer_uncertain_and_idle(&s, &id, &mut c, &started);
 }
@@ -73,7 +73,13 @@ fn consumer_uncertain_and_idle(s: &Sandbox, id: &str, c: &mut Guard, started: &s
     let out = c
         .finish_within(Duration::from_secs(60))
         .expect("the consumer never ended");
-    assert_eq!(out.code, 3, "the consumer: {}{}", out.stdout, out.stderr);
+    assert_eq!(
+        out.code,
+        Outcome::Uncertain,
+        "the consumer: {}{}",
+        out.stdout,
+        out.stderr
+    );
     assert_eq!(out.json()["outcome"], "uncertain", "{}", out.stdout);
     assert!(
         !started.exists(),
@@ -108,7 +114,7 @@ fn an_acknowledgement_from_a_child_of_the_exited_consumer_is_not_granted() {
     ]));
     d.wait_log(&format!("pid={}", rogue.pid()));
     let r = Guard::spawn(s.recover(&id[..6], 10, &[])).finish();
-    assert_eq!(r.code, 3, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Uncertain, "{}", r.stdout);
     assert_eq!(r.outcome()["outcome"], "uncertain", "{}", r.stdout);
     assert_eq!(r.reasons(), ["consumer-lost"], "{}", r.stdout);
     assert_eq!(

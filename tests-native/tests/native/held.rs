@@ -73,10 +73,10 @@ fn another_user_cannot_take_an_enrolled_port_while_a_recovery_holds_it() {
     assert!(std::os::unix::net::UnixListener::bind(&unix).is_err());
     d.signal(rustix::process::Signal::CONT);
     let r = finish(rec);
-    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
     assert_eq!(r.outcome()["outcome"], "granted");
     let c = finish(consumer);
-    assert_eq!(c.code, 0, "{}", c.stdout);
+    assert_eq!(c.code, Outcome::Success, "{}", c.stdout);
 }
 
 #[test]
@@ -169,5 +169,5 @@ fn the_new_root_accepts_on_every_handed_over_listener_right_after_the_grant() {
     x.read_to_string(&mut got).unwrap();
     assert_eq!(got, format!("{} ok\n", names[2]));
     let c = finish(consumer);
-    assert_eq!(c.code, 0, "{}", c.stdout);
+    assert_eq!(c.code, Outcome::Success, "{}", c.stdout);
 }

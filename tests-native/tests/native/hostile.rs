@@ -132,13 +132,13 @@ fn a_peer_that_lets_a_child_without_the_secret_key_speak_is_rejected_and_burns_n
         "the attacker was not refused consumer-rejected: {said}\nrecover: {}",
         r.stdout
     );
-    assert_eq!(r.code, 0, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Success, "{}", r.stdout);
     assert_eq!(
         records(&s, &id),
         ["genesis", "intent", "consume", "receipt"]
     );
     let real = finish(real);
-    assert_eq!(real.code, 0, "{}", real.stdout);
+    assert_eq!(real.code, Outcome::Success, "{}", real.stdout);
     drop(attacker);
 }
 
@@ -271,7 +271,7 @@ fn a_consumer_that_execs_another_binary_after_connecting_is_refused_before_the_i
         "an intent was written for a peer running another binary: {}",
         r.stdout
     );
-    assert_eq!(r.code, 2, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Refused, "{}", r.stdout);
     assert_eq!(r.reasons(), ["consumer-rejected"], "{}", r.stdout);
     assert!(r.stdout.contains("executable"), "{}", r.stdout);
     assert_eq!(s.status(&id).json()["epoch"], "enrolled");
@@ -299,7 +299,7 @@ fn a_consumer_gone_before_the_dispatch_is_withheld_and_never_granted() {
     ]));
     d.wait_log(&format!("pid={}", rogue.pid()));
     let r = run(s.recover(&id, 10, &[]));
-    assert_eq!(r.code, 2, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Refused, "{}", r.stdout);
     assert_eq!(r.reasons(), ["consumer-lost"], "{}", r.stdout);
     let kinds = records(&s, &id);
     assert!(
@@ -364,7 +364,7 @@ fn a_prefix_two_deployments_share_is_refused_at_hello_and_an_unknown_one_at_once
         std::thread::sleep(Duration::from_millis(10));
     }
     let amb = finish(amb);
-    assert_eq!(amb.code, 2, "{}", amb.stdout);
+    assert_eq!(amb.code, Outcome::Refused, "{}", amb.stdout);
     assert!(
         amb.stdout.contains("deployment-ambiguous")
             && amb.stdout.contains(&a)
@@ -373,7 +373,7 @@ fn a_prefix_two_deployments_share_is_refused_at_hello_and_an_unknown_one_at_once
         amb.stdout
     );
     let unk = finish(unk);
-    assert_eq!(unk.code, 2, "{}", unk.stdout);
+    assert_eq!(unk.code, Outcome::Refused, "{}", unk.stdout);
     assert!(unk.stdout.contains("deployment-unknown"), "{}", unk.stdout);
     assert!(!s.path("amb.cbor").exists());
     assert_eq!(r.reasons(), ["consumer-absent"], "{}", r.stdout);
@@ -386,9 +386,9 @@ fn a_prefix_two_deployments_share_is_refused_at_hello_and_an_unknown_one_at_once
         .spawn()
         .unwrap();
     let r = run(s.recover(&b, 20, &[]));
-    assert_eq!(r.code, 0, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Success, "{}", r.stdout);
     let c = finish(c);
-    assert_eq!(c.code, 0, "{}", c.stdout);
+    assert_eq!(c.code, Outcome::Success, "{}", c.stdout);
     assert_eq!(c.json()["grant"]["deployment"], b.as_str());
     assert_eq!(records(&s, &a), ["genesis"]);
 }
@@ -457,8 +457,14 @@ fn flood_during_a_recovery(flooder_is_a_consumer: bool) {
     let r = run(s.recover(&id, 20, &[]));
     let took = start.elapsed();
     let c = finish(consumer);
-    assert_eq!(c.code, 0, "the consumer: {}{}", c.stdout, c.stderr);
-    assert_eq!(r.code, 0, "{}", r.stdout);
+    assert_eq!(
+        c.code,
+        Outcome::Success,
+        "the consumer: {}{}",
+        c.stdout,
+        c.stderr
+    );
+    assert_eq!(r.code, Outcome::Success, "{}", r.stdout);
     assert_eq!(r.outcome()["outcome"], "granted");
     assert!(
         took.as_secs() < RECOVERY_UNDER_FLOOD_SECONDS_MAX,
@@ -511,7 +517,7 @@ fn a_process_of_the_consumers_uid_cannot_take_a_copy_of_its_connection() {
     let mut thief = helper(&["steal-fds", &c.pid().to_string()]);
     thief.uid(65534).gid(65534);
     let t = run(thief);
-    assert_eq!(t.code, 0, "{}{}", t.stdout, t.stderr);
+    assert_eq!(t.code, Outcome::Success, "{}{}", t.stdout, t.stderr);
     let stolen = &t.json()["stolen"];
     assert_eq!(stolen, &serde_json::json!([]), "{}", t.stdout);
     assert_eq!(
@@ -521,7 +527,7 @@ fn a_process_of_the_consumers_uid_cannot_take_a_copy_of_its_connection() {
         t.stdout
     );
     let r = run(s.recover(&id, 20, &[]));
-    assert_eq!(r.code, 0, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Success, "{}", r.stdout);
     let out = c.finish();
-    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert_eq!(out.code, Outcome::Success, "{}{}", out.stdout, out.stderr);
 }

@@ -16,7 +16,13 @@ fn reasons(r: &Run) -> Vec<String> {
 }
 
 fn assert_refused(r: &Run, reason: &str) {
-    assert_eq!(r.code, 2, "expected {reason}: {}{}", r.stdout, r.stderr);
+    assert_eq!(
+        r.code,
+        Outcome::Refused,
+        "expected {reason}: {}{}",
+        r.stdout,
+        r.stderr
+    );
     assert_eq!(reasons(r), vec![reason.to_owned()], "{}", r.stdout);
 }
 
@@ -46,7 +52,7 @@ fn a_busy_first_fence_is_the_only_fence_named_and_the_others_are_not_custody_fai
     let lock = s.srv.join("lock");
     let h = spawn_ready(helper(&["flock", lock.to_str().unwrap()]));
     let r = s.observe(&id);
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
     let fails: Vec<(String, String)> = r.json()["facts"]
         .as_array()
         .unwrap()
@@ -112,7 +118,7 @@ fn enroll_refuses_a_fence_others_can_open_and_names_its_mode() {
     let p = s.path("manifest.toml");
     std::fs::write(&p, s.manifest("")).unwrap();
     let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
-    assert_eq!(r.code, 64, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
     let msg = r.json()["message"].as_str().unwrap().to_owned();
     assert!(msg.contains("fences[0]"), "{msg}");
     assert!(msg.contains(&lock.display().to_string()), "{msg}");
@@ -228,7 +234,7 @@ fn a_fence_opened_to_nobody_by_an_acl_is_refused_at_enrollment_and_after_it() {
     let p = s.path("manifest.toml");
     std::fs::write(&p, s.manifest("")).unwrap();
     let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
-    assert_eq!(r.code, 64, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
     let msg = r.json()["message"].as_str().unwrap().to_owned();
     assert!(msg.contains("fences[0]") && msg.contains("ACL"), "{msg}");
     // Without the ACL it enrolls; then the ACL comes back and nobody holds it shared.
@@ -303,7 +309,7 @@ fn a_fence_on_a_read_only_mount_is_still_acquired_and_held() {
     let _ro = ReadOnlyBind::new(&lock);
     assert!(std::fs::OpenOptions::new().write(true).open(&lock).is_err());
     let r = s.observe(&id);
-    assert_eq!(r.code, 0, "{:?}\n{}", failed(&r), r.stdout);
+    assert_eq!(r.code, Outcome::Success, "{:?}\n{}", failed(&r), r.stdout);
     let (mut obs, mut fences) = s.observer(&id);
     let o = obs.observe(&mut fences);
     assert!(o.holds(), "{:?}", o.failed().collect::<Vec<_>>());

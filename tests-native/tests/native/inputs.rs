@@ -78,9 +78,9 @@ fn a_consumer_in_a_cgroup_path_over_the_bound_is_rejected_and_nothing_is_written
     let consumer = c.stdout(Stdio::piped()).spawn().unwrap();
     let r = finish(rec);
     assert_eq!(r.reasons(), ["consumer-absent"], "{}{}", r.stdout, r.stderr);
-    assert_eq!(r.code, 2);
+    assert_eq!(r.code, Outcome::Refused);
     let c = finish(consumer);
-    assert_eq!(c.code, 2, "{}", c.stdout);
+    assert_eq!(c.code, Outcome::Refused, "{}", c.stdout);
     assert!(c.stdout.contains("consumer-rejected"), "{}", c.stdout);
     assert!(c.stdout.contains("cgroup"), "{}", c.stdout);
     assert_eq!(records(&s, &id), ["genesis"]);
@@ -115,7 +115,14 @@ fn a_manifest_that_is_a_fifo_huge_or_not_text_is_refused_at_once_as_usage() {
         let mut c = s.cmd("repoch");
         c.args(["--json", "enroll"]).arg(path);
         let r = run_within(c, COMMAND_SECONDS_MAX);
-        assert_eq!(r.code, 64, "{}: {}{}", path.display(), r.stdout, r.stderr);
+        assert_eq!(
+            r.code,
+            Outcome::Usage,
+            "{}: {}{}",
+            path.display(),
+            r.stdout,
+            r.stderr
+        );
         assert!(
             r.stdout.contains(why),
             "{}: expected {why:?}: {}",
@@ -145,7 +152,7 @@ fn append_to_journal(s: &Sandbox, bytes: &[u8]) {
 fn lineage_reason(s: &Sandbox, id: &str) -> String {
     let r = run_within(s.observe_cmd(id, &[]), COMMAND_SECONDS_MAX);
     assert!(
-        r.code == 0 || r.code == 2,
+        r.code == Outcome::Success || r.code == Outcome::Refused,
         "observe must refuse, never crash: exit {}: {}",
         r.code,
         r.stderr
@@ -205,7 +212,7 @@ fn a_state_directory_made_group_writable_after_enrollment_is_refused() {
     let id = s.enroll();
     std::fs::set_permissions(s.state_dir(&id), std::fs::Permissions::from_mode(0o770)).unwrap();
     let r = s.status(&id);
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("state-unprotected"), "{}", r.stdout);
     assert!(
         r.stdout.contains("770"),
@@ -214,7 +221,7 @@ fn a_state_directory_made_group_writable_after_enrollment_is_refused() {
     );
     let _d = s.daemon();
     let rec = super::e2e::run(s.recover(&id[..6], 1, &[]));
-    assert_eq!(rec.code, 2, "{}", rec.stdout);
+    assert_eq!(rec.code, Outcome::Refused, "{}", rec.stdout);
     assert_eq!(rec.reasons(), ["state-unprotected"]);
     std::fs::set_permissions(s.state_dir(&id), std::fs::Permissions::from_mode(0o700)).unwrap();
     assert_eq!(records(&s, &id), ["genesis"]);
@@ -241,7 +248,7 @@ fn a_symlink_in_any_component_of_an_enrolled_path_is_refused_at_enrollment() {
     let p = s.path("m.toml");
     std::fs::write(&p, m).unwrap();
     let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
-    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert_ne!(r.code, Outcome::Success, "{}", r.stdout);
     assert!(
         r.stdout.contains("symlink") || r.stdout.contains("Too many levels"),
         "{}",
@@ -261,7 +268,8 @@ fn repochd_without_a_usable_run_directory_says_why_and_exits() {
     std::fs::write(s.root.join("run/repoch"), b"not a directory").unwrap();
     let r = run_within(s.cmd("repochd"), COMMAND_SECONDS_MAX);
     assert_eq!(
-        r.code, 70,
+        r.code,
+        Outcome::Internal,
         "could not start is 70 (docs/EXIT-CODES.md): {}",
         r.stderr
     );
@@ -283,7 +291,7 @@ fn repochd_exits_64_on_bad_arguments_and_0_on_sigterm() {
         },
         COMMAND_SECONDS_MAX,
     );
-    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert_eq!(r.code, Outcome::Usage, "{}", r.stderr);
     let d = s.daemon();
     d.wait_log("repochd ready");
     let pid = rustix::process::Pid::from_raw(d.child.id() as i32).unwrap();
@@ -307,7 +315,7 @@ fn a_fifo_given_to_audit_or_journal_append_is_refused_at_once() {
     let mut c = s.cmd("repoch");
     c.args(["--json", "audit"]).arg(&fifo);
     let r = run_within(c, COMMAND_SECONDS_MAX);
-    assert_eq!(r.code, 64, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("a fifo"), "{}", r.stdout);
     let mut c = s.cmd("repoch");
     c.args(["--json", "journal", "append", "--journal"])
@@ -316,7 +324,7 @@ fn a_fifo_given_to_audit_or_journal_append_is_refused_at_once() {
         .arg(s.path("producer.key"))
         .args(["--deployment", &id[..6], "root-start"]);
     let r = run_within(c, COMMAND_SECONDS_MAX);
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("a fifo"), "{}", r.stdout);
 }
 
@@ -336,12 +344,12 @@ fn a_fifo_given_as_a_key_file_or_repochd_config_is_refused_at_once() {
         .arg(&fifo)
         .arg(s.state_dir(&id));
     let r = run_within(c, COMMAND_SECONDS_MAX);
-    assert_eq!(r.code, 64, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("a fifo"), "{}", r.stdout);
     let mut c = s.cmd("repochd");
     c.arg("--config").arg(&fifo);
     let r = run_within(c, COMMAND_SECONDS_MAX);
-    assert_eq!(r.code, 64, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
     assert!(r.stderr.contains("a fifo"), "{}", r.stderr);
 }
 
@@ -368,7 +376,7 @@ fn enroll_names_the_containment_objects_that_do_not_exist_now() {
     let p = s.path("manifest.toml");
     std::fs::write(&p, &m).unwrap();
     let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
-    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
     let absent = r.json()["absent_at_enrollment"].clone();
     assert_eq!(
         absent,
@@ -390,7 +398,7 @@ fn enroll_names_the_containment_objects_that_do_not_exist_now() {
     let p2 = s2.path("manifest.toml");
     std::fs::write(&p2, &m2).unwrap();
     let r = s2.repoch(&["enroll", p2.to_str().unwrap()]);
-    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
     assert_eq!(r.stdout.trim().len(), 32, "{}", r.stdout);
     assert!(
         r.stderr.contains(&format!(
@@ -432,7 +440,7 @@ fn enroll_refuses_a_path_with_control_characters() {
         let p = s.path("manifest.toml");
         std::fs::write(&p, &m).unwrap();
         let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
-        assert_eq!(r.code, 64, "{entry}: {}{}", r.stdout, r.stderr);
+        assert_eq!(r.code, Outcome::Usage, "{entry}: {}{}", r.stdout, r.stderr);
         let msg = r.json()["message"].as_str().unwrap_or_default().to_owned();
         assert!(
             msg.contains("control character") || msg.contains("format character"),
@@ -448,7 +456,7 @@ fn enroll_refuses_a_path_with_control_characters() {
     let p = s.path("manifest.toml");
     std::fs::write(&p, &m).unwrap();
     let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
-    assert_eq!(r.code, 64, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("format character"), "{}", r.stdout);
 }
 
@@ -477,7 +485,7 @@ fn audit_gives_each_log_its_own_report_in_the_order_given_with_any_number_of_thr
         c.args(&paths);
         // Its output is over a pipe's buffer: read as it runs (`run_within` reads at the end).
         let r = run(c);
-        assert_eq!(r.code, 2, "{}", r.stderr);
+        assert_eq!(r.code, Outcome::Refused, "{}", r.stderr);
         // The report, then the refusal naming the first log that does not verify.
         let lines = r.json_lines();
         assert_eq!(lines.len(), 2, "{}", r.stdout);
@@ -506,6 +514,12 @@ fn audit_gives_each_log_its_own_report_in_the_order_given_with_any_number_of_thr
             .arg(&key)
             .arg(&paths[0]);
         let r = run_within(c, COMMAND_SECONDS_MAX);
-        assert_eq!(r.code, 64, "--jobs {bad}: {}{}", r.stdout, r.stderr);
+        assert_eq!(
+            r.code,
+            Outcome::Usage,
+            "--jobs {bad}: {}{}",
+            r.stdout,
+            r.stderr
+        );
     }
 }

@@ -111,7 +111,13 @@ fn consumer_killed_at(barrier: &str, kept: &[&str]) {
     );
     d.cont();
     let r = finish(rec);
-    assert_eq!(r.code, 2, "{barrier}: {}\n{}", r.stdout, r.stderr);
+    assert_eq!(
+        r.code,
+        Outcome::Refused,
+        "{barrier}: {}\n{}",
+        r.stdout,
+        r.stderr
+    );
     assert_eq!(r.outcome()["outcome"], "refused", "{barrier}");
     assert_eq!(r.reasons(), ["consumer-lost"], "{barrier}: {}", r.stdout);
     let steps: Vec<String> = r
@@ -128,7 +134,7 @@ fn consumer_killed_at(barrier: &str, kept: &[&str]) {
     want.push("withheld");
     assert_eq!(records(&s, &id), want, "{barrier}");
     let st = s.status(&id);
-    assert_eq!(st.code, 0, "{}", st.stdout);
+    assert_eq!(st.code, Outcome::Success, "{}", st.stdout);
     assert_eq!(st.json()["epoch"], "withheld", "{}", st.stdout);
     let last = st.json()["records"]
         .as_array()
@@ -179,8 +185,8 @@ fn repochd_holds_no_fence_once_the_grant_left() {
     assert_eq!(fence_fds(&s, d.pid()), Vec::<String>::new());
     d.cont();
     let r = finish(rec);
-    assert_eq!(r.code, 0, "{}", r.stdout);
-    assert_eq!(finish(consumer).code, 0);
+    assert_eq!(r.code, Outcome::Success, "{}", r.stdout);
+    assert_eq!(finish(consumer).code, Outcome::Success);
     assert_eq!(fence_fds(&s, d.pid()), Vec::<String>::new());
 }
 
@@ -195,7 +201,7 @@ fn repochd_holds_no_fence_after_a_refusal() {
     let id = s.enroll();
     let d = s.daemon();
     let r = crate::e2e::run(s.recover(&id, 1, &[]));
-    assert_eq!(r.code, 2, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Refused, "{}", r.stdout);
     assert_eq!(r.reasons(), ["consumer-absent"]);
     assert_eq!(
         fence_fds(&s, d.child.id()),
@@ -220,9 +226,9 @@ fn repochd_holds_no_fence_after_a_refusal() {
     std::fs::write(s.srv.join("READY"), b"tampered\n").unwrap();
     d.cont();
     let r = finish(rec);
-    assert_eq!(r.code, 2, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Refused, "{}", r.stdout);
     assert_eq!(r.reasons(), ["evidence-changed"]);
-    assert_eq!(finish(consumer).code, 2);
+    assert_eq!(finish(consumer).code, Outcome::Refused);
     assert_eq!(
         records(&s, &id),
         ["genesis", "intent", "consume", "receipt", "withheld"]

@@ -20,7 +20,7 @@ fn reasons(r: &Run) -> Vec<String> {
 fn assert_holds(r: &Run) {
     assert_eq!(
         r.code,
-        0,
+        Outcome::Success,
         "expected every fact to hold: {:?}\n{}",
         failed(r),
         r.stderr
@@ -28,7 +28,13 @@ fn assert_holds(r: &Run) {
 }
 
 fn assert_refused(r: &Run, reason: &str) {
-    assert_eq!(r.code, 2, "expected {reason}: {}{}", r.stdout, r.stderr);
+    assert_eq!(
+        r.code,
+        Outcome::Refused,
+        "expected {reason}: {}{}",
+        r.stdout,
+        r.stderr
+    );
     assert_eq!(reasons(r), vec![reason.to_owned()], "{}", r.stdout);
 }
 
@@ -78,7 +84,7 @@ fn journal_frontier_and_unknown_operations_are_observed() {
         ];
         a.extend_from_slice(args);
         let r = s.repoch(&a);
-        assert_eq!(r.code, 0, "{}", r.stderr);
+        assert_eq!(r.code, Outcome::Success, "{}", r.stderr);
         r.json()
     };
     append(&["root-start"]);
@@ -172,7 +178,7 @@ fn byte_flipped_journal_is_lineage_mutated() {
         "op-begin",
         "migrate",
     ]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.code, Outcome::Success, "{}", r.stderr);
     unset_append_only(&j);
     let mut b = std::fs::read(&j).unwrap();
     let at = b.windows(7).position(|w| w == b"migrate").unwrap();

@@ -20,7 +20,7 @@ fn reasons(r: &Run) -> Vec<String> {
 fn assert_holds(r: &Run) {
     assert_eq!(
         r.code,
-        0,
+        Outcome::Success,
         "expected every fact to hold: {:?}\n{}{}",
         failed(r),
         r.stdout,
@@ -29,7 +29,13 @@ fn assert_holds(r: &Run) {
 }
 
 fn assert_refused(r: &Run, reason: &str) {
-    assert_eq!(r.code, 2, "expected {reason}: {}{}", r.stdout, r.stderr);
+    assert_eq!(
+        r.code,
+        Outcome::Refused,
+        "expected {reason}: {}{}",
+        r.stdout,
+        r.stderr
+    );
     assert_eq!(reasons(r), vec![reason.to_owned()], "{}", r.stdout);
 }
 
@@ -115,7 +121,7 @@ fn a_uid_the_manifest_names_as_the_old_roots_is_a_principal() {
     // The other deployment's executable is another file with other content.
     assert_holds(&other.observe(&other_id));
     let status = s.status(&id);
-    assert_eq!(status.code, 0, "{}", status.stderr);
+    assert_eq!(status.code, Outcome::Success, "{}", status.stderr);
     drop(p);
     assert_holds(&s.observe(&id));
 }
@@ -292,7 +298,8 @@ fn a_chain_of_short_lived_processes_running_an_enrolled_executable_is_an_escaped
     for round in 0..5 {
         let r = s.observe(&id);
         assert_eq!(
-            r.code, 2,
+            r.code,
+            Outcome::Refused,
             "observation {round} missed the chain: {}",
             r.stdout
         );

@@ -35,12 +35,13 @@ fn recoverable_at_once(s: &Sandbox, id: &str, what: &str) {
     let mut c = Guard::spawn(s.consumer(&id[..6], "consumer.key", "grant2.cbor", &[]));
     let r = Guard::spawn(s.recover(&id[..6], 20, &[])).finish();
     assert_eq!(
-        r.code, 0,
+        r.code,
+        Outcome::Success,
         "{what}: the recovery after the restart: {}",
         r.stdout
     );
     assert_eq!(r.outcome()["outcome"], "granted", "{what}");
-    assert_eq!(c.finish().code, 0, "{what}");
+    assert_eq!(c.finish().code, Outcome::Success, "{what}");
 }
 
 /// repochd stopped at `barrier` with a consumer waiting and a recovery in progress, then
@@ -73,11 +74,16 @@ fn stop_at(barrier: &str) {
             !before("before-intent", barrier),
             "{barrier}: nothing written past the intent"
         );
-        assert_eq!(r.code, 2, "{barrier}: {}", r.stdout);
+        assert_eq!(r.code, Outcome::Refused, "{barrier}: {}", r.stdout);
         assert_eq!(r.outcome()["outcome"], "refused", "{barrier}");
         assert_eq!(r.reasons(), ["daemon-stopping"], "{barrier}: {}", r.stdout);
         assert_eq!(epoch, "enrolled", "{barrier}");
-        assert_eq!(consumer.code, 2, "{barrier}: {}", consumer.stdout);
+        assert_eq!(
+            consumer.code,
+            Outcome::Refused,
+            "{barrier}: {}",
+            consumer.stdout
+        );
         assert_eq!(consumer.json()["reason"], "daemon-stopping", "{barrier}");
         recoverable_at_once(&s, &id, barrier);
     } else {
@@ -86,11 +92,22 @@ fn stop_at(barrier: &str) {
             !before(barrier, "before-intent"),
             "{barrier}: the intent was written although repochd was stopping before it: {written:?}"
         );
-        assert_eq!(r.code, 0, "{barrier}: {}\n{}", r.stdout, d.text());
+        assert_eq!(
+            r.code,
+            Outcome::Success,
+            "{barrier}: {}\n{}",
+            r.stdout,
+            d.text()
+        );
         assert_eq!(r.outcome()["outcome"], "granted", "{barrier}");
         assert_eq!(written, ["genesis", "intent", "consume", "receipt"]);
         assert_eq!(epoch, "receipted", "{barrier}");
-        assert_eq!(consumer.code, 0, "{barrier}: {}", consumer.stdout);
+        assert_eq!(
+            consumer.code,
+            Outcome::Success,
+            "{barrier}: {}",
+            consumer.stdout
+        );
     }
 }
 
@@ -221,7 +238,7 @@ fn a_stop_while_a_recovery_waits_for_its_consumer_refuses_it_at_once_and_exits()
     let r = rec
         .finish_within(Duration::from_secs(EXIT_SECONDS_MAX))
         .expect("repoch recover still waits after the stop");
-    assert_eq!(r.code, 2, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Refused, "{}", r.stdout);
     assert_eq!(r.reasons(), ["daemon-stopping"], "{}", r.stdout);
     let exit = exit_within(&mut d.child, Duration::from_secs(EXIT_SECONDS_MAX));
     assert_eq!(
@@ -254,8 +271,11 @@ fn a_stop_tells_every_waiting_consumer_daemon_stopping() {
     let r = c
         .finish_within(Duration::from_secs(EXIT_SECONDS_MAX))
         .expect("the consumer still waits after the stop");
-    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
     assert_eq!(r.json()["reason"], "daemon-stopping", "{}", r.stdout);
     let exit = exit_within(&mut d.child, Duration::from_secs(EXIT_SECONDS_MAX));
-    assert_eq!(exit.and_then(|e| e.code()), Some(0));
+    assert_eq!(
+        exit.and_then(|e| e.code()).map(Exit),
+        Some(Exit::of(Outcome::Success))
+    );
 }

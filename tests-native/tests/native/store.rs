@@ -5,11 +5,13 @@ use std::io::{BufRead as _, BufReader};
 use std::os::unix::fs::PermissionsExt as _;
 use std::process::Stdio;
 
-use repoch_tests_native::{is_append_only, require_root, unset_append_only, Sandbox};
+use repoch_tests_native::{
+    is_append_only, require_root, unset_append_only, Exit, Outcome, Sandbox,
+};
 
-fn refusal(s: &Sandbox, id: &str) -> (i32, String) {
+fn refusal(s: &Sandbox, id: &str) -> (Exit, String) {
     let r = s.status(id);
-    let reason = if r.code == 0 {
+    let reason = if r.code == Outcome::Success {
         String::new()
     } else {
         r.json()["refusals"][0]["reason"]
@@ -29,7 +31,7 @@ fn enroll_creates_a_protected_deployment_and_status_reads_it_by_prefix() {
     let id = s.enroll();
     assert_eq!(id.len(), 32);
     let r = s.status(&id[..8]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.code, Outcome::Success, "{}", r.stderr);
     let j = r.json();
     assert_eq!(j["deployment"], id.as_str());
     assert_eq!(j["epoch"], "enrolled");
@@ -76,7 +78,7 @@ fn enroll_refuses_to_overwrite_and_leaves_nothing_behind() {
     s.enroll();
     let p = s.path("manifest.toml");
     let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
-    assert_eq!(r.code, 64, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Usage, "{}", r.stdout);
     let deps: Vec<_> = std::fs::read_dir(s.root.join("var/lib/repoch/deployments"))
         .unwrap()
         .collect();
@@ -87,7 +89,7 @@ fn enroll_refuses_to_overwrite_and_leaves_nothing_behind() {
     let m = s2.path("m.toml");
     std::fs::write(&m, s2.manifest("")).unwrap();
     let r = s2.repoch(&["--json", "enroll", m.to_str().unwrap()]);
-    assert_eq!(r.code, 64);
+    assert_eq!(r.code, Outcome::Usage);
     assert!(
         !s2.srv.join("journal").exists(),
         "a failed enrollment left a journal"
@@ -131,7 +133,7 @@ fn manifest_errors_name_the_field_and_exit_64() {
         let p = s.path("bad.toml");
         std::fs::write(&p, m).unwrap();
         let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
-        assert_eq!(r.code, 64, "{want}: {}", r.stdout);
+        assert_eq!(r.code, Outcome::Usage, "{want}: {}", r.stdout);
         assert!(
             r.json()["message"].as_str().unwrap().contains(want),
             "{want}: {}",
@@ -151,7 +153,10 @@ fn symlinked_state_directory_is_refused() {
     let moved = s.path("moved");
     std::fs::rename(&dir, &moved).unwrap();
     std::os::unix::fs::symlink(&moved, &dir).unwrap();
-    assert_eq!(refusal(&s, &id), (2, "state-unprotected".into()));
+    assert_eq!(
+        refusal(&s, &id),
+        (Exit::of(Outcome::Refused), "state-unprotected".into())
+    );
 }
 
 #[test]
@@ -165,7 +170,10 @@ fn symlinked_log_is_refused() {
     let moved = s.path("epoch.log");
     std::fs::rename(&log, &moved).unwrap();
     std::os::unix::fs::symlink(&moved, &log).unwrap();
-    assert_eq!(refusal(&s, &id), (2, "state-unprotected".into()));
+    assert_eq!(
+        refusal(&s, &id),
+        (Exit::of(Outcome::Refused), "state-unprotected".into())
+    );
 }
 
 #[test]
@@ -178,7 +186,10 @@ fn log_replaced_by_rename_is_refused() {
     let log = s.log(&id);
     unset_append_only(&log);
     repoch_tests_native::rename_copy_over(&log);
-    assert_eq!(refusal(&s, &id), (2, "state-replaced".into()));
+    assert_eq!(
+        refusal(&s, &id),
+        (Exit::of(Outcome::Refused), "state-replaced".into())
+    );
 }
 
 #[test]
@@ -190,11 +201,17 @@ fn wrong_mode_or_owner_is_refused() {
     let log = s.log(&id);
     unset_append_only(&log);
     std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o644)).unwrap();
-    assert_eq!(refusal(&s, &id), (2, "state-unprotected".into()));
+    assert_eq!(
+        refusal(&s, &id),
+        (Exit::of(Outcome::Refused), "state-unprotected".into())
+    );
     std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o600)).unwrap();
-    assert_eq!(refusal(&s, &id).0, 0);
+    assert_eq!(refusal(&s, &id).0, Outcome::Success);
     std::os::unix::fs::chown(&log, Some(65534), None).unwrap();
-    assert_eq!(refusal(&s, &id), (2, "state-unprotected".into()));
+    assert_eq!(
+        refusal(&s, &id),
+        (Exit::of(Outcome::Refused), "state-unprotected".into())
+    );
 }
 
 #[test]
@@ -212,7 +229,10 @@ fn foreign_deployments_manifest_is_refused() {
         s.state_dir(&a).join("manifest.cbor"),
     )
     .unwrap();
-    assert_eq!(refusal(&s, &a), (2, "state-replaced".into()));
+    assert_eq!(
+        refusal(&s, &a),
+        (Exit::of(Outcome::Refused), "state-replaced".into())
+    );
     // ...and a log copied from the other deployment is another inode (replaced).
     let s2 = Sandbox::new();
     let c = s2.enroll();
@@ -222,7 +242,7 @@ fn foreign_deployments_manifest_is_refused() {
     // issuer key, classifies as forged, and status exits 2. (A log of another deployment
     // of the same host is foreign: bounded::a_log_copied_from_another_deployment_reads_as_foreign.)
     let st = s2.status(&c);
-    assert_eq!(st.code, 2, "{}{}", st.stdout, st.stderr);
+    assert_eq!(st.code, Outcome::Refused, "{}{}", st.stdout, st.stderr);
     assert_eq!(st.json()["epoch"], "forged");
     assert_eq!(st.json()["refusal"], "epoch-forged");
 }

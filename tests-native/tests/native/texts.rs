@@ -31,7 +31,13 @@ fn a_fence_holders_name_and_a_symlink_target_are_printed_escaped_never_raw() {
     let forged = "\r\u{1b}[2K  ok    listener all fine\nrepochd: granted";
     std::os::unix::fs::symlink(forged, &sock).unwrap();
     let human = s.repoch(&["observe", &id]);
-    assert_eq!(human.code, 2, "{}{}", human.stdout, human.stderr);
+    assert_eq!(
+        human.code,
+        Outcome::Refused,
+        "{}{}",
+        human.stdout,
+        human.stderr
+    );
     for (what, text) in [("stdout", &human.stdout), ("stderr", &human.stderr)] {
         assert!(
             !text.contains(['\u{1b}', '\r', '\u{7}']),

@@ -26,7 +26,13 @@ fn told(c: &mut Guard, reason: &str, state: &str, what: &str) {
                 "{what}: the consumer was not told within {TOLD_SECONDS_MAX}s (its --wait is 30 s)"
             )
         });
-    assert_eq!(out.code, 2, "{what}: {}{}", out.stdout, out.stderr);
+    assert_eq!(
+        out.code,
+        Outcome::Refused,
+        "{what}: {}{}",
+        out.stdout,
+        out.stderr
+    );
     let j = out.json();
     assert_eq!(j["outcome"], "refused", "{what}: {}", out.stdout);
     assert_eq!(j["reason"], reason, "{what}: {}", out.stdout);
@@ -65,8 +71,8 @@ fn a_consumer_connecting_after_a_granted_recovery_is_refused_at_once_naming_the_
     let mut c = Guard::spawn(s.consumer(&id[..6], "consumer.key", "grant.cbor", &[]));
     waiting(&s, c.pid());
     let r = Guard::spawn(s.recover(&id[..6], 20, &[])).finish();
-    assert_eq!(r.code, 0, "{}", r.stdout);
-    assert_eq!(c.finish().code, 0);
+    assert_eq!(r.code, Outcome::Success, "{}", r.stdout);
+    assert_eq!(c.finish().code, Outcome::Success);
     newcomer_refused(&s, &id, "epoch-consumed", "receipted");
     // Asked again (the verdict now cached): the same refusal.
     newcomer_refused(&s, &id, "epoch-consumed", "receipted");
@@ -86,8 +92,8 @@ fn a_consumer_waiting_during_a_granted_recovery_is_told_at_its_end() {
     let mut second = Guard::spawn(s.consumer(&id[..6], "consumer.key", "grant2.cbor", &[]));
     waiting(&s, second.pid());
     let r = Guard::spawn(s.recover(&id[..6], 20, &[])).finish();
-    assert_eq!(r.code, 0, "{}", r.stdout);
-    assert_eq!(first.finish().code, 0);
+    assert_eq!(r.code, Outcome::Success, "{}", r.stdout);
+    assert_eq!(first.finish().code, Outcome::Success);
     told(
         &mut second,
         "epoch-consumed",
@@ -122,7 +128,7 @@ fn a_consumer_waiting_during_a_withheld_recovery_is_told_at_its_end_and_a_new_on
     first.kill();
     d.signal(rustix::process::Signal::CONT);
     let r = rec.finish();
-    assert_eq!(r.code, 2, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Refused, "{}", r.stdout);
     assert_eq!(r.reasons(), ["consumer-lost"]);
     assert_eq!(records(&s, &id), ["genesis", "intent", "withheld"]);
     told(
@@ -154,8 +160,8 @@ fn a_consumer_past_its_hello_check_when_a_recovery_ends_used_is_refused_instead_
     second.reached();
     let start = Instant::now();
     let r = Guard::spawn(s.recover(&id[..6], 20, &[])).finish();
-    assert_eq!(r.code, 0, "{}", r.stdout);
-    assert_eq!(first.finish().code, 0);
+    assert_eq!(r.code, Outcome::Success, "{}", r.stdout);
+    assert_eq!(first.finish().code, Outcome::Success);
     assert!(
         start.elapsed() < Duration::from_secs(3),
         "precondition: the recovery took {:?}, too close to the key proof's deadline (5 s)",
@@ -242,8 +248,8 @@ fn hellos_read_the_epoch_log_once_per_change_of_it_and_never_once_it_is_used() {
     let mut c = Guard::spawn(s.consumer(&id[..6], "consumer.key", "grant.cbor", &[]));
     waiting(&s, c.pid());
     let r = Guard::spawn(s.recover(&id[..6], 20, &[])).finish();
-    assert_eq!(r.code, 0, "{}", r.stdout);
-    assert_eq!(c.finish().code, 0);
+    assert_eq!(r.code, Outcome::Success, "{}", r.stdout);
+    assert_eq!(c.finish().code, Outcome::Success);
     let used = opens_during(&log, HELLOS, |i| {
         let mut c = Guard::spawn(s.consumer(&id[..6], "consumer.key", &format!("u{i}"), &[]));
         told(
@@ -275,6 +281,6 @@ fn a_consumer_of_an_enrolled_epoch_still_waits_and_is_granted() {
         "a consumer of an enrolled epoch did not wait"
     );
     let r = Guard::spawn(s.recover(&id[..6], 20, &[])).finish();
-    assert_eq!(r.code, 0, "{}", r.stdout);
-    assert_eq!(c.finish().code, 0);
+    assert_eq!(r.code, Outcome::Success, "{}", r.stdout);
+    assert_eq!(c.finish().code, Outcome::Success);
 }

@@ -34,7 +34,7 @@ pub(crate) fn a_fence_on_a_btrfs_subvolume_is_held_granted_and_its_holder_named(
         "no subvolume device: this test proves nothing"
     );
     let o = s.observe(&id);
-    assert_eq!(o.code, 0, "{}", o.stdout);
+    assert_eq!(o.code, Outcome::Success, "{}", o.stdout);
     let fence_fact = o.json()["facts"]
         .as_array()
         .unwrap()
@@ -79,7 +79,7 @@ pub(crate) fn a_fence_on_a_btrfs_subvolume_is_held_granted_and_its_holder_named(
         .spawn()
         .unwrap();
     let r = run(s.recover(&id[..6], 20, &[]));
-    assert_eq!(r.code, 0, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Success, "{}", r.stdout);
     assert_eq!(r.outcome()["outcome"], "granted");
     let start = std::time::Instant::now();
     while !held.exists() {

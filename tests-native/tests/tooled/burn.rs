@@ -186,7 +186,7 @@ pub(crate) fn another_user_acting_at_random_moments_of_many_recoveries_never_den
             r.stdout,
             c.stdout
         );
-        assert_eq!(c.code, 0, "{what}: consumer {}", c.stdout);
+        assert_eq!(c.code, Outcome::Success, "{what}: consumer {}", c.stdout);
         granted += 1;
         drop(left);
         drop(d);

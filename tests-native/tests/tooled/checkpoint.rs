@@ -60,7 +60,7 @@ pub(crate) fn a_checkpoint_verifies_with_go_sumdb_note_and_a_tampered_one_does_n
     let s = Sandbox::new();
     let id = s.enroll();
     let r = s.repoch(&["checkpoint", &id[..6]]);
-    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Success, "{}\n{}", r.stdout, r.stderr);
     let note = format!("{}\n", r.stdout.trim_end());
     let good = s.path("good.note");
     std::fs::write(&good, &note).unwrap();

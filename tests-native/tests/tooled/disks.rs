@@ -97,7 +97,13 @@ fn disk_fails_before(barrier: &str, kind: &str, failure: Failure, kept: &[&str])
     d.signal(rustix::process::Signal::CONT);
     let r = finish(rec);
     let what = format!("{failure:?} before the {kind} append ({barrier})");
-    assert_eq!(r.code, 3, "{what}: {}{}", r.stdout, r.stderr);
+    assert_eq!(
+        r.code,
+        Outcome::Uncertain,
+        "{what}: {}{}",
+        r.stdout,
+        r.stderr
+    );
     assert_eq!(r.outcome()["outcome"], "uncertain", "{what}");
     assert_eq!(r.reasons(), ["store-poisoned"], "{what}");
     let detail = r.outcome()["detail"]
@@ -113,7 +119,7 @@ fn disk_fails_before(barrier: &str, kind: &str, failure: Failure, kept: &[&str])
         "{what}: the detail must name the record and the cause: {detail}"
     );
     let c = finish(consumer);
-    assert_eq!(c.code, 2, "{what}: consumer: {}", c.stdout);
+    assert_eq!(c.code, Outcome::Refused, "{what}: consumer: {}", c.stdout);
     assert!(c.stdout.contains("store-poisoned"), "{what}: {}", c.stdout);
     assert!(
         !s.path("grant.cbor").exists(),
@@ -121,7 +127,7 @@ fn disk_fails_before(barrier: &str, kind: &str, failure: Failure, kept: &[&str])
     );
     // The daemon stops issuing until restarted, whatever the client asks.
     let again = run(s.recover(&id[..6], 1, &[]));
-    assert_eq!(again.code, 2, "{what}: {}", again.stdout);
+    assert_eq!(again.code, Outcome::Refused, "{what}: {}", again.stdout);
     assert_eq!(again.reasons(), ["store-poisoned"], "{what}");
     drop(d);
     // The disk comes back (space freed, or remounted after the shutdown). Never retried,

@@ -36,15 +36,15 @@ pub(crate) fn a_failed_append_is_uncertain_never_retried_and_repochd_stops_issui
     d.signal(rustix::process::Signal::CONT);
     let r = finish(rec);
     let c = finish(consumer);
-    assert_eq!(r.code, 3, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Uncertain, "{}{}", r.stdout, r.stderr);
     assert_eq!(r.outcome()["outcome"], "uncertain");
     assert_eq!(r.reasons(), ["store-poisoned"]);
-    assert_eq!(c.code, 2, "{}", c.stdout);
+    assert_eq!(c.code, Outcome::Refused, "{}", c.stdout);
     assert!(c.stdout.contains("store-poisoned"), "{}", c.stdout);
     assert!(!s.path("grant.cbor").exists());
     // The daemon stops issuing: the next request is refused before anything is touched.
     let again = run(s.recover(&id[..6], 1, &[]));
-    assert_eq!(again.code, 2, "{}", again.stdout);
+    assert_eq!(again.code, Outcome::Refused, "{}", again.stdout);
     assert_eq!(again.reasons(), ["store-poisoned"]);
     let log = d.text();
     assert!(log.contains("no further issuance until restart"), "{log}");

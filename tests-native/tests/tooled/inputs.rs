@@ -25,10 +25,10 @@ pub(crate) fn a_read_only_state_directory_is_refused_before_anything_is_written(
         .unwrap();
     assert!(st.success());
     let r = s.status(&id);
-    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
     assert_eq!(r.json()["epoch"], "enrolled");
     let rec = run(s.recover(&id[..6], 1, &[]));
-    assert_eq!(rec.code, 2, "{}{}", rec.stdout, rec.stderr);
+    assert_eq!(rec.code, Outcome::Refused, "{}{}", rec.stdout, rec.stderr);
     assert_eq!(rec.reasons(), ["state-read-only"]);
     assert!(
         rec.stdout.contains("Read-only file system"),
@@ -93,7 +93,7 @@ pub(crate) fn a_journal_append_whose_write_fails_is_uncertain_exit_3() {
     )
     .unwrap();
     let r = finish(child);
-    assert_eq!(r.code, 3, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Uncertain, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("not retried"), "{}", r.stdout);
     clear_append_only(&fs.mnt);
 }

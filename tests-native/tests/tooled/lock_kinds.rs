@@ -29,9 +29,11 @@ const OFD_WRITE_LOCK: &str =
 fn assert_busy_naming(s: &Sandbox, id: &str, pid: u32, what: &str) {
     let r = s.observe(id);
     assert_eq!(
-        r.code, 2,
+        r.code,
+        Outcome::Refused,
         "{what}: expected fence-busy: {}{}",
-        r.stdout, r.stderr
+        r.stdout,
+        r.stderr
     );
     assert_eq!(
         failed(&r),
@@ -79,7 +81,7 @@ pub(crate) fn a_lock_of_every_kind_on_a_fence_is_fence_busy_naming_its_holder() 
     kill_pid(p.pid());
     drop(p);
     let r = s.observe(&id);
-    assert_eq!(r.code, 0, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Success, "{}", r.stdout);
 }
 
 pub(crate) fn no_process_can_take_a_lock_of_any_kind_on_a_fence_repochd_holds() {

@@ -37,7 +37,7 @@ mod units;
 
 use std::path::Path;
 
-use repoch_tests_native::{debian_package, nspawn_rootfs_built};
+use repoch_tests_native::{debian_package, nspawn_rootfs_built, Outcome};
 
 /// What a trial needs besides the workspace's binaries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -462,7 +462,7 @@ fn trial(d: &Declared) -> libtest_mimic::Trial {
 pub(crate) fn assert_holds(r: &repoch_tests_native::Run) {
     assert_eq!(
         r.code,
-        0,
+        Outcome::Success,
         "expected every fact to hold: {:?}\n{}{}",
         repoch_tests_native::failed(r),
         r.stdout,
@@ -472,7 +472,13 @@ pub(crate) fn assert_holds(r: &repoch_tests_native::Run) {
 
 /// Refused (exit 2) for `reason` alone.
 pub(crate) fn assert_refused(r: &repoch_tests_native::Run, reason: &str) {
-    assert_eq!(r.code, 2, "expected {reason}: {}{}", r.stdout, r.stderr);
+    assert_eq!(
+        r.code,
+        Outcome::Refused,
+        "expected {reason}: {}{}",
+        r.stdout,
+        r.stderr
+    );
     let reasons: Vec<String> = repoch_tests_native::failed(r)
         .into_iter()
         .map(|(_, reason)| reason)

@@ -12,7 +12,7 @@ use repoch_issuer::store::Deployment;
 use repoch_protocol::epoch::{Contender, EpochBody, EpochRecord, SignedEpochRecord};
 use repoch_protocol::grant::{Challenge, ConsumerPeer};
 use repoch_protocol::{DeploymentId, Hash, Identity};
-use repoch_tests_native::{mount_namespace_guard, require_root, Ext4, Sandbox};
+use repoch_tests_native::{mount_namespace_guard, require_root, Ext4, Outcome, Sandbox};
 
 /// Real storage whose `sync_data` cuts the power instead of syncing, at a chosen call.
 struct CutBeforeSync<'a> {
@@ -141,7 +141,7 @@ fn power_loss_at(phase: usize, before_sync: bool) {
     drop(d);
     fs.remount_after_power_loss();
     let st = s.status(&id);
-    assert_eq!(st.code, 0, "{}{}", st.stdout, st.stderr);
+    assert_eq!(st.code, Outcome::Success, "{}{}", st.stdout, st.stderr);
     let j = st.json();
     let want = if before_sync {
         PHASES[phase - 1]

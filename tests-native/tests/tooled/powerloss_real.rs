@@ -196,7 +196,7 @@ fn audit_passes_or_torn(s: &Sandbox, log: &Path, what: &str) {
         log.to_str().unwrap(),
     ]);
     let j = a.json();
-    if a.code == 0 && j["verified"] == true {
+    if a.code == Outcome::Success && j["verified"] == true {
         return;
     }
     assert_eq!(
@@ -213,7 +213,7 @@ fn refused_consumed(s: &Sandbox, id: &str, state: &str, what: &str) {
     let before = std::fs::read(&log).unwrap();
     let c = consumer(s, id, "refused.cbor");
     let r = run(s.recover(&id[..6], 1, &[]));
-    assert_eq!(r.code, 2, "{what}: {}{}", r.stdout, r.stderr);
+    assert_eq!(r.code, Outcome::Refused, "{what}: {}{}", r.stdout, r.stderr);
     assert_eq!(r.reasons(), ["epoch-consumed"], "{what}");
     let detail = r.outcome()["detail"]
         .as_str()
@@ -297,7 +297,7 @@ fn power_cut_at(barrier: &str) {
         "{what}: the client reported a grant: {}",
         r.stdout
     );
-    assert_eq!(r.code, -1, "{what}: the client was not killed");
+    assert_eq!(r.code, Exit::SIGNALED, "{what}: the client was not killed");
     drop(d);
     fs.remount_after_power_loss();
 
@@ -322,7 +322,13 @@ fn power_cut_at(barrier: &str) {
     assert_eq!(kinds(&kept_report), kept, "{what}");
     audit_passes_or_torn(&s, &log, &what);
     let st = s.status(&id);
-    assert_eq!(st.code, 0, "{what}: status: {}{}", st.stdout, st.stderr);
+    assert_eq!(
+        st.code,
+        Outcome::Success,
+        "{what}: status: {}{}",
+        st.stdout,
+        st.stderr
+    );
     let j = st.json();
     let state = epoch_of(kept);
     assert_eq!(j["epoch"], state, "{what}: {j}");
@@ -345,13 +351,18 @@ fn power_cut_at(barrier: &str) {
         let c = consumer(&s, &id, "grant2.cbor");
         wait_connected(&daemon.log, c.pid());
         let r = run(s.recover(&id[..6], CONSUMER_SECONDS_MAX, &[]));
-        assert_eq!(r.code, 0, "{what}: the recovery again: {}", r.stdout);
+        assert_eq!(
+            r.code,
+            Outcome::Success,
+            "{what}: the recovery again: {}",
+            r.stdout
+        );
         assert_eq!(r.outcome()["outcome"], "granted", "{what}");
         let c = c.exit_within(
             CONSUMER_SECONDS_MAX,
             &format!("{what}: the second consumer"),
         );
-        assert_eq!(c.code, 0, "{what}: {}{}", c.stdout, c.stderr);
+        assert_eq!(c.code, Outcome::Success, "{what}: {}{}", c.stdout, c.stderr);
         let now = verify_log(&std::fs::read(&log).unwrap(), &issuer, Some(dep));
         assert_eq!(
             kinds(&now),

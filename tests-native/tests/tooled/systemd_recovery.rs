@@ -99,13 +99,13 @@ pub(crate) fn recover_under_systemd(c: &Container) {
     )
     .unwrap();
     let e = run_in(c, "repoch --json enroll /etc/billing/billing.toml");
-    assert_eq!(e.code, 0, "enroll: {}", j(&e));
+    assert_eq!(e.code, Outcome::Success, "enroll: {}", j(&e));
     let id = e.json()["deployment"].as_str().unwrap().to_owned();
 
     // `repoch observe` (the CLI's own observation): the old root still runs and holds the
     // fence.
     let o = run_in(c, &format!("repoch --json observe {id}"));
-    assert_eq!(o.code, 2, "{}", j(&o));
+    assert_eq!(o.code, Outcome::Refused, "{}", j(&o));
     let kinds: Vec<String> = failed(&o).into_iter().map(|(k, _)| k).collect();
     assert!(
         kinds.contains(&"fence".to_owned()),
@@ -116,7 +116,7 @@ pub(crate) fn recover_under_systemd(c: &Container) {
     // before anything is written. Its own network namespace is not the one the port is
     // bound in, yet the port is found taken there (it binds in the host's).
     let r = run_in(c, &format!("repoch --json recover {id} --consumer-wait 1"));
-    assert_eq!(r.code, 2, "{}", j(&r));
+    assert_eq!(r.code, Outcome::Refused, "{}", j(&r));
     let mut reasons = r.reasons();
     reasons.sort();
     assert_eq!(
@@ -155,7 +155,7 @@ pub(crate) fn recover_under_systemd(c: &Container) {
              $(sha256sum /srv/billing/READY | cut -d' ' -f1)"
         ),
     );
-    assert_eq!(r.code, 0, "recover: {}", j(&r));
+    assert_eq!(r.code, Outcome::Success, "recover: {}", j(&r));
     assert_eq!(r.outcome()["outcome"], "granted", "{}", j(&r));
     let st = run_in(c, &format!("repoch --json status {id}"));
     let kinds: Vec<String> = st.json()["records"]
@@ -170,7 +170,7 @@ pub(crate) fn recover_under_systemd(c: &Container) {
     let start = std::time::Instant::now();
     let held = loop {
         let h = run_in(c, "cat /var/lib/billing/held.txt");
-        if h.code == 0 {
+        if h.code == Exit(0) {
             break h.stdout;
         }
         assert!(
@@ -186,7 +186,7 @@ pub(crate) fn recover_under_systemd(c: &Container) {
     let connect = run_in(c, "timeout 10 bash -c ': > /dev/tcp/127.0.0.1/7071'");
     assert_eq!(
         connect.code,
-        0,
+        Exit(0),
         "port 7071 does not take connections: {}",
         j(&connect)
     );
@@ -197,14 +197,14 @@ pub(crate) fn recover_under_systemd(c: &Container) {
     );
     assert_ne!(
         run_in(c, "flock --nonblock /srv/billing/lock true").code,
-        0,
+        Exit(0),
         "the fence was free while the new root runs"
     );
     let v = run_in(
         c,
         "repoch-consume --json verify --issuer-key /etc/repoch/issuer.pub /var/lib/billing/grant.cbor",
     );
-    assert_eq!(v.code, 0, "{}", j(&v));
+    assert_eq!(v.code, Outcome::Success, "{}", j(&v));
     assert_eq!(v.json()["grant"]["deployment"], id.as_str());
 
     // It ran as the unit says: its own user, its own network namespace.
@@ -240,7 +240,7 @@ pub(crate) fn recover_under_systemd(c: &Container) {
     );
     // A second recovery (activating repochd again) is refused and writes nothing.
     let again = run_in(c, &format!("repoch --json recover {id} --consumer-wait 1"));
-    assert_eq!(again.code, 2, "{}", j(&again));
+    assert_eq!(again.code, Outcome::Refused, "{}", j(&again));
     assert_eq!(again.reasons(), ["epoch-consumed"]);
     let st = run_in(c, &format!("repoch --json status {id}"));
     assert_eq!(st.json()["records"].as_array().unwrap().len(), 4);
@@ -254,7 +254,7 @@ pub(crate) fn verify_units(c: &Container) {
         "cd /usr/lib/systemd/system && systemd-analyze verify repochd.service \
          repochd-admin.socket repochd-grant.socket 2>&1",
     );
-    assert_eq!(v.code, 0, "{}", v.stdout);
+    assert_eq!(v.code, Outcome::Success, "{}", v.stdout);
     assert_eq!(v.stdout.trim(), "", "systemd-analyze verify warned");
 }
 
@@ -281,13 +281,13 @@ pub(crate) fn install_package(c: &Container) {
     )
     .unwrap();
     let r = run_in(c, "dpkg -i /tmp/repoch.deb 2>&1");
-    assert_eq!(r.code, 0, "dpkg -i: {}", r.stdout);
+    assert_eq!(r.code, Outcome::Success, "dpkg -i: {}", r.stdout);
     let l = run_in(
         c,
         "dpkg -L repoch && systemctl is-enabled repochd-admin.socket repochd-grant.socket \
          && systemctl is-active repochd-admin.socket repochd-grant.socket && id repoch",
     );
-    assert_eq!(l.code, 0, "{}{}", l.stdout, l.stderr);
+    assert_eq!(l.code, Outcome::Success, "{}{}", l.stdout, l.stderr);
     for f in [
         "/usr/bin/repoch",
         "/usr/bin/repochd",
@@ -317,7 +317,7 @@ pub(crate) fn a_recovery_from_the_installed_package() {
         &c,
         "dpkg -r repoch 2>&1 && ls /var/lib/repoch/deployments | wc -l",
     );
-    assert_eq!(r.code, 0, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Success, "{}", r.stdout);
     assert_eq!(r.stdout.lines().last(), Some("1"), "{}", r.stdout);
     assert_ne!(
         run_in(&c, "systemctl is-active repochd-admin.socket")

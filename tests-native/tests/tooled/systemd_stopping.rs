@@ -28,7 +28,7 @@ fn until(c: &Container, script: &str, what: &str) -> String {
     let start = Instant::now();
     loop {
         let r = run_in(c, script);
-        if r.code == 0 {
+        if r.code == Exit(0) {
             return r.stdout;
         }
         assert!(
@@ -74,7 +74,7 @@ fn enroll(c: &Container, n: usize) -> String {
     )
     .unwrap();
     let e = run_in(c, &format!("repoch --json enroll /etc/billing/d{n}.toml"));
-    assert_eq!(e.code, 0, "enroll: {}{}", e.stdout, e.stderr);
+    assert_eq!(e.code, Outcome::Success, "enroll: {}{}", e.stdout, e.stderr);
     e.json()["deployment"].as_str().unwrap().to_owned()
 }
 
@@ -111,7 +111,7 @@ fn recover_bg(c: &Container, id: &str, name: &str, wait: u64) {
 fn ended(c: &Container, name: &str) -> Run {
     let code = until(c, &format!("cat /tmp/{name}.rc"), &format!("{name} ending"));
     Run {
-        code: code.trim().parse().unwrap(),
+        code: Exit(code.trim().parse().unwrap()),
         stdout: run_in(c, &format!("cat /tmp/{name}.out")).stdout,
         stderr: String::new(),
     }
@@ -143,22 +143,44 @@ fn outcome_equals_the_log(c: &Container, id: &str, what: &str, rec: &str, cons: 
     let k = ended(c, cons);
     let written = records(c, id);
     if written == ["genesis"] {
-        assert_eq!(r.code, 2, "{what}: {}\n{}", r.stdout, journal(c));
+        assert_eq!(
+            r.code,
+            Outcome::Refused,
+            "{what}: {}\n{}",
+            r.stdout,
+            journal(c)
+        );
         assert_eq!(r.reasons(), ["daemon-stopping"], "{what}: {}", r.stdout);
         assert_eq!(epoch(c, id), "enrolled", "{what}");
-        assert_eq!(k.code, 2, "{what}: the consumer: {}", k.stdout);
+        assert_eq!(
+            k.code,
+            Outcome::Refused,
+            "{what}: the consumer: {}",
+            k.stdout
+        );
         assert_eq!(k.json()["reason"], "daemon-stopping", "{what}");
         consumer(c, id, &format!("{cons}-again"));
         let again = run_in(c, &format!("repoch --json recover {id} --consumer-wait 20"));
         assert_eq!(
-            again.code, 0,
+            again.code,
+            Outcome::Success,
             "{what}: the recovery after: {}",
             again.stdout
         );
-        assert_eq!(ended(c, &format!("{cons}-again")).code, 0, "{what}");
+        assert_eq!(
+            ended(c, &format!("{cons}-again")).code,
+            Outcome::Success,
+            "{what}"
+        );
         assert_eq!(epoch(c, id), "receipted", "{what}");
     } else {
-        assert_eq!(r.code, 0, "{what}: {}\n{}", r.stdout, journal(c));
+        assert_eq!(
+            r.code,
+            Outcome::Success,
+            "{what}: {}\n{}",
+            r.stdout,
+            journal(c)
+        );
         assert_eq!(r.outcome()["outcome"], "granted", "{what}");
         assert_eq!(
             written,
@@ -166,9 +188,14 @@ fn outcome_equals_the_log(c: &Container, id: &str, what: &str, rec: &str, cons: 
             "{what}"
         );
         assert_eq!(epoch(c, id), "receipted", "{what}");
-        assert_eq!(k.code, 0, "{what}: the consumer: {}", k.stdout);
+        assert_eq!(
+            k.code,
+            Outcome::Success,
+            "{what}: the consumer: {}",
+            k.stdout
+        );
         let again = run_in(c, &format!("repoch --json recover {id} --consumer-wait 1"));
-        assert_eq!(again.code, 2, "{what}: {}", again.stdout);
+        assert_eq!(again.code, Outcome::Refused, "{what}: {}", again.stdout);
         assert_eq!(again.reasons(), ["epoch-consumed"], "{what}");
     }
 }
@@ -209,7 +236,13 @@ pub(crate) fn stop_and_restart_at_every_barrier_under_systemd() {
         );
         c.sh("rm /run/systemd/system/repochd.service.d/barrier.conf && systemctl daemon-reload");
         let done = run_in(&c, &format!("systemctl {how} repochd.service"));
-        assert_eq!(done.code, 0, "{what}: {}{}", done.stdout, done.stderr);
+        assert_eq!(
+            done.code,
+            Outcome::Success,
+            "{what}: {}{}",
+            done.stdout,
+            done.stderr
+        );
         let show = run_in(&c, "systemctl show repochd.service -p Result").stdout;
         assert!(
             show.contains("Result=success"),
@@ -227,7 +260,7 @@ pub(crate) fn stop_and_restart_at_every_barrier_under_systemd() {
             assert_eq!(r.reasons(), ["daemon-stopping"], "{what}: {}", r.stdout);
         } else if n > intent {
             let r = ended(&c, &rec);
-            assert_eq!(r.code, 0, "{what}: {}", r.stdout);
+            assert_eq!(r.code, Outcome::Success, "{what}: {}", r.stdout);
         }
     }
 }
@@ -247,9 +280,9 @@ pub(crate) fn an_upgrade_mid_recovery_refuses_it_daemon_stopping_and_the_next_on
     );
     let before = run_in(&c, "systemctl show -p MainPID --value repochd.service").stdout;
     let up = run_in(&c, "apt-get install -y -q --reinstall /tmp/repoch.deb 2>&1");
-    assert_eq!(up.code, 0, "the upgrade: {}", up.stdout);
+    assert_eq!(up.code, Outcome::Success, "the upgrade: {}", up.stdout);
     let r = ended(&c, "rec");
-    assert_eq!(r.code, 2, "{}\n{}", r.stdout, journal(&c));
+    assert_eq!(r.code, Outcome::Refused, "{}\n{}", r.stdout, journal(&c));
     assert_eq!(r.reasons(), ["daemon-stopping"], "{}", r.stdout);
     assert_eq!(epoch(&c, &id), "enrolled");
     let after = run_in(&c, "systemctl show -p MainPID --value repochd.service").stdout;
@@ -260,8 +293,14 @@ pub(crate) fn an_upgrade_mid_recovery_refuses_it_daemon_stopping_and_the_next_on
         &c,
         &format!("repoch --json recover {id} --consumer-wait 20"),
     );
-    assert_eq!(again.code, 0, "{}\n{}", again.stdout, journal(&c));
-    assert_eq!(ended(&c, "cons").code, 0);
+    assert_eq!(
+        again.code,
+        Outcome::Success,
+        "{}\n{}",
+        again.stdout,
+        journal(&c)
+    );
+    assert_eq!(ended(&c, "cons").code, Outcome::Success);
     assert_eq!(
         records(&c, &id),
         ["genesis", "intent", "consume", "receipt"]

@@ -35,13 +35,13 @@ pub(crate) fn units_masked_active_reload_pending_and_absent_systemd() {
     // Masked and inactive: holds.
     c.sh("systemctl mask oldroot.service");
     let r = observe_in(&s, &id, &c);
-    assert_eq!(r.code, 0, "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Success, "{}", r.stdout);
     // Running, then masked: masked but active.
     c.sh("systemctl unmask oldroot.service && systemctl start oldroot.service && systemctl mask oldroot.service");
     let r = observe_in(&s, &id, &c);
     assert_eq!(reasons(&r), ["unit-active"], "{}", r.stdout);
     c.sh("systemctl stop oldroot.service");
-    assert_eq!(observe_in(&s, &id, &c).code, 0);
+    assert_eq!(observe_in(&s, &id, &c).code, Outcome::Success);
     // A changed unit file systemd has not reloaded (the unit is kept loaded by running it;
     // an inactive unit is unloaded and would simply be loaded afresh).
     c.sh("systemctl unmask oldroot.service && systemctl start oldroot.service && sleep 1 && echo '# changed' >> /usr/lib/systemd/system/oldroot.service");
