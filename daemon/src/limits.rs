@@ -91,129 +91,104 @@ impl Default for Config {
     }
 }
 
-/// One key of the file: its table and name, the range it accepts, and where it goes.
-struct Key {
-    table: &'static str,
-    name: &'static str,
-    min: u64,
-    max: u64,
-    set: fn(&mut Config, u64),
+/// `repochd --config`'s file as written: two tables, every key optional (absent: the
+/// default), nothing else (an unknown table or key is an error, never ignored).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    limits: Limits,
+    #[serde(default)]
+    waits: Waits,
 }
 
-const KEYS: &[Key] = &[
-    Key {
-        table: "limits",
-        name: "admin_connections",
-        min: 1,
-        max: CONFIG_CONNECTIONS_CEILING,
-        set: |c, v| c.admin_connections = v as usize,
-    },
-    Key {
-        table: "limits",
-        name: "grant_connections",
-        min: 1,
-        max: CONFIG_CONNECTIONS_CEILING,
-        set: |c, v| c.grant_connections = v as usize,
-    },
-    Key {
-        table: "limits",
-        name: "pending_consumers",
-        min: 1,
-        max: CONFIG_CONNECTIONS_CEILING,
-        set: |c, v| c.pending_consumers = v as usize,
-    },
-    Key {
-        table: "limits",
-        name: "pending_per_uid",
-        min: 1,
-        max: CONFIG_CONNECTIONS_CEILING,
-        set: |c, v| c.pending_per_uid = v as usize,
-    },
-    Key {
-        table: "limits",
-        name: "handshakes_per_uid",
-        min: 1,
-        max: CONFIG_CONNECTIONS_CEILING,
-        set: |c, v| c.handshakes_per_uid = v as usize,
-    },
-    Key {
-        table: "limits",
-        name: "warnings_per_window",
-        min: 1,
-        max: CONFIG_WARNINGS_CEILING,
-        set: |c, v| c.warnings_per_window = v as u32,
-    },
-    Key {
-        table: "waits",
-        name: "handshake_seconds",
-        min: 1,
-        max: 60,
-        set: |c, v| c.handshake_seconds = v,
-    },
-    Key {
-        table: "waits",
-        name: "custody_seconds",
-        min: 1,
-        max: 300,
-        set: |c, v| c.custody_seconds = v,
-    },
-    Key {
-        table: "waits",
-        name: "persisted_ack_seconds",
-        min: 1,
-        max: 600,
-        set: |c, v| c.persisted_ack_seconds = v,
-    },
-    Key {
-        table: "waits",
-        name: "pending_consumer_seconds",
-        min: 1,
-        max: 86_400,
-        set: |c, v| c.pending_consumer_seconds = v,
-    },
-    Key {
-        table: "waits",
-        name: "warning_window_seconds",
-        min: 1,
-        max: 3600,
-        set: |c, v| c.warning_window_seconds = v,
-    },
-];
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Limits {
+    admin_connections: Option<u64>,
+    grant_connections: Option<u64>,
+    pending_consumers: Option<u64>,
+    pending_per_uid: Option<u64>,
+    handshakes_per_uid: Option<u64>,
+    warnings_per_window: Option<u64>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Waits {
+    handshake_seconds: Option<u64>,
+    custody_seconds: Option<u64>,
+    persisted_ack_seconds: Option<u64>,
+    pending_consumer_seconds: Option<u64>,
+    warning_window_seconds: Option<u64>,
+}
+
+/// Where a TOML error is, as a reader finds it: `table.key` when the error is on a key's
+/// line, then the line and column, then what is wrong.
+fn located(text: &str, e: &toml::de::Error) -> String {
+    let at = e.span().map_or(0, |r| r.start).min(text.len());
+    let line = text[..at].matches('\n').count() + 1;
+    let start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let column = at - start + 1;
+    let table = text[..start]
+        .lines()
+        .rev()
+        .find_map(|l| l.trim().strip_prefix('[')?.strip_suffix(']'));
+    let key = text[start..]
+        .lines()
+        .next()
+        .and_then(|l| l.split_once('='))
+        .map(|(k, _)| k.trim());
+    match (table, key) {
+        (Some(t), Some(k)) => format!("{t}.{k} (line {line}, column {column}): {}", e.message()),
+        _ => format!("line {line}, column {column}: {}", e.message()),
+    }
+}
+
+/// The smallest value of every key: no limit or wait may be zero.
+const CONFIG_VALUE_MIN: u64 = 1;
+
+/// A key's value, if set, within `CONFIG_VALUE_MIN..=max`; else the default.
+fn within(name: &str, v: Option<u64>, max: u64, default: u64) -> Result<u64, String> {
+    match v {
+        None => Ok(default),
+        Some(n) if (CONFIG_VALUE_MIN..=max).contains(&n) => Ok(n),
+        Some(n) => Err(format!(
+            "{name}: must be an integer from {CONFIG_VALUE_MIN} to {max}, found {n}"
+        )),
+    }
+}
 
 impl Config {
     /// Parses and validates a config file's text. Every error names the key (`table.key`).
     pub fn parse(text: &str) -> Result<Config, String> {
-        let doc: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-            let at = e.span().map_or(0, |r| r.start).min(text.len());
-            let line = text[..at].matches('\n').count() + 1;
-            let column = at - text[..at].rfind('\n').map_or(0, |i| i + 1) + 1;
-            format!("line {line}, column {column}: {}", e.message())
-        })?;
-        let mut c = Config::default();
-        for (table, v) in &doc {
-            if !KEYS.iter().any(|k| k.table == table) {
-                return Err(format!("{table}: unknown table (known: limits, waits)"));
-            }
-            let Some(t) = v.as_table() else {
-                return Err(format!("{table}: must be a table ([{table}])"));
+        let f: File = toml::from_str(text).map_err(|e| located(text, &e))?;
+        let d = Config::default();
+        // Each key: its value within 1..=MAX (its name, `table.key`, from the field itself),
+        // else the default. The casts cannot truncate: every MAX fits the field's type.
+        macro_rules! key {
+            ($t:ident . $k:ident, $max:expr, $ty:ty) => {
+                within(
+                    concat!(stringify!($t), ".", stringify!($k)),
+                    f.$t.$k,
+                    $max,
+                    d.$k as u64,
+                )? as $ty
             };
-            for (name, v) in t {
-                let Some(k) = KEYS.iter().find(|k| k.table == table && k.name == name) else {
-                    return Err(format!("{table}.{name}: unknown key"));
-                };
-                let n = v
-                    .as_integer()
-                    .and_then(|n| u64::try_from(n).ok())
-                    .filter(|n| (k.min..=k.max).contains(n))
-                    .ok_or_else(|| {
-                        format!(
-                            "{table}.{name}: must be an integer from {} to {}, found {v}",
-                            k.min, k.max
-                        )
-                    })?;
-                (k.set)(&mut c, n);
-            }
         }
+        let c = Config {
+            admin_connections: key!(limits.admin_connections, CONFIG_CONNECTIONS_CEILING, usize),
+            grant_connections: key!(limits.grant_connections, CONFIG_CONNECTIONS_CEILING, usize),
+            pending_consumers: key!(limits.pending_consumers, CONFIG_CONNECTIONS_CEILING, usize),
+            pending_per_uid: key!(limits.pending_per_uid, CONFIG_CONNECTIONS_CEILING, usize),
+            handshakes_per_uid: key!(limits.handshakes_per_uid, CONFIG_CONNECTIONS_CEILING, usize),
+            warnings_per_window: key!(limits.warnings_per_window, CONFIG_WARNINGS_CEILING, u32),
+            handshake_seconds: key!(waits.handshake_seconds, 60, u64),
+            custody_seconds: key!(waits.custody_seconds, 300, u64),
+            persisted_ack_seconds: key!(waits.persisted_ack_seconds, 600, u64),
+            pending_consumer_seconds: key!(waits.pending_consumer_seconds, 86_400, u64),
+            warning_window_seconds: key!(waits.warning_window_seconds, 3600, u64),
+        };
         let rel = |a: &str, av: usize, op: &str, b: &str, bv: usize| {
             format!("limits.{a} ({av}) must be {op} limits.{b} ({bv})")
         };
@@ -302,5 +277,35 @@ mod tests {
             .unwrap();
         assert_eq!((c.admin_connections, c.custody_seconds), (2, 20));
         assert_eq!(c.grant_connections, GRANT_CONNECTIONS_MAX);
+    }
+
+    /// Each error names its key as `table.key` where it is on a key's line, and where it is.
+    #[test]
+    fn an_error_names_the_key_and_where_it_is() {
+        let e = |t: &str| Config::parse(t).unwrap_err();
+        assert_eq!(
+            e("[limits]\nadmin_connections = 0\n"),
+            "limits.admin_connections: must be an integer from 1 to 1024, found 0"
+        );
+        assert!(
+            e("[limits]\nadmin_connections = \"8\"\n")
+                .starts_with("limits.admin_connections (line 2, column 21): invalid type: string"),
+            "{}",
+            e("[limits]\nadmin_connections = \"8\"\n")
+        );
+        assert!(e("[waits]\ncustody_seconds = -1\n").starts_with("waits.custody_seconds (line 2,"));
+        assert!(e("\n[waits]\npersisted_ack_secs = 30\n").starts_with(
+            "waits.persisted_ack_secs (line 3, column 1): unknown field `persisted_ack_secs`"
+        ));
+        assert!(
+            e("[limit]\n").contains("unknown field `limit`"),
+            "{}",
+            e("[limit]\n")
+        );
+        assert!(
+            e("not toml at all").starts_with("line 1, column "),
+            "{}",
+            e("not toml at all")
+        );
     }
 }
