@@ -20,7 +20,7 @@ use repoch_protocol::grant::KeyProof;
 use repoch_protocol::wire::{
     bounded, frame, frame_len, refused, AdminEvent, AdminRequest, GrantMsg, Verdict,
 };
-use repoch_protocol::Reason;
+use repoch_protocol::{DeploymentId, Hash, Reason};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, Semaphore};
@@ -328,18 +328,18 @@ impl Daemon {
         };
         let subject = format!("grant socket peer pid {pid}");
         let mismatch = if (enrolled.uid, enrolled.gid) != (uid, gid) {
-            Some(Refusal::new(
-                Reason::ConsumerRejected,
+            Some(Refusal::consumer_rejected(
                 &subject,
-                format!("uid/gid {}/{}", enrolled.uid, enrolled.gid),
-                format!("uid/gid {uid}/{gid}"),
+                "uid/gid",
+                format_args!("{}/{}", enrolled.uid, enrolled.gid),
+                format_args!("{uid}/{gid}"),
             ))
         } else if enrolled.key != key {
-            Some(Refusal::new(
-                Reason::ConsumerRejected,
+            Some(Refusal::consumer_rejected(
                 &subject,
-                format!("key {}", enrolled.key.to_hex()),
-                format!("key {}", key.to_hex()),
+                "key",
+                enrolled.key.to_hex(),
+                key.to_hex(),
             ))
         } else {
             None
@@ -425,79 +425,20 @@ impl Daemon {
         .await;
     }
 
-    /// An admin connection: root only; one `recover` request; progress streamed back.
+    /// An admin connection, root's (the accept loop turned every other uid away before it
+    /// took a slot): one `recover` request, its progress streamed back, its outcome last.
     async fn admin(self: Arc<Self>, mut s: UnixStream) {
         let cred = match s.peer_cred() {
             Ok(c) => c,
             Err(e) => return tracing::warn!("admin peer credentials: {e}"),
         };
-        if cred.uid() != 0 {
-            let r = Refusal::new(
-                Reason::AdminDenied,
-                "admin socket",
-                "uid 0",
-                format!("uid {}", cred.uid()),
-            );
-            tracing::warn!("{r}");
-            let _ = send(
-                &mut s,
-                &outcome_event(
-                    Verdict::Refused,
-                    vec![r],
-                    "the admin socket is root's only",
-                    None,
-                ),
-            )
-            .await;
-            return;
-        }
-        let req = read_first_frame(&mut s).await;
-        let req = match req.and_then(|b| AdminRequest::from_bytes(&b).map_err(|e| e.to_string())) {
+        let req = match self.admit(&mut s).await {
             Ok(r) => r,
-            Err(e) => {
-                let r = Refusal::new(
-                    Reason::ProtocolError,
-                    "admin request",
-                    "a recover request",
-                    e,
-                );
-                let _ = send(
-                    &mut s,
-                    &outcome_event(Verdict::Refused, vec![r], "bad request", None),
-                )
-                .await;
+            Err((verdict, r, detail)) => {
+                let _ = send(&mut s, &outcome_event(verdict, vec![r], detail, None)).await;
                 return;
             }
         };
-        let AdminRequest::Recover {
-            deployment,
-            approve_ready,
-            consumer_wait_seconds,
-        } = req;
-        if self.poisoned.load(Ordering::SeqCst) {
-            let r = Refusal::new(
-                Reason::StorePoisoned,
-                "repochd",
-                "a healthy store",
-                "an earlier write or fsync failed; restart repochd",
-            );
-            let _ = send(
-                &mut s,
-                &outcome_event(Verdict::Refused, vec![r], "issuance stopped", None),
-            )
-            .await;
-            return;
-        }
-        if self.stop.is_set() {
-            let r = Stop::refusal("the recovery was not started");
-            let _ = send(
-                &mut s,
-                &outcome_event(Verdict::Refused, vec![r], "repochd is stopping", None),
-            )
-            .await;
-            return;
-        }
-        let wait = Duration::from_secs(consumer_wait_seconds.min(CONSUMER_WAIT_SECONDS_MAX));
         let contender = Contender {
             pid: cred.pid().and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
             start_ticks: cred
@@ -517,119 +458,180 @@ impl Daemon {
                     "a descriptor",
                     e.to_string(),
                 );
-                let _ = send(
-                    &mut s,
-                    &outcome_event(Verdict::Internal, vec![r], "dup", None),
-                )
-                .await;
+                let e = outcome_event(Verdict::Internal, vec![r], "dup", None);
+                let _ = send(&mut s, &e).await;
                 return;
             }
         };
-        let (tx, mut rx) = mpsc::channel::<AdminEvent>(EVENTS_BUFFERED_MAX);
+        let (tx, rx) = mpsc::channel::<AdminEvent>(EVENTS_BUFFERED_MAX);
+        crate::notify::notify(&format!("STATUS=recovering {}", req.deployment));
+        tracing::info!(deployment = %req.deployment, "recovery requested");
         let d = self.clone();
-        crate::notify::notify(&format!("STATUS=recovering {deployment}"));
-        tracing::info!(%deployment, "recovery requested");
-        let worker = tokio::task::spawn_blocking(move || {
-            let progress_tx = tx.clone();
-            let progress: issuance::Progress = Box::new(move |e: AdminEvent| {
-                log_event(&e);
-                let _ = progress_tx.blocking_send(e);
-            });
-            let key = match repoch_issuer::enroll::issuer_key(&d.layout, false) {
-                Ok(k) => k,
-                Err(e) => {
-                    let r = Refusal::new(Reason::Internal, "issuer key", "readable", e.to_string());
-                    let _ = tx.blocking_send(outcome_event(
-                        Verdict::Internal,
-                        vec![r],
-                        "no issuer key",
-                        None,
-                    ));
-                    return;
-                }
-            };
-            let registry = &d.registry;
-            let result = issuance::run(
-                &d.layout,
-                d.stop.clone(),
-                key,
-                deployment,
-                approve_ready,
-                contender,
-                progress,
-                |expected, progress| registry.wait_for(expected, wait, progress, operator),
-            );
-            // The epoch used by this issuance (from its intent on: granted, withheld,
-            // uncertain), or found used or not verifying at reserve: no consumer waiting for
-            // this deployment will ever get a grant; tell them.
-            let unissuable = match &result {
-                Ok(done) => epoch_refusal(deployment, done.epoch, None),
-                Err(Ended {
-                    used: Some(state), ..
-                }) => epoch_refusal(deployment, *state, None),
-                Err(Ended { refusals, .. }) => refusals
-                    .iter()
-                    .find(|r| epoch_unissuable(r.reason))
-                    .cloned(),
-            };
-            let event = match result {
-                Ok(done) => outcome_event(
-                    Verdict::Granted,
-                    vec![],
-                    "granted: the consumer acknowledged a durable grant",
-                    Some(done.grant),
-                ),
-                Err(Ended {
-                    outcome,
-                    refusals,
-                    detail,
-                    poisoned,
-                    ..
-                }) => {
-                    if poisoned {
-                        d.poisoned.store(true, Ordering::SeqCst);
-                        tracing::error!(
-                            "the state store is poisoned: no further issuance until restart"
-                        );
-                    }
-                    outcome_event(outcome, refusals, &detail, None)
-                }
-            };
-            log_event(&event);
-            let _ = tx.blocking_send(event);
-            drop(tx);
-            if let Some(r) = unissuable {
-                // Recorded first: a consumer that finishes its handshake after this is
-                // refused as it would wait (`Registry::push`); one already waiting is told now.
-                if r.reason == Reason::EpochConsumed {
-                    d.epochs.used(deployment, r.clone());
-                }
-                let n = d
-                    .registry
-                    .refuse_waiting(&deployment, r.reason, &r.detail());
-                if n > 0 {
-                    tracing::info!(%deployment, n, "told the waiting consumers: {}", r.reason);
-                }
-            }
-        });
-        // Forward events; if the operator goes away the issuance still runs to its end.
-        let mut client = Some(s);
-        while let Some(e) = rx.recv().await {
-            if let Some(c) = client.as_mut() {
-                // A client that stops reading must not stall the issuance: drop it.
-                let sent =
-                    tokio::time::timeout(Duration::from_secs(ADMIN_WRITE_SECONDS_MAX), send(c, &e))
-                        .await;
-                if !matches!(sent, Ok(Ok(()))) {
-                    tracing::warn!(
-                        "the admin client stopped reading; the issuance continues without it"
-                    );
-                    client = None;
-                }
-            }
-        }
+        let worker = tokio::task::spawn_blocking(move || d.recover(req, contender, operator, tx));
+        forward(s, rx).await;
         let _ = worker.await;
         crate::notify::notify("STATUS=waiting for recoveries");
+    }
+
+    /// The admin request read and admitted: a well-formed `recover`, a store not poisoned,
+    /// repochd not stopping. Otherwise the verdict, the refusal and its detail to send.
+    async fn admit(&self, s: &mut UnixStream) -> Result<Recover, (Verdict, Refusal, &'static str)> {
+        let req = read_first_frame(s).await;
+        let req = req
+            .and_then(|b| AdminRequest::from_bytes(&b).map_err(|e| e.to_string()))
+            .map_err(|e| {
+                let r = Refusal::new(
+                    Reason::ProtocolError,
+                    "admin request",
+                    "a recover request",
+                    e,
+                );
+                (Verdict::Refused, r, "bad request")
+            })?;
+        let AdminRequest::Recover {
+            deployment,
+            approve_ready,
+            consumer_wait_seconds,
+        } = req;
+        if self.poisoned.load(Ordering::SeqCst) {
+            let r = Refusal::new(
+                Reason::StorePoisoned,
+                "repochd",
+                "a healthy store",
+                "an earlier write or fsync failed; restart repochd",
+            );
+            return Err((Verdict::Refused, r, "issuance stopped"));
+        }
+        if self.stop.is_set() {
+            let r = Stop::refusal("the recovery was not started");
+            return Err((Verdict::Refused, r, "repochd is stopping"));
+        }
+        Ok(Recover {
+            deployment,
+            approve_ready,
+            consumer_wait: Duration::from_secs(
+                consumer_wait_seconds.min(CONSUMER_WAIT_SECONDS_MAX),
+            ),
+        })
+    }
+
+    /// One recovery, on a blocking thread: the issuance, its outcome sent last on `tx`,
+    /// then the consumers waiting for an epoch that can no longer be issued told so.
+    fn recover(
+        self: Arc<Self>,
+        req: Recover,
+        contender: Contender,
+        operator: OwnedFd,
+        tx: mpsc::Sender<AdminEvent>,
+    ) {
+        let Recover {
+            deployment,
+            approve_ready,
+            consumer_wait,
+        } = req;
+        let progress_tx = tx.clone();
+        let progress: issuance::Progress = Box::new(move |e: AdminEvent| {
+            log_event(&e);
+            let _ = progress_tx.blocking_send(e);
+        });
+        let key = match repoch_issuer::enroll::issuer_key(&self.layout, false) {
+            Ok(k) => k,
+            Err(e) => {
+                let r = Refusal::new(Reason::Internal, "issuer key", "readable", e.to_string());
+                let e = outcome_event(Verdict::Internal, vec![r], "no issuer key", None);
+                let _ = tx.blocking_send(e);
+                return;
+            }
+        };
+        let registry = &self.registry;
+        let result = issuance::run(
+            &self.layout,
+            self.stop.clone(),
+            key,
+            deployment,
+            approve_ready,
+            contender,
+            progress,
+            |expected, progress| registry.wait_for(expected, consumer_wait, progress, operator),
+        );
+        // The epoch used by this issuance (from its intent on: granted, withheld,
+        // uncertain), or found used or not verifying at reserve: no consumer waiting for
+        // this deployment will ever get a grant; tell them.
+        let unissuable = match &result {
+            Ok(done) => epoch_refusal(deployment, done.epoch, None),
+            Err(Ended {
+                used: Some(state), ..
+            }) => epoch_refusal(deployment, *state, None),
+            Err(Ended { refusals, .. }) => refusals
+                .iter()
+                .find(|r| epoch_unissuable(r.reason))
+                .cloned(),
+        };
+        let event = match result {
+            Ok(done) => outcome_event(
+                Verdict::Granted,
+                vec![],
+                "granted: the consumer acknowledged a durable grant",
+                Some(done.grant),
+            ),
+            Err(Ended {
+                outcome,
+                refusals,
+                detail,
+                poisoned,
+                ..
+            }) => {
+                if poisoned {
+                    self.poisoned.store(true, Ordering::SeqCst);
+                    tracing::error!(
+                        "the state store is poisoned: no further issuance until restart"
+                    );
+                }
+                outcome_event(outcome, refusals, &detail, None)
+            }
+        };
+        log_event(&event);
+        let _ = tx.blocking_send(event);
+        drop(tx);
+        if let Some(r) = unissuable {
+            // Recorded first: a consumer that finishes its handshake after this is
+            // refused as it would wait (`Registry::push`); one already waiting is told now.
+            if r.reason == Reason::EpochConsumed {
+                self.epochs.used(deployment, r.clone());
+            }
+            let n = self
+                .registry
+                .refuse_waiting(&deployment, r.reason, &r.detail());
+            if n > 0 {
+                tracing::info!(%deployment, n, "told the waiting consumers: {}", r.reason);
+            }
+        }
+    }
+}
+
+/// An admitted `recover` request.
+struct Recover {
+    deployment: DeploymentId,
+    approve_ready: Option<Hash>,
+    consumer_wait: Duration,
+}
+
+/// Forwards a recovery's events to its admin client. A client that stops reading is dropped
+/// and the issuance still runs to its end: it must not stall it.
+async fn forward(s: UnixStream, mut rx: mpsc::Receiver<AdminEvent>) {
+    let mut client = Some(s);
+    while let Some(e) = rx.recv().await {
+        if let Some(c) = client.as_mut() {
+            let sent =
+                tokio::time::timeout(Duration::from_secs(ADMIN_WRITE_SECONDS_MAX), send(c, &e))
+                    .await;
+            if !matches!(sent, Ok(Ok(()))) {
+                tracing::warn!(
+                    "the admin client stopped reading; the issuance continues without it"
+                );
+                client = None;
+            }
+        }
     }
 }
 

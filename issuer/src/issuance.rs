@@ -438,12 +438,7 @@ impl<'id> Expected<'id> {
     ) -> Result<Authenticated<'id>, Refusal> {
         let subject = format!("grant socket peer pid {}", peer.pid);
         let fail = |what: &str, want: String, got: String| {
-            Err(Refusal::new(
-                Reason::ConsumerRejected,
-                &subject,
-                format!("{what} {want}"),
-                format!("{what} {got}"),
-            ))
+            Err(Refusal::consumer_rejected(&subject, what, want, got))
         };
         if peer.uid != self.uid || peer.gid != self.gid {
             return fail(

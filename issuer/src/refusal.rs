@@ -33,6 +33,22 @@ impl Refusal {
     }
     /// Everything but the reason: what a wire `refused` message, which carries the reason
     /// apart, says as its detail.
+    /// A peer that is not the enrolled consumer: `what` (uid/gid, executable, cgroup, key)
+    /// is not what was enrolled. The one wording, at `hello` (repochd turns the peer away
+    /// before it waits) and at `connect` (the issuance's own check).
+    pub fn consumer_rejected(
+        subject: &str,
+        what: &str,
+        enrolled: impl fmt::Display,
+        observed: impl fmt::Display,
+    ) -> Refusal {
+        Refusal::new(
+            Reason::ConsumerRejected,
+            subject,
+            format!("{what} {enrolled}"),
+            format!("{what} {observed}"),
+        )
+    }
     pub fn detail(&self) -> String {
         format!(
             "{}: expected {}, observed {}",
