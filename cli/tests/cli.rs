@@ -3,14 +3,16 @@
 
 use std::process::Command;
 
-fn repoch(args: &[&str]) -> (i32, String, String) {
+use repoch_protocol::Outcome;
+
+fn repoch(args: &[&str]) -> (Option<Outcome>, String, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_repoch"))
         .args(args)
         .env_remove("REPOCH_ROOT")
         .output()
         .unwrap();
     (
-        o.status.code().unwrap_or(-1),
+        Outcome::from_exit(o.status.code().unwrap_or(-1)),
         String::from_utf8_lossy(&o.stdout).into(),
         String::from_utf8_lossy(&o.stderr).into(),
     )
@@ -19,7 +21,7 @@ fn repoch(args: &[&str]) -> (i32, String, String) {
 #[test]
 fn help_documents_every_command_and_the_exit_codes() {
     let (code, out, _) = repoch(&["--help"]);
-    assert_eq!(code, 0);
+    assert_eq!(code, Some(Outcome::Success));
     for cmd in [
         "enroll",
         "recover",
@@ -50,9 +52,9 @@ fn help_documents_every_command_and_the_exit_codes() {
 fn unknown_arguments_exit_64_not_2() {
     // clap's own usage errors must not look like a refusal (exit 2).
     let (code, _, err) = repoch(&["status"]);
-    assert_eq!(code, 64, "{err}");
+    assert_eq!(code, Some(Outcome::Usage), "{err}");
     let (code, _, _) = repoch(&["frobnicate"]);
-    assert_eq!(code, 64);
+    assert_eq!(code, Some(Outcome::Usage));
 }
 
 #[test]
@@ -73,7 +75,7 @@ fn audit_of_a_missing_file_is_a_usage_error() {
         dir.path().join("k.pub").to_str().unwrap(),
         "/nonexistent/epoch.log",
     ]);
-    assert_eq!(code, 64, "{out}");
+    assert_eq!(code, Some(Outcome::Usage), "{out}");
 }
 
 // ---- audit: forks and duplicate ids (offline, no root) ----
@@ -132,7 +134,7 @@ fn audit_dir(
     (dir, args)
 }
 
-fn audit_reason(args: &[String]) -> (i32, String, String) {
+fn audit_reason(args: &[String]) -> (Option<Outcome>, String, String) {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     let (code, out, err) = repoch(&a);
     let j: serde_json::Value = serde_json::from_str(out.lines().last().unwrap_or("{}"))
@@ -165,7 +167,11 @@ fn audit_reports_two_successors_of_one_predecessor_as_a_fork() {
         ],
     );
     let (code, reason, out) = audit_reason(&args);
-    assert_eq!((code, reason.as_str()), (2, "chain-fork"), "{out}");
+    assert_eq!(
+        (code, reason.as_str()),
+        (Some(Outcome::Refused), "chain-fork"),
+        "{out}"
+    );
     assert!(out.contains(&a.to_hex()), "{out}");
 }
 
@@ -183,7 +189,11 @@ fn audit_reports_two_logs_with_one_deployment_id_as_a_duplicate() {
     let two = SignedEpochRecord::sign(other_rec, &key).to_frame();
     let (_d, args) = audit_dir(&key, &[("one.log", &one), ("two.log", &two)]);
     let (code, reason, out) = audit_reason(&args);
-    assert_eq!((code, reason.as_str()), (2, "chain-duplicate"), "{out}");
+    assert_eq!(
+        (code, reason.as_str()),
+        (Some(Outcome::Refused), "chain-duplicate"),
+        "{out}"
+    );
     assert!(out.contains(&a.to_hex()), "{out}");
 }
 
@@ -193,7 +203,7 @@ fn a_consumer_wait_beyond_its_bound_is_a_usage_error() {
     // the bound, before any deployment or daemon is touched.
     for v in ["0", "3601", "18446744073709551615"] {
         let (code, _, err) = repoch(&["recover", "00", "--consumer-wait", v]);
-        assert_eq!(code, 64, "{v}: {err}");
+        assert_eq!(code, Some(Outcome::Usage), "{v}: {err}");
         assert!(err.contains("3600"), "{v}: {err}");
     }
 }
@@ -206,10 +216,14 @@ fn audit_of_a_torn_log_exits_2_with_epoch_torn_and_a_log_given_twice_counts_once
     let log = genesis_log(&key, DeploymentId([0xa; 16]), None);
     let (_d, args) = audit_dir(&key, &[("torn.log", &log[..log.len() - 5])]);
     let (code, reason, out) = audit_reason(&args);
-    assert_eq!((code, reason.as_str()), (2, "epoch-torn"), "{out}");
+    assert_eq!(
+        (code, reason.as_str()),
+        (Some(Outcome::Refused), "epoch-torn"),
+        "{out}"
+    );
     let (_d, args) = audit_dir(&key, &[("one.log", &log), ("same.log", &log)]);
     let (code, _, out) = audit_reason(&args);
-    assert_eq!(code, 0, "{out}");
+    assert_eq!(code, Some(Outcome::Success), "{out}");
 }
 
 #[test]
@@ -235,7 +249,7 @@ fn audit_of_a_link_to_another_final_hash_is_predecessor_mismatch() {
     let (code, reason, out) = audit_reason(&args);
     assert_eq!(
         (code, reason.as_str()),
-        (2, "predecessor-mismatch"),
+        (Some(Outcome::Refused), "predecessor-mismatch"),
         "{out}"
     );
 }
@@ -250,7 +264,7 @@ fn audit_checkpoint(
     key: &ed25519_dalek::SigningKey,
     log: &[u8],
     note: &str,
-) -> (i32, String, serde_json::Value) {
+) -> (Option<Outcome>, String, serde_json::Value) {
     let (d, mut args) = audit_dir(key, &[("epoch.log", log)]);
     let n = d.path().join("old.note");
     std::fs::write(&n, note).unwrap();
@@ -295,11 +309,15 @@ fn audit_with_a_checkpoint_proves_extension_and_reports_rollback_fork_and_trunca
     };
     // Extension: the log's own checkpoint (size 1).
     let (code, _, j) = audit_checkpoint(&key, &log, &note(1, head));
-    assert_eq!(code, 0, "{j}");
+    assert_eq!(code, Some(Outcome::Success), "{j}");
     assert_eq!(j["checkpoint"]["extends"], true, "{j}");
     // Rollback: a checkpoint of 2 records, a verified log of 1.
     let (code, reason, j) = audit_checkpoint(&key, &log, &note(2, Hash([7; 32])));
-    assert_eq!((code, reason.as_str()), (5, "checkpoint-rollback"), "{j}");
+    assert_eq!(
+        (code, reason.as_str()),
+        (Some(Outcome::Inconsistent), "checkpoint-rollback"),
+        "{j}"
+    );
     assert_eq!(j["checkpoint"]["size"], 2);
     assert_eq!(j["checkpoint"]["head"], Hash([7; 32]).to_hex());
     assert_eq!(j["checkpoint"]["log"]["size"], 1);
@@ -320,7 +338,11 @@ fn audit_with_a_checkpoint_proves_extension_and_reports_rollback_fork_and_trunca
     )
     .to_frame();
     let (code, reason, j) = audit_checkpoint(&key, &other, &note(1, head));
-    assert_eq!((code, reason.as_str()), (5, "checkpoint-fork"), "{j}");
+    assert_eq!(
+        (code, reason.as_str()),
+        (Some(Outcome::Inconsistent), "checkpoint-fork"),
+        "{j}"
+    );
     assert_eq!(
         j["checkpoint"]["log"]["head"],
         head_of(&other, &key).to_hex()
@@ -329,7 +351,11 @@ fn audit_with_a_checkpoint_proves_extension_and_reports_rollback_fork_and_trunca
     let mut cut = log.clone();
     cut.extend_from_slice(&other[..other.len() - 5]);
     let (code, reason, j) = audit_checkpoint(&key, &cut, &note(2, Hash([7; 32])));
-    assert_eq!((code, reason.as_str()), (5, "checkpoint-truncated"), "{j}");
+    assert_eq!(
+        (code, reason.as_str()),
+        (Some(Outcome::Inconsistent), "checkpoint-truncated"),
+        "{j}"
+    );
     assert_eq!(j["checkpoint"]["log"]["size"], 1);
 }
 
@@ -347,21 +373,33 @@ fn audit_with_a_checkpoint_that_does_not_verify_is_checkpoint_invalid() {
         head: head_of(&log, &key),
     };
     let (code, reason, j) = audit_checkpoint(&key, &log, &c.sign(KEY_NAME, &stranger));
-    assert_eq!((code, reason.as_str()), (2, "checkpoint-invalid"), "{j}");
+    assert_eq!(
+        (code, reason.as_str()),
+        (Some(Outcome::Refused), "checkpoint-invalid"),
+        "{j}"
+    );
     let tampered = c.sign(KEY_NAME, &key).replacen("\n1\n", "\n0\n", 1);
     let (code, reason, j) = audit_checkpoint(&key, &log, &tampered);
-    assert_eq!((code, reason.as_str()), (2, "checkpoint-invalid"), "{j}");
+    assert_eq!(
+        (code, reason.as_str()),
+        (Some(Outcome::Refused), "checkpoint-invalid"),
+        "{j}"
+    );
     let elsewhere = Checkpoint {
         origin: origin(&DeploymentId([0xd; 16])),
         ..c
     };
     let (code, reason, j) = audit_checkpoint(&key, &log, &elsewhere.sign(KEY_NAME, &key));
-    assert_eq!((code, reason.as_str()), (2, "checkpoint-invalid"), "{j}");
+    assert_eq!(
+        (code, reason.as_str()),
+        (Some(Outcome::Refused), "checkpoint-invalid"),
+        "{j}"
+    );
     let (_d, mut args) = audit_dir(&key, &[("epoch.log", &log)]);
     args.insert(4, "--checkpoint".into());
     args.insert(5, "/nonexistent/old.note".into());
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    assert_eq!(repoch(&a).0, 64);
+    assert_eq!(repoch(&a).0, Some(Outcome::Usage));
 }
 
 #[test]
@@ -391,17 +429,17 @@ fn audit_with_batch_prints_what_audit_prints() {
         if std::ptr::eq(set, &forged) {
             assert_eq!(
                 (strict.0, strict.1.as_str()),
-                (2, "epoch-forged"),
+                (Some(Outcome::Refused), "epoch-forged"),
                 "{}",
                 strict.2
             );
             assert!(strict.2.contains("3.log"), "{}", strict.2);
         } else {
-            assert_eq!(strict.0, 0, "{}", strict.2);
+            assert_eq!(strict.0, Some(Outcome::Success), "{}", strict.2);
         }
     }
     let (code, out, _) = repoch(&["audit", "--help"]);
-    assert_eq!(code, 0);
+    assert_eq!(code, Some(Outcome::Success));
     assert!(out.contains("--batch"), "{out}");
 }
 
@@ -435,7 +473,11 @@ fn chain_error_carries_the_first_bad_logs_own_reason() {
         assert_eq!(j["verified"], false, "{name}: {j}");
         assert_eq!(j["chain_error"]["reason"], want, "{name}: {j}");
         let (code, reason, _) = audit_reason(&args);
-        assert_eq!((code, reason.as_str()), (2, want), "{name}");
+        assert_eq!(
+            (code, reason.as_str()),
+            (Some(Outcome::Refused), want),
+            "{name}"
+        );
     }
 }
 
@@ -451,7 +493,11 @@ fn a_state_directory_holding_another_deployments_log_is_foreign() {
     std::fs::write(dir.join("epoch.log"), genesis_log(&key, b, None)).unwrap();
     args.push(dir.display().to_string());
     let (code, reason, out) = audit_reason(&args);
-    assert_eq!((code, reason.as_str()), (2, "epoch-foreign"), "{out}");
+    assert_eq!(
+        (code, reason.as_str()),
+        (Some(Outcome::Refused), "epoch-foreign"),
+        "{out}"
+    );
     // The same directory by another spelling: `x/..`, a trailing `/`, `.` from inside it.
     std::fs::create_dir(dir.join("sub")).unwrap();
     for spelling in [
@@ -463,7 +509,7 @@ fn a_state_directory_holding_another_deployments_log_is_foreign() {
         let (code, reason, out) = audit_reason(&again);
         assert_eq!(
             (code, reason.as_str()),
-            (2, "epoch-foreign"),
+            (Some(Outcome::Refused), "epoch-foreign"),
             "{spelling}: {out}"
         );
     }
@@ -475,8 +521,8 @@ fn a_state_directory_holding_another_deployments_log_is_foreign() {
         .output()
         .unwrap();
     assert_eq!(
-        o.status.code(),
-        Some(2),
+        Outcome::from_exit(o.status.code().unwrap_or(-1)),
+        Some(Outcome::Refused),
         "{}",
         String::from_utf8_lossy(&o.stdout)
     );
@@ -484,5 +530,5 @@ fn a_state_directory_holding_another_deployments_log_is_foreign() {
     // Its own log there verifies.
     std::fs::write(dir.join("epoch.log"), genesis_log(&key, a, None)).unwrap();
     let (code, _, out) = audit_reason(&args);
-    assert_eq!(code, 0, "{out}");
+    assert_eq!(code, Some(Outcome::Success), "{out}");
 }

@@ -4,13 +4,15 @@
 use std::os::unix::fs::PermissionsExt as _;
 use std::process::Command;
 
-fn consume(args: &[&str]) -> (i32, String) {
+use repoch_protocol::Outcome;
+
+fn consume(args: &[&str]) -> (Option<Outcome>, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_repoch-consume"))
         .args(args)
         .output()
         .unwrap();
     (
-        o.status.code().unwrap_or(-1),
+        Outcome::from_exit(o.status.code().unwrap_or(-1)),
         String::from_utf8_lossy(&o.stdout).into_owned(),
     )
 }
@@ -18,7 +20,7 @@ fn consume(args: &[&str]) -> (i32, String) {
 #[test]
 fn help_names_the_commands_and_exit_codes() {
     let (code, out) = consume(&["--help"]);
-    assert_eq!(code, 0);
+    assert_eq!(code, Some(Outcome::Success));
     for w in ["keygen", "receive", "verify", "REPOCH_FENCE_FDS", "64"] {
         assert!(out.contains(w), "--help lacks {w}");
     }
@@ -38,7 +40,7 @@ fn help_names_the_commands_and_exit_codes() {
         out.contains("\n    0   granted"),
         "--help lacks the success line"
     );
-    assert_eq!(consume(&["receive"]).0, 64);
+    assert_eq!(consume(&["receive"]).0, Some(Outcome::Usage));
 }
 
 #[test]
@@ -46,7 +48,7 @@ fn keygen_writes_a_private_key_once() {
     let d = tempfile::tempdir().unwrap();
     let k = d.path().join("c.key");
     let (code, out) = consume(&["keygen", k.to_str().unwrap()]);
-    assert_eq!(code, 0);
+    assert_eq!(code, Some(Outcome::Success));
     assert_eq!(out.trim().len(), 64);
     assert_eq!(
         std::fs::metadata(&k).unwrap().permissions().mode() & 0o777,
@@ -59,7 +61,10 @@ fn keygen_writes_a_private_key_once() {
         out.trim()
     );
     // Never over an existing key.
-    assert_eq!(consume(&["keygen", k.to_str().unwrap()]).0, 64);
+    assert_eq!(
+        consume(&["keygen", k.to_str().unwrap()]).0,
+        Some(Outcome::Usage)
+    );
 }
 
 #[test]
@@ -77,13 +82,13 @@ fn verify_refuses_a_malformed_grant() {
         pubf.to_str().unwrap(),
         g.to_str().unwrap(),
     ]);
-    assert_eq!(code, 2, "{out}");
+    assert_eq!(code, Some(Outcome::Refused), "{out}");
     assert!(!public.is_empty());
 }
 
 /// repoch-consume run with a deadline: (exit code, stderr), or None if it was still
 /// running after `VERIFY_SECONDS_MAX` (then killed).
-fn consume_within(args: &[&str]) -> Option<(i32, String)> {
+fn consume_within(args: &[&str]) -> Option<(Option<Outcome>, String)> {
     const VERIFY_SECONDS_MAX: u64 = 10;
     let mut c = Command::new(env!("CARGO_BIN_EXE_repoch-consume"))
         .args(args)
@@ -96,7 +101,7 @@ fn consume_within(args: &[&str]) -> Option<(i32, String)> {
         if let Some(st) = c.try_wait().unwrap() {
             let mut err = String::new();
             std::io::Read::read_to_string(&mut c.stderr.take().unwrap(), &mut err).unwrap();
-            return Some((st.code().unwrap_or(-1), err));
+            return Some((Outcome::from_exit(st.code().unwrap_or(-1)), err));
         }
         if start.elapsed().as_secs() >= VERIFY_SECONDS_MAX {
             let _ = c.kill();
@@ -144,7 +149,7 @@ fn verify_reads_its_files_bounded_and_never_waits_on_a_fifo() {
     ] {
         let (code, err) = consume_within(&args)
             .unwrap_or_else(|| panic!("repoch-consume {args:?} still running after its bound"));
-        assert_eq!(code, 64, "{args:?}: {err}");
+        assert_eq!(code, Some(Outcome::Usage), "{args:?}: {err}");
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }

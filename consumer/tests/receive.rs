@@ -976,8 +976,8 @@ fn the_cli_persists_the_grant_at_a_path_relative_to_its_working_directory() {
     server.join().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
-        out.status.code(),
-        Some(0),
+        repoch_protocol::Outcome::from_exit(out.status.code().unwrap_or(-1)),
+        Some(repoch_protocol::Outcome::Success),
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );

@@ -3,9 +3,11 @@
 //! The only crate with an async runtime (docs/ARCHITECTURE.md, "Invariants").
 #![deny(unsafe_code)]
 
+pub mod admin;
 pub mod admission;
 pub mod conn;
 pub mod epochs;
+pub mod handshake;
 pub mod limits;
 pub mod link;
 pub mod notify;

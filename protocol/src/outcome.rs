@@ -23,6 +23,13 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// The outcome a process's exit status documents, if it is one (docs/EXIT-CODES.md): a
+    /// supervisor reading `repoch` or `repoch-consume` maps the status back with this.
+    pub fn from_exit(status: i32) -> Option<Outcome> {
+        Outcome::ALL
+            .into_iter()
+            .find(|o| i32::from(o.code()) == status)
+    }
     /// Every outcome, in the order of docs/EXIT-CODES.md.
     pub const ALL: [Outcome; 7] = [
         Outcome::Success,

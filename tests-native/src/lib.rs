@@ -103,9 +103,7 @@ impl Exit {
     }
     /// The outcome this status is, if it is one.
     pub fn outcome(self) -> Option<Outcome> {
-        Outcome::ALL
-            .into_iter()
-            .find(|o| i32::from(o.code()) == self.0)
+        Outcome::from_exit(self.0)
     }
 }
 

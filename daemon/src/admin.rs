@@ -1,0 +1,283 @@
+//! An admin connection: root's one `recover` request, the recovery run on a blocking
+//! thread, its events streamed back and its outcome last (docs/OPERATOR.md, "Recovering").
+
+use std::os::fd::OwnedFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use repoch_issuer::issuance::{self, epoch_refusal, Ended};
+use repoch_issuer::stop::Stop;
+use repoch_issuer::Refusal;
+use repoch_protocol::cbor::Canonical;
+use repoch_protocol::epoch::Contender;
+use repoch_protocol::wire::{AdminEvent, AdminRequest, Verdict};
+use repoch_protocol::{DeploymentId, Hash, Reason};
+use tokio::net::UnixStream;
+use tokio::sync::mpsc;
+
+use crate::limits::*;
+use crate::server::{read_first_frame, send, Daemon};
+
+impl Daemon {
+    /// An admin connection, root's (the accept loop turned every other uid away before it
+    /// took a slot): one `recover` request, its progress streamed back, its outcome last.
+    pub(crate) async fn admin(self: Arc<Self>, mut s: UnixStream) {
+        let cred = match s.peer_cred() {
+            Ok(c) => c,
+            Err(e) => return tracing::warn!("admin peer credentials: {e}"),
+        };
+        let req = match self.admit(&mut s).await {
+            Ok(r) => r,
+            Err((verdict, r, detail)) => {
+                let _ = send(&mut s, &outcome_event(verdict, vec![r], detail, None)).await;
+                return;
+            }
+        };
+        let contender = Contender {
+            pid: cred.pid().and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
+            start_ticks: cred
+                .pid()
+                .and_then(|p| repoch_sys::procfs::start_ticks(p as u32))
+                .unwrap_or(0),
+            boot_id: repoch_sys::procfs::boot_id(),
+        };
+        // The operator's connection, for the handoff's last word: a recovery whose operator
+        // went away never ends granted (daemon/src/link.rs, `SocketLink::last_word`).
+        let operator = match std::os::fd::AsFd::as_fd(&s).try_clone_to_owned() {
+            Ok(fd) => fd,
+            Err(e) => {
+                let r = Refusal::new(
+                    Reason::Internal,
+                    "admin socket",
+                    "a descriptor",
+                    e.to_string(),
+                );
+                let e = outcome_event(Verdict::Internal, vec![r], "dup", None);
+                let _ = send(&mut s, &e).await;
+                return;
+            }
+        };
+        let (tx, rx) = mpsc::channel::<AdminEvent>(EVENTS_BUFFERED_MAX);
+        crate::notify::notify(&format!("STATUS=recovering {}", req.deployment));
+        tracing::info!(deployment = %req.deployment, "recovery requested");
+        let d = self.clone();
+        let worker = tokio::task::spawn_blocking(move || d.recover(req, contender, operator, tx));
+        forward(s, rx).await;
+        let _ = worker.await;
+        crate::notify::notify("STATUS=waiting for recoveries");
+    }
+
+    /// The admin request read and admitted: a well-formed `recover`, a store not poisoned,
+    /// repochd not stopping. Otherwise the verdict, the refusal and its detail to send.
+    async fn admit(&self, s: &mut UnixStream) -> Result<Recover, (Verdict, Refusal, &'static str)> {
+        let req = read_first_frame(s).await;
+        let req = req
+            .and_then(|b| AdminRequest::from_bytes(&b).map_err(|e| e.to_string()))
+            .map_err(|e| {
+                let r = Refusal::new(
+                    Reason::ProtocolError,
+                    "admin request",
+                    "a recover request",
+                    e,
+                );
+                (Verdict::Refused, r, "bad request")
+            })?;
+        let AdminRequest::Recover {
+            deployment,
+            approve_ready,
+            consumer_wait_seconds,
+        } = req;
+        if self.poisoned.load(Ordering::SeqCst) {
+            let r = Refusal::new(
+                Reason::StorePoisoned,
+                "repochd",
+                "a healthy store",
+                "an earlier write or fsync failed; restart repochd",
+            );
+            return Err((Verdict::Refused, r, "issuance stopped"));
+        }
+        if self.stop.is_set() {
+            let r = Stop::refusal("the recovery was not started");
+            return Err((Verdict::Refused, r, "repochd is stopping"));
+        }
+        Ok(Recover {
+            deployment,
+            approve_ready,
+            consumer_wait: Duration::from_secs(
+                consumer_wait_seconds.min(CONSUMER_WAIT_SECONDS_MAX),
+            ),
+        })
+    }
+
+    /// One recovery, on a blocking thread: the issuance, its outcome sent last on `tx`,
+    /// then the consumers waiting for an epoch that can no longer be issued told so.
+    fn recover(
+        self: Arc<Self>,
+        req: Recover,
+        contender: Contender,
+        operator: OwnedFd,
+        tx: mpsc::Sender<AdminEvent>,
+    ) {
+        let Recover {
+            deployment,
+            approve_ready,
+            consumer_wait,
+        } = req;
+        let progress_tx = tx.clone();
+        let progress: issuance::Progress = Box::new(move |e: AdminEvent| {
+            log_event(&e);
+            let _ = progress_tx.blocking_send(e);
+        });
+        let key = match repoch_issuer::enroll::issuer_key(&self.layout, false) {
+            Ok(k) => k,
+            Err(e) => {
+                let r = Refusal::new(Reason::Internal, "issuer key", "readable", e.to_string());
+                let e = outcome_event(Verdict::Internal, vec![r], "no issuer key", None);
+                let _ = tx.blocking_send(e);
+                return;
+            }
+        };
+        let registry = &self.registry;
+        let result = issuance::run(
+            &self.layout,
+            self.stop.clone(),
+            key,
+            deployment,
+            approve_ready,
+            contender,
+            progress,
+            |expected, progress| registry.wait_for(expected, consumer_wait, progress, operator),
+        );
+        // The epoch used by this issuance (from its intent on: granted, withheld,
+        // uncertain), or found used or not verifying at reserve: no consumer waiting for
+        // this deployment will ever get a grant; tell them.
+        let unissuable = match &result {
+            Ok(done) => epoch_refusal(deployment, done.epoch, None),
+            Err(Ended {
+                used: Some(state), ..
+            }) => epoch_refusal(deployment, *state, None),
+            Err(Ended { refusals, .. }) => refusals
+                .iter()
+                .find(|r| epoch_unissuable(r.reason))
+                .cloned(),
+        };
+        let event = match result {
+            Ok(done) => outcome_event(
+                Verdict::Granted,
+                vec![],
+                "granted: the consumer acknowledged a durable grant",
+                Some(done.grant),
+            ),
+            Err(Ended {
+                outcome,
+                refusals,
+                detail,
+                poisoned,
+                ..
+            }) => {
+                if poisoned {
+                    self.poisoned.store(true, Ordering::SeqCst);
+                    tracing::error!(
+                        "the state store is poisoned: no further issuance until restart"
+                    );
+                }
+                outcome_event(outcome, refusals, &detail, None)
+            }
+        };
+        log_event(&event);
+        let _ = tx.blocking_send(event);
+        drop(tx);
+        if let Some(r) = unissuable {
+            // Recorded first: a consumer that finishes its handshake after this is
+            // refused as it would wait (`Registry::push`); one already waiting is told now.
+            if r.reason == Reason::EpochConsumed {
+                self.epochs.used(deployment, r.clone());
+            }
+            let n = self
+                .registry
+                .refuse_waiting(&deployment, r.reason, &r.detail());
+            if n > 0 {
+                tracing::info!(%deployment, n, "told the waiting consumers: {}", r.reason);
+            }
+        }
+    }
+}
+
+/// An admitted `recover` request.
+struct Recover {
+    deployment: DeploymentId,
+    approve_ready: Option<Hash>,
+    consumer_wait: Duration,
+}
+
+/// Forwards a recovery's events to its admin client. A client that stops reading is dropped
+/// and the issuance still runs to its end: it must not stall it.
+async fn forward(s: UnixStream, mut rx: mpsc::Receiver<AdminEvent>) {
+    let mut client = Some(s);
+    while let Some(e) = rx.recv().await {
+        if let Some(c) = client.as_mut() {
+            let sent =
+                tokio::time::timeout(Duration::from_secs(ADMIN_WRITE_SECONDS_MAX), send(c, &e))
+                    .await;
+            if !matches!(sent, Ok(Ok(()))) {
+                tracing::warn!(
+                    "the admin client stopped reading; the issuance continues without it"
+                );
+                client = None;
+            }
+        }
+    }
+}
+
+/// The refusals that say the epoch itself can never be issued (docs/REASONS.md).
+fn epoch_unissuable(r: Reason) -> bool {
+    matches!(
+        r,
+        Reason::EpochConsumed
+            | Reason::EpochTorn
+            | Reason::EpochCorrupt
+            | Reason::EpochForged
+            | Reason::EpochForeign
+            | Reason::EpochMissing
+    )
+}
+
+pub(crate) fn outcome_event(
+    outcome: Verdict,
+    refusals: Vec<Refusal>,
+    detail: &str,
+    grant: Option<Vec<u8>>,
+) -> AdminEvent {
+    // The reasons travel as codes; subject/expected/observed go into the detail text.
+    let mut text = detail.to_owned();
+    for r in refusals.iter().map(ToString::to_string) {
+        if !text.contains(&r) {
+            text.push_str(&format!("\n{r}"));
+        }
+    }
+    AdminEvent::Outcome {
+        outcome,
+        reasons: refusals.iter().map(|r| r.reason).collect(),
+        detail: repoch_protocol::types::clip(&text, 4 * repoch_protocol::limits::TEXT_BYTES_MAX),
+        grant,
+    }
+}
+
+pub(crate) fn log_event(e: &AdminEvent) {
+    match e {
+        AdminEvent::Progress { step, detail } => tracing::info!(step, "{detail}"),
+        AdminEvent::Fact(f) if f.holds() => {
+            tracing::debug!(kind = %f.kind, subject = %f.subject, "fact holds")
+        }
+        AdminEvent::Fact(f) => {
+            tracing::warn!(kind = %f.kind, subject = %f.subject, reason = ?f.reason, expected = %f.expected, observed = %f.observed, "fact fails")
+        }
+        AdminEvent::Record { kind, seq, hash } => {
+            tracing::info!(kind, seq, %hash, "record appended and fsynced")
+        }
+        AdminEvent::Outcome {
+            outcome, reasons, ..
+        } => tracing::info!(outcome = outcome.as_str(), ?reasons, "issuance ended"),
+    }
+}
