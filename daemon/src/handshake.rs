@@ -172,7 +172,7 @@ impl Daemon {
 fn peer_pidfd(s: &UnixStream, pid: u32) -> Result<OwnedFd, String> {
     match nix::sys::socket::getsockopt(s, nix::sys::socket::sockopt::PeerPidfd) {
         Ok(fd) => Ok(fd),
-        Err(_) => repoch_sys::peer::pidfd_open(pid),
+        Err(_) => repoch_sys::peer::pidfd_open(pid).map_err(String::from),
     }
 }
 
@@ -226,10 +226,10 @@ fn prove_key(
             "does not verify".into(),
         ));
     }
-    repoch_sys::peer::alive(pidfd).map_err(|e| rejected("the described peer", e))?;
+    repoch_sys::peer::alive(pidfd).map_err(|e| rejected("the described peer", e.into()))?;
     // Whoever signed, the connection must be the pinned peer's alone.
     repoch_sys::peer::sole_holder(&*s, peer.pid, peer.uid)
-        .map_err(|e| rejected("the peer as the connection's sole holder", e))?;
+        .map_err(|e| rejected("the peer as the connection's sole holder", e.into()))?;
     if repoch_sys::procfs::start_ticks(peer.pid) != Some(start_ticks) {
         return Err(rejected("the described peer", "another process".into()));
     }

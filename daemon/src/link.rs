@@ -242,7 +242,10 @@ impl Registry {
             };
             // A consumer that went away while pending must not be taken: it would burn the
             // epoch at the challenge.
-            if let Err(e) = repoch_sys::peer::alive(&p.pidfd).and_then(|_| hung_up(&p.stream)) {
+            if let Err(e) = repoch_sys::peer::alive(&p.pidfd)
+                .map_err(String::from)
+                .and_then(|_| hung_up(&p.stream))
+            {
                 progress(AdminEvent::Progress {
                     step: "connect".into(),
                     detail: format!("dropped a stale consumer (pid {}): {e}", p.peer.pid),
@@ -377,7 +380,7 @@ impl ConsumerLink for SocketLink {
     fn describe_again(&mut self) -> Result<ConsumerPeer, String> {
         let p = &self.peer;
         repoch_sys::peer::sole_holder(self.conn.stream(), p.pid, p.uid)?;
-        repoch_sys::peer::describe(p.pid, p.uid, p.gid, &self.pidfd)
+        repoch_sys::peer::describe(p.pid, p.uid, p.gid, &self.pidfd).map_err(String::from)
     }
 
     fn refuse(&mut self, reason: Reason, detail: &str) {
@@ -433,7 +436,7 @@ impl ConsumerLink for SocketLink {
             )
         })?;
         repoch_sys::peer::sole_holder(self.conn.stream(), p.pid, p.uid)
-            .map_err(|e| (Reason::ConsumerRejected, e))?;
+            .map_err(|e| (Reason::ConsumerRejected, e.into()))?;
         if Instant::now() >= deadline {
             return Err((
                 Reason::ConsumerLost,

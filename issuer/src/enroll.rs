@@ -500,7 +500,7 @@ fn create_journal(
             why: NO_BIRTH_TIME.into(),
         });
     }
-    Ok((ident, genesis, append_only))
+    Ok((ident, genesis, append_only.map_err(String::from)))
 }
 
 /// Removes a journal created by a failed enrollment (clearing the append-only flag first).
@@ -722,7 +722,7 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
     // The epoch log is append-only too, where the file system allows it.
     let log_append_only = open_path(&state_dir.join(crate::layout::LOG_FILE), OFlags::RDONLY, 0)
         .map_err(|e| e.to_string())
-        .and_then(|fd| repoch_sys::fs::set_append_only(&fd));
+        .and_then(|fd| repoch_sys::fs::set_append_only(&fd).map_err(String::from));
     Ok(Enrolled {
         id,
         state_dir,

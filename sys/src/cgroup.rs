@@ -1,5 +1,6 @@
 //! cgroup v2: located through `/proc/self/mountinfo` (never hard-coded), checked recursively.
 
+use crate::error::{Context as _, Error};
 use std::path::{Path, PathBuf};
 
 use super::procfs::{read_small, PROC_FILE_BYTES_MAX};
@@ -10,9 +11,9 @@ pub const CGROUP_DESCENDANTS_MAX: usize = 1024;
 pub const TASKS_SHOWN_MAX: usize = 8;
 
 /// The mount point of the cgroup2 hierarchy, from `/proc/self/mountinfo`.
-pub fn mount_point() -> Result<PathBuf, String> {
-    let s = read_small(Path::new("/proc/self/mountinfo"), 1 << 20)
-        .map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
+pub fn mount_point() -> Result<PathBuf, Error> {
+    let s =
+        read_small(Path::new("/proc/self/mountinfo"), 1 << 20).context("/proc/self/mountinfo")?;
     for line in s.lines() {
         // `ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTS`
         let Some((left, right)) = line.split_once(" - ") else {
@@ -51,13 +52,13 @@ impl Occupancy {
     }
 }
 
-fn read_ids(p: &Path) -> Result<Vec<u32>, String> {
-    let s = read_small(p, PROC_FILE_BYTES_MAX * 16).map_err(|e| format!("{}: {e}", p.display()))?;
+fn read_ids(p: &Path) -> Result<Vec<u32>, Error> {
+    let s = read_small(p, PROC_FILE_BYTES_MAX * 16).context(format_args!("{}", p.display()))?;
     s.lines()
         .map(|l| {
             l.trim()
                 .parse::<u32>()
-                .map_err(|_| format!("{}: unexpected line {l:?}", p.display()))
+                .map_err(|_| Error::Found(format!("{}: unexpected line {l:?}", p.display())))
         })
         .collect()
 }
@@ -65,13 +66,18 @@ fn read_ids(p: &Path) -> Result<Vec<u32>, String> {
 /// Examines `rel` (a path like `/system.slice/x.service`) and every descendant: any
 /// `populated 1` in `cgroup.events`, any pid in `cgroup.procs`, any tid in `cgroup.threads`.
 /// A leader that exited while its threads live shows as no procs but threads: still found.
-pub fn occupancy(root: &Path, rel: &str) -> Result<Occupancy, String> {
+pub fn occupancy(root: &Path, rel: &str) -> Result<Occupancy, Error> {
     let top = root.join(rel.trim_start_matches('/'));
     let mut occ = Occupancy::default();
     match std::fs::symlink_metadata(&top) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(occ),
-        Err(e) => return Err(format!("{}: {e}", top.display())),
-        Ok(m) if !m.is_dir() => return Err(format!("{} is not a cgroup directory", top.display())),
+        Err(e) => return Err(Error::Found(format!("{}: {e}", top.display()))),
+        Ok(m) if !m.is_dir() => {
+            return Err(Error::Found(format!(
+                "{} is not a cgroup directory",
+                top.display()
+            )))
+        }
         Ok(_) => occ.exists = true,
     }
     let mut stack = vec![top.clone()];
@@ -79,38 +85,38 @@ pub fn occupancy(root: &Path, rel: &str) -> Result<Occupancy, String> {
     while let Some(dir) = stack.pop() {
         seen += 1;
         if seen > CGROUP_DESCENDANTS_MAX {
-            return Err(format!(
+            return Err(Error::Found(format!(
                 "more than {CGROUP_DESCENDANTS_MAX} cgroups under {rel}"
-            ));
+            )));
         }
         let here = dir
             .strip_prefix(root)
             .map(|p| format!("/{}", p.display()))
             .unwrap_or_default();
         let events = read_small(&dir.join("cgroup.events"), PROC_FILE_BYTES_MAX)
-            .map_err(|e| format!("{}/cgroup.events: {e}", dir.display()))?;
+            .context(format_args!("{}/cgroup.events", dir.display()))?;
         let populated = match events.lines().find_map(|l| l.strip_prefix("populated ")) {
             Some("0") => false,
             Some("1") => true,
             other => {
-                return Err(format!(
+                return Err(Error::Found(format!(
                     "{}/cgroup.events: unknown populated value {other:?}",
                     dir.display()
-                ))
+                )))
             }
         };
         // A threaded cgroup has no readable cgroup.procs (EOPNOTSUPP): its processes are
         // accounted at the threaded domain above it; its threads are in cgroup.threads.
         let kind = read_small(&dir.join("cgroup.type"), 64)
-            .map_err(|e| format!("{}/cgroup.type: {e}", dir.display()))?;
+            .context(format_args!("{}/cgroup.type", dir.display()))?;
         let procs = match kind.trim() {
             "threaded" => Vec::new(),
             "domain" | "domain threaded" | "domain invalid" => read_ids(&dir.join("cgroup.procs"))?,
             other => {
-                return Err(format!(
+                return Err(Error::Found(format!(
                     "{}/cgroup.type: unknown type {other:?}",
                     dir.display()
-                ))
+                )))
             }
         };
         // cgroup.threads is unreadable (EOPNOTSUPP) in a domain-invalid cgroup: unknown is
@@ -122,8 +128,8 @@ pub fn occupancy(root: &Path, rel: &str) -> Result<Occupancy, String> {
         occ.populated |= populated;
         occ.procs.extend(procs);
         occ.threads.extend(threads);
-        for e in std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))? {
-            let e = e.map_err(|e| format!("{}: {e}", dir.display()))?;
+        for e in std::fs::read_dir(&dir).context(format_args!("{}", dir.display()))? {
+            let e = e.context(format_args!("{}", dir.display()))?;
             if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
                 stack.push(e.path());
             }
@@ -137,16 +143,16 @@ pub fn occupancy(root: &Path, rel: &str) -> Result<Occupancy, String> {
 }
 
 /// The cgroup v2 path of a process (`0::/path` in `/proc/<pid>/cgroup`).
-pub fn of_pid(pid: u32) -> Result<String, String> {
+pub fn of_pid(pid: u32) -> Result<String, Error> {
     let s = read_small(
         Path::new(&format!("/proc/{pid}/cgroup")),
         PROC_FILE_BYTES_MAX,
     )
-    .map_err(|e| format!("/proc/{pid}/cgroup: {e}"))?;
+    .context(format_args!("/proc/{pid}/cgroup"))?;
     s.lines()
         .find_map(|l| l.strip_prefix("0::"))
         .map(str::to_owned)
-        .ok_or_else(|| format!("/proc/{pid}/cgroup has no cgroup v2 line"))
+        .ok_or_else(|| Error::Found(format!("/proc/{pid}/cgroup has no cgroup v2 line")))
 }
 
 /// Whether `path` is `cg` or below it.

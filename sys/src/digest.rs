@@ -13,6 +13,7 @@
 //! A file whose stamp cannot prove anything (too recent, changed while read, no times in
 //! the statx answer) is simply read again each time.
 
+use crate::error::{Context as _, Error};
 use std::os::fd::AsFd;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -101,7 +102,7 @@ impl Proof {
 /// Reads `fd` from its start to its end (at most `max` bytes, else an error) and hashes it.
 /// Returns the digest, and its proof when the file's stamp was settled before the read and
 /// the same after it.
-pub fn hash(fd: impl AsFd, max: u64) -> Result<(Hash, Option<Proof>), String> {
+pub fn hash(fd: impl AsFd, max: u64) -> Result<(Hash, Option<Proof>), Error> {
     let now = SystemTime::now();
     let before = Stamp::of(&fd).ok();
     let digest = read_whole(&fd, max)?;
@@ -113,18 +114,18 @@ pub fn hash(fd: impl AsFd, max: u64) -> Result<(Hash, Option<Proof>), String> {
     Ok((digest, proof))
 }
 
-fn read_whole(fd: impl AsFd, max: u64) -> Result<Hash, String> {
+fn read_whole(fd: impl AsFd, max: u64) -> Result<Hash, Error> {
     let mut h = Sha256::new();
     let mut buf = vec![0u8; CHUNK_BYTES];
     let mut total = 0u64;
     loop {
-        let n = rustix::io::pread(&fd, &mut buf, total).map_err(|e| e.to_string())?;
+        let n = rustix::io::pread(&fd, &mut buf, total).context("pread")?;
         if n == 0 {
             return Ok(Hash(h.finalize().into()));
         }
         total = total.saturating_add(n as u64);
         if total > max {
-            return Err(format!("larger than {max} bytes"));
+            return Err(Error::Found(format!("larger than {max} bytes")));
         }
         h.update(&buf[..n]);
     }
@@ -145,10 +146,10 @@ pub fn remember(p: Proof) {
 
 /// `fd`'s digest: a remembered one when the file's stamp now proves it, else read whole
 /// (at most `max` bytes) and remembered when its stamp can prove it later.
-pub fn digest(fd: impl AsFd, max: u64) -> Result<Hash, String> {
+pub fn digest(fd: impl AsFd, max: u64) -> Result<Hash, Error> {
     if let Ok(now) = Stamp::of(&fd) {
         if now.size > max {
-            return Err(format!("larger than {max} bytes"));
+            return Err(Error::Found(format!("larger than {max} bytes")));
         }
         let r = REMEMBERED.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(p) = r.iter().find(|p| p.proves(&now)) {
@@ -212,6 +213,9 @@ mod tests {
         use std::os::unix::fs::FileExt as _;
         f.as_file().write_all_at(b"j", 0).unwrap();
         assert!(!p.proves(&Stamp::of(f.as_file()).unwrap()));
-        assert_eq!(hash(f.as_file(), 4).unwrap_err(), "larger than 4 bytes");
+        assert_eq!(
+            hash(f.as_file(), 4).unwrap_err().to_string(),
+            "larger than 4 bytes"
+        );
     }
 }

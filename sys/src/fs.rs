@@ -1,6 +1,7 @@
 //! Files as repoch opens and reads them: no symlink followed on any path, one bounded
 //! reader, one identity (`statx`), and the append-only inode flag.
 
+use crate::error::{Context as _, Error};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 
@@ -179,17 +180,16 @@ pub fn read_regular(p: &std::path::Path, max: usize, links: Links) -> io::Result
 }
 
 /// Sets `FS_APPEND_FL` where the file system supports it.
-pub fn set_append_only(fd: impl AsFd) -> Result<(), String> {
-    let flags = fs::ioctl_getflags(&fd).map_err(|e| format!("reading inode flags: {e}"))?;
-    fs::ioctl_setflags(&fd, flags | IFlags::APPEND)
-        .map_err(|e| format!("setting the append-only flag: {e}"))
+pub fn set_append_only(fd: impl AsFd) -> Result<(), Error> {
+    let flags = fs::ioctl_getflags(&fd).context("reading inode flags")?;
+    fs::ioctl_setflags(&fd, flags | IFlags::APPEND).context("setting the append-only flag")
 }
 
 /// Whether `FS_APPEND_FL` is set.
-pub fn is_append_only(fd: impl AsFd) -> Result<bool, String> {
+pub fn is_append_only(fd: impl AsFd) -> Result<bool, Error> {
     fs::ioctl_getflags(&fd)
         .map(|f| f.contains(IFlags::APPEND))
-        .map_err(|e| format!("reading inode flags: {e}"))
+        .context("reading inode flags")
 }
 
 /// Clears `FS_APPEND_FL` (the only way such a file can be removed or rewritten: a failed

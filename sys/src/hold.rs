@@ -9,6 +9,7 @@
 //! the new root with the fences; a unix socket file repochd made and did not hand over is
 //! removed when it is released.
 
+use crate::error::Error;
 use std::os::fd::{AsFd, OwnedFd};
 
 use repoch_protocol::manifest::Listener;
@@ -57,14 +58,14 @@ impl Held {
 
     /// Whether the enrolled unix path still names the socket file bound here (always true
     /// for a port: nothing can take a bound port from its socket).
-    pub fn still_ours(&self) -> Result<bool, String> {
+    pub fn still_ours(&self) -> Result<bool, Error> {
         let Some(f) = &self.file else {
             return Ok(true);
         };
         match rustix::fs::statat(&f.dir, f.name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) => Ok((st.st_dev, st.st_ino) == f.id),
             Err(Errno::NOENT) => Ok(false),
-            Err(e) => Err(format!("{}: {e}", f.name)),
+            Err(e) => Err(Error::Found(format!("{}: {e}", f.name))),
         }
     }
 }
@@ -105,7 +106,7 @@ fn take_port(udp: bool, port: u16) -> Result<Held, NotTaken> {
     if port == 0 {
         return Err(NotTaken::Failed("port 0 names no port".into()));
     }
-    let bind = move || -> Result<Result<OwnedFd, NotTaken>, String> { Ok(bind_port(udp, port)) };
+    let bind = move || -> Result<Result<OwnedFd, NotTaken>, Error> { Ok(bind_port(udp, port)) };
     let fd = match sockdiag::in_host_netns(bind) {
         Ok(Some((_, r))) => r?,
         Ok(None) => bind_port(udp, port)?,

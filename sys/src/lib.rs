@@ -5,6 +5,7 @@
 
 pub mod cgroup;
 pub mod digest;
+pub mod error;
 pub mod fs;
 pub mod hold;
 pub mod net;

@@ -5,6 +5,7 @@
 
 use super::procfs::{pids, PROC_FDS_MAX};
 use super::sockdiag::{self, NetnsId, UnixSocket};
+use crate::error::{Context as _, Error};
 
 /// A bound socket: its inode, and for unix sockets the path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,7 +38,7 @@ pub enum UnixAt {
 /// What is at the unix path `path`. The final component is not followed (a symlink is
 /// reported as such); the file's identity is taken once, from an `O_PATH` fd, and both
 /// the sock_diag match and the `connect()` probe go through that same inode.
-pub fn unix_at(path: &str) -> Result<UnixAt, String> {
+pub fn unix_at(path: &str) -> Result<UnixAt, Error> {
     use rustix::fs::{FileType, Mode, OFlags};
     use rustix::io::Errno;
     let fd = match rustix::fs::open(
@@ -47,9 +48,9 @@ pub fn unix_at(path: &str) -> Result<UnixAt, String> {
     ) {
         Ok(fd) => fd,
         Err(Errno::NOENT | Errno::NOTDIR) => return Ok(UnixAt::Nothing("no file")),
-        Err(e) => return Err(format!("{path}: {e}")),
+        Err(e) => return Err(Error::Found(format!("{path}: {e}"))),
     };
-    let st = rustix::fs::fstat(&fd).map_err(|e| format!("{path}: {e}"))?;
+    let st = rustix::fs::fstat(&fd).context(format_args!("{path}"))?;
     match FileType::from_raw_mode(st.st_mode) {
         FileType::Symlink => {
             let target = std::fs::read_link(path)
@@ -59,13 +60,13 @@ pub fn unix_at(path: &str) -> Result<UnixAt, String> {
         FileType::Socket => {}
         _ => return Ok(UnixAt::Nothing("not a socket")),
     }
-    let accepts = accepts_connection(&fd).map_err(|e| format!("{path}: {e}"))?;
+    let accepts = accepts_connection(&fd).context(format_args!("{path}"))?;
     // The search only names holders: the file is refused whatever it finds, so a search
     // an unprivileged user can make fail (thousands of namespaces or sockets) fails only
     // the naming, never the refusal.
     let (sockets, unsearched) = match sockdiag::bound_to(st.st_dev, st.st_ino) {
         Ok(s) => (s, None),
-        Err(e) => (Vec::new(), Some(e)),
+        Err(e) => (Vec::new(), Some(e.to_string())),
     };
     Ok(UnixAt::Bound {
         sockets,
@@ -79,12 +80,12 @@ pub fn unix_at(path: &str) -> Result<UnixAt, String> {
 /// seqpacket, then datagram client. Connected, `EAGAIN` (backlog full) or `EINPROGRESS`
 /// mean something accepts there; `ECONNREFUSED` means nothing listens. Anything else is
 /// an error (unknown is never fine).
-pub fn accepts_connection(fd: &std::os::fd::OwnedFd) -> Result<Option<&'static str>, String> {
+pub fn accepts_connection(fd: &std::os::fd::OwnedFd) -> Result<Option<&'static str>, Error> {
     use nix::errno::Errno;
     use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
     use std::os::fd::AsRawFd as _;
     let via = format!("/proc/self/fd/{}", fd.as_raw_fd());
-    let addr = UnixAddr::new(via.as_str()).map_err(|e| format!("{via}: {e}"))?;
+    let addr = UnixAddr::new(via.as_str()).context(format_args!("{via}"))?;
     for (kind, name) in [
         (SockType::Stream, "stream"),
         (SockType::SeqPacket, "seqpacket"),
@@ -96,14 +97,14 @@ pub fn accepts_connection(fd: &std::os::fd::OwnedFd) -> Result<Option<&'static s
             SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
             None,
         )
-        .map_err(|e| format!("socket: {e}"))?;
+        .context("socket")?;
         match connect(s.as_raw_fd(), &addr) {
             Ok(()) | Err(Errno::EAGAIN | Errno::EINPROGRESS) => return Ok(Some(name)),
             // A datagram socket connected to another peer: bound and alive all the same.
             Err(Errno::EPERM) if kind == SockType::Datagram => return Ok(Some(name)),
             Err(Errno::EPROTOTYPE) => continue,
             Err(Errno::ECONNREFUSED) => return Ok(None),
-            Err(e) => return Err(format!("connect as {name}: {e}")),
+            Err(e) => return Err(Error::Found(format!("connect as {name}: {e}"))),
         }
     }
     Err("connect: no socket type fits the socket file".into())
@@ -116,7 +117,7 @@ pub fn accepts_connection(fd: &std::os::fd::OwnedFd) -> Result<Option<&'static s
 /// namespace is entered once for all ports. A port the kernel could not be asked about, or
 /// a host namespace that cannot be entered, is an error for each port it concerns, never
 /// skipped; a port keeps the first error it met (its own namespace's before the host's).
-pub fn inet_bound_all(ports: &[(bool, u16)]) -> Vec<Result<Vec<Bound>, String>> {
+pub fn inet_bound_all(ports: &[(bool, u16)]) -> Vec<Result<Vec<Bound>, Error>> {
     if ports.is_empty() {
         return Vec::new();
     }
@@ -128,14 +129,16 @@ pub fn inet_bound_all(ports: &[(bool, u16)]) -> Vec<Result<Vec<Bound>, String>> 
                 if let Ok(b) = o {
                     match t {
                         Ok(t) => b.extend(t),
-                        Err(e) => *o = Err(format!("the host's network namespace: {e}")),
+                        Err(e) => {
+                            *o = Err(Error::Found(format!("the host's network namespace: {e}")))
+                        }
                     }
                 }
             }
         }
         Err(e) => {
             for o in out.iter_mut().filter(|o| o.is_ok()) {
-                *o = Err(format!("the host's network namespace: {e}"));
+                *o = Err(Error::Found(format!("the host's network namespace: {e}")));
             }
         }
     }
@@ -147,20 +150,20 @@ pub fn inet_bound_all(ports: &[(bool, u16)]) -> Vec<Result<Vec<Bound>, String>> 
 /// listeners or UDP sockets, the kernel comparing the port. Not `/proc/net/tcp` and `udp`:
 /// those list every socket of the namespace (a flood of unrelated sockets pushed a table
 /// past any bound a reader can set) and walk the whole established-connection hash.
-fn inet_bound_here(ports: &[(bool, u16)]) -> Vec<Result<Vec<Bound>, String>> {
+fn inet_bound_here(ports: &[(bool, u16)]) -> Vec<Result<Vec<Bound>, Error>> {
     ports
         .iter()
         .map(|&(udp, port)| {
             let proto = if udp { "udp" } else { "tcp" };
             // Enrollment refuses it; a request for port 0 would list every socket.
             if port == 0 {
-                return Err(format!("{proto} port 0 names no port"));
+                return Err(Error::Found(format!("{proto} port 0 names no port")));
             }
             let mut b = Vec::new();
             for v6 in [false, true] {
                 let family = if v6 { "IPv6" } else { "IPv4" };
                 let got = sockdiag::inet_sockets(udp, v6, port)
-                    .map_err(|e| format!("{family} {proto} sockets on port {port}: {e}"))?;
+                    .context(format_args!("{family} {proto} sockets on port {port}"))?;
                 b.extend(got.into_iter().map(|s| Bound {
                     inode: s.inode,
                     what: format!("{proto}:{port}"),

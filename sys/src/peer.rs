@@ -1,6 +1,7 @@
 //! What a socket peer is, from `/proc`, pinned by a pidfd: its executable's identity and
 //! digest, and its cgroup.
 
+use crate::error::{Context as _, Error};
 use std::os::fd::OwnedFd;
 
 use repoch_protocol::grant::ConsumerPeer;
@@ -13,25 +14,25 @@ pub const PEER_EXE_BYTES_MAX: u64 = crate::digest::EXE_BYTES_MAX;
 
 /// Reads the peer's executable and cgroup, then checks through the pidfd that the process
 /// read is still the one that connected (a pid reused meanwhile would be another process).
-pub fn describe(pid: u32, uid: u32, gid: u32, pidfd: &OwnedFd) -> Result<ConsumerPeer, String> {
+pub fn describe(pid: u32, uid: u32, gid: u32, pidfd: &OwnedFd) -> Result<ConsumerPeer, Error> {
     alive(pidfd)?;
     let exe_path = format!("/proc/{pid}/exe");
-    let f = std::fs::File::open(&exe_path).map_err(|e| format!("{exe_path}: {e}"))?;
-    let exe = crate::fs::fstat_identity(&f).map_err(|e| format!("{exe_path}: {e}"))?;
+    let f = std::fs::File::open(&exe_path).context(format_args!("{exe_path}"))?;
+    let exe = crate::fs::fstat_identity(&f).context(format_args!("{exe_path}"))?;
     // Read whole unless a proof remembered from an earlier read (the issuance's read of
     // the consumer executable, or an earlier peer's) shows this is that file, unchanged
     // (`crate::digest`; docs/THREAT-MODEL.md, "The consumer executable, hashed once per
     // issuance").
     let exe_sha256 =
-        crate::digest::digest(&f, PEER_EXE_BYTES_MAX).map_err(|e| format!("{exe_path}: {e}"))?;
+        crate::digest::digest(&f, PEER_EXE_BYTES_MAX).context(format_args!("{exe_path}"))?;
     let cgroup = cgroup::of_pid(pid)?;
     // The cgroup goes into the intent and consume records, whose decoder bounds it: a
     // deeper one is refused here, before anything is written.
     if cgroup.len() > PATH_BYTES_MAX {
-        return Err(format!(
+        return Err(Error::Found(format!(
             "cgroup path of {} bytes, over the bound of {PATH_BYTES_MAX}",
             cgroup.len()
-        ));
+        )));
     }
     // Re-check after reading /proc: the pidfd still refers to a live process.
     alive(pidfd)?;
@@ -49,7 +50,7 @@ pub fn describe(pid: u32, uid: u32, gid: u32, pidfd: &OwnedFd) -> Result<Consume
 pub fn ready_now(
     fd: impl std::os::fd::AsFd,
     flags: rustix::event::PollFlags,
-) -> Result<bool, String> {
+) -> Result<bool, Error> {
     ready_within(fd, flags, 0)
 }
 
@@ -58,7 +59,7 @@ pub fn ready_within(
     fd: impl std::os::fd::AsFd,
     flags: rustix::event::PollFlags,
     seconds: u64,
-) -> Result<bool, String> {
+) -> Result<bool, Error> {
     use rustix::event::{poll, PollFd, Timespec};
     let mut fds = [PollFd::new(&fd, flags)];
     let t = Timespec {
@@ -69,13 +70,13 @@ pub fn ready_within(
         match poll(&mut fds, Some(&t)) {
             Ok(n) => return Ok(n > 0),
             Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(format!("poll: {e}")),
+            Err(e) => return Err(Error::Found(format!("poll: {e}"))),
         }
     }
 }
 
 /// A pidfd polls readable once its process has exited (its pid may then be reused).
-pub fn alive(pidfd: &OwnedFd) -> Result<(), String> {
+pub fn alive(pidfd: &OwnedFd) -> Result<(), Error> {
     match ready_now(pidfd, rustix::event::PollFlags::IN)? {
         false => Ok(()),
         true => Err("the peer process has exited".into()),
@@ -83,10 +84,10 @@ pub fn alive(pidfd: &OwnedFd) -> Result<(), String> {
 }
 
 /// A pidfd for `pid` (the fallback when `SO_PEERPIDFD` is unavailable).
-pub fn pidfd_open(pid: u32) -> Result<OwnedFd, String> {
+pub fn pidfd_open(pid: u32) -> Result<OwnedFd, Error> {
     let p = rustix::process::Pid::from_raw(pid as i32).ok_or("pid 0")?;
     rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty())
-        .map_err(|e| format!("pidfd_open({pid}): {e}"))
+        .context(format_args!("pidfd_open({pid})"))
 }
 
 /// Tasks of one process examined for holders of a connection.
@@ -106,16 +107,16 @@ pub const HOLDER_FDS_PER_TASK_MAX: usize = super::procfs::PROC_FDS_MAX;
 /// non-dumpable (no `ptrace`, no `pidfd_getfd` but with `CAP_SYS_PTRACE`), never forks or
 /// sends it, and closes it on exec; a copy could only come from a task of the consumer's
 /// uid or from root (docs/THREAT-MODEL.md, "The consumer's connection").
-pub fn socket_holders(inode: u64, uids: &[u32]) -> Result<Vec<u32>, String> {
+pub fn socket_holders(inode: u64, uids: &[u32]) -> Result<Vec<u32>, Error> {
     use rustix::fs::{readlinkat_raw, Dir, CWD};
     // Each directory is opened relative to the one above it and each link read relative
     // to its directory: the kernel resolves one name per call, not a path from `/`.
-    let proc = dir_at(CWD, "/proc").map_err(|e| format!("/proc: {e}"))?;
+    let proc = dir_at(CWD, "/proc").context("/proc")?;
     let target = format!("socket:[{inode}]");
     // A link longer than `target` reads cut at the buffer's end: never equal to it.
     let mut link = [0u8; 64];
     let mut holders = Vec::new();
-    for pid in super::procfs::pids().map_err(|e| format!("/proc: {e}"))? {
+    for pid in super::procfs::pids().context("/proc")? {
         let Ok(mut tasks) = dir_at(&proc, format!("{pid}/task").as_str()).and_then(Dir::new) else {
             continue; // exited meanwhile
         };
@@ -132,9 +133,9 @@ pub fn socket_holders(inode: u64, uids: &[u32]) -> Result<Vec<u32>, String> {
             }
             seen_tasks += 1;
             if seen_tasks > HOLDER_TASKS_PER_PROC_MAX {
-                return Err(format!(
+                return Err(Error::Found(format!(
                     "pid {pid}: more than {HOLDER_TASKS_PER_PROC_MAX} tasks"
-                ));
+                )));
             }
             let Ok(at) = tasks.fd() else { break };
             if !real_uid(at, tid).is_some_and(|u| uids.contains(&u)) {
@@ -150,9 +151,9 @@ pub fn socket_holders(inode: u64, uids: &[u32]) -> Result<Vec<u32>, String> {
                     continue;
                 }
                 if n == HOLDER_FDS_PER_TASK_MAX {
-                    return Err(format!(
+                    return Err(Error::Found(format!(
                         "/proc/{pid}/task/{tid}/fd: more than {HOLDER_FDS_PER_TASK_MAX} descriptors"
-                    ));
+                    )));
                 }
                 n += 1;
                 if fds
@@ -201,15 +202,15 @@ fn dir_at(at: impl std::os::fd::AsFd, name: &str) -> rustix::io::Result<OwnedFd>
 /// `ours`: its peer socket is found with `NETLINK_SOCK_DIAG` (`UDIAG_SHOW_PEER` on our
 /// socket's inode), then the descriptors of every task of the peer's `uid` and of root
 /// are scanned for it ([`socket_holders`] says why no other user's).
-pub fn sole_holder(ours: impl std::os::fd::AsFd, pid: u32, uid: u32) -> Result<(), String> {
-    let st = rustix::fs::fstat(&ours).map_err(|e| format!("our socket: {e}"))?;
+pub fn sole_holder(ours: impl std::os::fd::AsFd, pid: u32, uid: u32) -> Result<(), Error> {
+    let st = rustix::fs::fstat(&ours).context("our socket")?;
     let peer = super::sockdiag::peer_of(st.st_ino)?
         .ok_or_else(|| format!("socket {}: no peer (the peer closed)", st.st_ino))?;
     let holders = socket_holders(peer, &[uid, 0])?;
     if holders != [pid] {
-        return Err(format!(
+        return Err(Error::Found(format!(
             "the connection (peer socket {peer}) must be held by pid {pid} alone; its holders are pids {holders:?}"
-        ));
+        )));
     }
     Ok(())
 }
@@ -263,7 +264,10 @@ mod tests {
         });
         let (a, b) = rx.recv().unwrap();
         let uid = [rustix::process::getuid().as_raw()];
-        let found = (socket_holders(a, &uid), socket_holders(b, &uid));
+        let found = (
+            socket_holders(a, &uid).map_err(String::from),
+            socket_holders(b, &uid).map_err(String::from),
+        );
         let premise = (in_leaders_table(a), in_leaders_table(b));
         done.send(()).unwrap();
         t.join().unwrap();

@@ -11,6 +11,7 @@
 //! enrolled path as removed or replaced. Path text is never compared across mount
 //! namespaces: there it names another file.
 
+use crate::error::{Context as _, Error};
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 
@@ -204,8 +205,8 @@ struct Judge<'w, 'a> {
 impl Judge<'_, '_> {
     /// The wanted indices (bit set) whose content the open file `fd` has, when it is not
     /// the enrolled file itself: same size first, then the sha256 (cached by its stamp).
-    fn content_of(&self, fd: &OwnedFd) -> Result<u16, String> {
-        let st = rustix::fs::fstat(fd).map_err(|e| format!("fstat: {e}"))?;
+    fn content_of(&self, fd: &OwnedFd) -> Result<u16, Error> {
+        let st = rustix::fs::fstat(fd).context("fstat")?;
         let size = st.st_size as u64;
         let mut digest: Option<Hash> = None;
         let mut out = 0u16;
@@ -267,14 +268,14 @@ impl Seen {
 /// Examines the task directory `task` (`/proc/PID` or `/proc/PID/task/TID`) of a
 /// principal's task with memory: its `exe`, then its maps for what its `exe` is not.
 /// `Ok(None)`: it has no memory (a kernel thread, a zombie) or exited meanwhile.
-fn examine(judge: &mut Judge<'_, '_>, task: &OwnedFd) -> Result<Option<Seen>, String> {
+fn examine(judge: &mut Judge<'_, '_>, task: &OwnedFd) -> Result<Option<Seen>, Error> {
     let all: u16 = (1u16 << judge.wanted.len()) - 1;
     let mut seen = Seen::default();
     let exe = match rustix::fs::openat(task, "exe", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
     {
         Ok(fd) => fd,
         Err(e) if gone(e) => return Ok(None),
-        Err(e) => return Err(format!("exe: {e}")),
+        Err(e) => return Err(Error::Found(format!("exe: {e}"))),
     };
     let same_mnt = judge.own_mnt.is_some()
         && rustix::fs::statat(task, "ns/mnt", rustix::fs::AtFlags::empty())
@@ -299,7 +300,7 @@ fn examine(judge: &mut Judge<'_, '_>, task: &OwnedFd) -> Result<Option<Seen>, St
     ) {
         Ok(fd) => fd,
         Err(e) if gone(e) => return Ok(None),
-        Err(e) => return Err(format!("maps: {e}")),
+        Err(e) => return Err(Error::Found(format!("maps: {e}"))),
     };
     let mut r = std::io::BufReader::new(std::fs::File::from(maps));
     let mut line = Vec::new();
@@ -316,18 +317,18 @@ fn examine(judge: &mut Judge<'_, '_>, task: &OwnedFd) -> Result<Option<Seen>, St
             {
                 return Ok(None)
             }
-            Err(e) => return Err(format!("maps: {e}")),
+            Err(e) => return Err(Error::Found(format!("maps: {e}"))),
         };
         lines += 1;
         if lines > MAPS_LINES_MAX {
-            return Err(format!("maps: over {MAPS_LINES_MAX} lines"));
+            return Err(Error::Found(format!("maps: over {MAPS_LINES_MAX} lines")));
         }
         let text = line.strip_suffix(b"\n").unwrap_or(&line);
         let Some((range, maj, min, ino, path)) = parse_maps_line(text) else {
-            return Err(format!(
+            return Err(Error::Found(format!(
                 "maps: unknown line {:?}",
                 String::from_utf8_lossy(text)
-            ));
+            )));
         };
         if ino == 0 || !this_task.insert((maj, min, ino)) {
             continue;
@@ -348,7 +349,9 @@ fn examine(judge: &mut Judge<'_, '_>, task: &OwnedFd) -> Result<Option<Seen>, St
             Some(m) => *m,
             None => {
                 if judge.by_content.len() >= MAPPED_FILES_MAX {
-                    return Err(format!("more than {MAPPED_FILES_MAX} mapped files"));
+                    return Err(Error::Found(format!(
+                        "more than {MAPPED_FILES_MAX} mapped files"
+                    )));
                 }
                 let file = format!("map_files/{range}");
                 let fd = match rustix::fs::openat(
@@ -360,7 +363,7 @@ fn examine(judge: &mut Judge<'_, '_>, task: &OwnedFd) -> Result<Option<Seen>, St
                     Ok(fd) => fd,
                     // Unmapped since the line was read, or the task exited.
                     Err(e) if gone(e) => continue,
-                    Err(e) => return Err(format!("{file}: {e}")),
+                    Err(e) => return Err(Error::Found(format!("{file}: {e}"))),
                 };
                 let m = judge.content_of(&fd)?;
                 judge.by_content.insert(key, m);
@@ -386,28 +389,31 @@ struct LastPid {
 impl LastPid {
     const PATH: &'static str = "/proc/sys/kernel/ns_last_pid";
 
-    fn open() -> Result<LastPid, String> {
+    fn open() -> Result<LastPid, Error> {
         let max_path = "/proc/sys/kernel/pid_max";
         let max = super::procfs::read_small(std::path::Path::new(max_path), 32)
-            .map_err(|e| format!("{max_path}: {e}"))?
+            .context(format_args!("{max_path}"))?
             .trim()
             .parse()
-            .map_err(|e| format!("{max_path}: {e}"))?;
+            .context(format_args!("{max_path}"))?;
         let file = rustix::fs::open(Self::PATH, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
-            .map_err(|e| format!("{}: {e}", Self::PATH))?;
+            .context(format_args!("{}", Self::PATH))?;
         Ok(LastPid { file, max })
     }
 
-    fn read(&self) -> Result<u32, String> {
+    fn read(&self) -> Result<u32, Error> {
         let mut buf = [0u8; 24];
-        let n = rustix::io::pread(&self.file, &mut buf, 0)
-            .map_err(|e| format!("{}: {e}", Self::PATH))?;
+        let n =
+            rustix::io::pread(&self.file, &mut buf, 0).context(format_args!("{}", Self::PATH))?;
         let last: u32 = std::str::from_utf8(&buf[..n])
             .ok()
             .and_then(|t| t.trim().parse().ok())
             .ok_or_else(|| format!("{}: not a pid: {:?}", Self::PATH, &buf[..n]))?;
         if last >= self.max {
-            return Err(format!("ns_last_pid {last} not below pid_max {}", self.max));
+            return Err(Error::Found(format!(
+                "ns_last_pid {last} not below pid_max {}",
+                self.max
+            )));
         }
         Ok(last)
     }
@@ -429,7 +435,7 @@ struct Walk<'a, 'w, 'x, P> {
     /// The device of `proc_dir`'s procfs: a pid directory on another is a mount over it.
     proc_dev: u64,
     principal: &'a P,
-    out: &'a mut Vec<Result<Vec<Runner>, String>>,
+    out: &'a mut Vec<Result<Vec<Runner>, Error>>,
 }
 
 impl<P: Fn(TaskStatus, &OwnedFd) -> bool> Walk<'_, '_, '_, P> {
@@ -444,7 +450,7 @@ impl<P: Fn(TaskStatus, &OwnedFd) -> bool> Walk<'_, '_, '_, P> {
     fn fail(&mut self, e: &str) {
         for found in self.out.iter_mut() {
             if found.as_ref().is_ok_and(|f| f.is_empty()) {
-                *found = Err(e.to_owned());
+                *found = Err(Error::Found(e.to_owned()));
             }
         }
     }
@@ -560,15 +566,20 @@ impl<P: Fn(TaskStatus, &OwnedFd) -> bool> Walk<'_, '_, '_, P> {
 /// principal's when any of its tasks has a principal's uid. Tasks that exit during the
 /// walk are skipped. An error met for an executable ends its search (its result is that
 /// error); the others go on.
-pub fn running_all(wanted: &[Wanted<'_>], principals: &[u32]) -> Vec<Result<Vec<Runner>, String>> {
+pub fn running_all(wanted: &[Wanted<'_>], principals: &[u32]) -> Vec<Result<Vec<Runner>, Error>> {
     assert!(wanted.len() <= 16, "a u16 bit set per wanted executable");
-    let mut out: Vec<Result<Vec<Runner>, String>> = wanted.iter().map(|_| Ok(Vec::new())).collect();
+    let mut out: Vec<Result<Vec<Runner>, Error>> = wanted.iter().map(|_| Ok(Vec::new())).collect();
     if wanted.is_empty() {
         return out;
     }
     let all = match pids() {
         Ok(p) => p,
-        Err(e) => return wanted.iter().map(|_| Err(format!("/proc: {e}"))).collect(),
+        Err(e) => {
+            return wanted
+                .iter()
+                .map(|_| Err(Error::Found(format!("/proc: {e}"))))
+                .collect()
+        }
     };
     let mut judge = Judge {
         wanted,
@@ -580,7 +591,12 @@ pub fn running_all(wanted: &[Wanted<'_>], principals: &[u32]) -> Vec<Result<Vec<
     let proc_dir =
         match rustix::fs::open("/proc", OFlags::CLOEXEC | OFlags::DIRECTORY, Mode::empty()) {
             Ok(d) => d,
-            Err(e) => return wanted.iter().map(|_| Err(format!("/proc: {e}"))).collect(),
+            Err(e) => {
+                return wanted
+                    .iter()
+                    .map(|_| Err(Error::Found(format!("/proc: {e}"))))
+                    .collect()
+            }
         };
     // A principal's task: one of its uids is a principal's, or it holds a capability in
     // our user namespace (root that gave up its uids but kept its power). Capabilities a
@@ -601,11 +617,16 @@ pub fn running_all(wanted: &[Wanted<'_>], principals: &[u32]) -> Vec<Result<Vec<
     let last_pid = LastPid::open();
     let chase_start = last_pid
         .as_ref()
-        .map_err(Clone::clone)
+        .map_err(|e| Error::Found(e.to_string()))
         .and_then(LastPid::read);
     let proc_dev = match rustix::fs::fstat(&proc_dir) {
         Ok(st) => st.st_dev,
-        Err(e) => return wanted.iter().map(|_| Err(format!("/proc: {e}"))).collect(),
+        Err(e) => {
+            return wanted
+                .iter()
+                .map(|_| Err(Error::Found(format!("/proc: {e}"))))
+                .collect()
+        }
     };
     let mut walk = Walk {
         judge: &mut judge,
@@ -626,7 +647,7 @@ pub fn running_all(wanted: &[Wanted<'_>], principals: &[u32]) -> Vec<Result<Vec<
     let (last_pid, mut last) = match (last_pid, chase_start) {
         (Ok(p), Ok(l)) => (p, l),
         (Err(e), _) | (_, Err(e)) => {
-            walk.fail(&e);
+            walk.fail(&e.to_string());
             return out;
         }
     };
@@ -637,7 +658,7 @@ pub fn running_all(wanted: &[Wanted<'_>], principals: &[u32]) -> Vec<Result<Vec<
         let now = match last_pid.read() {
             Ok(l) => l,
             Err(e) => {
-                walk.fail(&e);
+                walk.fail(&e.to_string());
                 break;
             }
         };

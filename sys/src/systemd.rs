@@ -6,6 +6,7 @@
 //! which is how the tests reach a real systemd. The command is `systemctl` unless
 //! `REPOCH_SYSTEMCTL` names another (space-separated words).
 
+use crate::error::{Context as _, Error};
 use std::process::{Command, Stdio};
 
 /// Longest wait for one `systemctl show`.
@@ -37,7 +38,7 @@ pub const PATTERN_CHARS: &[char] = &['*', '?', '['];
 /// Asks systemd for the state of each of `units`, in one `systemctl show`. Each `Err` means
 /// that unit's state could not be learnt (unknown): systemd could not be asked, its answer
 /// did not hold one block per unit asked, or the name is a pattern.
-pub fn show_all(cmd: &[String], units: &[String]) -> Vec<Result<UnitState, String>> {
+pub fn show_all(cmd: &[String], units: &[String]) -> Vec<Result<UnitState, Error>> {
     let asked: Vec<&String> = units
         .iter()
         .filter(|u| !u.contains(PATTERN_CHARS))
@@ -49,11 +50,11 @@ pub fn show_all(cmd: &[String], units: &[String]) -> Vec<Result<UnitState, Strin
     };
     if let Ok(blocks) = &answers {
         if blocks.len() != asked.len() {
-            answers = Err(format!(
+            answers = Err(Error::Found(format!(
                 "systemctl show answered for {} units, {} were asked",
                 blocks.len(),
                 asked.len()
-            ));
+            )));
         }
     }
     let mut blocks = answers.as_ref().map(|b| b.iter());
@@ -61,12 +62,12 @@ pub fn show_all(cmd: &[String], units: &[String]) -> Vec<Result<UnitState, Strin
         .iter()
         .map(|u| {
             if u.contains(PATTERN_CHARS) {
-                return Err(format!(
+                return Err(Error::Found(format!(
                     "{u:?} is a pattern systemctl would expand, not a unit name"
-                ));
+                )));
             }
             match &mut blocks {
-                Err(e) => Err(e.clone()),
+                Err(e) => Err(Error::Found(e.to_string())),
                 Ok(b) => b
                     .next()
                     .map_or_else(|| Err("systemctl show: no block".into()), |b| parse(b)),
@@ -77,7 +78,7 @@ pub fn show_all(cmd: &[String], units: &[String]) -> Vec<Result<UnitState, Strin
 
 /// Runs `systemctl show` for `units` and splits its answer into one block per unit (the
 /// properties of each, separated by an empty line, in the order asked).
-fn ask(cmd: &[String], units: &[&String]) -> Result<Vec<String>, String> {
+fn ask(cmd: &[String], units: &[&String]) -> Result<Vec<String>, Error> {
     let (prog, args) = cmd.split_first().ok_or("empty systemctl command")?;
     let mut child = Command::new(prog)
         .args(args)
@@ -92,7 +93,7 @@ fn ask(cmd: &[String], units: &[&String]) -> Result<Vec<String>, String> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("{prog}: {e}"))?;
+        .context(format_args!("{prog}"))?;
     // Its end: a pidfd polled with the deadline (no sleep between looks).
     let exited = super::peer::pidfd_open(child.id()).and_then(|fd| {
         super::peer::ready_within(&fd, rustix::event::PollFlags::IN, SYSTEMCTL_TIMEOUT_SECONDS)
@@ -107,9 +108,9 @@ fn ask(cmd: &[String], units: &[&String]) -> Result<Vec<String>, String> {
     if let Some(e) = failed {
         let _ = child.kill();
         let _ = child.wait();
-        return Err(e);
+        return Err(Error::Found(e));
     }
-    let status = child.wait().map_err(|e| e.to_string())?;
+    let status = child.wait().context("systemctl show")?;
     use std::io::Read as _;
     let mut out = String::new();
     child
@@ -127,7 +128,10 @@ fn ask(cmd: &[String], units: &[&String]) -> Result<Vec<String>, String> {
         .take(4096)
         .read_to_string(&mut err);
     if !status.success() {
-        return Err(format!("systemctl show exited {status}: {}", err.trim()));
+        return Err(Error::Found(format!(
+            "systemctl show exited {status}: {}",
+            err.trim()
+        )));
     }
     Ok(out
         .split("\n\n")
@@ -137,7 +141,7 @@ fn ask(cmd: &[String], units: &[&String]) -> Result<Vec<String>, String> {
 }
 
 /// One unit's block of `systemctl show` output.
-fn parse(out: &str) -> Result<UnitState, String> {
+fn parse(out: &str) -> Result<UnitState, Error> {
     let get = |k: &str| {
         out.lines()
             .find_map(|l| l.strip_prefix(k).and_then(|r| r.strip_prefix('=')))
@@ -154,7 +158,11 @@ fn parse(out: &str) -> Result<UnitState, String> {
         need_reload: match field("NeedDaemonReload")?.as_str() {
             "yes" => true,
             "no" => false,
-            other => return Err(format!("systemctl show: NeedDaemonReload={other}")),
+            other => {
+                return Err(Error::Found(format!(
+                    "systemctl show: NeedDaemonReload={other}"
+                )))
+            }
         },
     })
 }

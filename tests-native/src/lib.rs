@@ -86,7 +86,7 @@ pub fn unset_append_only(p: &Path) {
 pub fn is_append_only(p: &Path) -> bool {
     std::fs::File::open(p)
         .ok()
-        .is_some_and(|f| repoch_sys::fs::is_append_only(&f) == Ok(true))
+        .is_some_and(|f| matches!(repoch_sys::fs::is_append_only(&f), Ok(true)))
 }
 
 /// A process's exit status, compared with the [`Outcome`] it documents

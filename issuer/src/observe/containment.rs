@@ -14,7 +14,7 @@ pub(super) fn units(m: &Manifest, systemctl: &[String], facts: &mut Vec<Fact>) {
     let states = systemd::show_all(systemctl, &m.containment.units);
     for (u, state) in m.containment.units.iter().zip(states) {
         let fact = match state {
-            Err(e) => Fact::failed("unit", u, WANT, &e, Reason::ControllerUnknown),
+            Err(e) => Fact::failed("unit", u, WANT, &e.to_string(), Reason::ControllerUnknown),
             Ok(s) => {
                 let observed = format!(
                     "{} {}/{} MainPID {} reload {}",
@@ -55,7 +55,7 @@ pub(super) fn cgroups(m: &Manifest, facts: &mut Vec<Fact>) {
                     "cgroup",
                     c,
                     WANT,
-                    &e,
+                    &e.to_string(),
                     Reason::ControllerUnknown,
                 ));
             }
@@ -64,7 +64,7 @@ pub(super) fn cgroups(m: &Manifest, facts: &mut Vec<Fact>) {
     };
     for c in &m.containment.cgroups {
         facts.push(match cgroup::occupancy(&root, c) {
-            Err(e) => Fact::failed("cgroup", c, WANT, &e, Reason::ObserveFailed),
+            Err(e) => Fact::failed("cgroup", c, WANT, &e.to_string(), Reason::ObserveFailed),
             Ok(o) if !o.exists => Fact::ok("cgroup", c, WANT, "absent"),
             Ok(o) if o.empty() => Fact::ok("cgroup", c, WANT, "empty"),
             Ok(o) => {
@@ -134,7 +134,13 @@ pub(super) fn listeners(m: &Manifest, held: &mut Fences, facts: &mut Vec<Fact>) 
                 "the path no longer names the socket repochd holds",
                 Reason::ListenerPresent,
             ),
-            Some(Err(e)) => Fact::failed("listener", &subject, WANT, &e, Reason::ObserveFailed),
+            Some(Err(e)) => Fact::failed(
+                "listener",
+                &subject,
+                WANT,
+                &e.to_string(),
+                Reason::ObserveFailed,
+            ),
             None => Fact::failed(
                 "listener",
                 &subject,
@@ -155,7 +161,13 @@ fn in_use(l: &Listener) -> Fact {
         // namespace, however it was bound, or anything accepting there.
         Listener::Unix(p) => {
             return match net::unix_at(p) {
-                Err(e) => Fact::failed("listener", &subject, WANT, &e, Reason::ObserveFailed),
+                Err(e) => Fact::failed(
+                    "listener",
+                    &subject,
+                    WANT,
+                    &e.to_string(),
+                    Reason::ObserveFailed,
+                ),
                 Ok(net::UnixAt::Nothing(why)) => Fact::failed(
                     "listener",
                     &subject,
@@ -252,10 +264,11 @@ pub(super) fn executables(m: &Manifest, facts: &mut Vec<Fact>) {
             Err(e) => Err(e),
             Ok(_) => running
                 .next()
-                .unwrap_or_else(|| Err("no walk for it".into())),
+                .unwrap_or_else(|| Err("no walk for it".into()))
+                .map_err(String::from),
         };
         facts.push(match running {
-            Err(e) => Fact::failed("process", exe, WANT, &e, Reason::ObserveFailed),
+            Err(e) => Fact::failed("process", exe, WANT, &e.to_string(), Reason::ObserveFailed),
             Ok(r) if r.is_empty() => Fact::ok("process", exe, WANT, "none"),
             Ok(r) => {
                 let tasks: Vec<String> = r

@@ -70,7 +70,7 @@ fn journal(m: &Manifest) -> Result<repoch_protocol::journal::Frontier, Fact> {
         regular: Some(("the enrolled regular file", Reason::LineageReplaced)),
         identity: Some((&enrolled, Reason::LineageReplaced)),
     })?;
-    let append_only = repoch_sys::fs::is_append_only(&fd);
+    let append_only = repoch_sys::fs::is_append_only(&fd).map_err(String::from);
     if id.uid != enrolled.uid || id.mode != enrolled.mode || append_only != Ok(true) {
         let expected = format!(
             "uid {} mode {:o} append-only true",

@@ -80,7 +80,7 @@ fn ready_fact(m: &Manifest, b: &mut Baseline) -> Result<(Hash, Fact), Fact> {
     }
     let digest = repoch_sys::digest::hash(&fd, READY_BYTES_MAX)
         .map(|(d, _)| d)
-        .map_err(|e| fail("readable", &e, Reason::ObserveFailed))?;
+        .map_err(|e| fail("readable", &e.to_string(), Reason::ObserveFailed))?;
     let observed = format!("sha256 {digest}");
     let approved = *b.ready.get_or_insert(digest);
     if approved != digest {
@@ -169,6 +169,8 @@ fn exe_digest(fd: OwnedFd, b: &mut Baseline) -> Result<Hash, String> {
             Ok(digest)
         }
         Some((_, Some(p))) if Stamp::of(&fd).is_ok_and(|now| p.proves(&now)) => Ok(p.digest),
-        Some(_) => repoch_sys::digest::hash(&fd, EXE_BYTES_MAX).map(|(d, _)| d),
+        Some(_) => repoch_sys::digest::hash(&fd, EXE_BYTES_MAX)
+            .map(|(d, _)| d)
+            .map_err(String::from),
     }
 }

@@ -2,6 +2,7 @@
 //! this thread's network namespace.
 
 use super::*;
+use crate::error::Error;
 
 /// `inet_diag_req_v2`: family, protocol, ext, pad, states, `inet_diag_sockid`.
 pub(super) const INET_DIAG_REQ_BYTES: usize = 56;
@@ -50,14 +51,14 @@ pub(super) fn inet_request(seq: u32, udp: bool, v6: bool, port: u16) -> Vec<u8> 
 }
 
 /// Parses one `inet_diag_msg` (its attributes, none asked for, are ignored).
-pub(super) fn parse_inet(p: &[u8]) -> Result<InetSocket, String> {
+pub(super) fn parse_inet(p: &[u8]) -> Result<InetSocket, Error> {
     if p.len() < INET_DIAG_MSG_BYTES {
-        return Err(format!("inet_diag_msg of {} bytes", p.len()));
+        return Err(Error::Found(format!("inet_diag_msg of {} bytes", p.len())));
     }
     let v6 = match p[0] {
         AF_INET => false,
         AF_INET6 => true,
-        f => return Err(format!("inet_diag_msg of family {f}")),
+        f => return Err(Error::Found(format!("inet_diag_msg of family {f}"))),
     };
     Ok(InetSocket {
         inode: u64::from(u32_at(p, 68).unwrap_or_default()),
@@ -71,7 +72,7 @@ pub(super) fn parse_inet(p: &[u8]) -> Result<InetSocket, String> {
 /// to it (`udp` true), of one address family, in this thread's network namespace. Only
 /// sockets on `port` are returned, however the kernel filtered: the others of the
 /// namespace cost no bytes of the reply.
-pub fn inet_sockets(udp: bool, v6: bool, port: u16) -> Result<Vec<InetSocket>, String> {
+pub fn inet_sockets(udp: bool, v6: bool, port: u16) -> Result<Vec<InetSocket>, Error> {
     // ENOENT (no `tcp_diag` or `udp_diag` handler) is an error: a kernel that cannot
     // answer has not said "nothing bound". Without IPv6 the dump of `v6` is empty.
     let mut got = exchange(&inet_request(1, udp, v6, port), false, parse_inet)?;

@@ -34,6 +34,7 @@
 //! netlink-sys does nothing `nix` does not already do here. It would replace about 140
 //! lines of layout code and add a second `bitflags`.
 
+use crate::error::{Context as _, Error};
 use std::os::fd::{AsRawFd as _, OwnedFd};
 
 use nix::sys::socket::{
@@ -95,8 +96,8 @@ fn parse_datagram<T>(
     b: &[u8],
     seq: u32,
     out: &mut Vec<T>,
-    parse: fn(&[u8]) -> Result<T, String>,
-) -> Result<Batch, String> {
+    parse: fn(&[u8]) -> Result<T, Error>,
+) -> Result<Batch, Error> {
     let mut at = 0;
     while at < b.len() {
         let (Some(len), Some(kind), Some(flags), Some(mseq)) = (
@@ -105,17 +106,22 @@ fn parse_datagram<T>(
             u16_at(b, at + 6),
             u32_at(b, at + 8),
         ) else {
-            return Err(format!("netlink header cut at {at} of {}", b.len()));
+            return Err(Error::Found(format!(
+                "netlink header cut at {at} of {}",
+                b.len()
+            )));
         };
         let len = len as usize;
         if len < NLMSG_HDR_BYTES || at + len > b.len() {
-            return Err(format!(
+            return Err(Error::Found(format!(
                 "netlink message of {len} bytes at {at} of {}",
                 b.len()
-            ));
+            )));
         }
         if mseq != seq {
-            return Err(format!("netlink reply to request {mseq}, not {seq}"));
+            return Err(Error::Found(format!(
+                "netlink reply to request {mseq}, not {seq}"
+            )));
         }
         if flags & NLM_F_DUMP_INTR != 0 {
             return Err("the dump was interrupted (sockets changed meanwhile)".into());
@@ -138,27 +144,29 @@ fn parse_datagram<T>(
             }
             SOCK_DIAG_BY_FAMILY => {
                 if out.len() == DIAG_SOCKETS_MAX {
-                    return Err(format!("more than {DIAG_SOCKETS_MAX} sockets"));
+                    return Err(Error::Found(format!(
+                        "more than {DIAG_SOCKETS_MAX} sockets"
+                    )));
                 }
                 out.push(parse(payload)?);
             }
-            k => return Err(format!("netlink message of type {k}")),
+            k => return Err(Error::Found(format!("netlink message of type {k}"))),
         }
         at += align4(len);
     }
     Ok(Batch::More)
 }
 
-fn diag_socket() -> Result<OwnedFd, String> {
+fn diag_socket() -> Result<OwnedFd, Error> {
     let fd = socket(
         AddressFamily::Netlink,
         SockType::Datagram,
         SockFlag::SOCK_CLOEXEC,
         SockProtocol::NetlinkSockDiag,
     )
-    .map_err(|e| format!("sock_diag socket: {e}"))?;
+    .context("sock_diag socket")?;
     let t = nix::sys::time::TimeVal::new(DIAG_RECV_SECONDS_MAX, 0);
-    setsockopt(&fd, sockopt::ReceiveTimeout, &t).map_err(|e| format!("sock_diag: {e}"))?;
+    setsockopt(&fd, sockopt::ReceiveTimeout, &t).context("sock_diag")?;
     Ok(fd)
 }
 
@@ -168,8 +176,8 @@ fn diag_socket() -> Result<OwnedFd, String> {
 fn exchange<T>(
     req: &[u8],
     one: bool,
-    parse: fn(&[u8]) -> Result<T, String>,
-) -> Result<Vec<T>, String> {
+    parse: fn(&[u8]) -> Result<T, Error>,
+) -> Result<Vec<T>, Error> {
     let fd = diag_socket()?;
     let seq = 1;
     sendto(
@@ -178,24 +186,28 @@ fn exchange<T>(
         &NetlinkAddr::new(0, 0),
         MsgFlags::empty(),
     )
-    .map_err(|e| format!("sock_diag send: {e}"))?;
+    .context("sock_diag send")?;
     let mut buf = vec![0u8; DIAG_DATAGRAM_BYTES_MAX];
     let mut out = Vec::new();
     let mut total = 0usize;
     loop {
-        let (n, from) = recvfrom::<NetlinkAddr>(fd.as_raw_fd(), &mut buf)
-            .map_err(|e| format!("sock_diag receive: {e}"))?;
+        let (n, from) =
+            recvfrom::<NetlinkAddr>(fd.as_raw_fd(), &mut buf).context("sock_diag receive")?;
         if from.is_none_or(|a| a.pid() != 0) {
-            return Err(format!("sock_diag reply not from the kernel: {from:?}"));
+            return Err(Error::Found(format!(
+                "sock_diag reply not from the kernel: {from:?}"
+            )));
         }
         if n >= buf.len() {
-            return Err(format!(
+            return Err(Error::Found(format!(
                 "sock_diag datagram over {DIAG_DATAGRAM_BYTES_MAX} bytes"
-            ));
+            )));
         }
         total += n;
         if total > DIAG_DUMP_BYTES_MAX {
-            return Err(format!("sock_diag dump over {DIAG_DUMP_BYTES_MAX} bytes"));
+            return Err(Error::Found(format!(
+                "sock_diag dump over {DIAG_DUMP_BYTES_MAX} bytes"
+            )));
         }
         match parse_datagram(&buf[..n], seq, &mut out, parse)? {
             Batch::Done => return Ok(out),
@@ -205,10 +217,10 @@ fn exchange<T>(
             Batch::Errno(0) => return Ok(out),
             Batch::Errno(e) if one && e == nix::errno::Errno::ENOENT as i32 => return Ok(out),
             Batch::Errno(e) => {
-                return Err(format!(
+                return Err(Error::Found(format!(
                     "sock_diag: {}",
                     std::io::Error::from_raw_os_error(e)
-                ))
+                )))
             }
         }
     }
@@ -285,7 +297,7 @@ mod tests {
         b.extend(message(NLMSG_DONE, 5, &0u32.to_ne_bytes()));
         let mut out = Vec::new();
         assert_eq!(
-            parse_datagram(&b, 5, &mut out, parse_socket),
+            parse_datagram(&b, 5, &mut out, parse_socket).map_err(String::from),
             Ok(Batch::Done)
         );
         let s = &out[0];
@@ -346,12 +358,12 @@ mod tests {
         // A dump's DONE carries its errno when the dump failed, and 0 when it finished.
         let failed = message(NLMSG_DONE, 1, &(-2i32).to_ne_bytes());
         assert_eq!(
-            parse_datagram(&failed, 1, &mut out, parse_socket),
+            parse_datagram(&failed, 1, &mut out, parse_socket).map_err(String::from),
             Ok(Batch::Errno(2))
         );
         let done = message(NLMSG_DONE, 1, &0i32.to_ne_bytes());
         assert_eq!(
-            parse_datagram(&done, 1, &mut out, parse_socket),
+            parse_datagram(&done, 1, &mut out, parse_socket).map_err(String::from),
             Ok(Batch::Done)
         );
         let cut = message(NLMSG_DONE, 1, &[]);
@@ -359,7 +371,7 @@ mod tests {
         // An error reply carries its errno.
         let err = message(NLMSG_ERROR, 1, &(-2i32).to_ne_bytes());
         assert_eq!(
-            parse_datagram(&err, 1, &mut out, parse_socket),
+            parse_datagram(&err, 1, &mut out, parse_socket).map_err(String::from),
             Ok(Batch::Errno(2))
         );
     }
@@ -405,7 +417,10 @@ mod tests {
         ));
         b.extend(message(NLMSG_DONE, 3, &0u32.to_ne_bytes()));
         let mut out = Vec::new();
-        assert_eq!(parse_datagram(&b, 3, &mut out, parse_inet), Ok(Batch::Done));
+        assert_eq!(
+            parse_datagram(&b, 3, &mut out, parse_inet).map_err(String::from),
+            Ok(Batch::Done)
+        );
         assert_eq!(
             out,
             [
@@ -463,9 +478,12 @@ mod tests {
         // No handler for protocol 254: ENOENT.
         let mut r = inet_request(1, false, false, 1);
         r[17] = 254;
-        let e = exchange(&r, false, parse_inet).unwrap_err();
+        let e = exchange(&r, false, parse_inet).unwrap_err().to_string();
         assert!(e.contains("No such file or directory"), "{e}");
-        assert_eq!(exchange(&r, true, parse_inet), Ok(vec![]));
+        assert_eq!(
+            exchange(&r, true, parse_inet).map_err(String::from),
+            Ok(vec![])
+        );
         // Another error is one even then: a family past AF_MAX (EINVAL).
         let mut r = inet_request(1, false, false, 1);
         r[16] = 255;

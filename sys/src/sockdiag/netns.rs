@@ -2,6 +2,7 @@
 //! host's; and what needs them all (a socket's peer wherever it lives, every socket bound
 //! to a file).
 
+use crate::error::{Context as _, Error};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -22,7 +23,7 @@ pub const NETNS_HANDLES_MAX: usize = 4;
 /// thread's network namespace, then in the host's ([`adopt_host_netns`]), then in every
 /// other a task is in: an accepted connection lives in its listening socket's namespace,
 /// which for a socket systemd passed is systemd's, not repochd's own (`PrivateNetwork=yes`).
-pub fn peer_of(inode: u64) -> Result<Option<u64>, String> {
+pub fn peer_of(inode: u64) -> Result<Option<u64>, Error> {
     if let Some(s) = unix_socket(inode, None)? {
         return Ok(s.peer);
     }
@@ -37,7 +38,7 @@ pub fn peer_of(inode: u64) -> Result<Option<u64>, String> {
             continue;
         }
         let got = in_netns(&ns, || unix_socket(inode, None))
-            .map_err(|e| format!("network namespace {}: {e}", ns.id))?;
+            .context(format_args!("network namespace {}", ns.id))?;
         if let Some(Some(s)) = got {
             return Ok(s.peer);
         }
@@ -74,7 +75,7 @@ pub(super) fn ns_identity(p: &std::path::Path) -> Option<NetnsId> {
 }
 
 /// This thread's network namespace.
-pub fn own_netns() -> Result<NetnsId, String> {
+pub fn own_netns() -> Result<NetnsId, Error> {
     ns_identity(std::path::Path::new("/proc/thread-self/ns/net"))
         .ok_or_else(|| "/proc/thread-self/ns/net: cannot stat".into())
 }
@@ -82,18 +83,20 @@ pub fn own_netns() -> Result<NetnsId, String> {
 /// The distinct network namespaces any task is in (`/proc/PID/task/TID/ns/net`; a thread
 /// may be in another one than its leader) or that `ip netns` names (`/run/netns/*`).
 /// A namespace kept alive only by a socket or an fd is not found here.
-pub fn network_namespaces() -> Result<Vec<Netns>, String> {
+pub fn network_namespaces() -> Result<Vec<Netns>, Error> {
     // Every namespace lives on the one nsfs: its device is our own namespace's. Anything
     // else (an `ip netns` name being added or deleted is a plain file for a moment) is
     // not a namespace.
     let nsfs = own_netns()?.dev;
     let mut found: BTreeMap<NetnsId, Vec<PathBuf>> = BTreeMap::new();
-    let mut add = |p: PathBuf| -> Result<(), String> {
+    let mut add = |p: PathBuf| -> Result<(), Error> {
         let Some(id) = ns_identity(&p).filter(|id| id.dev == nsfs) else {
             return Ok(()); // the task exited meanwhile, or not a namespace
         };
         if !found.contains_key(&id) && found.len() == NETNS_MAX {
-            return Err(format!("more than {NETNS_MAX} network namespaces"));
+            return Err(Error::Found(format!(
+                "more than {NETNS_MAX} network namespaces"
+            )));
         }
         let h = found.entry(id).or_default();
         if h.len() < NETNS_HANDLES_MAX {
@@ -102,14 +105,14 @@ pub fn network_namespaces() -> Result<Vec<Netns>, String> {
         Ok(())
     };
     let mut tasks_seen = 0usize;
-    for pid in pids().map_err(|e| format!("/proc: {e}"))? {
+    for pid in pids().context("/proc")? {
         let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
             continue; // exited
         };
         for t in tasks.take(TASKS_PER_PROC_MAX).flatten() {
             tasks_seen += 1;
             if tasks_seen > NETNS_TASKS_MAX {
-                return Err(format!("more than {NETNS_TASKS_MAX} tasks"));
+                return Err(Error::Found(format!("more than {NETNS_TASKS_MAX} tasks")));
             }
             add(t.path().join("ns/net"))?;
         }
@@ -117,11 +120,11 @@ pub fn network_namespaces() -> Result<Vec<Netns>, String> {
     match std::fs::read_dir("/run/netns") {
         Ok(named) => {
             for e in named.take(NETNS_MAX) {
-                add(e.map_err(|e| format!("/run/netns: {e}"))?.path())?;
+                add(e.context("/run/netns")?.path())?;
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(format!("/run/netns: {e}")),
+        Err(e) => return Err(Error::Found(format!("/run/netns: {e}"))),
     }
     Ok(found
         .into_iter()
@@ -134,8 +137,8 @@ pub fn network_namespaces() -> Result<Vec<Netns>, String> {
 /// (its tasks exited); an error when the namespace cannot be entered.
 pub fn in_netns<T: Send>(
     ns: &Netns,
-    f: impl FnOnce() -> Result<T, String> + Send,
-) -> Result<Option<T>, String> {
+    f: impl FnOnce() -> Result<T, Error> + Send,
+) -> Result<Option<T>, Error> {
     let mut fd = None;
     for h in &ns.handles {
         match rustix::fs::open(
@@ -145,14 +148,14 @@ pub fn in_netns<T: Send>(
         ) {
             Ok(f) => {
                 // The handle must still be the namespace enumerated (pids are reused).
-                let st = rustix::fs::fstat(&f).map_err(|e| format!("{}: {e}", h.display()))?;
+                let st = rustix::fs::fstat(&f).context(format_args!("{}", h.display()))?;
                 if st.st_dev == ns.id.dev && st.st_ino == ns.id.ino {
                     fd = Some(f);
                     break;
                 }
             }
             Err(rustix::io::Errno::NOENT | rustix::io::Errno::SRCH) => {}
-            Err(e) => return Err(format!("{}: {e}", h.display())),
+            Err(e) => return Err(Error::Found(format!("{}: {e}", h.display()))),
         }
     }
     let Some(fd) = fd else { return Ok(None) };
@@ -163,12 +166,12 @@ pub fn in_netns<T: Send>(
 pub(super) fn in_netns_fd<T: Send>(
     fd: &std::os::fd::OwnedFd,
     id: NetnsId,
-    f: impl FnOnce() -> Result<T, String> + Send,
-) -> Result<T, String> {
+    f: impl FnOnce() -> Result<T, Error> + Send,
+) -> Result<T, Error> {
     std::thread::scope(|s| {
         s.spawn(move || {
             nix::sched::setns(fd, nix::sched::CloneFlags::CLONE_NEWNET)
-                .map_err(|e| format!("setns into {id}: {e}"))?;
+                .context(format_args!("setns into {id}"))?;
             f()
         })
         .join()
@@ -187,7 +190,7 @@ pub(super) static HOST_NETNS: std::sync::OnceLock<(NetnsId, std::os::fd::OwnedFd
 /// socket at start: socket-activated and in its own, empty namespace (`PrivateNetwork=yes`
 /// in `systemd/repochd.service`), that socket is in systemd's. Not recorded (an error)
 /// when the socket is in no namespace a task is in.
-pub fn adopt_host_netns(listener: impl std::os::fd::AsFd) -> Result<NetnsId, String> {
+pub fn adopt_host_netns(listener: impl std::os::fd::AsFd) -> Result<NetnsId, Error> {
     let inode = inode_of(listener)?;
     let own = own_netns()?;
     let open_own = || {
@@ -196,7 +199,7 @@ pub fn adopt_host_netns(listener: impl std::os::fd::AsFd) -> Result<NetnsId, Str
             rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
             rustix::fs::Mode::empty(),
         )
-        .map_err(|e| format!("/proc/thread-self/ns/net: {e}"))
+        .context("/proc/thread-self/ns/net")
     };
     let (id, fd) = if unix_socket(inode, None)?.is_some() {
         (own, open_own()?)
@@ -214,7 +217,7 @@ pub fn adopt_host_netns(listener: impl std::os::fd::AsFd) -> Result<NetnsId, Str
                     None => None,
                 })
             })
-            .map_err(|e| format!("network namespace {}: {e}", ns.id))?;
+            .context(format_args!("network namespace {}", ns.id))?;
             if let Some(Some(fd)) = got {
                 found = Some((ns.id, fd));
                 break;
@@ -229,8 +232,8 @@ pub fn adopt_host_netns(listener: impl std::os::fd::AsFd) -> Result<NetnsId, Str
 /// Runs `f` in the host's network namespace ([`adopt_host_netns`]): `Ok(None)` when none
 /// was recorded or it is this thread's own.
 pub fn in_host_netns<T: Send>(
-    f: impl FnOnce() -> Result<T, String> + Send,
-) -> Result<Option<(NetnsId, T)>, String> {
+    f: impl FnOnce() -> Result<T, Error> + Send,
+) -> Result<Option<(NetnsId, T)>, Error> {
     let Some((id, fd)) = HOST_NETNS.get() else {
         return Ok(None);
     };
@@ -243,7 +246,7 @@ pub fn in_host_netns<T: Send>(
 /// Every unix socket bound to the file with `stat()` identity `dev`/`ino`, in every
 /// network namespace a task is in; with the namespace it lives in. A namespace that cannot
 /// be entered or asked is an error (never skipped).
-pub fn bound_to(dev: u64, ino: u64) -> Result<Vec<(NetnsId, UnixSocket)>, String> {
+pub fn bound_to(dev: u64, ino: u64) -> Result<Vec<(NetnsId, UnixSocket)>, Error> {
     let pick = |all: Vec<UnixSocket>| -> Vec<UnixSocket> {
         all.into_iter()
             .filter(|s| s.vfs.is_some_and(|v| v.is(dev, ino)))
@@ -259,7 +262,7 @@ pub fn bound_to(dev: u64, ino: u64) -> Result<Vec<(NetnsId, UnixSocket)>, String
             continue;
         }
         let got = in_netns(&ns, || unix_sockets().map(pick))
-            .map_err(|e| format!("network namespace {}: {e}", ns.id))?;
+            .context(format_args!("network namespace {}", ns.id))?;
         out.extend(got.unwrap_or_default().into_iter().map(|s| (ns.id, s)));
     }
     Ok(out)

@@ -2,6 +2,7 @@
 //! inode, with what each is bound to and its peer.
 
 use super::*;
+use crate::error::Error;
 
 /// Bytes of a bound name (`sun_path`).
 pub const NAME_BYTES_MAX: usize = 108;
@@ -104,12 +105,12 @@ pub(super) fn request(seq: u32, ino: Option<(u32, u64)>) -> Vec<u8> {
 }
 
 /// Parses one `unix_diag_msg` and its attributes.
-pub(super) fn parse_socket(p: &[u8]) -> Result<UnixSocket, String> {
+pub(super) fn parse_socket(p: &[u8]) -> Result<UnixSocket, Error> {
     if p.len() < UNIX_DIAG_MSG_BYTES {
-        return Err(format!("unix_diag_msg of {} bytes", p.len()));
+        return Err(Error::Found(format!("unix_diag_msg of {} bytes", p.len())));
     }
     if p[0] != AF_UNIX {
-        return Err(format!("unix_diag_msg of family {}", p[0]));
+        return Err(Error::Found(format!("unix_diag_msg of family {}", p[0])));
     }
     let lo = u64::from(u32_at(p, 8).unwrap_or_default());
     let hi = u64::from(u32_at(p, 12).unwrap_or_default());
@@ -127,13 +128,16 @@ pub(super) fn parse_socket(p: &[u8]) -> Result<UnixSocket, String> {
         let len = usize::from(u16_at(p, at).unwrap_or_default());
         let kind = u16_at(p, at + 2).unwrap_or_default() & 0x3fff;
         if len < 4 || at + len > p.len() {
-            return Err(format!("attribute of {len} bytes at {at} of {}", p.len()));
+            return Err(Error::Found(format!(
+                "attribute of {len} bytes at {at} of {}",
+                p.len()
+            )));
         }
         let data = &p[at + 4..at + len];
         match kind {
             UNIX_DIAG_NAME => {
                 if data.len() > NAME_BYTES_MAX {
-                    return Err(format!("name of {} bytes", data.len()));
+                    return Err(Error::Found(format!("name of {} bytes", data.len())));
                 }
                 // A path name may carry the terminating NUL its binder counted; an
                 // abstract name starts with NUL and is kept whole.
@@ -148,7 +152,10 @@ pub(super) fn parse_socket(p: &[u8]) -> Result<UnixSocket, String> {
             UNIX_DIAG_VFS => {
                 let (Some(ino), Some(dev), 8) = (u32_at(data, 0), u32_at(data, 4), data.len())
                 else {
-                    return Err(format!("vfs attribute of {} bytes", data.len()));
+                    return Err(Error::Found(format!(
+                        "vfs attribute of {} bytes",
+                        data.len()
+                    )));
                 };
                 s.vfs = Some(Vfs {
                     dev: dev_from_kernel(dev),
@@ -157,7 +164,10 @@ pub(super) fn parse_socket(p: &[u8]) -> Result<UnixSocket, String> {
             }
             UNIX_DIAG_PEER => {
                 let (Some(peer), 4) = (u32_at(data, 0), data.len()) else {
-                    return Err(format!("peer attribute of {} bytes", data.len()));
+                    return Err(Error::Found(format!(
+                        "peer attribute of {} bytes",
+                        data.len()
+                    )));
                 };
                 s.peer = Some(u64::from(peer));
             }
@@ -169,18 +179,18 @@ pub(super) fn parse_socket(p: &[u8]) -> Result<UnixSocket, String> {
 }
 
 /// Sends one request for unix sockets and collects its reply.
-pub(super) fn ask(one: Option<(u32, u64)>) -> Result<Vec<UnixSocket>, String> {
+pub(super) fn ask(one: Option<(u32, u64)>) -> Result<Vec<UnixSocket>, Error> {
     exchange(&request(1, one), one.is_some(), parse_socket)
 }
 
 /// Every unix socket of this thread's network namespace.
-pub fn unix_sockets() -> Result<Vec<UnixSocket>, String> {
+pub fn unix_sockets() -> Result<Vec<UnixSocket>, Error> {
     ask(None)
 }
 
 /// The unix socket with socket inode `inode` in this thread's network namespace (and,
 /// when given, cookie `cookie`), or `None` if there is none.
-pub fn unix_socket(inode: u64, cookie: Option<u64>) -> Result<Option<UnixSocket>, String> {
+pub fn unix_socket(inode: u64, cookie: Option<u64>) -> Result<Option<UnixSocket>, Error> {
     let ino = u32::try_from(inode).map_err(|_| format!("socket inode {inode} over 32 bits"))?;
     let got = ask(Some((ino, cookie.unwrap_or(NO_COOKIE))))?;
     Ok(got.into_iter().find(|s| s.inode == inode))
@@ -188,8 +198,8 @@ pub fn unix_socket(inode: u64, cookie: Option<u64>) -> Result<Option<UnixSocket>
 
 /// The inode of a socket fd (the `N` of `socket:[N]`), as [`peer_of`] and
 /// [`unix_socket`] take it.
-pub fn inode_of(fd: impl std::os::fd::AsFd) -> Result<u64, String> {
+pub fn inode_of(fd: impl std::os::fd::AsFd) -> Result<u64, Error> {
     rustix::fs::fstat(fd)
         .map(|st| st.st_ino)
-        .map_err(|e| format!("fstat socket: {e}"))
+        .context("fstat socket")
 }

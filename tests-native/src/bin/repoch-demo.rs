@@ -214,7 +214,7 @@ fn run(ctx0: &Ctx, keep: bool) -> CmdResult {
 
     // A real cgroup and a listener for the old controller, which also holds the fence.
     let cg_rel = format!("/repoch-demo-{}", std::process::id());
-    let cg_root = repoch_sys::cgroup::mount_point().map_err(Failure::Internal)?;
+    let cg_root = repoch_sys::cgroup::mount_point().map_err(|e| Failure::Internal(e.into()))?;
     let cg = cg_root.join(cg_rel.trim_start_matches('/'));
     std::fs::create_dir(&cg).map_err(|e| Failure::Internal(format!("{}: {e}", cg.display())))?;
     guard.cgroup = Some(cg.clone());
