@@ -74,7 +74,8 @@ mod tests {
         let below = std::error::Error::source(&e).unwrap();
         let io = std::error::Error::source(below).unwrap();
         assert_eq!(
-            io.downcast_ref::<std::io::Error>().map(std::io::Error::kind),
+            io.downcast_ref::<std::io::Error>()
+                .map(std::io::Error::kind),
             Some(std::io::ErrorKind::NotFound)
         );
     }
