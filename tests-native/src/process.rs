@@ -1,0 +1,138 @@
+//! Processes a test starts and always reaps: the helper, stand-in old roots, fork chains.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::*;
+
+/// A real process started from the helper, killed on drop.
+#[derive(Debug)]
+pub struct Proc {
+    pub child: std::process::Child,
+    /// The first line it printed (usually its pid).
+    pub line: String,
+}
+
+impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.line
+            .split_whitespace()
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no pid in {:?}", self.line))
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Spawns `cmd` and waits for its first stdout line (the barrier: it is ready).
+pub fn spawn_ready(mut cmd: Command) -> Proc {
+    use std::io::BufRead as _;
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(!line.is_empty(), "the process exited before it was ready");
+    Proc {
+        child,
+        line: line.trim().to_owned(),
+    }
+}
+
+/// A command run by the helper's `reaped` in a cgroup (`cgroup.procs` of `cg`), every
+/// process orphaned below it reaped there: on drop, the reaper kills that cgroup, reaps
+/// what it held, and exits (bounded wait; then it is killed).
+#[derive(Debug)]
+pub struct Reaped(Proc);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        drop(self.0.child.stdin.take());
+        for _ in 0..2000 {
+            if !matches!(self.0.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+}
+
+/// Starts `bin args` under a reaper in `cg`, ready once it printed its first line.
+pub fn reaped(cg: &Cgroup, bin: &Path, args: &[&str]) -> Reaped {
+    let mut c = helper(&["reaped", cg.path().join("cgroup.procs").to_str().unwrap()]);
+    c.arg(bin).args(args).stdin(std::process::Stdio::piped());
+    Reaped(spawn_ready(c))
+}
+
+/// `exe fork-chain` (a copy of the helper) run under a reaper in `cg`, as uid 65534 when
+/// `nobody`: a chain of short-lived processes, one alive at a time.
+pub fn fork_chain(cg: &Cgroup, exe: &Path, nobody: bool) -> Reaped {
+    let exe = exe.to_str().expect("a UTF-8 path");
+    if nobody {
+        let args = [
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            exe,
+            "fork-chain",
+        ];
+        reaped(cg, Path::new("setpriv"), &args)
+    } else {
+        reaped(cg, Path::new(exe), &["fork-chain"])
+    }
+}
+
+pub fn helper(args: &[&str]) -> Command {
+    let mut c = Command::new(bin("repoch-test-helper"));
+    c.args(args);
+    c
+}
+
+pub fn kill_pid(pid: u32) {
+    if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+        let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+    }
+}
+
+/// A TCP or UDP port free now on every address (bound on the IPv6 wildcard, then closed).
+pub fn free_port(udp: bool) -> u16 {
+    let a = if udp {
+        std::net::UdpSocket::bind("[::]:0").unwrap().local_addr()
+    } else {
+        std::net::TcpListener::bind("[::]:0").unwrap().local_addr()
+    };
+    a.unwrap().port()
+}
+
+/// Whether `pid` is stopped (state T in /proc/PID/stat).
+pub fn stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('T'))
+    })
+}
+
+/// `child`'s exit status once it exits, at most `limit` from now; `None` if it still runs.
+pub fn exit_within(
+    child: &mut std::process::Child,
+    limit: std::time::Duration,
+) -> Option<std::process::ExitStatus> {
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    None
+}

@@ -1,0 +1,148 @@
+//! Running a binary and reading what it said: its status as an `Exit` compared with an
+//! `Outcome`, its stdout as JSON, its facts and reasons.
+
+use std::process::{Command, Output, Stdio};
+
+use crate::*;
+
+/// A process's exit status, compared with the [`Outcome`] it documents
+/// (docs/EXIT-CODES.md): tests name outcomes, not numbers, and a mismatch prints both.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Exit(pub i32);
+
+impl Exit {
+    /// The status of a process ended by a signal (it has no exit code).
+    pub const SIGNALED: Exit = Exit(-1);
+    /// The status a command ending in `o` exits with.
+    pub fn of(o: Outcome) -> Exit {
+        Exit(i32::from(o.code()))
+    }
+    /// The outcome this status is, if it is one.
+    pub fn outcome(self) -> Option<Outcome> {
+        Outcome::from_exit(self.0)
+    }
+}
+
+impl PartialEq<Outcome> for Exit {
+    fn eq(&self, o: &Outcome) -> bool {
+        self.0 == i32::from(o.code())
+    }
+}
+
+impl std::fmt::Debug for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.outcome() {
+            Some(o) => write!(f, "{} ({})", self.0, o.name()),
+            None if *self == Exit::SIGNALED => f.write_str("killed by a signal"),
+            None => write!(f, "{} (no documented outcome)", self.0),
+        }
+    }
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self, f)
+    }
+}
+
+/// The result of running a binary.
+#[derive(Debug)]
+pub struct Run {
+    pub code: Exit,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn json(&self) -> serde_json::Value {
+        let line = self
+            .stdout
+            .lines()
+            .last()
+            .unwrap_or_else(|| panic!("no stdout; stderr: {}", self.stderr));
+        serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {line}\nstderr: {}", self.stderr))
+    }
+    /// Every JSON line of stdout.
+    pub fn json_lines(&self) -> Vec<serde_json::Value> {
+        self.stdout
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+    /// The final `outcome` line of `repoch --json recover`.
+    pub fn outcome(&self) -> serde_json::Value {
+        self.json_lines()
+            .into_iter()
+            .rev()
+            .find(|j| j["event"] == "outcome")
+            .unwrap_or_else(|| panic!("no outcome:\n{}\n{}", self.stdout, self.stderr))
+    }
+    pub fn reasons(&self) -> Vec<String> {
+        self.outcome()["reasons"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_str().unwrap().to_owned())
+            .collect()
+    }
+}
+
+impl From<Output> for Run {
+    fn from(o: Output) -> Run {
+        Run {
+            code: Exit(o.status.code().unwrap_or(-1)),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+}
+
+/// The failed facts of an observation, as `(kind, reason)`.
+pub fn failed(r: &Run) -> Vec<(String, String)> {
+    let j = r.json();
+    j["facts"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no facts: {j}"))
+        .iter()
+        .filter(|f| f["holds"] == false)
+        .map(|f| {
+            (
+                f["kind"].as_str().unwrap().to_owned(),
+                f["reason"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The observed text of the first failed fact of `kind`.
+pub fn observed(r: &Run, kind: &str) -> String {
+    r.json()["facts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == kind && f["holds"] == false)
+        .map(|f| f["observed"].as_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+pub fn sh(cmd: &str, args: &[&str]) -> String {
+    let o = Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    assert!(
+        o.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).trim().to_owned()
+}
+
+pub fn run(mut c: Command) -> Run {
+    c.stdin(Stdio::null()).output().expect("spawn").into()
+}
+
+pub fn finish(c: std::process::Child) -> Run {
+    c.wait_with_output().unwrap().into()
+}
