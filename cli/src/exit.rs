@@ -4,24 +4,79 @@
 use repoch_issuer::Refusal;
 use repoch_protocol::{Outcome, Reason};
 
+/// A failure's explanation: what went wrong and, when an error caused it, that error, kept
+/// as the source (`std::error::Error::source`) rather than flattened into the text. Printed
+/// as `what: error`.
+#[derive(Debug)]
+pub struct Why {
+    what: String,
+    source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+impl Why {
+    /// `what` failed because of `e`.
+    pub fn of(
+        what: impl std::fmt::Display,
+        e: impl std::error::Error + Send + Sync + 'static,
+    ) -> Why {
+        Why {
+            what: what.to_string(),
+            source: Some(Box::new(e)),
+        }
+    }
+    /// An error that says all there is to say itself.
+    pub fn error(e: impl std::error::Error + Send + Sync + 'static) -> Why {
+        Why {
+            what: String::new(),
+            source: Some(Box::new(e)),
+        }
+    }
+    /// The error below, if any.
+    pub fn source(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
+        self.source.as_deref()
+    }
+}
+
+impl std::fmt::Display for Why {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.what[..], &self.source) {
+            ("", Some(e)) => write!(f, "{e}"),
+            (w, Some(e)) => write!(f, "{w}: {e}"),
+            (w, None) => f.write_str(w),
+        }
+    }
+}
+
+impl From<String> for Why {
+    fn from(what: String) -> Why {
+        Why { what, source: None }
+    }
+}
+
+impl From<&str> for Why {
+    fn from(what: &str) -> Why {
+        Why::from(what.to_owned())
+    }
+}
+
 /// Everything a command can end with besides success.
 #[derive(Debug)]
 pub enum Failure {
     /// A prerequisite failed, or the epoch is terminal (exit 2).
     Refused(Vec<Refusal>),
     /// The epoch was consumed or partially published; its outcome cannot be known (exit 3).
-    Uncertain(String),
+    Uncertain(Why),
     /// Another issuer holds the epoch now (exit 4).
     Busy(Refusal),
     /// The epoch log does not extend a checkpoint its issuer signed earlier: rolled back,
     /// forked or truncated, with the evidence pair (exit 5).
     Inconsistent(Refusal),
     /// Bad arguments (exit 64).
-    Usage(String),
+    Usage(Why),
     /// A manifest the host cannot enroll as written, with its reason (exit 64).
     Manifest(Refusal),
     /// A bug (exit 70).
-    Internal(String),
+    Internal(Why),
 }
 
 impl Failure {
@@ -56,7 +111,7 @@ impl Failure {
                 .collect::<Vec<_>>()
                 .join("\n"),
             Failure::Busy(r) | Failure::Manifest(r) | Failure::Inconsistent(r) => r.to_string(),
-            Failure::Uncertain(s) | Failure::Usage(s) | Failure::Internal(s) => s.clone(),
+            Failure::Uncertain(w) | Failure::Usage(w) | Failure::Internal(w) => w.to_string(),
         }
     }
     pub fn to_json(&self) -> serde_json::Value {
@@ -96,5 +151,34 @@ pub fn clap_exit(e: clap::Error) -> Outcome {
     match e.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => Outcome::Success,
         _ => Outcome::Usage,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A failure caused by an error keeps it as the source and reads `what: error`; the
+    /// outcome is the variant's.
+    #[test]
+    fn a_failure_keeps_the_error_below_it() {
+        let e = std::fs::File::open("/nonexistent/repoch").unwrap_err();
+        let f = Failure::Internal(Why::of("reading the journal", e));
+        assert_eq!(
+            f.message(),
+            "reading the journal: No such file or directory (os error 2)"
+        );
+        assert_eq!(f.outcome(), Outcome::Internal);
+        let Failure::Internal(why) = &f else {
+            unreachable!()
+        };
+        let below = why.source().unwrap();
+        assert_eq!(
+            below
+                .downcast_ref::<std::io::Error>()
+                .map(std::io::Error::kind),
+            Some(std::io::ErrorKind::NotFound)
+        );
+        assert_eq!(Failure::Usage("bad".into()).message(), "bad");
     }
 }

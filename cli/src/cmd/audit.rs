@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::common::Ctx;
 use super::CmdResult;
-use crate::exit::Failure;
+use crate::exit::{Failure, Why};
 
 /// `audit --checkpoint`: the note verified under the issuer key, and whether the log it
 /// names (by origin) among `logs` extends it.
@@ -21,7 +21,7 @@ fn audit_checkpoint(
 ) -> Result<(serde_json::Value, Option<Refusal>), Failure> {
     use repoch_protocol::checkpoint::{origin, Checkpoint, KEY_NAME};
     let bytes = crate::audit::read_bounded(note, repoch_protocol::limits::CHECKPOINT_BYTES_MAX)
-        .map_err(Failure::Usage)?;
+        .map_err(|e| Failure::Usage(e.into()))?;
     let invalid = |observed: String| {
         Failure::refused(Refusal::new(
             Reason::CheckpointInvalid,
@@ -69,11 +69,12 @@ pub fn run(
 ) -> CmdResult {
     let issuer = match issuer_key {
         Some(p) => {
-            repoch_issuer::keys::read_public(p).map_err(|e| Failure::Usage(e.to_string()))?
+            repoch_issuer::keys::read_public(p).map_err(|e| Failure::Usage(Why::error(e)))?
         }
         None => store::issuer_public(&ctx.layout)?,
     };
-    let (logs, chain) = crate::audit::audit(paths, &issuer, batch, jobs).map_err(Failure::Usage)?;
+    let (logs, chain) =
+        crate::audit::audit(paths, &issuer, batch, jobs).map_err(|e| Failure::Usage(e.into()))?;
     let bad: Vec<&crate::audit::Audited> = logs
         .iter()
         .filter(|a| a.report.problem.is_some() || a.report.records.is_empty())

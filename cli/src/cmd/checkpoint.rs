@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::common::{integrity_refusal, open, require_root, Ctx};
 use super::CmdResult;
-use crate::exit::Failure;
+use crate::exit::{Failure, Why};
 
 /// `repoch checkpoint`: the log's head as a signed note (docs/AUDITOR.md, "Checkpoints").
 pub fn run(ctx: &Ctx, prefix: &str) -> CmdResult {
@@ -16,7 +16,7 @@ pub fn run(ctx: &Ctx, prefix: &str) -> CmdResult {
         return Err(Failure::refused(r));
     }
     let key = repoch_issuer::keys::read_secret(&ctx.layout.issuer_key())
-        .map_err(|e| Failure::Usage(e.to_string()))?;
+        .map_err(|e| Failure::Usage(Why::error(e)))?;
     let c = Checkpoint::of_log(d.report())
         .ok_or_else(|| Failure::Internal("a verified log without a genesis".into()))?;
     let note = c.sign(KEY_NAME, &key);

@@ -77,7 +77,7 @@ pub fn integrity_refusal(d: &Deployment) -> Option<Refusal> {
 
 pub fn parse_sha256(s: &str) -> Result<repoch_protocol::Hash, Failure> {
     repoch_protocol::Hash::from_hex(s.trim())
-        .ok_or_else(|| Failure::Usage(format!("{s:?} is not a sha256 (64 hex digits)")))
+        .ok_or_else(|| Failure::Usage(format!("{s:?} is not a sha256 (64 hex digits)").into()))
 }
 
 pub fn fact_json(f: &repoch_protocol::Fact) -> serde_json::Value {

@@ -39,7 +39,7 @@ fn read_manifest(path: &Path) -> Result<String, String> {
 pub fn run(ctx: &Ctx, manifest: &Path) -> CmdResult {
     require_root("enroll")?;
     let text = read_manifest(manifest)
-        .map_err(|e| Failure::Usage(format!("{}: {e}", manifest.display())))?;
+        .map_err(|e| Failure::Usage(format!("{}: {e}", manifest.display()).into()))?;
     let invalid = |e: &repoch_issuer::enroll::EnrollError| {
         Failure::Manifest(Refusal::new(
             Reason::ManifestInvalid,

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use super::common::Ctx;
 use super::CmdResult;
-use crate::exit::Failure;
+use crate::exit::{Failure, Why};
 
 /// A producer journal record, as typed on the command line.
 #[derive(clap::Subcommand, Debug, Clone)]
@@ -37,11 +37,11 @@ pub enum JournalRecordArg {
 }
 
 pub fn keygen(ctx: &Ctx, keyfile: &Path) -> CmdResult {
-    let key = repoch_issuer::keys::generate()
-        .map_err(|e| Failure::Internal(format!("getrandom: {e}")))?;
+    let key =
+        repoch_issuer::keys::generate().map_err(|e| Failure::Internal(Why::of("getrandom", e)))?;
     let pub_path = std::path::PathBuf::from(format!("{}.pub", keyfile.display()));
     repoch_issuer::keys::write_pair(keyfile, &pub_path, &key)
-        .map_err(|e| Failure::Usage(e.to_string()))?;
+        .map_err(|e| Failure::Usage(Why::error(e)))?;
     let pk = hex::encode(key.verifying_key().to_bytes());
     ctx.out(
         json!({"key": keyfile, "public": pub_path, "public_key": pk}),
@@ -57,7 +57,7 @@ pub fn append(
     deployment: &str,
     rec: JournalRecordArg,
 ) -> CmdResult {
-    let key = repoch_issuer::keys::read_secret(key).map_err(|e| Failure::Usage(e.to_string()))?;
+    let key = repoch_issuer::keys::read_secret(key).map_err(|e| Failure::Usage(Why::error(e)))?;
     let id = store::resolve(&ctx.layout, deployment)?;
     let issuer = store::issuer_public(&ctx.layout)?;
     let producer = repoch_protocol::PublicKey::from(&key.verifying_key());
@@ -72,7 +72,7 @@ pub fn append(
                 ))
             })?;
     // A FIFO or device at the journal path is no journal (and would block or never end).
-    let st = rustix::fs::fstat(&fd).map_err(|e| Failure::Internal(format!("fstat: {e}")))?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| Failure::Internal(Why::of("fstat", e)))?;
     if let Some(kind) = repoch_sys::fs::not_regular(st.st_mode) {
         return Err(Failure::refused(Refusal::new(
             Reason::LineageReplaced,
@@ -83,7 +83,7 @@ pub fn append(
     }
     // One writer at a time: an exclusive flock on the journal while appending.
     rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockExclusive)
-        .map_err(|e| Failure::Internal(format!("flock: {e}")))?;
+        .map_err(|e| Failure::Internal(Why::of("flock", e)))?;
     // Over its bound, the journal is bad input: lineage-mutated, as `verify_journal` says of
     // journal bytes over `JOURNAL_BYTES_MAX`.
     let bytes = repoch_sys::fs::read_bounded(&fd, repoch_protocol::limits::JOURNAL_BYTES_MAX)
@@ -94,7 +94,7 @@ pub fn append(
                 "a valid journal",
                 e.to_string(),
             )),
-            _ => Failure::Internal(e.to_string()),
+            _ => Failure::Internal(Why::error(e)),
         })?;
     let f = verify_journal(
         &bytes,
@@ -120,12 +120,15 @@ pub fn append(
             }),
         },
         JournalRecordArg::OpBegin { name } => {
-            repoch_protocol::types::check_text(&name).map_err(Failure::Usage)?;
+            repoch_protocol::types::check_text(&name).map_err(|e| Failure::Usage(e.into()))?;
             if name.len() > repoch_protocol::limits::OP_NAME_BYTES_MAX {
-                return Err(Failure::Usage(format!(
-                    "op name over {} bytes",
-                    repoch_protocol::limits::OP_NAME_BYTES_MAX
-                )));
+                return Err(Failure::Usage(
+                    format!(
+                        "op name over {} bytes",
+                        repoch_protocol::limits::OP_NAME_BYTES_MAX
+                    )
+                    .into(),
+                ));
             }
             JournalBody::OpBegin {
                 op: f.next_op,
@@ -135,9 +138,9 @@ pub fn append(
         JournalRecordArg::OpEnd { op, outcome } => JournalBody::OpEnd {
             op,
             outcome: OpOutcome::parse(&outcome).ok_or_else(|| {
-                Failure::Usage(format!(
-                    "outcome {outcome:?}: expected succeeded, failed or unknown"
-                ))
+                Failure::Usage(
+                    format!("outcome {outcome:?}: expected succeeded, failed or unknown").into(),
+                )
             })?,
         },
         JournalRecordArg::RootStop => JournalBody::RootStop,
@@ -161,19 +164,24 @@ pub fn append(
             genesis: None,
         },
     )
-    .map_err(|e| Failure::Usage(format!("this record would break the journal: {}", e.detail)))?;
+    .map_err(|e| {
+        Failure::Usage(format!("this record would break the journal: {}", e.detail).into())
+    })?;
     repoch_issuer::barrier::reach("journal-before-write");
     // A failed write may have reached the disk in part: as uncertain as a failed fdatasync.
     let n = rustix::io::write(&fd, &frame)
-        .map_err(|e| Failure::Uncertain(format!("write failed (not retried): {e}")))?;
+        .map_err(|e| Failure::Uncertain(Why::of("write failed (not retried)", e)))?;
     if n != frame.len() {
-        return Err(Failure::Uncertain(format!(
-            "short write ({n} of {} bytes): the journal is torn",
-            frame.len()
-        )));
+        return Err(Failure::Uncertain(
+            format!(
+                "short write ({n} of {} bytes): the journal is torn",
+                frame.len()
+            )
+            .into(),
+        ));
     }
     rustix::fs::fdatasync(&fd)
-        .map_err(|e| Failure::Uncertain(format!("fdatasync failed (not retried): {e}")))?;
+        .map_err(|e| Failure::Uncertain(Why::of("fdatasync failed (not retried)", e)))?;
     // A verified journal has at most JOURNAL_RECORDS_MAX records: never u64::MAX.
     let seq = f.last_seq.saturating_add(1);
     ctx.out(

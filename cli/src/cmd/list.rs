@@ -9,8 +9,9 @@ use super::CmdResult;
 use crate::exit::Failure;
 
 pub fn run(ctx: &Ctx) -> CmdResult {
-    let ids = store::list(&ctx.layout)
-        .map_err(|e| Failure::Internal(format!("{}: {e}", ctx.layout.deployments().display())))?;
+    let ids = store::list(&ctx.layout).map_err(|e| {
+        Failure::Internal(format!("{}: {e}", ctx.layout.deployments().display()).into())
+    })?;
     let issuer = if ids.is_empty() {
         None
     } else {

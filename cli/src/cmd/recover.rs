@@ -103,16 +103,19 @@ pub fn run(ctx: &Ctx, prefix: &str, approve: Option<&str>, wait: u64) -> CmdResu
             }
             // A peer that speaks something else is a bug on one side.
             Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-                return Err(Failure::Internal(format!(
-                    "repochd sent a malformed message: {e}"
-                )))
+                return Err(Failure::Internal(
+                    format!("repochd sent a malformed message: {e}").into(),
+                ))
             }
             // Lost mid-issuance: the epoch may have been used; only its log can tell.
             Err(e) => {
-                return Err(Failure::Uncertain(format!(
+                return Err(Failure::Uncertain(
+                    format!(
                 "repochd stopped answering ({e}); the outcome is unknown: read `repoch status {}`",
                 &id.to_hex()[..8]
-            )))
+            )
+                    .into(),
+                ))
             }
         };
         let AdminEvent::Outcome {

@@ -21,7 +21,7 @@ use serde_json::json;
 use clap::Parser;
 use repoch_cli::cmd::common::{say, Ctx};
 use repoch_cli::cmd::CmdResult;
-use repoch_cli::exit::Failure;
+use repoch_cli::exit::{Failure, Why};
 
 /// Run a complete sandboxed recovery, end to end, and clean up.
 ///
@@ -87,13 +87,16 @@ fn step(ctx: &Ctx, title: &str) {
 }
 
 fn sibling(name: &str) -> Result<PathBuf, Failure> {
-    let me = std::env::current_exe().map_err(|e| Failure::Internal(format!("current_exe: {e}")))?;
+    let me = std::env::current_exe().map_err(|e| Failure::Internal(Why::of("current_exe", e)))?;
     let p = me.parent().unwrap_or(Path::new(".")).join(name);
     if !p.exists() {
-        return Err(Failure::Usage(format!(
-            "{} is not built next to repoch; build everything first: cargo build --release",
-            p.display()
-        )));
+        return Err(Failure::Usage(
+            format!(
+                "{} is not built next to repoch; build everything first: cargo build --release",
+                p.display()
+            )
+            .into(),
+        ));
     }
     Ok(p)
 }
@@ -136,9 +139,9 @@ fn wait_for(what: &str, mut ok: impl FnMut() -> bool) -> Result<(), Failure> {
     let start = Instant::now();
     while !ok() {
         if start.elapsed() > Duration::from_secs(DEMO_WAIT_SECONDS_MAX) {
-            return Err(Failure::Internal(format!(
-                "demo: {what} did not happen within {DEMO_WAIT_SECONDS_MAX}s"
-            )));
+            return Err(Failure::Internal(
+                format!("demo: {what} did not happen within {DEMO_WAIT_SECONDS_MAX}s").into(),
+            ));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -172,7 +175,7 @@ fn run(ctx0: &Ctx, keep: bool) -> CmdResult {
     let dir = tempfile::Builder::new()
         .prefix("repoch-demo-")
         .tempdir()
-        .map_err(|e| Failure::Internal(format!("tempdir: {e}")))?;
+        .map_err(|e| Failure::Internal(Why::of("tempdir", e)))?;
     let base = dir.path().to_path_buf();
     let mut guard = Cleanup {
         dir: Some(dir),
@@ -182,30 +185,30 @@ fn run(ctx0: &Ctx, keep: bool) -> CmdResult {
     };
     let ctx = Ctx::new(Some(&base.join("root")), ctx0.json);
     let srv = base.join("srv");
-    std::fs::create_dir_all(&srv).map_err(|e| Failure::Internal(e.to_string()))?;
+    std::fs::create_dir_all(&srv).map_err(|e| Failure::Internal(Why::error(e)))?;
     step(&ctx, &format!("sandbox {}", base.display()));
     for (name, content) in [
         ("lock", &b""[..]),
         ("store", b"ledger v41\n"),
         ("READY", b"billing-root v42\n"),
     ] {
-        std::fs::write(srv.join(name), content).map_err(|e| Failure::Internal(e.to_string()))?;
+        std::fs::write(srv.join(name), content).map_err(|e| Failure::Internal(Why::error(e)))?;
     }
     // The fence keeps others out: anyone who can open it could hold it shared (enrollment
     // refuses a fence with any bit for others).
     {
         use std::os::unix::fs::PermissionsExt as _;
         std::fs::set_permissions(srv.join("lock"), std::fs::Permissions::from_mode(0o600))
-            .map_err(|e| Failure::Internal(e.to_string()))?;
+            .map_err(|e| Failure::Internal(Why::error(e)))?;
     }
-    let producer = repoch_issuer::keys::generate().map_err(|e| Failure::Internal(e.to_string()))?;
+    let producer = repoch_issuer::keys::generate().map_err(|e| Failure::Internal(Why::error(e)))?;
     let consumer_key = base.join("consumer.key");
     repoch_issuer::keys::write_pair(
         &consumer_key,
         &base.join("consumer.key.pub"),
-        &repoch_issuer::keys::generate().map_err(|e| Failure::Internal(e.to_string()))?,
+        &repoch_issuer::keys::generate().map_err(|e| Failure::Internal(Why::error(e)))?,
     )
-    .map_err(|e| Failure::Internal(e.to_string()))?;
+    .map_err(|e| Failure::Internal(Why::error(e)))?;
     if !root_user {
         return offline_demo(&ctx, &producer);
     }
@@ -214,9 +217,11 @@ fn run(ctx0: &Ctx, keep: bool) -> CmdResult {
 
     // A real cgroup and a listener for the old controller, which also holds the fence.
     let cg_rel = format!("/repoch-demo-{}", std::process::id());
-    let cg_root = repoch_sys::cgroup::mount_point().map_err(|e| Failure::Internal(e.into()))?;
+    let cg_root =
+        repoch_sys::cgroup::mount_point().map_err(|e| Failure::Internal(Why::error(e)))?;
     let cg = cg_root.join(cg_rel.trim_start_matches('/'));
-    std::fs::create_dir(&cg).map_err(|e| Failure::Internal(format!("{}: {e}", cg.display())))?;
+    std::fs::create_dir(&cg)
+        .map_err(|e| Failure::Internal(Why::of(format_args!("{}", cg.display()), e)))?;
     guard.cgroup = Some(cg.clone());
     let sock = base.join("old-root.sock");
     let manifest = format!(
@@ -231,12 +236,12 @@ fn run(ctx0: &Ctx, keep: bool) -> CmdResult {
         b = base.display(),
     );
     let mpath = base.join("billing.toml");
-    std::fs::write(&mpath, &manifest).map_err(|e| Failure::Internal(e.to_string()))?;
+    std::fs::write(&mpath, &manifest).map_err(|e| Failure::Internal(Why::error(e)))?;
     step(&ctx, "enroll (once per deployment)");
     let v =
-        repoch_issuer::enroll::validate(&manifest).map_err(|e| Failure::Internal(e.to_string()))?;
+        repoch_issuer::enroll::validate(&manifest).map_err(|e| Failure::Internal(Why::error(e)))?;
     let e = repoch_issuer::enroll::enroll(&ctx.layout, &v, 0)
-        .map_err(|e| Failure::Internal(e.to_string()))?;
+        .map_err(|e| Failure::Internal(Why::error(e)))?;
     let id = e.id.to_hex();
     ctx.out(json!({"event": "enrolled", "deployment": id}), || {
         format!("deployment {id}\nmanifest   {}", mpath.display())
@@ -247,7 +252,7 @@ fn run(ctx0: &Ctx, keep: bool) -> CmdResult {
         "the old root runs, writes its journal, and loses its exclusion mid-operation",
     );
     let mut frontier = {
-        let b = std::fs::read(srv.join("journal")).map_err(|e| Failure::Internal(e.to_string()))?;
+        let b = std::fs::read(srv.join("journal")).map_err(|e| Failure::Internal(Why::error(e)))?;
         let issuer = repoch_issuer::store::issuer_public(&ctx.layout)?;
         let pk = repoch_protocol::PublicKey::from(&producer.verifying_key());
         let f = repoch_protocol::journal::verify_journal(
@@ -259,13 +264,13 @@ fn run(ctx0: &Ctx, keep: bool) -> CmdResult {
                 genesis: None,
             },
         )
-        .map_err(|e| Failure::Internal(e.detail))?;
+        .map_err(|e| Failure::Internal(e.detail.into()))?;
         (f.last_seq, f.last_hash)
     };
     let mut journal = std::fs::OpenOptions::new()
         .append(true)
         .open(srv.join("journal"))
-        .map_err(|e| Failure::Internal(e.to_string()))?;
+        .map_err(|e| Failure::Internal(Why::error(e)))?;
     for body in [
         JournalBody::RootStart { pid: 4242 },
         JournalBody::OpBegin {
@@ -290,13 +295,13 @@ fn run(ctx0: &Ctx, keep: bool) -> CmdResult {
         journal
             .write_all(&frame)
             .and_then(|_| journal.sync_data())
-            .map_err(|e| Failure::Internal(e.to_string()))?;
+            .map_err(|e| Failure::Internal(Why::error(e)))?;
         frontier = (frontier.0 + 1, hash);
         ctx.out(json!({"event": "journal", "kind": kind}), || {
             format!("journal    {kind}")
         });
     }
-    let me = std::env::current_exe().map_err(|e| Failure::Internal(e.to_string()))?;
+    let me = std::env::current_exe().map_err(|e| Failure::Internal(Why::error(e)))?;
     let mut old = Command::new(&me)
         .args(["old-root", "--fence"])
         .arg(srv.join("lock"))
@@ -304,15 +309,15 @@ fn run(ctx0: &Ctx, keep: bool) -> CmdResult {
         .arg(&sock)
         .stdout(Stdio::piped())
         .spawn()
-        .map_err(|e| Failure::Internal(e.to_string()))?;
+        .map_err(|e| Failure::Internal(Why::error(e)))?;
     let mut line = String::new();
     std::io::BufRead::read_line(
         &mut std::io::BufReader::new(old.stdout.take().expect("piped")),
         &mut line,
     )
-    .map_err(|e| Failure::Internal(e.to_string()))?;
+    .map_err(|e| Failure::Internal(Why::error(e)))?;
     std::fs::write(cg.join("cgroup.procs"), line.trim())
-        .map_err(|e| Failure::Internal(format!("moving the old root into its cgroup: {e}")))?;
+        .map_err(|e| Failure::Internal(Why::of("moving the old root into its cgroup", e)))?;
     guard.children.push(old);
     ctx.out(json!({"event": "old-root", "pid": line.trim()}), || {
         format!(
@@ -324,14 +329,14 @@ fn run(ctx0: &Ctx, keep: bool) -> CmdResult {
 
     step(&ctx, "repochd starts on the sandbox's sockets");
     let log = std::fs::File::create(base.join("repochd.log"))
-        .map_err(|e| Failure::Internal(e.to_string()))?;
+        .map_err(|e| Failure::Internal(Why::error(e)))?;
     let d = Command::new(&repochd)
         .arg("--root")
         .arg(base.join("root"))
         .stderr(log)
         .stdout(Stdio::null())
         .spawn()
-        .map_err(|e| Failure::Internal(e.to_string()))?;
+        .map_err(|e| Failure::Internal(Why::error(e)))?;
     guard.children.push(d);
     let admin = ctx.layout.admin_socket();
     wait_for("repochd listening", || {
@@ -352,7 +357,7 @@ fn run(ctx0: &Ctx, keep: bool) -> CmdResult {
         &ctx,
         "contain the old root (cgroup.kill), then recover with a real repoch-consume",
     );
-    std::fs::write(cg.join("cgroup.kill"), "1").map_err(|e| Failure::Internal(e.to_string()))?;
+    std::fs::write(cg.join("cgroup.kill"), "1").map_err(|e| Failure::Internal(Why::error(e)))?;
     wait_for("the old root's cgroup to empty", || {
         std::fs::read_to_string(cg.join("cgroup.events")).is_ok_and(|s| s.contains("populated 0"))
     })?;
@@ -371,11 +376,11 @@ fn run(ctx0: &Ctx, keep: bool) -> CmdResult {
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .map_err(|e| Failure::Internal(e.to_string()))?;
+        .map_err(|e| Failure::Internal(Why::error(e)))?;
     let granted = repoch_cli::cmd::recover::run(&ctx, &id[..6], None, 20);
     let out = consumer
         .wait_with_output()
-        .map_err(|e| Failure::Internal(e.to_string()))?;
+        .map_err(|e| Failure::Internal(Why::error(e)))?;
     let consumer_said: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or(json!({}));
     let granted_ok = matches!(granted, Ok(Outcome::Success)) && out.status.success();
     ctx.out(json!({"event": "consumer", "result": consumer_said}), || {
@@ -428,7 +433,7 @@ fn run(ctx0: &Ctx, keep: bool) -> CmdResult {
 /// forward), then one flipped byte refused, and a checkpoint signed and verified.
 fn offline_demo(ctx: &Ctx, producer: &ed25519_dalek::SigningKey) -> CmdResult {
     use repoch_protocol::journal::{verify_journal, JournalPins};
-    let err = |e: String| Failure::Internal(e);
+    let err = |e: String| Failure::Internal(e.into());
     step(
         ctx,
         "not root: the offline parts (journal, verification, checkpoint)",
