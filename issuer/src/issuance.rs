@@ -515,20 +515,35 @@ impl<W: World> Observed<W> {
             format!("consumer pid {} uid {} authenticated", peer.pid, peer.uid),
         );
         Ok(Connected {
-            c: self.c,
-            first: self.first,
-            consumer,
-            peer,
+            s: Session {
+                c: self.c,
+                first: self.first,
+                consumer,
+                peer,
+            },
         })
     }
 }
 
-/// Step 3 done: the consumer is authenticated at transport level.
-pub struct Connected<C, W: World = Host> {
+/// What every state from [`Connected`] to [`Verified2`] carries: the issuance's common
+/// part, the first observation (the evidence every later one must equal), the consumer's
+/// link, and the peer pinned at connect.
+struct Session<C, W: World> {
     c: Common<W>,
     first: Observation,
     consumer: C,
     peer: ConsumerPeer,
+}
+
+/// Step 5's proof: the challenge and the consumer's signature of it with its enrolled key.
+struct Custody {
+    challenge: Challenge,
+    custody: [u8; 64],
+}
+
+/// Step 3 done: the consumer is authenticated at transport level.
+pub struct Connected<C, W: World = Host> {
+    s: Session<C, W>,
 }
 
 impl<C: ConsumerLink, W: World> Connected<C, W> {
@@ -536,9 +551,9 @@ impl<C: ConsumerLink, W: World> Connected<C, W> {
     /// written, otherwise), observe everything again (a failed fact refuses, nothing
     /// written), then append and fsync the intent. From here the epoch is used.
     pub fn intent(mut self, contender: Contender) -> Result<Intended<C, W>, Ended> {
-        if let Err(r) = same_peer(&mut self.consumer, &self.peer) {
-            self.consumer.refuse(r.reason, &r.detail());
-            self.c.say(
+        if let Err(r) = same_peer(&mut self.s.consumer, &self.s.peer) {
+            self.s.consumer.refuse(r.reason, &r.detail());
+            self.s.c.say(
                 "connect",
                 format!("rejected the consumer before the intent: {r}"),
             );
@@ -547,40 +562,37 @@ impl<C: ConsumerLink, W: World> Connected<C, W> {
         // The first observation may be minutes old (the wait for the consumer): observe
         // again right before the intent. A failed fact refuses with its own reason and
         // nothing written (the operator retries); the intent records this observation.
-        self.c.say("observe", "again, right before the intent");
-        let now = self.c.observer.observe(&mut self.c.fences);
-        self.c.facts(&now);
+        self.s.c.say("observe", "again, right before the intent");
+        let now = self.s.c.observer.observe(&mut self.s.c.fences);
+        self.s.c.facts(&now);
         if !now.holds() {
             let refusals: Vec<Refusal> = now.failed().filter_map(Refusal::from_fact).collect();
             if let Some(r) = refusals.first() {
-                self.consumer.refuse(r.reason, &r.detail());
+                self.s.consumer.refuse(r.reason, &r.detail());
             }
             return Err(Ended::refused(
                 refusals,
                 "observation before the intent failed; nothing written",
             ));
         }
-        self.first = now;
+        self.s.first = now;
         crate::barrier::reach("before-intent");
         // The last point before anything is written: a stopping repochd ends here, and
         // never after the intent (crate::stop).
-        if self.c.stop.is_set() {
+        if self.s.c.stop.is_set() {
             let r = Stop::refusal("the recovery ended before its intent");
-            self.consumer.refuse(r.reason, &r.detail());
+            self.s.consumer.refuse(r.reason, &r.detail());
             return Err(Ended::one(r));
         }
         let body = EpochBody::Intent {
-            evidence: self.first.digest,
-            facts: self.first.facts.clone(),
+            evidence: self.s.first.digest,
+            facts: self.s.first.facts.clone(),
             contender,
-            consumer: self.peer.clone(),
+            consumer: self.s.peer.clone(),
         };
-        let h = publish(&mut self.c, &mut self.consumer, body)?;
+        let h = publish(&mut self.s.c, &mut self.s.consumer, body)?;
         Ok(Intended {
-            c: self.c,
-            first: self.first,
-            consumer: self.consumer,
-            peer: self.peer,
+            s: self.s,
             intent: h,
         })
     }
@@ -588,10 +600,7 @@ impl<C: ConsumerLink, W: World> Connected<C, W> {
 
 /// Step 4 done: the intent is durable.
 pub struct Intended<C, W: World = Host> {
-    c: Common<W>,
-    first: Observation,
-    consumer: C,
-    peer: ConsumerPeer,
+    s: Session<C, W>,
     intent: Hash,
 }
 
@@ -602,45 +611,44 @@ impl<C: ConsumerLink, W: World> Intended<C, W> {
             Ok(n) => n,
             Err(e) => {
                 return Err(withhold(
-                    self.c,
-                    &mut self.consumer,
+                    self.s.c,
+                    &mut self.s.consumer,
                     Refusal::new(Reason::Internal, "getrandom", "a nonce", e.to_string()),
                 ))
             }
         };
         let challenge = Challenge {
-            deployment: self.c.id,
+            deployment: self.s.c.id,
             intent: self.intent,
             nonce,
         };
-        self.c.say("custody", "challenge sent");
-        let sig = match self.consumer.challenge(&challenge) {
+        self.s.c.say("custody", "challenge sent");
+        let sig = match self.s.consumer.challenge(&challenge) {
             Ok(s) => s,
             Err(e) => {
                 return Err(withhold(
-                    self.c,
-                    &mut self.consumer,
+                    self.s.c,
+                    &mut self.s.consumer,
                     Refusal::new(Reason::ConsumerLost, "consumer", "a custody answer", e),
                 ))
             }
         };
-        if !challenge.check(&self.c.manifest.consumer.key, &sig) {
+        if !challenge.check(&self.s.c.manifest.consumer.key, &sig) {
             let r = Refusal::new(
                 Reason::CustodyInvalid,
                 "custody signature",
                 "signed by the enrolled consumer key",
                 "does not verify",
             );
-            return Err(withhold(self.c, &mut self.consumer, r));
+            return Err(withhold(self.s.c, &mut self.s.consumer, r));
         }
         Ok(Custodied {
-            c: self.c,
-            first: self.first,
-            consumer: self.consumer,
-            peer: self.peer,
+            s: self.s,
             intent: self.intent,
-            challenge,
-            custody: sig,
+            proof: Custody {
+                challenge,
+                custody: sig,
+            },
         })
     }
 }
@@ -686,62 +694,47 @@ fn verify_final<W: World>(
 
 /// Step 5 done: the consumer proved custody of its enrolled key.
 pub struct Custodied<C, W: World = Host> {
-    c: Common<W>,
-    first: Observation,
-    consumer: C,
-    peer: ConsumerPeer,
+    s: Session<C, W>,
     intent: Hash,
-    challenge: Challenge,
-    custody: [u8; 64],
+    proof: Custody,
 }
 
 impl<C: ConsumerLink, W: World> Custodied<C, W> {
     /// Step 6: final verification #1. Only its success, [`Verified1`], can consume.
     pub fn verify(mut self) -> Result<Verified1<C, W>, Ended> {
-        match verify_final(&mut self.c, &self.first, "final-verification-1") {
+        match verify_final(&mut self.s.c, &self.s.first, "final-verification-1") {
             Ok(()) => Ok(Verified1 {
-                c: self.c,
-                first: self.first,
-                consumer: self.consumer,
-                peer: self.peer,
+                s: self.s,
                 intent: self.intent,
-                challenge: self.challenge,
-                custody: self.custody,
+                proof: self.proof,
             }),
-            Err(r) => Err(withhold(self.c, &mut self.consumer, r)),
+            Err(r) => Err(withhold(self.s.c, &mut self.s.consumer, r)),
         }
     }
 }
 
 /// Step 6 done: final verification #1 observed the first observation's digest.
 pub struct Verified1<C, W: World = Host> {
-    c: Common<W>,
-    first: Observation,
-    consumer: C,
-    peer: ConsumerPeer,
+    s: Session<C, W>,
     intent: Hash,
-    challenge: Challenge,
-    custody: [u8; 64],
+    proof: Custody,
 }
 
 impl<C: ConsumerLink, W: World> Verified1<C, W> {
     /// Step 7: the consumer must still be there (else `withheld{consumer-lost}`, nothing
     /// consumed); append and fsync `consume`.
     pub fn consume(mut self) -> Result<Consumed<C, W>, Ended> {
-        if let Err(r) = still_alive(&mut self.consumer, &self.peer) {
-            return Err(withhold(self.c, &mut self.consumer, r));
+        if let Err(r) = still_alive(&mut self.s.consumer, &self.s.peer) {
+            return Err(withhold(self.s.c, &mut self.s.consumer, r));
         }
         let body = EpochBody::Consume {
-            consumer: self.peer.clone(),
-            challenge: self.challenge.clone(),
-            custody: self.custody,
+            consumer: self.s.peer.clone(),
+            challenge: self.proof.challenge.clone(),
+            custody: self.proof.custody,
         };
-        let h = publish(&mut self.c, &mut self.consumer, body)?;
+        let h = publish(&mut self.s.c, &mut self.s.consumer, body)?;
         Ok(Consumed {
-            c: self.c,
-            first: self.first,
-            consumer: self.consumer,
-            peer: self.peer,
+            s: self.s,
             intent: self.intent,
             consume: h,
         })
@@ -750,10 +743,7 @@ impl<C: ConsumerLink, W: World> Verified1<C, W> {
 
 /// Step 7 done.
 pub struct Consumed<C, W: World = Host> {
-    c: Common<W>,
-    first: Observation,
-    consumer: C,
-    peer: ConsumerPeer,
+    s: Session<C, W>,
     intent: Hash,
     consume: Hash,
 }
@@ -763,35 +753,32 @@ use repoch_sys::time::now;
 impl<C: ConsumerLink, W: World> Consumed<C, W> {
     /// Step 8: sign the grant and append it in the receipt; fsync.
     pub fn receipt(mut self) -> Result<Receipted<C, W>, Ended> {
-        let m = &self.c.manifest;
+        let m = &self.s.c.manifest;
         let grant = Grant {
             deployment: m.deployment,
             intent: self.intent,
             consume: self.consume,
-            evidence: self.first.digest,
+            evidence: self.s.first.digest,
             consumer_key: m.consumer.key,
             ready_path: m.target.ready_path.clone(),
-            ready_sha256: self.first.ready_sha256,
-            fences: self.c.fences.grant_fences(),
-            frontier_seq: self.first.frontier_seq,
-            frontier_hash: self.first.frontier_hash,
-            unknown_ops: self.first.unknown_ops.clone(),
+            ready_sha256: self.s.first.ready_sha256,
+            fences: self.s.c.fences.grant_fences(),
+            frontier_seq: self.s.first.frontier_seq,
+            frontier_hash: self.s.first.frontier_hash,
+            unknown_ops: self.s.first.unknown_ops.clone(),
             issued_at: now(),
-            listeners: self.c.fences.grant_listeners(),
+            listeners: self.s.c.fences.grant_listeners(),
         };
-        let bytes = SignedGrant::sign(grant, &self.c.key).to_bytes();
+        let bytes = SignedGrant::sign(grant, &self.s.c.key).to_bytes();
         publish(
-            &mut self.c,
-            &mut self.consumer,
+            &mut self.s.c,
+            &mut self.s.consumer,
             EpochBody::Receipt {
                 grant: bytes.clone(),
             },
         )?;
         Ok(Receipted {
-            c: self.c,
-            first: self.first,
-            consumer: self.consumer,
-            peer: self.peer,
+            s: self.s,
             grant: bytes,
         })
     }
@@ -799,33 +786,26 @@ impl<C: ConsumerLink, W: World> Consumed<C, W> {
 
 /// Step 8 done: consume and receipt are durable.
 pub struct Receipted<C, W: World = Host> {
-    c: Common<W>,
-    first: Observation,
-    consumer: C,
-    peer: ConsumerPeer,
+    s: Session<C, W>,
     grant: Vec<u8>,
 }
 
 impl<C: ConsumerLink, W: World> Receipted<C, W> {
     /// Step 9: final verification #2. Only its success, [`Verified2`], can dispatch.
     pub fn verify(mut self) -> Result<Verified2<C, W>, Ended> {
-        match verify_final(&mut self.c, &self.first, "final-verification-2") {
+        match verify_final(&mut self.s.c, &self.s.first, "final-verification-2") {
             Ok(()) => Ok(Verified2 {
-                c: self.c,
-                consumer: self.consumer,
-                peer: self.peer,
+                s: self.s,
                 grant: self.grant,
             }),
-            Err(r) => Err(withhold(self.c, &mut self.consumer, r)),
+            Err(r) => Err(withhold(self.s.c, &mut self.s.consumer, r)),
         }
     }
 }
 
 /// Step 9 done: final verification #2 observed the first observation's digest.
 pub struct Verified2<C, W: World = Host> {
-    c: Common<W>,
-    consumer: C,
-    peer: ConsumerPeer,
+    s: Session<C, W>,
     grant: Vec<u8>,
 }
 
@@ -834,38 +814,38 @@ impl<C: ConsumerLink, W: World> Verified2<C, W> {
     /// the outcome is uncertain, and the epoch is preserved as receipted.
     pub fn dispatch(mut self) -> Result<Dispatched<C, W>, Ended> {
         // A consumer that went away gets nothing: `withheld{consumer-lost}`.
-        if let Err(r) = still_alive(&mut self.consumer, &self.peer) {
-            return Err(withhold(self.c, &mut self.consumer, r));
+        if let Err(r) = still_alive(&mut self.s.consumer, &self.s.peer) {
+            return Err(withhold(self.s.c, &mut self.s.consumer, r));
         }
         // The peer that gets the grant is still the one recorded in intent and consume.
-        if let Err(r) = same_peer(&mut self.consumer, &self.peer) {
-            return Err(withhold(self.c, &mut self.consumer, r));
+        if let Err(r) = same_peer(&mut self.s.consumer, &self.s.peer) {
+            return Err(withhold(self.s.c, &mut self.s.consumer, r));
         }
-        self.c.say(
+        self.s.c.say(
             "dispatch",
             format!(
                 "sending the grant with {} fence fd(s) and {} listener fd(s)",
-                self.c.fences.len(),
-                self.c.fences.listeners_len()
+                self.s.c.fences.len(),
+                self.s.c.fences.listeners_len()
             ),
         );
-        let fds: Vec<&OwnedFd> = self.c.fences.fds();
+        let fds: Vec<&OwnedFd> = self.s.c.fences.fds();
         // The log's head now (its receipt last), for the consumer to keep.
         let checkpoint = repoch_protocol::checkpoint::Checkpoint {
-            origin: repoch_protocol::checkpoint::origin(&self.c.id),
-            size: self.c.log.next_seq(),
-            head: self.c.log.last_hash(),
+            origin: repoch_protocol::checkpoint::origin(&self.s.c.id),
+            size: self.s.c.log.next_seq(),
+            head: self.s.c.log.last_hash(),
         }
-        .sign(repoch_protocol::checkpoint::KEY_NAME, &self.c.key);
-        match self.consumer.dispatch(&self.grant, &checkpoint, &fds) {
+        .sign(repoch_protocol::checkpoint::KEY_NAME, &self.s.c.key);
+        match self.s.consumer.dispatch(&self.grant, &checkpoint, &fds) {
             Ok(()) => {
                 // The fences are the consumer's now: repochd keeps none while it waits for
                 // the acknowledgement (only the issuer lock, until the issuance ends).
-                let mut c = self.c;
+                let mut c = self.s.c;
                 std::mem::take(&mut c.fences).hand_over();
                 Ok(Dispatched {
                     c,
-                    consumer: self.consumer,
+                    consumer: self.s.consumer,
                     grant: self.grant,
                 })
             }
@@ -874,7 +854,7 @@ impl<C: ConsumerLink, W: World> Verified2<C, W> {
                 refusals: vec![Refusal::new(Reason::ConsumerLost, "dispatch", "grant delivered", e.clone())],
                 detail: format!("the grant may not have reached the consumer ({e}); the epoch is receipted and preserved"),
                 poisoned: false,
-                used: self.c.used(),
+                used: self.s.c.used(),
             }),
         }
     }
