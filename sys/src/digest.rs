@@ -19,7 +19,7 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use repoch_protocol::{Hash, Identity};
-use rustix::fs::{AtFlags, StatxFlags};
+use rustix::fs::StatxFlags;
 use sha2::{Digest as _, Sha256};
 
 /// How old a file's last change must be, when its stamp is taken, for the stamp to prove
@@ -52,12 +52,7 @@ pub struct Stamp {
 impl Stamp {
     /// The open file's stamp; an error when `statx` gives no size or times.
     pub fn of(fd: impl AsFd) -> std::io::Result<Stamp> {
-        let sx = rustix::fs::statx(
-            fd,
-            "",
-            AtFlags::EMPTY_PATH,
-            StatxFlags::BASIC_STATS | StatxFlags::BTIME,
-        )?;
+        let sx = crate::fs::statx(fd)?;
         let need = StatxFlags::SIZE | StatxFlags::CTIME | StatxFlags::MTIME;
         if !StatxFlags::from_bits_retain(sx.stx_mask).contains(need) {
             return Err(std::io::Error::other(format!(

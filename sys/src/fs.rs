@@ -206,14 +206,17 @@ pub fn clear_append_only(fd: impl AsFd) {
 /// (`FS_IOC_GETVERSION`) is not read: rustix has no safe wrapper for it, and the issuer
 /// forbids `unsafe`.
 pub fn fstat_identity(fd: impl std::os::fd::AsFd) -> std::io::Result<Identity> {
-    use rustix::fs::AtFlags;
-    let sx = rustix::fs::statx(
+    identity_of(&statx(fd)?)
+}
+
+/// The one `statx` of an open file: everything basic, and the birth time.
+pub fn statx(fd: impl std::os::fd::AsFd) -> std::io::Result<rustix::fs::Statx> {
+    Ok(rustix::fs::statx(
         fd,
         "",
-        AtFlags::EMPTY_PATH,
+        rustix::fs::AtFlags::EMPTY_PATH,
         StatxFlags::BASIC_STATS | StatxFlags::BTIME,
-    )?;
-    identity_of(&sx)
+    )?)
 }
 
 /// The identity in a `statx` answer asked for `BASIC_STATS | BTIME` (see [`fstat_identity`]).

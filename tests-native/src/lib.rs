@@ -77,3 +77,23 @@ macro_rules! require_root {
         );
     };
 }
+
+/// Source files a test of the tree reads (a bound on the walk, far above the tree's size).
+pub const SOURCE_FILES_MAX: usize = 1000;
+
+/// Appends every `.rs` file under `dir` to `out` (the suite's own rules and the
+/// architecture's read the sources: `tests/native/{hygiene,architecture}.rs`).
+pub fn rust_sources(dir: &std::path::Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            rust_sources(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+        assert!(
+            out.len() <= SOURCE_FILES_MAX,
+            "more than {SOURCE_FILES_MAX} files"
+        );
+    }
+}

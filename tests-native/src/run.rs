@@ -146,3 +146,32 @@ pub fn run(mut c: Command) -> Run {
 pub fn finish(c: std::process::Child) -> Run {
     c.wait_with_output().unwrap().into()
 }
+
+/// The reasons of the facts that failed, in order.
+pub fn failed_reasons(r: &Run) -> Vec<String> {
+    failed(r).into_iter().map(|(_, reason)| reason).collect()
+}
+
+/// Every fact held: success.
+pub fn assert_holds(r: &Run) {
+    assert_eq!(
+        r.code,
+        Outcome::Success,
+        "expected every fact to hold: {:?}\n{}{}",
+        failed(r),
+        r.stdout,
+        r.stderr
+    );
+}
+
+/// Refused for `reason` alone.
+pub fn assert_refused(r: &Run, reason: &str) {
+    assert_eq!(
+        r.code,
+        Outcome::Refused,
+        "expected {reason}: {}{}",
+        r.stdout,
+        r.stderr
+    );
+    assert_eq!(failed_reasons(r), [reason], "{}", r.stdout);
+}

@@ -5,30 +5,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Source files scanned (a bound on the walk, far above the tree's size).
-const SOURCE_FILES_MAX: usize = 1000;
-
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap()
         .into()
-}
-
-/// Every `.rs` file under `dir`.
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            sources(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-        assert!(
-            out.len() <= SOURCE_FILES_MAX,
-            "more than {SOURCE_FILES_MAX} files"
-        );
-    }
 }
 
 /// The packages `package` depends on to build and run (normal dependencies, transitively,
@@ -126,7 +107,7 @@ fn the_consumer_never_links_the_issuer() {
 fn production_sources() -> Vec<(String, String)> {
     let mut files = Vec::new();
     for krate in ["protocol", "sys", "issuer", "daemon", "cli", "consumer"] {
-        sources(&repo().join(krate).join("src"), &mut files);
+        repoch_tests_native::rust_sources(&repo().join(krate).join("src"), &mut files);
     }
     files
         .into_iter()

@@ -9,32 +9,6 @@ use std::process::{Command, Stdio};
 
 use repoch_tests_native::*;
 
-fn reasons(r: &Run) -> Vec<String> {
-    failed(r).into_iter().map(|(_, reason)| reason).collect()
-}
-
-fn assert_holds(r: &Run) {
-    assert_eq!(
-        r.code,
-        Outcome::Success,
-        "expected every fact to hold: {:?}\n{}{}",
-        failed(r),
-        r.stdout,
-        r.stderr
-    );
-}
-
-fn assert_refused(r: &Run, reason: &str) {
-    assert_eq!(
-        r.code,
-        Outcome::Refused,
-        "expected {reason}: {}{}",
-        r.stdout,
-        r.stderr
-    );
-    assert_eq!(reasons(r), vec![reason.to_owned()], "{}", r.stdout);
-}
-
 /// Enrolls the sandbox with `path` as its one contained unix listener.
 fn enroll_listener(s: &Sandbox, path: &std::path::Path) -> String {
     s.enroll_with(&s.manifest(&format!(

@@ -2,25 +2,7 @@
 //! ignored when it cannot run, never reported as passed (README.md, "Test it"), in both
 //! test binaries (tests/native, and tests/tooled with its own harness).
 
-use std::path::{Path, PathBuf};
-
-/// Test source files scanned (a bound on the walk, far above the suite's size).
-const SOURCE_FILES_MAX: usize = 1000;
-
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            sources(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-        assert!(
-            out.len() <= SOURCE_FILES_MAX,
-            "more than {SOURCE_FILES_MAX} files"
-        );
-    }
-}
+use std::path::Path;
 
 /// A test function's name, attribute lines and body.
 type TestFn = (String, Vec<String>, String);
@@ -81,7 +63,7 @@ fn every_test_that_needs_root_is_marked_ignored() {
     // a user; with an early return instead it would read as passed without having run.
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/native");
     let mut files = Vec::new();
-    sources(&dir, &mut files);
+    repoch_tests_native::rust_sources(&dir, &mut files);
     files.sort();
     let mut missing = Vec::new();
     let mut stray = Vec::new();
@@ -154,7 +136,7 @@ fn every_tooled_trial_that_needs_root_is_declared_root() {
         .split_whitespace()
         .collect();
     let mut files = Vec::new();
-    sources(&dir, &mut files);
+    repoch_tests_native::rust_sources(&dir, &mut files);
     files.sort();
     let mut missing = Vec::new();
     let mut stray = Vec::new();

@@ -11,21 +11,6 @@ use std::process::Command;
 
 use repoch_tests_native::*;
 
-fn reasons(r: &Run) -> Vec<String> {
-    failed(r).into_iter().map(|(_, reason)| reason).collect()
-}
-
-fn assert_refused(r: &Run, reason: &str) {
-    assert_eq!(
-        r.code,
-        Outcome::Refused,
-        "expected {reason}: {}{}",
-        r.stdout,
-        r.stderr
-    );
-    assert_eq!(reasons(r), vec![reason.to_owned()], "{}", r.stdout);
-}
-
 // ---- item 3: inode numbers reused ----
 
 // ---- item 4: fences matched by entry ----

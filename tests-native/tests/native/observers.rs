@@ -13,31 +13,6 @@ fn set_append_only(p: &std::path::Path) {
     repoch_sys::fs::set_append_only(&f).unwrap();
 }
 
-fn reasons(r: &Run) -> Vec<String> {
-    failed(r).into_iter().map(|(_, reason)| reason).collect()
-}
-
-fn assert_holds(r: &Run) {
-    assert_eq!(
-        r.code,
-        Outcome::Success,
-        "expected every fact to hold: {:?}\n{}",
-        failed(r),
-        r.stderr
-    );
-}
-
-fn assert_refused(r: &Run, reason: &str) {
-    assert_eq!(
-        r.code,
-        Outcome::Refused,
-        "expected {reason}: {}{}",
-        r.stdout,
-        r.stderr
-    );
-    assert_eq!(reasons(r), vec![reason.to_owned()], "{}", r.stdout);
-}
-
 // ---- lineage ----
 
 #[test]

@@ -13,32 +13,6 @@ use repoch_tests_native::*;
 
 const NOBODY: u32 = 65534;
 
-fn reasons(r: &Run) -> Vec<String> {
-    failed(r).into_iter().map(|(_, reason)| reason).collect()
-}
-
-fn assert_holds(r: &Run) {
-    assert_eq!(
-        r.code,
-        Outcome::Success,
-        "expected every fact to hold: {:?}\n{}{}",
-        failed(r),
-        r.stdout,
-        r.stderr
-    );
-}
-
-fn assert_refused(r: &Run, reason: &str) {
-    assert_eq!(
-        r.code,
-        Outcome::Refused,
-        "expected {reason}: {}{}",
-        r.stdout,
-        r.stderr
-    );
-    assert_eq!(reasons(r), vec![reason.to_owned()], "{}", r.stdout);
-}
-
 /// A sandbox whose directories any user can reach, with an enrolled executable installed
 /// as usual (0755, a unique copy of the helper) and `extra` containment lines.
 fn enrolled_exe(extra: &str) -> (Sandbox, std::path::PathBuf, String) {
@@ -303,7 +277,12 @@ fn a_chain_of_short_lived_processes_running_an_enrolled_executable_is_an_escaped
             "observation {round} missed the chain: {}",
             r.stdout
         );
-        assert_eq!(reasons(&r), vec!["escaped-task".to_owned()], "{}", r.stdout);
+        assert_eq!(
+            failed_reasons(&r),
+            vec!["escaped-task".to_owned()],
+            "{}",
+            r.stdout
+        );
         // A member, named by its pid (its cgroup is read after the walk, when that
         // member has usually gone: "in ?").
         assert!(observed(&r, "process").starts_with("pid "), "{}", r.stdout);

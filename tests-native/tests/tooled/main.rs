@@ -37,7 +37,7 @@ mod units;
 
 use std::path::Path;
 
-use repoch_tests_native::{debian_package, nspawn_rootfs_built, Outcome};
+use repoch_tests_native::{debian_package, nspawn_rootfs_built};
 
 /// What a trial needs besides the workspace's binaries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -458,33 +458,7 @@ fn trial(d: &Declared) -> libtest_mimic::Trial {
     .with_ignored_flag(d.privilege == Privilege::Root)
 }
 
-/// Every fact held: exit 0.
-pub(crate) fn assert_holds(r: &repoch_tests_native::Run) {
-    assert_eq!(
-        r.code,
-        Outcome::Success,
-        "expected every fact to hold: {:?}\n{}{}",
-        repoch_tests_native::failed(r),
-        r.stdout,
-        r.stderr
-    );
-}
-
-/// Refused (exit 2) for `reason` alone.
-pub(crate) fn assert_refused(r: &repoch_tests_native::Run, reason: &str) {
-    assert_eq!(
-        r.code,
-        Outcome::Refused,
-        "expected {reason}: {}{}",
-        r.stdout,
-        r.stderr
-    );
-    let reasons: Vec<String> = repoch_tests_native::failed(r)
-        .into_iter()
-        .map(|(_, reason)| reason)
-        .collect();
-    assert_eq!(reasons, [reason], "{}", r.stdout);
-}
+pub(crate) use repoch_tests_native::{assert_holds, assert_refused};
 
 /// Options of the harness's command line that take a value in the next argument.
 const VALUED_OPTIONS: &[&str] = &[
