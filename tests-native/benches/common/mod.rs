@@ -244,11 +244,14 @@ impl World {
                 .map(|i| format!("{}/c{i}", self.cg.rel))
                 .collect(),
         );
-        // Unix paths (nothing there), TCP and UDP ports (nothing bound), in turn.
+        // Unix paths (nothing there), TCP and UDP ports (nothing bound), in turn. Each
+        // deployment has unix paths of its own: a granted one handed its held sockets to its
+        // consumer, and the socket files stay behind it (stale, as an operator would find
+        // them), where the next enrollment's observation would rightly see them.
         let listeners = list(
             (0..p.listeners)
                 .map(|i| match i % 3 {
-                    0 => format!("unix:{srv}/listener-{i}.sock"),
+                    0 => format!("unix:{srv}/listener-{idx}-{i}.sock"),
                     1 => format!("tcp:{}", 47000 + i),
                     _ => format!("udp:{}", 47000 + i),
                 })
