@@ -7,7 +7,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use repoch_issuer::issuance::{Authenticated, ConsumerLink, Expected};
+use repoch_issuer::issuance::{Authenticated, ConsumerLink, Expected, LinkError};
 use repoch_issuer::stop::Stop;
 use repoch_issuer::Refusal;
 use repoch_protocol::grant::{Challenge, ConsumerPeer};
@@ -243,7 +243,7 @@ impl Registry {
             // A consumer that went away while pending must not be taken: it would burn the
             // epoch at the challenge.
             if let Err(e) = repoch_sys::peer::alive(&p.pidfd)
-                .map_err(String::from)
+                .map_err(LinkError::from)
                 .and_then(|_| hung_up(&p.stream))
             {
                 progress(AdminEvent::Progress {
@@ -293,7 +293,7 @@ impl Registry {
 }
 
 /// Whether the peer closed its end (poll reports HUP, or readable EOF or stray data).
-fn hung_up(s: impl AsFd) -> Result<(), String> {
+fn hung_up(s: impl AsFd) -> Result<(), LinkError> {
     match repoch_sys::peer::ready_now(
         s,
         rustix::event::PollFlags::IN | rustix::event::PollFlags::RDHUP,
@@ -321,17 +321,18 @@ pub struct SocketLink {
 impl ConsumerLink for SocketLink {
     /// The challenge out and the whole custody answer back within `waits.custody_seconds`
     /// (default `CUSTODY_SECONDS_MAX`).
-    fn challenge(&mut self, c: &Challenge) -> Result<[u8; 64], String> {
+    fn challenge(&mut self, c: &Challenge) -> Result<[u8; 64], LinkError> {
         let secs = config().custody_seconds;
         let deadline = Instant::now() + Duration::from_secs(secs);
         self.conn
             .write_msg(&GrantMsg::Challenge(c.clone()), deadline)
-            .map_err(|e| format!("sending the challenge: {e}"))?;
+            .map_err(|e| LinkError::failed("sending the challenge", e))?;
         match self.conn.read_msg::<GrantMsg>(deadline) {
             Ok(GrantMsg::Custody(sig)) => Ok(sig),
-            Ok(other) => Err(format!("expected custody, got {other:?}")),
-            Err(e) => Err(format!(
-                "reading custody (deadline {secs}s for the whole answer): {e}"
+            Ok(other) => Err(format!("expected custody, got {other:?}").into()),
+            Err(e) => Err(LinkError::failed(
+                format_args!("reading custody (deadline {secs}s for the whole answer)"),
+                e,
             )),
         }
     }
@@ -341,7 +342,7 @@ impl ConsumerLink for SocketLink {
         grant: &[u8],
         checkpoint: &str,
         fences: &[&OwnedFd],
-    ) -> Result<(), String> {
+    ) -> Result<(), LinkError> {
         use repoch_protocol::cbor::Canonical as _;
         use rustix::net::{sendmsg, SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
         let msg = GrantMsg::Grant {
@@ -371,16 +372,21 @@ impl ConsumerLink for SocketLink {
             &mut anc,
             SendFlags::NOSIGNAL,
         )
-        .map_err(|e| format!("sending the grant: {e}"))?;
+        .map_err(|e| LinkError::failed("sending the grant", e))?;
         self.conn
             .write_bytes(&payload[n..], deadline)
-            .map_err(|e| format!("sending the grant: {e}"))
+            .map_err(|e| LinkError::failed("sending the grant", e))
     }
 
-    fn describe_again(&mut self) -> Result<ConsumerPeer, String> {
+    fn describe_again(&mut self) -> Result<ConsumerPeer, LinkError> {
         let p = &self.peer;
         repoch_sys::peer::sole_holder(self.conn.stream(), p.pid, p.uid)?;
-        repoch_sys::peer::describe(p.pid, p.uid, p.gid, &self.pidfd).map_err(String::from)
+        Ok(repoch_sys::peer::describe(
+            p.pid,
+            p.uid,
+            p.gid,
+            &self.pidfd,
+        )?)
     }
 
     fn refuse(&mut self, reason: Reason, detail: &str) {
@@ -389,7 +395,7 @@ impl ConsumerLink for SocketLink {
 
     /// The pinned pidfd not readable (its process has not exited), and the connection
     /// neither hung up nor carrying unexpected data; both polled with a zero timeout.
-    fn alive(&mut self) -> Result<(), String> {
+    fn alive(&mut self) -> Result<(), LinkError> {
         repoch_sys::peer::alive(&self.pidfd)?;
         hung_up(self.conn.stream())
     }
@@ -397,14 +403,15 @@ impl ConsumerLink for SocketLink {
     /// The whole `persisted` frame within `waits.persisted_ack_seconds` (default
     /// `PERSISTED_ACK_SECONDS_MAX`) of the dispatch; a consumer that dies or closes first
     /// ends the wait at once.
-    fn acknowledgement(&mut self) -> Result<Hash, String> {
+    fn acknowledgement(&mut self) -> Result<Hash, LinkError> {
         let secs = config().persisted_ack_seconds;
         let deadline = Instant::now() + Duration::from_secs(secs);
         match self.conn.read_msg::<GrantMsg>(deadline) {
             Ok(GrantMsg::Persisted { grant_sha256 }) => Ok(grant_sha256),
-            Ok(other) => Err(format!("expected persisted, got {other:?}")),
-            Err(e) => Err(format!(
-                "no acknowledgement (deadline {secs}s, waits.persisted_ack_seconds): {e}"
+            Ok(other) => Err(format!("expected persisted, got {other:?}").into()),
+            Err(e) => Err(LinkError::failed(
+                format_args!("no acknowledgement (deadline {secs}s, waits.persisted_ack_seconds)"),
+                e,
             )),
         }
     }
@@ -412,7 +419,7 @@ impl ConsumerLink for SocketLink {
     /// The pinned pidfd's process still alive (a child that acknowledged for an exited
     /// consumer is not it) and the connection its alone, then `granted`, all within
     /// `LAST_WORD_SECONDS_MAX` of the acknowledgement.
-    fn last_word(&mut self, grant_sha256: &Hash) -> Result<(), (Reason, String)> {
+    fn last_word(&mut self, grant_sha256: &Hash) -> Result<(), (Reason, LinkError)> {
         use repoch_protocol::limits::LAST_WORD_SECONDS_MAX;
         let deadline = Instant::now() + Duration::from_secs(LAST_WORD_SECONDS_MAX);
         // The operator must be there to read `granted` too: both sides or neither.
@@ -432,7 +439,7 @@ impl ConsumerLink for SocketLink {
         repoch_sys::peer::alive(&self.pidfd).map_err(|e| {
             (
                 Reason::ConsumerLost,
-                format!("the authenticated consumer pid {}: {e}", p.pid),
+                LinkError::failed(format_args!("the authenticated consumer pid {}", p.pid), e),
             )
         })?;
         repoch_sys::peer::sole_holder(self.conn.stream(), p.pid, p.uid)
@@ -440,7 +447,8 @@ impl ConsumerLink for SocketLink {
         if Instant::now() >= deadline {
             return Err((
                 Reason::ConsumerLost,
-                format!("the checks took over {LAST_WORD_SECONDS_MAX}s (LAST_WORD_SECONDS_MAX)"),
+                format!("the checks took over {LAST_WORD_SECONDS_MAX}s (LAST_WORD_SECONDS_MAX)")
+                    .into(),
             ));
         }
         self.conn
@@ -450,6 +458,11 @@ impl ConsumerLink for SocketLink {
                 },
                 deadline,
             )
-            .map_err(|e| (Reason::ConsumerLost, format!("sending granted: {e}")))
+            .map_err(|e| {
+                (
+                    Reason::ConsumerLost,
+                    LinkError::failed("sending granted", e),
+                )
+            })
     }
 }

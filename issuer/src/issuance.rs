@@ -78,11 +78,55 @@ impl Ended {
     }
 }
 
+/// Why a call over the consumer link failed: the error below it kept as the source, or
+/// what the peer did that it must not. Its text becomes a refusal's `observed`.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    /// `what` failed because of `source` (the connection's I/O, a deadline, a pidfd).
+    #[error("{what}: {source}")]
+    Failed {
+        what: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+    /// The peer as the OS describes it (`repoch-sys`).
+    #[error(transparent)]
+    Peer(#[from] repoch_sys::error::Error),
+    /// The peer said or did what it must not (the text says what).
+    #[error("{0}")]
+    Said(String),
+}
+
+impl LinkError {
+    /// `what` failed because of `e`.
+    pub fn failed(
+        what: impl std::fmt::Display,
+        e: impl std::error::Error + Send + Sync + 'static,
+    ) -> LinkError {
+        LinkError::Failed {
+            what: what.to_string(),
+            source: Box::new(e),
+        }
+    }
+}
+
+impl From<String> for LinkError {
+    fn from(s: String) -> LinkError {
+        LinkError::Said(s)
+    }
+}
+
+impl From<&str> for LinkError {
+    fn from(s: &str) -> LinkError {
+        LinkError::Said(s.to_owned())
+    }
+}
+
 /// The consumer connection, as the issuance needs it. The daemon implements it over the
 /// grant socket; every call is bounded by a timeout there.
 pub trait ConsumerLink {
     /// Sends the challenge and returns the consumer's custody signature.
-    fn challenge(&mut self, c: &Challenge) -> Result<[u8; 64], String>;
+    fn challenge(&mut self, c: &Challenge) -> Result<[u8; 64], LinkError>;
     /// Sends the signed grant with the fence fds (`SCM_RIGHTS`).
     /// `checkpoint`: the log's checkpoint with the receipt, a signed note
     /// (docs/AUDITOR.md, "Checkpoints"), sent with the grant.
@@ -91,25 +135,25 @@ pub trait ConsumerLink {
         grant: &[u8],
         checkpoint: &str,
         fences: &[&OwnedFd],
-    ) -> Result<(), String>;
+    ) -> Result<(), LinkError>;
     /// Tells the consumer it gets nothing. Best effort.
     fn refuse(&mut self, reason: Reason, detail: &str);
     /// Describes the connected peer again, through the pidfd pinned at connect: what the
     /// intent and the dispatch must still find (an exec after connecting changes it).
-    fn describe_again(&mut self) -> Result<ConsumerPeer, String>;
+    fn describe_again(&mut self) -> Result<ConsumerPeer, LinkError>;
     /// Whether the peer pinned at connect is still there, without waiting: its process has
     /// not exited and its end of the connection is open. Asked right before `consume` and
     /// before `dispatch`, so a consumer that died is never consumed for nor sent a grant.
-    fn alive(&mut self) -> Result<(), String>;
+    fn alive(&mut self) -> Result<(), LinkError>;
     /// After the dispatch: waits, bounded by the link, for the consumer's acknowledgement
     /// that its grant file is durable (`persisted`), and returns the sha256 it names.
-    fn acknowledgement(&mut self) -> Result<Hash, String>;
+    fn acknowledgement(&mut self) -> Result<Hash, LinkError>;
     /// The handoff's last word, once the acknowledgement named the dispatched grant: the
     /// pinned consumer must still live (`consumer-lost` otherwise) and alone hold the
     /// connection (`consumer-rejected`), then `granted` naming `grant_sha256` is sent within
     /// `LAST_WORD_SECONDS_MAX` of the acknowledgement. Only a word sent makes the outcome
     /// `granted`; the consumer starts the new root only on it.
-    fn last_word(&mut self, grant_sha256: &Hash) -> Result<(), (Reason, String)>;
+    fn last_word(&mut self, grant_sha256: &Hash) -> Result<(), (Reason, LinkError)>;
 }
 
 /// Before `consume` and `dispatch`: a consumer that went away ends `consumer-lost`.
@@ -119,7 +163,7 @@ fn still_alive<C: ConsumerLink>(consumer: &mut C, peer: &ConsumerPeer) -> Result
             Reason::ConsumerLost,
             format!("grant socket peer pid {}", peer.pid),
             "alive, its connection open",
-            e,
+            e.to_string(),
         )
     })
 }
@@ -135,7 +179,7 @@ fn same_peer<C: ConsumerLink>(
             Reason::ConsumerRejected,
             &subject,
             "the peer authenticated at connect",
-            e,
+            e.to_string(),
         )
     })?;
     if &now == authenticated {
@@ -629,7 +673,12 @@ impl<C: ConsumerLink, W: World> Intended<C, W> {
                 return Err(withhold(
                     self.s.c,
                     &mut self.s.consumer,
-                    Refusal::new(Reason::ConsumerLost, "consumer", "a custody answer", e),
+                    Refusal::new(
+                        Reason::ConsumerLost,
+                        "consumer",
+                        "a custody answer",
+                        e.to_string(),
+                    ),
                 ))
             }
         };
@@ -851,7 +900,7 @@ impl<C: ConsumerLink, W: World> Verified2<C, W> {
             }
             Err(e) => Err(Ended {
                 outcome: Verdict::Uncertain,
-                refusals: vec![Refusal::new(Reason::ConsumerLost, "dispatch", "grant delivered", e.clone())],
+                refusals: vec![Refusal::new(Reason::ConsumerLost, "dispatch", "grant delivered", e.to_string())],
                 detail: format!("the grant may not have reached the consumer ({e}); the epoch is receipted and preserved"),
                 poisoned: false,
                 used: self.s.c.used(),
@@ -933,7 +982,11 @@ impl<C: ConsumerLink, W: World> Dispatched<C, W> {
                 Reason::ProtocolError,
                 format!("persisted {h}"),
             )),
-            Err(e) => Err(failed(&mut self.consumer, Reason::ConsumerLost, e)),
+            Err(e) => Err(failed(
+                &mut self.consumer,
+                Reason::ConsumerLost,
+                e.to_string(),
+            )),
         }
     }
 }
@@ -1017,26 +1070,29 @@ mod tests {
     use super::*;
     use repoch_protocol::Birth;
 
-    struct Described(Result<ConsumerPeer, String>);
+    struct Described(Result<ConsumerPeer, LinkError>);
 
     impl ConsumerLink for Described {
-        fn challenge(&mut self, _: &Challenge) -> Result<[u8; 64], String> {
+        fn challenge(&mut self, _: &Challenge) -> Result<[u8; 64], LinkError> {
             unreachable!()
         }
-        fn dispatch(&mut self, _: &[u8], _: &str, _: &[&OwnedFd]) -> Result<(), String> {
+        fn dispatch(&mut self, _: &[u8], _: &str, _: &[&OwnedFd]) -> Result<(), LinkError> {
             unreachable!()
         }
         fn refuse(&mut self, _: Reason, _: &str) {}
-        fn describe_again(&mut self) -> Result<ConsumerPeer, String> {
-            self.0.clone()
+        fn describe_again(&mut self) -> Result<ConsumerPeer, LinkError> {
+            match &self.0 {
+                Ok(p) => Ok(p.clone()),
+                Err(e) => Err(e.to_string().into()),
+            }
         }
-        fn alive(&mut self) -> Result<(), String> {
+        fn alive(&mut self) -> Result<(), LinkError> {
             unreachable!()
         }
-        fn last_word(&mut self, _: &Hash) -> Result<(), (Reason, String)> {
+        fn last_word(&mut self, _: &Hash) -> Result<(), (Reason, LinkError)> {
             unreachable!()
         }
-        fn acknowledgement(&mut self) -> Result<Hash, String> {
+        fn acknowledgement(&mut self) -> Result<Hash, LinkError> {
             unreachable!()
         }
     }
@@ -1060,7 +1116,7 @@ mod tests {
     }
 
     /// The refusal for a peer now described as `now`: (expected, observed).
-    fn refused(now: Result<ConsumerPeer, String>) -> (String, String) {
+    fn refused(now: Result<ConsumerPeer, LinkError>) -> (String, String) {
         let r = same_peer(&mut Described(now), &peer()).unwrap_err();
         assert_eq!(r.reason, Reason::ConsumerRejected, "{r}");
         assert_eq!(r.subject, "grant socket peer pid 77");

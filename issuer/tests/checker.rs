@@ -50,7 +50,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use ed25519_dalek::SigningKey;
-use repoch_issuer::issuance::{self, ConsumerLink};
+use repoch_issuer::issuance::{self, ConsumerLink, LinkError};
 use repoch_issuer::log::enroll_sequence;
 use repoch_issuer::observe::{Fences, Observation, Observe};
 use repoch_issuer::sim::{Fault, Node, Sim};
@@ -889,7 +889,7 @@ impl SimLink {
 }
 
 impl ConsumerLink for SimLink {
-    fn challenge(&mut self, c: &Challenge) -> Result<[u8; 64], String> {
+    fn challenge(&mut self, c: &Challenge) -> Result<[u8; 64], LinkError> {
         drop(self.call("challenge the consumer")?);
         Ok(c.answer(&consumer_key()))
     }
@@ -898,7 +898,7 @@ impl ConsumerLink for SimLink {
         grant: &[u8],
         _checkpoint: &str,
         _fences: &[&std::os::fd::OwnedFd],
-    ) -> Result<(), String> {
+    ) -> Result<(), LinkError> {
         let mut st = self.call("dispatch the grant")?;
         if !std::mem::take(&mut st.runs[self.me].asked_alive) {
             st.violation.get_or_insert(format!(
@@ -918,16 +918,16 @@ impl ConsumerLink for SimLink {
         Ok(())
     }
     fn refuse(&mut self, _reason: Reason, _detail: &str) {}
-    fn describe_again(&mut self) -> Result<ConsumerPeer, String> {
+    fn describe_again(&mut self) -> Result<ConsumerPeer, LinkError> {
         drop(self.call("describe the consumer again")?);
         Ok(peer(100 + self.me as u32))
     }
-    fn alive(&mut self) -> Result<(), String> {
+    fn alive(&mut self) -> Result<(), LinkError> {
         let mut st = self.call("is the consumer alive")?;
         st.runs[self.me].asked_alive = true;
         Ok(())
     }
-    fn acknowledgement(&mut self) -> Result<Hash, String> {
+    fn acknowledgement(&mut self) -> Result<Hash, LinkError> {
         let mut st = self.call("the consumer's acknowledgement")?;
         let sent = Hash::of(self.sent.as_deref().unwrap_or_default());
         // A deviation: the consumer acknowledges other bytes than it was sent.
@@ -941,10 +941,10 @@ impl ConsumerLink for SimLink {
         st.runs[self.me].acknowledged = Some(sent);
         Ok(sent)
     }
-    fn last_word(&mut self, grant_sha256: &Hash) -> Result<(), (Reason, String)> {
+    fn last_word(&mut self, grant_sha256: &Hash) -> Result<(), (Reason, LinkError)> {
         let mut st = self
             .call("the last word")
-            .map_err(|e| (Reason::ConsumerLost, e))?;
+            .map_err(|e| (Reason::ConsumerLost, e.into()))?;
         st.runs[self.me].told_granted = Some(*grant_sha256);
         Ok(())
     }

@@ -123,34 +123,38 @@ fn open_walk(
     )?)
 }
 
-/// Bytes asked of the first `pread` of [`read_bounded`]; each next one asks for twice as
-/// many, up to [`READ_CHUNK_BYTES_MAX`] (a small procfs file costs one small buffer).
-const READ_CHUNK_BYTES_MIN: usize = 4 * 1024;
-/// Largest single `pread` of [`read_bounded`].
-const READ_CHUNK_BYTES_MAX: usize = 64 * 1024;
+/// A file read with `pread` from offset 0 on: its fd's own offset is neither used nor moved
+/// (an epoch log open for appending reads whole from its start).
+struct FromStart<F> {
+    fd: F,
+    at: u64,
+}
 
-/// The one bounded reader: a whole file from offset 0 (`pread`, so the fd's offset is
-/// neither used nor moved), refusing more than `max` bytes: more is an error, never a
-/// prefix (a table cut at its bound would read as a shorter, well-formed one).
-pub fn read_bounded(f: impl AsFd, max: usize) -> io::Result<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut chunk = READ_CHUNK_BYTES_MIN;
-    loop {
-        let at = out.len();
-        out.resize(at + chunk, 0);
-        let n = rustix::io::pread(&f, &mut out[at..], at as u64)?;
-        out.truncate(at + n);
-        if n == 0 {
-            return Ok(out);
-        }
-        if out.len() > max {
-            return Err(io::Error::new(
-                io::ErrorKind::FileTooLarge,
-                format!("over its bound of {max} bytes"),
-            ));
-        }
-        chunk = (chunk * 2).min(READ_CHUNK_BYTES_MAX);
+impl<F: AsFd> std::io::Read for FromStart<F> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = rustix::io::pread(&self.fd, buf, self.at)?;
+        self.at += n as u64;
+        Ok(n)
     }
+}
+
+/// The one bounded reader: a whole file from offset 0 (`pread`), refusing more than `max`
+/// bytes: more is an error, never a prefix (a table cut at its bound would read as a
+/// shorter, well-formed one). The buffer grows as std's `read_to_end` grows it (a small
+/// procfs file costs one small read and one at its end).
+pub fn read_bounded(f: impl AsFd, max: usize) -> io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut out = Vec::new();
+    FromStart { fd: f, at: 0 }
+        .take(max as u64 + 1)
+        .read_to_end(&mut out)?;
+    if out.len() > max {
+        return Err(io::Error::new(
+            io::ErrorKind::FileTooLarge,
+            format!("over its bound of {max} bytes"),
+        ));
+    }
+    Ok(out)
 }
 
 /// Whether [`read_regular`] follows symlinks on the way to the file.
