@@ -105,22 +105,22 @@ struct File {
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Limits {
-    admin_connections: Option<u64>,
-    grant_connections: Option<u64>,
-    pending_consumers: Option<u64>,
-    pending_per_uid: Option<u64>,
-    handshakes_per_uid: Option<u64>,
-    warnings_per_window: Option<u64>,
+    admin_connections: Option<i64>,
+    grant_connections: Option<i64>,
+    pending_consumers: Option<i64>,
+    pending_per_uid: Option<i64>,
+    handshakes_per_uid: Option<i64>,
+    warnings_per_window: Option<i64>,
 }
 
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Waits {
-    handshake_seconds: Option<u64>,
-    custody_seconds: Option<u64>,
-    persisted_ack_seconds: Option<u64>,
-    pending_consumer_seconds: Option<u64>,
-    warning_window_seconds: Option<u64>,
+    handshake_seconds: Option<i64>,
+    custody_seconds: Option<i64>,
+    persisted_ack_seconds: Option<i64>,
+    pending_consumer_seconds: Option<i64>,
+    warning_window_seconds: Option<i64>,
 }
 
 /// Where a TOML error is, as a reader finds it: `table.key` when the error is on a key's
@@ -133,7 +133,7 @@ fn located(text: &str, e: &toml::de::Error) -> String {
     let table = text[..start]
         .lines()
         .rev()
-        .find_map(|l| l.trim().strip_prefix('[')?.strip_suffix(']'));
+        .find_map(|l| Some(l.trim().strip_prefix('[')?.split(']').next()?.trim()));
     let key = text[start..]
         .lines()
         .next()
@@ -148,11 +148,14 @@ fn located(text: &str, e: &toml::de::Error) -> String {
 /// The smallest value of every key: no limit or wait may be zero.
 const CONFIG_VALUE_MIN: u64 = 1;
 
-/// A key's value, if set, within `CONFIG_VALUE_MIN..=max`; else the default.
-fn within(name: &str, v: Option<u64>, max: u64, default: u64) -> Result<u64, String> {
+/// A key's value, if set, within `CONFIG_VALUE_MIN..=max`; else the default. Read as TOML's
+/// own integer, so that a negative one is told the range too.
+fn within(name: &str, v: Option<i64>, max: u64, default: u64) -> Result<u64, String> {
     match v {
         None => Ok(default),
-        Some(n) if (CONFIG_VALUE_MIN..=max).contains(&n) => Ok(n),
+        Some(n) if u64::try_from(n).is_ok_and(|n| (CONFIG_VALUE_MIN..=max).contains(&n)) => {
+            Ok(n as u64)
+        }
         Some(n) => Err(format!(
             "{name}: must be an integer from {CONFIG_VALUE_MIN} to {max}, found {n}"
         )),
@@ -162,6 +165,14 @@ fn within(name: &str, v: Option<u64>, max: u64, default: u64) -> Result<u64, Str
 impl Config {
     /// Parses and validates a config file's text. Every error names the key (`table.key`).
     pub fn parse(text: &str) -> Result<Config, String> {
+        // Each table must be one: serde's derived reader would also take a list, matched
+        // to the keys by position, dropping what does not fit.
+        let doc: toml::Table = text.parse().map_err(|e| located(text, &e))?;
+        for name in ["limits", "waits"] {
+            if doc.get(name).is_some_and(|v| !v.is_table()) {
+                return Err(format!("{name}: must be a table ([{name}])"));
+            }
+        }
         let f: File = toml::from_str(text).map_err(|e| located(text, &e))?;
         let d = Config::default();
         // Each key: its value within 1..=MAX (its name, `table.key`, from the field itself),
@@ -293,7 +304,10 @@ mod tests {
             "{}",
             e("[limits]\nadmin_connections = \"8\"\n")
         );
-        assert!(e("[waits]\ncustody_seconds = -1\n").starts_with("waits.custody_seconds (line 2,"));
+        assert_eq!(
+            e("[waits]\ncustody_seconds = -1\n"),
+            "waits.custody_seconds: must be an integer from 1 to 300, found -1"
+        );
         assert!(e("\n[waits]\npersisted_ack_secs = 30\n").starts_with(
             "waits.persisted_ack_secs (line 3, column 1): unknown field `persisted_ack_secs`"
         ));
@@ -306,6 +320,53 @@ mod tests {
             e("not toml at all").starts_with("line 1, column "),
             "{}",
             e("not toml at all")
+        );
+    }
+
+    /// A table must be written as a table: serde's derived reader would also take a list
+    /// matched to the keys by position, dropping what does not fit (found by attacking the
+    /// release binary: `limits = [2, 33, 17, 3, 5, 21, "junk"]` started repochd).
+    #[test]
+    fn a_table_written_as_a_list_or_an_array_of_tables_is_refused() {
+        for text in [
+            "limits = [2, 33, 17, 3, 5, 21, \"junk\", {x = 1}]\n",
+            "waits = [7, 11, 31, 3601, 61]\n",
+            "[[limits]]\nadmin_connections = 3\n",
+            "limits = 3\n",
+        ] {
+            let e = Config::parse(text).unwrap_err();
+            let table = text
+                .trim_start_matches('[')
+                .split([' ', ']'])
+                .next()
+                .unwrap();
+            assert_eq!(
+                e,
+                format!("{table}: must be a table ([{table}])"),
+                "{text:?}"
+            );
+        }
+        // The same keys as a table, inline or dotted, are the file's own.
+        let c = Config::parse("limits = {admin_connections = 3}\n").unwrap();
+        assert_eq!(c.admin_connections, 3);
+        let c = Config::parse("limits.admin_connections = 4\n").unwrap();
+        assert_eq!(c.admin_connections, 4);
+    }
+
+    /// A value of the right type out of its range, negative included, says the range; a
+    /// header with spaces or a comment still names `table.key`.
+    #[test]
+    fn an_out_of_range_value_says_the_range_and_a_spaced_header_names_the_key() {
+        let e = |t: &str| Config::parse(t).unwrap_err();
+        assert_eq!(
+            e("[limits]\nadmin_connections = -3\n"),
+            "limits.admin_connections: must be an integer from 1 to 1024, found -3"
+        );
+        assert!(
+            e("[ limits ] # c\nadmin_connections = \"8\"\n")
+                .starts_with("limits.admin_connections (line 2, column 21): invalid type"),
+            "{}",
+            e("[ limits ] # c\nadmin_connections = \"8\"\n")
         );
     }
 }
