@@ -101,12 +101,7 @@ impl AtBarrier {
     }
     /// The barrier: logged, and the process stopped there.
     pub fn reached(&self) {
-        let line = format!("barrier {} reached", self.barrier);
-        let pid = self.daemon.id();
-        self.wait_for(
-            |t| t.contains(&line) && stopped(pid),
-            &format!("stop at {}", self.barrier),
-        );
+        stopped_at(&self.log, self.daemon.id(), &self.barrier, "repochd");
     }
     pub fn signal(&self, sig: rustix::process::Signal) {
         rustix::process::kill_process(

@@ -114,6 +114,24 @@ pub fn free_port(udp: bool) -> u16 {
 }
 
 /// Whether `pid` is stopped (state T in /proc/PID/stat).
+/// Waits until the process `pid` logged `barrier NAME reached` to `log` and stopped
+/// itself there (`who` names it in the failure): repochd's barriers and the consumer's.
+pub fn stopped_at(log: &Path, pid: u32, barrier: &str, who: &str) {
+    let line = format!("barrier {barrier} reached");
+    let start = std::time::Instant::now();
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if text.contains(&line) && stopped(pid) {
+            return;
+        }
+        assert!(
+            start.elapsed().as_secs() < DAEMON_WAIT_SECONDS_MAX,
+            "{who} did not stop at {barrier} (built without barriers? run `cargo test --workspace`):\n{text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 pub fn stopped(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
         s.rsplit(')')

@@ -102,20 +102,7 @@ impl AtConsumerBarrier {
     }
     /// The barrier line logged and the consumer stopped there.
     pub(crate) fn reached(&self) {
-        let line = format!("barrier {} reached", self.barrier);
-        let start = Instant::now();
-        loop {
-            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-            if text.contains(&line) && stopped(self.pid()) {
-                return;
-            }
-            assert!(
-                start.elapsed().as_secs() < DAEMON_WAIT_SECONDS_MAX,
-                "repoch-consume did not stop at {} (built without barriers? run `cargo test --workspace`):\n{text}",
-                self.barrier
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        stopped_at(&self.log, self.pid(), &self.barrier, "repoch-consume");
     }
     /// SIGKILL at the barrier, reaped.
     pub(crate) fn kill(&mut self) {
