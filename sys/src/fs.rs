@@ -174,10 +174,19 @@ pub fn read_regular(p: &std::path::Path, max: usize, links: Links) -> io::Result
         Links::Refuse => open_path(p, flags, 0)?,
         Links::Follow => fs::open(p, flags | OFlags::CLOEXEC, Mode::empty())?,
     };
-    if let Some(kind) = not_regular(fs::fstat(&fd)?.st_mode) {
+    let st = fs::fstat(&fd)?;
+    if let Some(kind) = not_regular(st.st_mode) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("{kind}, not a regular file"),
+        ));
+    }
+    // A regular file's size is known before a byte is read: one far over the bound (a
+    // sparse gigabyte) is refused saying how large it is, without reading up to the bound.
+    if u64::try_from(st.st_size).is_ok_and(|n| n > max as u64) {
+        return Err(io::Error::new(
+            io::ErrorKind::FileTooLarge,
+            format!("{} bytes, over its bound of {max} bytes", st.st_size),
         ));
     }
     read_bounded(&fd, max)
@@ -280,6 +289,18 @@ mod tests {
         assert_eq!(read_regular(&p, body.len(), Links::Refuse).unwrap(), body);
         let e = read_regular(&p, body.len() - 1, Links::Follow).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::FileTooLarge, "{e}");
+        // A sparse gigabyte is refused by its size, which the error names.
+        let huge = t.path().join("huge");
+        std::fs::File::create(&huge)
+            .unwrap()
+            .set_len(1 << 30)
+            .unwrap();
+        let e = read_regular(&huge, 10, Links::Refuse).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::FileTooLarge);
+        assert_eq!(
+            e.to_string(),
+            "1073741824 bytes, over its bound of 10 bytes"
+        );
         std::fs::write(&p, b"0123456789").unwrap();
         assert_eq!(read_regular(&p, 10, Links::Refuse).unwrap(), b"0123456789");
         assert!(read_regular(&p, 9, Links::Refuse).is_err());

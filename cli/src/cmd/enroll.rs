@@ -4,35 +4,20 @@ use std::path::Path;
 
 use repoch_issuer::Refusal;
 use repoch_protocol::{Outcome, Reason};
-use rustix::fs::OFlags;
 use serde_json::json;
 
 use super::common::{now, require_root, warn, Ctx};
 use super::CmdResult;
 use crate::exit::Failure;
 
-/// Reads a manifest: a regular file (a FIFO or device would block or never end: opened
-/// non-blocking, its type checked), at most `MANIFEST_TOML_BYTES_MAX` bytes, UTF-8.
+/// Reads a manifest: a regular file (a FIFO or device would block or never end:
+/// `read_regular` opens it non-blocking and checks its type), at most
+/// `MANIFEST_TOML_BYTES_MAX` bytes, UTF-8. The path is the operator's: a symlink is followed.
 fn read_manifest(path: &Path) -> Result<String, String> {
     use repoch_protocol::limits::MANIFEST_TOML_BYTES_MAX;
-    let fd = rustix::fs::open(
-        path,
-        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    )
-    .map_err(|e| std::io::Error::from(e).to_string())?;
-    let st = rustix::fs::fstat(&fd).map_err(|e| std::io::Error::from(e).to_string())?;
-    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
-        return Err("not a regular file".into());
-    }
-    if st.st_size as u64 > MANIFEST_TOML_BYTES_MAX as u64 {
-        return Err(format!(
-            "{} bytes, over the bound of {MANIFEST_TOML_BYTES_MAX}",
-            st.st_size
-        ));
-    }
+    use repoch_sys::fs::{read_regular, Links};
     let bytes =
-        repoch_sys::fs::read_bounded(&fd, MANIFEST_TOML_BYTES_MAX).map_err(|e| e.to_string())?;
+        read_regular(path, MANIFEST_TOML_BYTES_MAX, Links::Follow).map_err(|e| e.to_string())?;
     String::from_utf8(bytes).map_err(|_| "not UTF-8 text".into())
 }
 

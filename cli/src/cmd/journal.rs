@@ -96,16 +96,14 @@ pub fn append(
             )),
             _ => Failure::Internal(Why::error(e)),
         })?;
-    let f = verify_journal(
-        &bytes,
-        JournalPins {
-            deployment: id,
-            issuer: &issuer,
-            producer: &producer,
-            genesis: None,
-        },
-    )
-    .map_err(|e| {
+    // What the journal must be, before and after the record: one set of pins for both.
+    let pins = JournalPins {
+        deployment: id,
+        issuer: &issuer,
+        producer: &producer,
+        genesis: None,
+    };
+    let f = verify_journal(&bytes, pins).map_err(|e| {
         Failure::refused(Refusal::new(
             e.reason,
             journal.display().to_string(),
@@ -155,16 +153,7 @@ pub fn append(
     // Validate the result before writing: the new journal must verify.
     let mut after = bytes.clone();
     after.extend_from_slice(&frame);
-    verify_journal(
-        &after,
-        JournalPins {
-            deployment: id,
-            issuer: &issuer,
-            producer: &producer,
-            genesis: None,
-        },
-    )
-    .map_err(|e| {
+    verify_journal(&after, pins).map_err(|e| {
         Failure::Usage(format!("this record would break the journal: {}", e.detail).into())
     })?;
     repoch_issuer::barrier::reach("journal-before-write");

@@ -108,7 +108,7 @@ fn a_manifest_that_is_a_fifo_huge_or_not_text_is_refused_at_once_as_usage() {
     std::fs::write(&binary, [0xff, 0xfe, 0x00, 0x80]).unwrap();
     for (path, why) in [
         (&fifo, "not a regular file"),
-        (&huge, "over the bound of"),
+        (&huge, "1073741824 bytes, over its bound of"),
         (&s.path(""), "not a regular file"),
         (&binary, "not UTF-8"),
     ] {
