@@ -25,6 +25,7 @@ mod checkpoint;
 mod containment;
 mod disks;
 mod e2e;
+mod fleet;
 mod identity;
 mod inputs;
 mod lock_kinds;
@@ -95,6 +96,20 @@ const GO_X_MOD: Need = Need::Dir {
     path: "/usr/share/gocode/src/golang.org/x/mod/sumdb/note",
     package: "golang-golang-x-mod-dev",
 };
+const ETCD: &[Need] = &[
+    Need::Program {
+        name: "etcd",
+        package: "etcd-server",
+    },
+    Need::Program {
+        name: "etcdctl",
+        package: "etcd-client",
+    },
+    Need::Program {
+        name: "openssl",
+        package: "openssl",
+    },
+];
 const EXT4: &[Need] = &[MKFS_EXT4, LOSETUP];
 const MKFS_BTRFS: Need = Need::Program {
     name: "mkfs.btrfs",
@@ -200,6 +215,11 @@ macro_rules! trial {
 
 fn declared() -> Vec<Declared> {
     vec![
+        trial!(
+            plain,
+            fleet::the_client_creates_a_key_once_and_reads_whose_it_is,
+            ETCD
+        ),
         trial!(
             root,
             lock_kinds::a_lock_of_every_kind_on_a_fence_is_fence_busy_naming_its_holder,

@@ -1,0 +1,517 @@
+//! The fleet registry's client (docs/ARCHITECTURE.md, "The fleet registry"): etcd's v3 KV
+//! API over gRPC with mutual TLS, behind a blocking facade, so that the issuance stays one
+//! synchronous thread of control and the CLI a plain blocking program. The runtime this
+//! crate runs (tokio, current-thread) is private to each [`Client`].
+//!
+//! Only three operations, each bounded by the client's deadline per endpoint and tried on
+//! each endpoint at most once per call:
+//!
+//! - [`Client::get`]: a linearizable read of one key;
+//! - [`Client::create`]: one transaction, "put only if the key's create revision is 0",
+//!   that answers either [`Created::Won`] or [`Created::Exists`] with the value present;
+//! - [`Client::list`]: a linearizable read of the keys under a prefix, at most
+//!   [`LIST_MAX`].
+//!
+//! etcd's key-value operations are strictly serializable; its lock API alone is not a
+//! fence, and this crate never uses it (docs/THREAT-MODEL.md, "The fleet registry").
+//!
+//! An answer that does not come (a timeout, a connection lost after the request left)
+//! does not say whether a transaction applied: [`Error::Unanswered`]. The caller resolves
+//! it by reading the key back ([`Client::claim`] does).
+
+#[allow(clippy::all, rust_2018_idioms, missing_debug_implementations, dead_code)]
+#[rustfmt::skip]
+mod gen {
+    pub mod authpb {
+        include!("gen/authpb.rs");
+    }
+    pub mod mvccpb {
+        include!("gen/mvccpb.rs");
+    }
+    pub mod etcdserverpb {
+        include!("gen/etcdserverpb.rs");
+    }
+}
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use gen::etcdserverpb::{
+    compare, kv_client::KvClient, request_op, response_op, Compare, PutRequest, RangeRequest,
+    RequestOp, ResponseHeader, TxnRequest,
+};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+/// Endpoints a deployment may name: etcd clusters have 1, 3, 5 or 7 members.
+pub const ENDPOINTS_MAX: usize = 7;
+/// A value this client writes or accepts: a claim is a few hundred bytes.
+pub const VALUE_BYTES_MAX: usize = 4096;
+/// Keys one [`Client::list`] returns; more is refused, never truncated.
+pub const LIST_MAX: usize = 4096;
+/// A PEM file (certificate, key, CA bundle).
+pub const PEM_BYTES_MAX: u64 = 64 * 1024;
+/// The longest wait for one endpoint's answer; the caller's deadline is clamped to it.
+pub const CALL_SECONDS_MAX: u64 = 60;
+/// A gRPC answer decoded from etcd: a list of [`LIST_MAX`] claims, with room.
+const MESSAGE_BYTES_MAX: usize = LIST_MAX * (VALUE_BYTES_MAX + 1024);
+
+/// Where the registry is and how to prove who we are to it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Spec {
+    /// `https://HOST:PORT`, one per member.
+    pub endpoints: Vec<String>,
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// Why a call has no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The configuration or the credentials are unusable (never reached the network).
+    #[error("{0}")]
+    Config(String),
+    /// No endpoint answered within the deadline, or an answer was lost: a write may or
+    /// may not have applied.
+    #[error("no answer: {0}")]
+    Unanswered(String),
+    /// An endpoint answered with an error status that says the request did not apply.
+    #[error("refused by etcd: {0}")]
+    Refused(String),
+    /// The answer broke this client's bounds or etcd's own contract.
+    #[error("unexpected answer: {0}")]
+    Answer(String),
+}
+
+/// Which cluster, and at which revision, an answer was given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub cluster: u64,
+    pub member: u64,
+    pub revision: i64,
+}
+
+impl From<Option<ResponseHeader>> for Header {
+    fn from(h: Option<ResponseHeader>) -> Header {
+        let h = h.unwrap_or_default();
+        Header {
+            cluster: h.cluster_id,
+            member: h.member_id,
+            revision: h.revision,
+        }
+    }
+}
+
+/// One key as read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    pub create_revision: i64,
+    pub mod_revision: i64,
+    pub version: i64,
+}
+
+/// What [`Client::create`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Created {
+    /// The key did not exist and now holds the value; `header.revision` is its create
+    /// revision.
+    Won { header: Header },
+    /// The key existed: its value is untouched.
+    Exists { header: Header, entry: Entry },
+}
+
+/// What [`Client::claim`] decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Claimed {
+    /// The key holds exactly our value (created by this call, or by an earlier attempt
+    /// whose answer was lost): `entry.create_revision` is the fencing revision.
+    Ours { cluster: u64, entry: Entry },
+    /// Another value holds the key.
+    Theirs { cluster: u64, entry: Entry },
+}
+
+/// A connected client: one lazily connected channel per endpoint and a private runtime.
+pub struct Client {
+    rt: tokio::runtime::Runtime,
+    endpoints: Vec<(String, KvClient<Channel>)>,
+    /// The endpoint asked first: the last one that answered.
+    preferred: usize,
+    deadline: Duration,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls: Vec<&str> = self.endpoints.iter().map(|(u, _)| u.as_str()).collect();
+        f.debug_struct("Client")
+            .field("endpoints", &urls)
+            .field("preferred", &self.preferred)
+            .field("deadline", &self.deadline)
+            .finish()
+    }
+}
+
+fn read_pem(what: &str, path: &std::path::Path) -> Result<Vec<u8>, Error> {
+    use std::io::Read;
+    let f = std::fs::File::open(path)
+        .map_err(|e| Error::Config(format!("{what} {}: {e}", path.display())))?;
+    let mut buf = Vec::new();
+    f.take(PEM_BYTES_MAX + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| Error::Config(format!("{what} {}: {e}", path.display())))?;
+    if buf.len() as u64 > PEM_BYTES_MAX {
+        return Err(Error::Config(format!(
+            "{what} {}: over its bound of {PEM_BYTES_MAX} bytes",
+            path.display()
+        )));
+    }
+    Ok(buf)
+}
+
+/// The `HOST` of `https://HOST:PORT`: the name the member's certificate must carry.
+fn host_of(url: &str) -> Result<String, Error> {
+    let rest = url.strip_prefix("https://").ok_or_else(|| {
+        Error::Config(format!(
+            "endpoint {url:?}: not https://HOST:PORT (TLS is required)"
+        ))
+    })?;
+    let authority = rest.split('/').next().unwrap_or_default();
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    if host.is_empty() || !authority.contains(':') {
+        return Err(Error::Config(format!(
+            "endpoint {url:?}: not https://HOST:PORT"
+        )));
+    }
+    Ok(host.to_owned())
+}
+
+fn status(e: tonic::Status) -> Error {
+    use tonic::Code;
+    match e.code() {
+        // The request may have reached the leader and applied: unknown.
+        Code::Unavailable
+        | Code::DeadlineExceeded
+        | Code::Unknown
+        | Code::Cancelled
+        | Code::Aborted
+        | Code::Internal => Error::Unanswered(format!("{:?}: {}", e.code(), e.message())),
+        _ => Error::Refused(format!("{:?}: {}", e.code(), e.message())),
+    }
+}
+
+impl Client {
+    /// Reads the credentials and prepares one channel per endpoint (connected on first
+    /// use). `deadline` bounds each endpoint's answer (at most [`CALL_SECONDS_MAX`]).
+    pub fn connect(spec: &Spec, deadline: Duration) -> Result<Client, Error> {
+        if spec.endpoints.is_empty() || spec.endpoints.len() > ENDPOINTS_MAX {
+            return Err(Error::Config(format!(
+                "{} endpoints: between 1 and {ENDPOINTS_MAX} are needed",
+                spec.endpoints.len()
+            )));
+        }
+        let ca = Certificate::from_pem(read_pem("CA", &spec.ca)?);
+        let identity = Identity::from_pem(
+            read_pem("client certificate", &spec.cert)?,
+            read_pem("client key", &spec.key)?,
+        );
+        let deadline = deadline.min(Duration::from_secs(CALL_SECONDS_MAX));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Config(format!("a runtime for the registry client: {e}")))?;
+        let mut endpoints = Vec::new();
+        for url in &spec.endpoints {
+            let tls = ClientTlsConfig::new()
+                .ca_certificate(ca.clone())
+                .identity(identity.clone())
+                .domain_name(host_of(url)?);
+            let ep = Endpoint::from_shared(url.clone())
+                .map_err(|e| Error::Config(format!("endpoint {url:?}: {e}")))?
+                .connect_timeout(deadline)
+                .timeout(deadline)
+                .tls_config(tls)
+                .map_err(|e| Error::Config(format!("endpoint {url:?}: TLS: {e}")))?;
+            let channel = {
+                let _in = rt.enter();
+                ep.connect_lazy()
+            };
+            let kv = KvClient::new(channel)
+                .max_decoding_message_size(MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(MESSAGE_BYTES_MAX);
+            endpoints.push((url.clone(), kv));
+        }
+        Ok(Client {
+            rt,
+            endpoints,
+            preferred: 0,
+            deadline,
+        })
+    }
+
+    /// Asks the endpoints in turn, from the last one that answered, until one answers. An
+    /// error status that says the request did not apply ends the call. A missing answer
+    /// tries the next endpoint only if `resend` (a read) or if the request never left (no
+    /// connection): a write whose answer was lost is the caller's to resolve first.
+    fn ask<T, F, Fut>(&mut self, what: &str, resend: bool, mut call: F) -> Result<T, Error>
+    where
+        F: FnMut(KvClient<Channel>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+    {
+        let n = self.endpoints.len();
+        let mut missed = Vec::new();
+        let first = self.preferred;
+        for i in (0..n).map(|k| (first + k) % n) {
+            let (url, kv) = &self.endpoints[i];
+            let fut = call(kv.clone());
+            let deadline = self.deadline;
+            let answer = self
+                .rt
+                .block_on(async { tokio::time::timeout(deadline, fut).await });
+            let why = match answer {
+                Ok(Ok(v)) => {
+                    self.preferred = i;
+                    return Ok(v);
+                }
+                Ok(Err(e)) if resend || never_sent(&e) => match status(e) {
+                    Error::Unanswered(why) => why,
+                    other => return Err(other),
+                },
+                Ok(Err(e)) => {
+                    return Err(match status(e) {
+                        Error::Unanswered(why) => {
+                            Error::Unanswered(format!("{what}: {url}: {why}"))
+                        }
+                        other => other,
+                    })
+                }
+                Err(_) if resend => format!("no answer within {} ms", deadline.as_millis()),
+                Err(_) => {
+                    return Err(Error::Unanswered(format!(
+                        "{what}: {url}: no answer within {} ms",
+                        deadline.as_millis()
+                    )))
+                }
+            };
+            missed.push(format!("{url}: {why}"));
+            // The next call starts elsewhere.
+            self.preferred = (i + 1) % n;
+        }
+        Err(Error::Unanswered(format!("{what}: {}", missed.join("; "))))
+    }
+
+    /// A linearizable read of `key`.
+    pub fn get(&mut self, key: &[u8]) -> Result<(Header, Option<Entry>), Error> {
+        let req = RangeRequest {
+            key: key.to_vec(),
+            ..Default::default()
+        };
+        let r = self.ask("get", true, |mut kv| {
+            let req = req.clone();
+            async move { kv.range(req).await.map(|r| r.into_inner()) }
+        })?;
+        if r.kvs.len() > 1 {
+            return Err(Error::Answer(format!("{} values for one key", r.kvs.len())));
+        }
+        let entry = r.kvs.into_iter().next().map(entry).transpose()?;
+        Ok((Header::from(r.header), entry))
+    }
+
+    /// A linearizable read of every key under `prefix` (at most [`LIST_MAX`]).
+    pub fn list(&mut self, prefix: &[u8]) -> Result<(Header, Vec<Entry>), Error> {
+        let req = RangeRequest {
+            key: prefix.to_vec(),
+            range_end: prefix_end(prefix),
+            limit: LIST_MAX as i64 + 1,
+            ..Default::default()
+        };
+        let r = self.ask("list", true, |mut kv| {
+            let req = req.clone();
+            async move { kv.range(req).await.map(|r| r.into_inner()) }
+        })?;
+        if r.kvs.len() > LIST_MAX || r.more {
+            return Err(Error::Answer(format!(
+                "more than {LIST_MAX} keys under the prefix"
+            )));
+        }
+        let entries = r.kvs.into_iter().map(entry).collect::<Result<_, _>>()?;
+        Ok((Header::from(r.header), entries))
+    }
+
+    /// One transaction: put `value` at `key` only if the key does not exist (its create
+    /// revision is 0); otherwise read it. [`Error::Unanswered`] says nothing about
+    /// whether the put applied.
+    pub fn create(&mut self, key: &[u8], value: &[u8]) -> Result<Created, Error> {
+        if value.len() > VALUE_BYTES_MAX {
+            return Err(Error::Config(format!(
+                "a value of {} bytes, over its bound of {VALUE_BYTES_MAX} bytes",
+                value.len()
+            )));
+        }
+        let req = TxnRequest {
+            compare: vec![Compare {
+                result: compare::CompareResult::Equal as i32,
+                target: compare::CompareTarget::Create as i32,
+                key: key.to_vec(),
+                range_end: Vec::new(),
+                target_union: Some(compare::TargetUnion::CreateRevision(0)),
+            }],
+            success: vec![RequestOp {
+                request: Some(request_op::Request::RequestPut(PutRequest {
+                    key: key.to_vec(),
+                    value: value.to_vec(),
+                    ..Default::default()
+                })),
+            }],
+            failure: vec![RequestOp {
+                request: Some(request_op::Request::RequestRange(RangeRequest {
+                    key: key.to_vec(),
+                    ..Default::default()
+                })),
+            }],
+        };
+        // One endpoint only: a lost answer is the caller's to resolve (by reading back).
+        let r = self.ask("create", false, |mut kv| {
+            let req = req.clone();
+            async move { kv.txn(req).await.map(|r| r.into_inner()) }
+        })?;
+        let header = Header::from(r.header);
+        if r.succeeded {
+            return Ok(Created::Won { header });
+        }
+        let range = r
+            .responses
+            .into_iter()
+            .find_map(|op| match op.response {
+                Some(response_op::Response::ResponseRange(range)) => Some(range),
+                _ => None,
+            })
+            .ok_or_else(|| Error::Answer("a failed create without its read".into()))?;
+        match range.kvs.into_iter().next() {
+            Some(kv) => Ok(Created::Exists {
+                header,
+                entry: entry(kv)?,
+            }),
+            None => Err(Error::Answer(
+                "the create failed, yet the key does not exist".into(),
+            )),
+        }
+    }
+
+    /// Creates `key` holding `value` if it does not exist, and decides whose it is. A lost
+    /// answer is resolved by reading the key back (on any endpoint): our exact value there
+    /// is ours, whichever attempt wrote it; an absent key is created again (the same
+    /// value, so a late first attempt and a retry cannot both win against each other);
+    /// `tries` bounds the rounds. [`Error::Unanswered`] at the end: the outcome is unknown
+    /// and the key, if it names us, must never be used.
+    pub fn claim(&mut self, key: &[u8], value: &[u8], tries: u32) -> Result<Claimed, Error> {
+        let mut last = None;
+        for _ in 0..tries.max(1) {
+            match self.create(key, value) {
+                Ok(Created::Won { header }) => {
+                    // The put applied at the transaction's revision: that is the key's
+                    // create and mod revision, its version 1.
+                    let entry = Entry {
+                        key: key.to_vec(),
+                        value: value.to_vec(),
+                        create_revision: header.revision,
+                        mod_revision: header.revision,
+                        version: 1,
+                    };
+                    return Ok(Claimed::Ours {
+                        cluster: header.cluster,
+                        entry,
+                    });
+                }
+                Ok(Created::Exists { header, entry }) => {
+                    return Ok(decide(header.cluster, entry, value));
+                }
+                Err(Error::Unanswered(why)) => last = Some(why),
+                Err(e) => return Err(e),
+            }
+            match self.get(key) {
+                Ok((header, Some(entry))) => return Ok(decide(header.cluster, entry, value)),
+                Ok((_, None)) => continue,
+                Err(Error::Unanswered(why)) => last = Some(why),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Error::Unanswered(last.unwrap_or_default()))
+    }
+}
+
+fn decide(cluster: u64, entry: Entry, value: &[u8]) -> Claimed {
+    if entry.value == value {
+        Claimed::Ours { cluster, entry }
+    } else {
+        Claimed::Theirs { cluster, entry }
+    }
+}
+
+/// A transport error before the request was written (no connection): safe to send
+/// elsewhere.
+fn never_sent(e: &tonic::Status) -> bool {
+    e.code() == tonic::Code::Unavailable
+        && (e.message().contains("error trying to connect")
+            || e.message().contains("transport error")
+            || e.message().contains("tcp connect error"))
+}
+
+fn entry(kv: gen::mvccpb::KeyValue) -> Result<Entry, Error> {
+    if kv.value.len() > VALUE_BYTES_MAX {
+        return Err(Error::Answer(format!(
+            "a value of {} bytes, over its bound of {VALUE_BYTES_MAX} bytes",
+            kv.value.len()
+        )));
+    }
+    Ok(Entry {
+        key: kv.key,
+        value: kv.value,
+        create_revision: kv.create_revision,
+        mod_revision: kv.mod_revision,
+        version: kv.version,
+    })
+}
+
+/// The end of the range of keys that start with `prefix` (etcd's convention: the prefix
+/// with its last byte below 0xff incremented).
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_prefix_end_is_the_next_key_after_every_key_with_the_prefix() {
+        assert_eq!(prefix_end(b"/a/"), b"/a0".to_vec());
+        assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
+        assert_eq!(prefix_end(b"\xff\xff"), vec![0]);
+    }
+
+    #[test]
+    fn an_endpoint_must_be_https_with_a_port() {
+        assert_eq!(host_of("https://127.0.0.1:2379").unwrap(), "127.0.0.1");
+        assert_eq!(host_of("https://[::1]:2379").unwrap(), "::1");
+        assert_eq!(host_of("https://etcd-1:2379/").unwrap(), "etcd-1");
+        for bad in [
+            "http://127.0.0.1:2379",
+            "127.0.0.1:2379",
+            "https://etcd",
+            "https://:1",
+        ] {
+            assert!(matches!(host_of(bad), Err(Error::Config(_))), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,355 @@
+//! A real etcd cluster of the test's own: `etcd` from Debian's `etcd-server`, three members
+//! on `127.0.0.1` ports, mutual TLS on both the client and the peer side (certificates made
+//! by `openssl` for this cluster alone), data directories under the test's sandbox. Every
+//! member is killed on drop. Members can be killed, stopped, continued and restarted from
+//! their data directories.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::*;
+
+/// How long a cluster (or a restarted member) may take to serve.
+pub const ETCD_READY_SECONDS_MAX: u64 = 60;
+
+/// One member: its name, ports and (while it runs) its process.
+#[derive(Debug)]
+pub struct Member {
+    pub name: String,
+    pub client_port: u16,
+    pub peer_port: u16,
+    pub child: Option<Child>,
+}
+
+impl Member {
+    pub fn endpoint(&self) -> String {
+        format!("https://127.0.0.1:{}", self.client_port)
+    }
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+}
+
+/// A running cluster and the credentials a client uses.
+#[derive(Debug)]
+pub struct Etcd {
+    pub dir: PathBuf,
+    pub members: Vec<Member>,
+    token: String,
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        for m in &mut self.members {
+            if let Some(mut c) = m.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .expect("openssl (Debian package openssl)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA, one server certificate for every member (`IP:127.0.0.1`, both server and client
+/// use: members authenticate each other with it), and a client certificate for repoch.
+fn certificates(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=repoch test etcd CA",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+        ],
+    );
+    for (name, cn, san) in [
+        (
+            "member",
+            "etcd member",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost",
+        ),
+        ("client", "repoch", "subjectAltName=DNS:repoch"),
+    ] {
+        openssl(
+            dir,
+            &[
+                "req",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-subj",
+                &format!("/CN={cn}"),
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.csr"),
+            ],
+        );
+        let ext =
+            format!("{san}\nextendedKeyUsage=serverAuth,clientAuth\nbasicConstraints=CA:FALSE\n");
+        std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
+        openssl(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &format!("{name}.csr"),
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-extfile",
+                &format!("{name}.ext"),
+                "-out",
+                &format!("{name}.pem"),
+            ],
+        );
+    }
+}
+
+impl Etcd {
+    /// Starts a three-member cluster under `dir` and waits until it serves.
+    pub fn start(dir: &Path) -> Etcd {
+        Etcd::start_n(dir, 3)
+    }
+
+    pub fn start_n(dir: &Path, n: usize) -> Etcd {
+        certificates(&dir.join("tls"));
+        let token = format!("repoch-test-{}-{}", std::process::id(), fastrand_u64());
+        let members = (0..n)
+            .map(|i| Member {
+                name: format!("m{i}"),
+                client_port: free_port(false),
+                peer_port: free_port(false),
+                child: None,
+            })
+            .collect();
+        let mut etcd = Etcd {
+            dir: dir.to_path_buf(),
+            members,
+            token,
+        };
+        for i in 0..n {
+            etcd.spawn(i, true);
+        }
+        etcd.wait_ready(&(0..n).collect::<Vec<_>>());
+        etcd
+    }
+
+    pub fn ca(&self) -> PathBuf {
+        self.dir.join("tls/ca.pem")
+    }
+    pub fn client_cert(&self) -> PathBuf {
+        self.dir.join("tls/client.pem")
+    }
+    pub fn client_key(&self) -> PathBuf {
+        self.dir.join("tls/client.key")
+    }
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members.iter().map(Member::endpoint).collect()
+    }
+
+    /// The manifest's `[registry]` table for this cluster.
+    pub fn registry_toml(&self, fleet: &str, host: &str, prefix: &str) -> String {
+        let eps: Vec<String> = self.endpoints().iter().map(|e| format!("{e:?}")).collect();
+        format!(
+            "[registry]\nendpoints = [{}]\nca = {:?}\ncert = {:?}\nkey = {:?}\nprefix = {prefix:?}\nfleet = {fleet:?}\nhost = {host:?}\n",
+            eps.join(", "),
+            self.ca().display().to_string(),
+            self.client_cert().display().to_string(),
+            self.client_key().display().to_string(),
+        )
+    }
+
+    fn spawn(&mut self, i: usize, new: bool) {
+        let tls = self.dir.join("tls");
+        let cluster: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("{}=https://127.0.0.1:{}", m.name, m.peer_port))
+            .collect();
+        let m = &self.members[i];
+        let data = self.dir.join(format!("data-{}", m.name));
+        let log = std::fs::File::create(self.dir.join(format!("{}.log", m.name))).unwrap();
+        let t = |f: &str| tls.join(f).display().to_string();
+        let mut cmd = Command::new("etcd");
+        cmd.args([
+            "--name",
+            &m.name,
+            "--data-dir",
+            &data.display().to_string(),
+            "--listen-client-urls",
+            &m.endpoint(),
+            "--advertise-client-urls",
+            &m.endpoint(),
+            "--listen-peer-urls",
+            &format!("https://127.0.0.1:{}", m.peer_port),
+            "--initial-advertise-peer-urls",
+            &format!("https://127.0.0.1:{}", m.peer_port),
+            "--initial-cluster",
+            &cluster.join(","),
+            "--initial-cluster-token",
+            &self.token,
+            "--initial-cluster-state",
+            if new { "new" } else { "existing" },
+            "--cert-file",
+            &t("member.pem"),
+            "--key-file",
+            &t("member.key"),
+            "--trusted-ca-file",
+            &t("ca.pem"),
+            "--client-cert-auth",
+            "--peer-cert-file",
+            &t("member.pem"),
+            "--peer-key-file",
+            &t("member.key"),
+            "--peer-trusted-ca-file",
+            &t("ca.pem"),
+            "--peer-client-cert-auth",
+            "--heartbeat-interval",
+            "50",
+            "--election-timeout",
+            "500",
+            "--listen-metrics-urls",
+            "",
+        ])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log);
+        let child = cmd.spawn().expect("etcd (Debian package etcd-server)");
+        self.members[i].child = Some(child);
+    }
+
+    /// `etcdctl` against the members named by index, with this cluster's credentials.
+    pub fn etcdctl(&self, members: &[usize], args: &[&str]) -> std::process::Output {
+        let eps: Vec<String> = members
+            .iter()
+            .map(|&i| self.members[i].endpoint())
+            .collect();
+        Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", eps.join(",")))
+            .arg(format!("--cacert={}", self.ca().display()))
+            .arg(format!("--cert={}", self.client_cert().display()))
+            .arg(format!("--key={}", self.client_key().display()))
+            .arg("--command-timeout=3s")
+            .args(args)
+            .output()
+            .expect("etcdctl (Debian package etcd-client)")
+    }
+
+    /// Waits until every member named answers `endpoint health`.
+    pub fn wait_ready(&self, members: &[usize]) {
+        let start = Instant::now();
+        loop {
+            let out = self.etcdctl(members, &["endpoint", "health"]);
+            if out.status.success() {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(ETCD_READY_SECONDS_MAX),
+                "etcd did not become healthy: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `kill -9` of member `i`.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts member `i` again from its data directory.
+    pub fn restart(&mut self, i: usize) {
+        self.kill(i);
+        self.spawn(i, false);
+    }
+
+    /// SIGSTOP or SIGCONT to member `i`.
+    pub fn signal(&self, i: usize, sig: rustix::process::Signal) {
+        let pid = self.members[i].pid().expect("the member runs");
+        let pid = rustix::process::Pid::from_raw(pid as i32).unwrap();
+        rustix::process::kill_process(pid, sig).unwrap();
+    }
+
+    /// The index of the member that leads now (`endpoint status`, by the members named).
+    pub fn leader(&self, members: &[usize]) -> usize {
+        let start = Instant::now();
+        loop {
+            for &i in members {
+                let out = self.etcdctl(&[i], &["endpoint", "status", "-w", "json"]);
+                let text = String::from_utf8_lossy(&out.stdout);
+                if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
+                    let s = &v[0]["Status"];
+                    let (leader, me) = (s["leader"].as_u64(), s["header"]["member_id"].as_u64());
+                    if leader.is_some() && leader == me {
+                        return i;
+                    }
+                }
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(ETCD_READY_SECONDS_MAX),
+                "no leader among {members:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The value at `key` as etcdctl reads it (hex of the raw bytes), with its revisions.
+    pub fn get(&self, key: &str) -> Option<serde_json::Value> {
+        let all: Vec<usize> = (0..self.members.len())
+            .filter(|&i| self.members[i].child.is_some())
+            .collect();
+        let out = self.etcdctl(&all, &["get", key, "-w", "json"]);
+        assert!(
+            out.status.success(),
+            "etcdctl get: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["kvs"].as_array().and_then(|k| k.first().cloned())
+    }
+}
+
+fn fastrand_u64() -> u64 {
+    let mut b = [0u8; 8];
+    rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty()).unwrap();
+    u64::from_le_bytes(b)
+}
