@@ -88,7 +88,10 @@ fn warn(line: &str) {
 /// enrolled listeners at fds 3, 4, ... in systemd's socket-activation convention
 /// (LISTEN_FDS, LISTEN_FDNAMES as tcp-PORT, udp-PORT, unix-NAME, LISTEN_PID its own pid;
 /// none set when there are none), the fence fds above them, their numbers in
-/// REPOCH_FENCE_FDS (comma separated), and the grant's path in REPOCH_GRANT.
+/// REPOCH_FENCE_FDS (comma separated), and the grant's path in REPOCH_GRANT. With a fleet
+/// registry, the grant's fencing token: REPOCH_FENCING_TOKEN (its revision, decimal) and
+/// REPOCH_FENCING_CLUSTER (the etcd cluster id, 16 hex digits); without one, neither is
+/// set, whatever the caller's environment held.
 #[derive(Parser, Debug)]
 #[command(name = "repoch-consume", version, after_help = exit_codes_help(), after_long_help = exit_codes_help())]
 pub struct Args {
@@ -185,11 +188,17 @@ fn receive_outcome(e: &Error, challenged: bool) -> Outcome {
     }
 }
 
+/// The fencing token's revision (decimal) for the new root, with a `[registry]`.
+pub const FENCING_TOKEN_ENV: &str = "REPOCH_FENCING_TOKEN";
+/// The etcd cluster id (16 hex digits) the token's revision belongs to.
+pub const FENCING_CLUSTER_ENV: &str = "REPOCH_FENCING_CLUSTER";
+
 fn summary(g: &repoch_protocol::grant::Grant, bytes: &[u8]) -> serde_json::Value {
     json!({"deployment": g.deployment.to_hex(), "ready": g.ready_path, "ready_sha256": g.ready_sha256.to_hex(),
            "fences": g.fences.iter().map(|f| f.path.clone()).collect::<Vec<_>>(),
            "frontier": {"seq": g.frontier_seq, "hash": g.frontier_hash.to_hex()},
            "unknown_ops": g.unknown_ops.iter().map(|u| json!({"op": u.op, "name": u.name})).collect::<Vec<_>>(),
+           "fencing": g.fencing.map(|t| json!({"revision": t.revision, "cluster": format!("{:016x}", t.cluster)})),
            "sha256": repoch_protocol::Hash::of(bytes).to_hex()})
 }
 
@@ -329,8 +338,20 @@ pub fn run(args: Args) -> Outcome {
             };
             let mut c = std::process::Command::new(prog);
             c.args(rest).env("REPOCH_GRANT", &out);
-            for k in ["LISTEN_FDS", "LISTEN_FDNAMES", "LISTEN_PID"] {
+            for k in [
+                "LISTEN_FDS",
+                "LISTEN_FDNAMES",
+                "LISTEN_PID",
+                FENCING_TOKEN_ENV,
+                FENCING_CLUSTER_ENV,
+            ] {
                 c.env_remove(k);
+            }
+            // The fleet registry's fencing token, for the new root to hand to its storage
+            // (docs/OPERATOR.md, "Fencing tokens"); never one inherited from our caller.
+            if let Some(t) = got.grant.fencing {
+                c.env(FENCING_TOKEN_ENV, t.revision.to_string())
+                    .env(FENCING_CLUSTER_ENV, format!("{:016x}", t.cluster));
             }
             c.envs(env);
             let err = c.exec();

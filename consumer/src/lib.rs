@@ -608,6 +608,7 @@ mod tests {
             unknown_ops: vec![],
             issued_at: 0,
             listeners: vec![],
+            fencing: None,
         };
         let report = |hashes: &[u8]| LogReport {
             classification: repoch_protocol::epoch::Classification::Receipted,

@@ -156,6 +156,7 @@ fn grant(fences: &[PathBuf]) -> Grant {
         unknown_ops: vec![],
         issued_at: 0,
         listeners: vec![],
+        fencing: None,
     }
 }
 

@@ -27,6 +27,9 @@ pub const BARRIERS: &[&str] = &[
     "after-intent",
     "after-custody",
     "after-final-1",
+    // The fleet registry's claim answered (a manifest with a `[registry]`), consume not
+    // yet appended.
+    "after-claim",
     "after-consume",
     "after-receipt",
     "after-final-2",

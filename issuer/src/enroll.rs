@@ -35,6 +35,23 @@ pub struct ManifestToml {
     pub consumer: ConsumerToml,
     /// Id (or unique prefix) of the deployment this one succeeds.
     pub predecessor: Option<String>,
+    /// The fleet registry (docs/OPERATOR.md, "A fleet registry").
+    pub registry: Option<RegistryToml>,
+}
+
+/// `[registry]`: the etcd cluster that holds the fleet deployment's one epoch.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegistryToml {
+    pub endpoints: Vec<String>,
+    pub ca: String,
+    pub cert: String,
+    pub key: String,
+    /// Default `/repoch`.
+    pub prefix: Option<String>,
+    pub fleet: String,
+    /// Default: this host's name (`uname -n`).
+    pub host: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -89,6 +106,9 @@ pub enum EnrollError {
     Refused { what: String, why: String },
     #[error("{0}")]
     Io(String),
+    /// The fleet registry did not answer (or refused the request): nothing kept.
+    #[error("{0}")]
+    Registry(String),
 }
 
 fn field(field: impl Into<String>, why: impl Into<String>) -> EnrollError {
@@ -189,6 +209,7 @@ pub struct Validated {
     pub containment: Containment,
     pub consumer: Consumer,
     pub predecessor: Option<String>,
+    pub registry: Option<repoch_protocol::fleet::Registry>,
 }
 
 /// Parses and validates a TOML manifest: every path absolute and canonical, every list
@@ -312,6 +333,7 @@ pub fn validate(text: &str) -> Result<Validated, EnrollError> {
         &m.journal.producer_key_file,
     )?;
     let consumer_key = key_field("consumer.key", &m.consumer.key, &m.consumer.key_file)?;
+    let registry = m.registry.map(registry_field).transpose()?;
     Ok(Validated {
         label: m.label,
         fences: m.fences,
@@ -337,6 +359,57 @@ pub fn validate(text: &str) -> Result<Validated, EnrollError> {
             cgroup: m.consumer.cgroup,
         },
         predecessor: m.predecessor,
+        registry,
+    })
+}
+
+/// The default key prefix of a `[registry]`.
+pub const REGISTRY_PREFIX_DEFAULT: &str = "/repoch";
+
+fn registry_field(r: RegistryToml) -> Result<repoch_protocol::fleet::Registry, EnrollError> {
+    use repoch_protocol::fleet::{check_endpoint, check_name, check_prefix, Registry};
+    if r.endpoints.is_empty() || r.endpoints.len() > repoch_protocol::fleet::REGISTRY_ENDPOINTS_MAX
+    {
+        return Err(field(
+            "registry.endpoints",
+            format!(
+                "{} endpoints: 1 to {} are needed",
+                r.endpoints.len(),
+                repoch_protocol::fleet::REGISTRY_ENDPOINTS_MAX
+            ),
+        ));
+    }
+    for (i, e) in r.endpoints.iter().enumerate() {
+        check_endpoint(e).map_err(|w| field(format!("registry.endpoints[{i}]"), w))?;
+    }
+    for (name, p) in [
+        ("registry.ca", &r.ca),
+        ("registry.cert", &r.cert),
+        ("registry.key", &r.key),
+    ] {
+        path_field(name, p)?;
+    }
+    let prefix = r
+        .prefix
+        .unwrap_or_else(|| REGISTRY_PREFIX_DEFAULT.to_owned());
+    check_prefix(&prefix).map_err(|w| field("registry.prefix", w))?;
+    check_name("fleet", &r.fleet).map_err(|w| field("registry.fleet", w))?;
+    let host = match r.host {
+        Some(h) => h,
+        None => rustix::system::uname()
+            .nodename()
+            .to_string_lossy()
+            .into_owned(),
+    };
+    check_name("host", &host).map_err(|w| field("registry.host", w))?;
+    Ok(Registry {
+        endpoints: r.endpoints,
+        ca: r.ca,
+        cert: r.cert,
+        key: r.key,
+        prefix,
+        fleet: r.fleet,
+        host,
     })
 }
 
@@ -436,6 +509,67 @@ pub struct Enrolled {
     /// Whether the epoch log could be made append-only.
     pub log_append_only: Result<(), String>,
     pub manifest_hash: Hash,
+    /// With a `[registry]`: the hosts enrolled for the fleet deployment now (this one
+    /// among them), by name.
+    pub fleet_hosts: Vec<repoch_protocol::fleet::FleetHost>,
+}
+
+/// Records this host under its fleet deployment's name (`PREFIX/hosts/FLEET/HOST`,
+/// created only if absent) and lists the hosts enrolled for it. Refused: the fleet epoch
+/// is already used (a successor takes a new fleet name), or this host is already enrolled
+/// for the fleet as another deployment.
+fn register_host(
+    r: &repoch_protocol::fleet::Registry,
+    host: &repoch_protocol::fleet::FleetHost,
+) -> Result<Vec<repoch_protocol::fleet::FleetHost>, EnrollError> {
+    use repoch_protocol::fleet::FleetHost;
+    use repoch_registry::Claimed;
+    let unavailable = |e: repoch_registry::Error| {
+        EnrollError::Registry(format!("registry {}: {e}", r.host_key()))
+    };
+    let mut client = crate::fleet::connect(r).map_err(|e| EnrollError::Registry(e.to_string()))?;
+    let (_, epoch) = client.get(r.epoch_key().as_bytes()).map_err(unavailable)?;
+    if let Some(e) = epoch {
+        return Err(field(
+            "registry.fleet",
+            format!(
+                "the fleet epoch {} is used ({}); a successor deployment takes a new fleet name",
+                r.epoch_key(),
+                crate::fleet::holder(&e)
+            ),
+        ));
+    }
+    match client
+        .claim(
+            r.host_key().as_bytes(),
+            &host.to_bytes(),
+            crate::fleet::CLAIM_ROUNDS_MAX,
+        )
+        .map_err(unavailable)?
+    {
+        Claimed::Ours { .. } => {}
+        Claimed::Theirs { entry, .. } => {
+            let was = FleetHost::from_bytes(&entry.value)
+                .map(|h| format!("deployment {}", h.deployment))
+                .unwrap_or_else(|e| format!("a value that is no host record ({e})"));
+            return Err(field(
+                "registry.host",
+                format!(
+                    "{} is already enrolled for fleet {} as {was} ({}): one deployment per host and fleet name",
+                    r.host,
+                    r.fleet,
+                    r.host_key()
+                ),
+            ));
+        }
+    }
+    let (_, listed) = client
+        .list(r.hosts_prefix().as_bytes())
+        .map_err(unavailable)?;
+    Ok(listed
+        .iter()
+        .filter_map(|e| FleetHost::from_bytes(&e.value).ok())
+        .collect())
 }
 
 /// Creates the journal with its genesis; returns its identity, genesis hash and whether the
@@ -654,6 +788,8 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
     let dfd = open_path(&deployments, OFlags::RDONLY | OFlags::DIRECTORY, 0)
         .map_err(|e| EnrollError::Io(format!("{}: {e}", deployments.display())))?;
     let mut manifest_hash = Hash::ZERO;
+    let mut fleet_hosts = Vec::new();
+    let mut registry_error = None;
     let result = enroll_sequence(&mut Real, &dfd, &id, issuer, |_, staged| {
         let ident = |fd| match fstat_identity(fd) {
             Ok(id) if id.birth.is_none() => Err(format!("state directory: {NO_BIRTH_TIME}")),
@@ -696,6 +832,7 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
                 journal_genesis,
                 producer_key: v.producer_key,
             },
+            registry: v.registry.clone(),
         };
         let bytes = SignedManifest::sign(manifest, &key).to_bytes();
         manifest_hash = Hash::of(&bytes);
@@ -709,12 +846,30 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
                 predecessor,
             },
         };
+        // Last, once the manifest's hash is known: a registry that refuses or does not
+        // answer leaves nothing enrolled here.
+        if let Some(r) = &v.registry {
+            let host = repoch_protocol::fleet::FleetHost {
+                fleet: r.fleet.clone(),
+                host: r.host.clone(),
+                deployment: id,
+                manifest: manifest_hash,
+                label: v.label.clone(),
+            };
+            fleet_hosts = register_host(r, &host).map_err(|e| {
+                registry_error = Some(e.clone());
+                e.to_string()
+            })?;
+        }
         Ok((bytes, SignedEpochRecord::sign(genesis, &key)))
     });
     if let Err(e) = result {
         // Leave nothing a later enrollment or issuance could take for a deployment.
         let _ = std::fs::remove_dir_all(deployments.join(staging_name(&id)));
         remove_journal(&v.journal_path);
+        if let Some(e) = registry_error {
+            return Err(e);
+        }
         return Err(EnrollError::Io(format!(
             "enrollment failed, nothing kept: {e}"
         )));
@@ -729,6 +884,7 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
         journal_append_only: append_only,
         log_append_only,
         manifest_hash,
+        fleet_hosts,
     })
 }
 

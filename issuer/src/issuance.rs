@@ -23,11 +23,13 @@ use repoch_protocol::cbor::Canonical;
 use repoch_protocol::epoch::{
     Classification, Contender, EpochBody, EpochRecord, SignedEpochRecord,
 };
+use repoch_protocol::fleet::{FencingToken, FleetClaim};
 use repoch_protocol::grant::{Challenge, ConsumerPeer, Grant, SignedGrant};
 use repoch_protocol::manifest::Manifest;
 use repoch_protocol::wire::{AdminEvent, Verdict};
 use repoch_protocol::{DeploymentId, Hash, Identity, Reason};
 
+use crate::fleet::Fleet;
 use crate::layout::Layout;
 use crate::log::{AppendError, EpochLog};
 use crate::observe::{Fences, Observation, Observe};
@@ -227,6 +229,8 @@ struct Common<W: World> {
     progress: Progress,
     /// repochd's stop, asked right before the intent.
     stop: Stop,
+    /// The fleet registry, when the manifest names one (crate::fleet).
+    fleet: Option<Box<dyn Fleet>>,
     /// The issuer lock, held while the issuance lives (last field: dropped last).
     _lock: W::Lock,
 }
@@ -386,6 +390,10 @@ impl<W: World> Reserved<W> {
             step: "reserve".into(),
             detail: format!("issuer lock held; epoch {}", class.as_str()),
         });
+        let fleet = match &o.manifest.registry {
+            Some(r) => Some(world.fleet(r).map_err(Ended::one)?),
+            None => None,
+        };
         let observer = world.observer(&o.manifest, approve_ready);
         let stop = world.stop();
         Ok(Reserved {
@@ -399,6 +407,7 @@ impl<W: World> Reserved<W> {
                 fences: Fences::default(),
                 progress,
                 stop,
+                fleet,
                 _lock: o.lock,
             },
         })
@@ -564,6 +573,7 @@ impl<W: World> Observed<W> {
                 first: self.first,
                 consumer,
                 peer,
+                claim: None,
             },
         })
     }
@@ -577,6 +587,8 @@ struct Session<C, W: World> {
     first: Observation,
     consumer: C,
     peer: ConsumerPeer,
+    /// The fleet registry's claim this issuance won, and its fencing token (from step 7).
+    claim: Option<(FleetClaim, FencingToken)>,
 }
 
 /// Step 5's proof: the challenge and the consumer's signature of it with its enrolled key.
@@ -620,6 +632,22 @@ impl<C: ConsumerLink, W: World> Connected<C, W> {
             ));
         }
         self.s.first = now;
+        // The fleet epoch must be unclaimed, and the registry answering, before anything
+        // is written: a restored or second host is refused here, nothing written.
+        if let Some(r) = self.s.c.manifest.registry.clone() {
+            self.s.c.say(
+                "registry",
+                format!("fleet epoch {}: unclaimed?", r.epoch_key()),
+            );
+            let looked = match &mut self.s.c.fleet {
+                Some(fleet) => crate::fleet::look(fleet.as_mut(), &r),
+                None => Ok(()),
+            };
+            if let Err(r) = looked {
+                self.s.consumer.refuse(r.reason, &r.detail());
+                return Err(Ended::one(r));
+            }
+        }
         crate::barrier::reach("before-intent");
         // The last point before anything is written: a stopping repochd ends here, and
         // never after the intent (crate::stop).
@@ -770,16 +798,63 @@ pub struct Verified1<C, W: World = Host> {
 }
 
 impl<C: ConsumerLink, W: World> Verified1<C, W> {
+    /// The fleet registry's claim (a manifest with a `[registry]`): after the intent and
+    /// the first final verification, right before `consume`. Won: the fencing token the
+    /// consume record and the grant carry. Another host's: `Err((refusal, false))`,
+    /// withheld `epoch-consumed` naming it. No answer: `Err((refusal, true))`, withheld and
+    /// uncertain (the claim may have applied; a key naming this host is never reused).
+    fn claim_fleet_epoch(&mut self) -> Result<Option<FencingToken>, (Refusal, bool)> {
+        let (Some(r), Some(fleet)) = (&self.s.c.manifest.registry, &mut self.s.c.fleet) else {
+            return Ok(None);
+        };
+        let claim = FleetClaim {
+            fleet: r.fleet.clone(),
+            host: r.host.clone(),
+            deployment: self.s.c.id,
+            intent: self.intent,
+            evidence: self.s.first.digest,
+        };
+        let won = crate::fleet::claim(fleet.as_mut(), r, &claim);
+        let key = r.epoch_key();
+        crate::barrier::reach("after-claim");
+        match won {
+            Ok(token) => {
+                self.s
+                    .c
+                    .say("registry", format!("fleet epoch {key} claimed: {token}"));
+                self.s.claim = Some((claim, token));
+                Ok(Some(token))
+            }
+            Err(crate::fleet::Lost::Refused(r)) => Err((r, false)),
+            Err(crate::fleet::Lost::Unknown(r)) => Err((r, true)),
+        }
+    }
+
     /// Step 7: the consumer must still be there (else `withheld{consumer-lost}`, nothing
     /// consumed); append and fsync `consume`.
     pub fn consume(mut self) -> Result<Consumed<C, W>, Ended> {
         if let Err(r) = still_alive(&mut self.s.consumer, &self.s.peer) {
             return Err(withhold(self.s.c, &mut self.s.consumer, r));
         }
+        let fencing = match self.claim_fleet_epoch() {
+            Ok(f) => f,
+            Err((r, unknown)) => {
+                let mut ended = withhold(self.s.c, &mut self.s.consumer, r);
+                if unknown {
+                    ended.outcome = Verdict::Uncertain;
+                    ended.detail = format!(
+                        "{}; whether the fleet registry recorded this host's claim is unknown: the fleet epoch is never reused",
+                        ended.detail
+                    );
+                }
+                return Err(ended);
+            }
+        };
         let body = EpochBody::Consume {
             consumer: self.s.peer.clone(),
             challenge: self.proof.challenge.clone(),
             custody: self.proof.custody,
+            fencing,
         };
         let h = publish(&mut self.s.c, &mut self.s.consumer, body)?;
         Ok(Consumed {
@@ -817,6 +892,7 @@ impl<C: ConsumerLink, W: World> Consumed<C, W> {
             unknown_ops: self.s.first.unknown_ops.clone(),
             issued_at: now(),
             listeners: self.s.c.fences.grant_listeners(),
+            fencing: self.s.claim.as_ref().map(|(_, t)| *t),
         };
         let bytes = SignedGrant::sign(grant, &self.s.c.key).to_bytes();
         publish(
@@ -869,6 +945,16 @@ impl<C: ConsumerLink, W: World> Verified2<C, W> {
         // The peer that gets the grant is still the one recorded in intent and consume.
         if let Err(r) = same_peer(&mut self.s.consumer, &self.s.peer) {
             return Err(withhold(self.s.c, &mut self.s.consumer, r));
+        }
+        // The fleet epoch still holds this issuance's claim, unmodified.
+        if let (Some(r), Some(fleet), Some((claim, token))) = (
+            &self.s.c.manifest.registry,
+            &mut self.s.c.fleet,
+            &self.s.claim,
+        ) {
+            if let Err(r) = crate::fleet::still_ours(fleet.as_mut(), r, claim, token) {
+                return Err(withhold(self.s.c, &mut self.s.consumer, r));
+            }
         }
         self.s.c.say(
             "dispatch",

@@ -4,6 +4,7 @@
 
 pub mod barrier;
 pub mod enroll;
+pub mod fleet;
 pub mod issuance;
 pub mod keys;
 pub mod layout;

@@ -11,6 +11,10 @@ use std::os::fd::OwnedFd;
 use repoch_protocol::manifest::Manifest;
 use repoch_protocol::{DeploymentId, Hash, PublicKey};
 
+use repoch_protocol::fleet::Registry;
+use repoch_protocol::Reason;
+
+use crate::fleet::Fleet;
 use crate::layout::Layout;
 use crate::observe::{Observe, Observer};
 use crate::refusal::Refusal;
@@ -58,6 +62,16 @@ pub trait World {
     fn stop(&self) -> Stop {
         Stop::default()
     }
+    /// The fleet registry a manifest's `[registry]` names (crate::fleet). A world without
+    /// one refuses `registry-unavailable`.
+    fn fleet(&mut self, r: &Registry) -> Result<Box<dyn Fleet>, Refusal> {
+        Err(Refusal::new(
+            Reason::RegistryUnavailable,
+            format!("registry {}", r.epoch_key()),
+            "a registry client",
+            "none in this world",
+        ))
+    }
 }
 
 /// The host: the real file system under a state root, `flock`, the live observers.
@@ -99,5 +113,8 @@ impl World for Host {
     }
     fn stop(&self) -> Stop {
         self.stop.clone()
+    }
+    fn fleet(&mut self, r: &Registry) -> Result<Box<dyn Fleet>, Refusal> {
+        Ok(Box::new(crate::fleet::connect(r)?))
     }
 }

@@ -148,6 +148,7 @@ fn manifest() -> Manifest {
             journal_genesis: Hash([4; 32]),
             producer_key: issuer(),
         },
+        registry: None,
     }
 }
 

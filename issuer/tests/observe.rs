@@ -74,6 +74,7 @@ fn manifest(dir: &Path) -> Manifest {
             journal_genesis: Hash::ZERO,
             producer_key: PublicKey([3; 32]),
         },
+        registry: None,
     }
 }
 

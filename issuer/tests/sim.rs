@@ -70,6 +70,7 @@ fn bodies(withheld_at: Option<usize>) -> Vec<EpochBody> {
             consumer: peer(),
             challenge: c,
             custody: [5; 64],
+            fencing: None,
         },
         EpochBody::Receipt {
             grant: vec![6; 900],

@@ -125,6 +125,33 @@ impl Fields {
         }
     }
 
+    /// Opens an array of `min` to `max` items: a record whose last fields are optional
+    /// (present only when set: one encoding per value). [`Fields::more`] tells whether one
+    /// is left.
+    pub fn open_between(
+        v: Value,
+        what: &'static str,
+        min: usize,
+        max: usize,
+    ) -> Result<Self, DecodeError> {
+        match v {
+            Value::Array(items) if (min..=max).contains(&items.len()) => Ok(Fields {
+                what,
+                items: items.into_iter(),
+            }),
+            Value::Array(items) => Err(DecodeError::schema(
+                what,
+                format!("expected {min} to {max} fields, found {}", items.len()),
+            )),
+            _ => Err(DecodeError::schema(what, "expected an array")),
+        }
+    }
+
+    /// Whether a field is left to read.
+    pub fn more(&self) -> bool {
+        self.items.len() > 0
+    }
+
     pub fn field(&mut self) -> Result<Value, DecodeError> {
         self.items
             .next()

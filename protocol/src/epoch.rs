@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use ciborium::value::Value;
 
 use crate::cbor::{self, Canonical, DecodeError, Fields};
+use crate::fleet::FencingToken;
 use crate::grant::{Challenge, ConsumerPeer};
 use crate::limits::*;
 use crate::manifest::Predecessor;
@@ -65,6 +66,9 @@ pub enum EpochBody {
         consumer: ConsumerPeer,
         challenge: Challenge,
         custody: [u8; SIGNATURE_BYTES],
+        /// The fleet registry's claim this consume follows (a deployment with a
+        /// `[registry]`); encoded only when present.
+        fencing: Option<FencingToken>,
     },
     Receipt {
         grant: Vec<u8>,
@@ -148,12 +152,19 @@ impl EpochBody {
                 consumer,
                 challenge,
                 custody,
-            } => cbor::array(vec![
-                k,
-                consumer.to_value(),
-                challenge.to_value(),
-                cbor::bytes(custody),
-            ]),
+                fencing,
+            } => {
+                let mut fields = vec![
+                    k,
+                    consumer.to_value(),
+                    challenge.to_value(),
+                    cbor::bytes(custody),
+                ];
+                if let Some(t) = fencing {
+                    fields.push(t.to_value());
+                }
+                cbor::array(fields)
+            }
             EpochBody::Receipt { grant } => cbor::array(vec![k, cbor::bytes(grant)]),
             EpochBody::Withheld { reason, detail } => {
                 cbor::array(vec![k, reason.to_value(), cbor::text(detail)])
@@ -189,12 +200,16 @@ impl EpochBody {
                 }
             }
             "consume" => {
-                let mut f = Fields::open(v, "consume", 4)?;
+                let mut f = Fields::open_between(v, "consume", 4, 5)?;
                 f.expect_text("consume")?;
                 EpochBody::Consume {
                     consumer: ConsumerPeer::from_value(f.field()?)?,
                     challenge: Challenge::from_value(f.field()?)?,
                     custody: f.bytes()?,
+                    fencing: match f.more() {
+                        true => Some(FencingToken::from_value(f.field()?)?),
+                        false => None,
+                    },
                 }
             }
             "receipt" => {

@@ -194,6 +194,9 @@ pub struct Grant {
     /// follow the fences' in the grant message (docs/PROTOCOL.md, "Grant socket").
     /// Encoded only when not empty (a thirteen-field grant has none).
     pub listeners: Vec<Listener>,
+    /// The fleet registry's fencing token (a deployment with a `[registry]`): the
+    /// fifteenth field, after the listeners (then an empty list when none).
+    pub fencing: Option<crate::fleet::FencingToken>,
 }
 
 pub const GRANT_VERSION: u64 = 1;
@@ -215,17 +218,20 @@ impl Canonical for Grant {
             cbor::list(&self.unknown_ops),
             cbor::uint(self.issued_at),
         ];
-        if !self.listeners.is_empty() {
+        if !self.listeners.is_empty() || self.fencing.is_some() {
             fields.push(cbor::list(&self.listeners));
+        }
+        if let Some(t) = &self.fencing {
+            fields.push(t.to_value());
         }
         cbor::array(fields)
     }
     fn from_value(v: Value) -> Result<Self, DecodeError> {
         let arity = match &v {
-            Value::Array(items) if items.len() == 14 => 14,
-            _ => 13,
+            Value::Array(items) => items.len(),
+            _ => 0,
         };
-        let mut f = Fields::open(v, "grant", arity)?;
+        let mut f = Fields::open_between(v, "grant", 13, 15)?;
         if f.uint()? != GRANT_VERSION {
             return Err(DecodeError::schema("grant", "unsupported version"));
         }
@@ -243,16 +249,20 @@ impl Canonical for Grant {
             unknown_ops: f.list(UNKNOWN_OPS_MAX, UnknownOp::from_value)?,
             issued_at: f.uint()?,
             listeners: Vec::new(),
+            fencing: None,
         };
-        if arity == 14 {
+        if f.more() {
             g.listeners = f.list(LISTENERS_MAX, Listener::from_value)?;
-            if g.listeners.is_empty() {
-                // One encoding per value: no listeners is the thirteen-field form.
-                return Err(DecodeError::schema(
-                    "grant",
-                    "a listener list is present only when not empty",
-                ));
-            }
+        }
+        if f.more() {
+            g.fencing = Some(crate::fleet::FencingToken::from_value(f.field()?)?);
+        }
+        if arity == 14 && g.listeners.is_empty() {
+            // One encoding per value: no listeners and no token is the thirteen-field form.
+            return Err(DecodeError::schema(
+                "grant",
+                "a listener list is present only when not empty or followed by a fencing token",
+            ));
         }
         Ok(g)
     }

@@ -15,6 +15,7 @@
 pub mod cbor;
 pub mod checkpoint;
 pub mod epoch;
+pub mod fleet;
 /// The fuzz targets' entry points, with their fixed test keys: only with the `fuzz`
 /// feature (the fuzz crate and this crate's own tests enable it), never in a production
 /// build.

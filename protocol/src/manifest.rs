@@ -311,6 +311,9 @@ pub struct Manifest {
     pub containment: Containment,
     pub consumer: Consumer,
     pub lineage: Lineage,
+    /// The fleet registry this deployment's epoch is also claimed in (docs/OPERATOR.md,
+    /// "A fleet registry"); `None`: this host's log alone. Encoded only when set.
+    pub registry: Option<crate::fleet::Registry>,
 }
 
 /// Inventory entries: state dir, epoch log, issuer lock, journal, fences and stores.
@@ -329,7 +332,7 @@ impl Manifest {
 
 impl Canonical for Manifest {
     fn to_value(&self) -> Value {
-        cbor::array(vec![
+        let mut fields = vec![
             cbor::uint(MANIFEST_VERSION),
             cbor::bytes(&self.deployment.0),
             cbor::text(&self.label),
@@ -340,10 +343,14 @@ impl Canonical for Manifest {
             self.containment.to_value(),
             self.consumer.to_value(),
             self.lineage.to_value(),
-        ])
+        ];
+        if let Some(r) = &self.registry {
+            fields.push(r.to_value());
+        }
+        cbor::array(fields)
     }
     fn from_value(v: Value) -> Result<Self, DecodeError> {
-        let mut f = Fields::open(v, "manifest", 10)?;
+        let mut f = Fields::open_between(v, "manifest", 10, 11)?;
         if f.uint()? != MANIFEST_VERSION {
             return Err(DecodeError::schema("manifest", "unsupported version"));
         }
@@ -359,6 +366,10 @@ impl Canonical for Manifest {
             containment: Containment::from_value(f.field()?)?,
             consumer: Consumer::from_value(f.field()?)?,
             lineage: Lineage::from_value(f.field()?)?,
+            registry: match f.more() {
+                true => Some(crate::fleet::Registry::from_value(f.field()?)?),
+                false => None,
+            },
         })
     }
 }

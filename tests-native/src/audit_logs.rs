@@ -111,6 +111,7 @@ pub fn log(key: &SigningKey, i: u64) -> Vec<u8> {
             consumer: peer,
             challenge: challenge.clone(),
             custody: challenge.answer(&consumer_key),
+            fencing: None,
         },
         &mut records,
     );
@@ -131,6 +132,7 @@ pub fn log(key: &SigningKey, i: u64) -> Vec<u8> {
         unknown_ops: Vec::new(),
         issued_at: 1_790_000_100,
         listeners: vec![],
+        fencing: None,
     };
     append(
         EpochBody::Receipt {

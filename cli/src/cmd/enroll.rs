@@ -46,7 +46,17 @@ pub fn run(ctx: &Ctx, manifest: &Path) -> CmdResult {
             "enrolled",
             e.to_string(),
         )]),
+        repoch_issuer::enroll::EnrollError::Registry(_) => Failure::Refused(vec![Refusal::new(
+            Reason::RegistryUnavailable,
+            manifest.display().to_string(),
+            "this host recorded in the fleet registry",
+            format!("{e}; enrollment failed, nothing kept"),
+        )]),
     })?;
+    let fleet = v.registry.as_ref().map(|r| {
+        json!({"name": r.fleet, "host": r.host, "epoch_key": r.epoch_key(),
+               "hosts": e.fleet_hosts.iter().map(|h| json!({"host": h.host, "deployment": h.deployment.to_hex(), "label": h.label})).collect::<Vec<_>>()})
+    });
     let absent = absent_now(&v.containment);
     let journal_err = e.journal_append_only.clone().err();
     let log_err = e.log_append_only.clone().err();
@@ -55,7 +65,8 @@ pub fn run(ctx: &Ctx, manifest: &Path) -> CmdResult {
         json!({"outcome": "enrolled", "deployment": e.id.to_hex(), "state_dir": e.state_dir, "manifest_sha256": e.manifest_hash.to_hex(),
                "journal_append_only": journal_err.is_none(), "journal_append_only_error": journal_err,
                "log_append_only": log_err.is_none(), "log_append_only_error": log_err,
-               "absent_at_enrollment": absent.iter().map(|(k, p, w)| json!({"kind": k, "path": p, "observed": w})).collect::<Vec<_>>()}),
+               "absent_at_enrollment": absent.iter().map(|(k, p, w)| json!({"kind": k, "path": p, "observed": w})).collect::<Vec<_>>(),
+               "fleet": fleet}),
         || e.id.to_hex(),
     );
     if !ctx.json {
@@ -64,6 +75,19 @@ pub fn run(ctx: &Ctx, manifest: &Path) -> CmdResult {
         }
         for (kind, path, what) in &absent {
             warn(&format!("repoch: warning: {kind} {path} {what}: it is observed as absent (contained), so a misspelt path checks nothing; the deployment cannot be re-enrolled"));
+        }
+        if let Some(r) = &v.registry {
+            let hosts: Vec<String> = e
+                .fleet_hosts
+                .iter()
+                .map(|h| format!("{} (deployment {})", h.host, h.deployment))
+                .collect();
+            warn(&format!(
+                "repoch: fleet {}: this host is {}; the hosts that may recover it: {}",
+                r.fleet,
+                r.host,
+                hosts.join(", ")
+            ));
         }
         if let Some(w) = &log_err {
             warn(&format!("repoch: warning: the epoch log is not append-only ({w}); only its owner and mode protect it"));

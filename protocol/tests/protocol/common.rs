@@ -4,6 +4,7 @@
 use ed25519_dalek::SigningKey;
 use repoch_protocol::cbor::Canonical;
 use repoch_protocol::epoch::{Contender, EpochBody, EpochRecord, SignedEpochRecord};
+use repoch_protocol::fleet::{FencingToken, FleetClaim, FleetHost, Registry};
 use repoch_protocol::grant::{Challenge, ConsumerPeer, Grant, GrantFence, SignedGrant, UnknownOp};
 use repoch_protocol::journal::{JournalBody, JournalRecord, OpOutcome, SignedJournalRecord};
 use repoch_protocol::manifest::*;
@@ -97,6 +98,7 @@ pub fn manifest() -> Manifest {
             journal_genesis: Hash([4; 32]),
             producer_key: pk(&producer()),
         },
+        registry: None,
     }
 }
 
@@ -140,6 +142,7 @@ pub fn grant() -> Grant {
         }],
         issued_at: 1_790_000_100,
         listeners: vec![],
+        fencing: None,
     }
 }
 
@@ -178,6 +181,7 @@ pub fn epoch_records() -> Vec<SignedEpochRecord> {
             consumer: peer(),
             challenge: challenge(),
             custody: challenge().answer(&consumer()),
+            fencing: None,
         },
         EpochBody::Receipt {
             grant: SignedGrant::sign(grant(), &issuer()).to_bytes(),
@@ -271,6 +275,30 @@ pub fn journal_bytes(records: &[SignedJournalRecord]) -> Vec<u8> {
 }
 
 /// One named sample of each top-level structure: (CDDL rule, canonical bytes).
+/// A `[registry]` naming a three-member cluster.
+pub fn registry() -> Registry {
+    Registry {
+        endpoints: vec![
+            "https://10.0.0.1:2379".into(),
+            "https://10.0.0.2:2379".into(),
+            "https://etcd-3.example:2379".into(),
+        ],
+        ca: "/etc/repoch/etcd-ca.pem".into(),
+        cert: "/etc/repoch/etcd-client.pem".into(),
+        key: "/etc/repoch/etcd-client.key".into(),
+        prefix: "/repoch/prod".into(),
+        fleet: "billing".into(),
+        host: "host-a".into(),
+    }
+}
+
+pub fn token() -> FencingToken {
+    FencingToken {
+        cluster: 0x5a2b_c3d4_e5f6_0718,
+        revision: 42,
+    }
+}
+
 pub fn samples() -> Vec<(&'static str, Vec<u8>)> {
     let mut v = vec![
         (
@@ -455,5 +483,89 @@ pub fn samples() -> Vec<(&'static str, Vec<u8>)> {
         };
         SignedJournalRecord::sign(r, &producer()).to_bytes()
     }));
+    // The fleet registry's forms (after every older sample: their vectors keep their lines).
+    v.extend(vec![
+        (
+            "signed-manifest",
+            SignedManifest::sign(
+                Manifest {
+                    registry: Some(registry()),
+                    ..manifest()
+                },
+                &issuer(),
+            )
+            .to_bytes(),
+        ),
+        (
+            "signed-grant",
+            SignedGrant::sign(
+                Grant {
+                    fencing: Some(token()),
+                    ..grant()
+                },
+                &issuer(),
+            )
+            .to_bytes(),
+        ),
+        (
+            "signed-grant",
+            SignedGrant::sign(
+                Grant {
+                    fencing: Some(token()),
+                    listeners: manifest().containment.listeners,
+                    ..grant()
+                },
+                &issuer(),
+            )
+            .to_bytes(),
+        ),
+        (
+            "fleet-claim",
+            FleetClaim {
+                fleet: "billing".into(),
+                host: "host-a".into(),
+                deployment: DEP,
+                intent: Hash([6; 32]),
+                evidence: Hash([12; 32]),
+            }
+            .to_bytes(),
+        ),
+        (
+            "fleet-host",
+            FleetHost {
+                fleet: "billing".into(),
+                host: "host-a".into(),
+                deployment: DEP,
+                manifest: Hash([15; 32]),
+                label: "billing-root".into(),
+            }
+            .to_bytes(),
+        ),
+    ]);
+    for r in chain(vec![
+        EpochBody::Genesis {
+            manifest: Hash([15; 32]),
+            issuer_key: pk(&issuer()),
+            predecessor: None,
+        },
+        EpochBody::Intent {
+            evidence: Hash([1; 32]),
+            facts: vec![],
+            contender: Contender {
+                pid: 1,
+                start_ticks: 1,
+                boot_id: "x".into(),
+            },
+            consumer: peer(),
+        },
+        EpochBody::Consume {
+            consumer: peer(),
+            challenge: challenge(),
+            custody: challenge().answer(&consumer()),
+            fencing: Some(token()),
+        },
+    ]) {
+        v.push(("signed-epoch-record", r.to_bytes()));
+    }
     v
 }

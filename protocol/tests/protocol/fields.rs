@@ -216,6 +216,60 @@ fn held_listeners_are_a_fourteenth_grant_field_only_when_present() {
     items.push(cbor::array(vec![]));
     assert_eq!(
         Grant::from_value(cbor::array(items)).unwrap_err(),
-        schema("grant", "a listener list is present only when not empty")
+        schema(
+            "grant",
+            "a listener list is present only when not empty or followed by a fencing token"
+        )
+    );
+}
+
+#[test]
+fn a_fencing_token_is_a_fifteenth_grant_field_after_a_listener_list_that_may_be_empty() {
+    use repoch_protocol::fleet::FencingToken;
+    use repoch_protocol::grant::Grant;
+    let token = FencingToken {
+        cluster: 7,
+        revision: 42,
+    };
+    for listeners in [vec![], manifest().containment.listeners] {
+        let g = Grant {
+            listeners,
+            fencing: Some(token),
+            ..grant()
+        };
+        let Value::Array(items) = g.to_value() else {
+            unreachable!()
+        };
+        assert_eq!(items.len(), 15);
+        assert_eq!(Grant::from_bytes(&g.to_bytes()).unwrap(), g);
+    }
+    // A token of revision 0 is no token.
+    let Value::Array(mut items) = grant().to_value() else {
+        unreachable!()
+    };
+    items.push(cbor::array(vec![]));
+    items.push(cbor::array(vec![cbor::uint(7), cbor::uint(0)]));
+    assert!(Grant::from_value(cbor::array(items)).is_err());
+}
+
+#[test]
+fn a_registry_is_an_eleventh_manifest_field_and_a_token_a_fifth_consume_field() {
+    use repoch_protocol::manifest::Manifest;
+    let m = Manifest {
+        registry: Some(crate::common::registry()),
+        ..manifest()
+    };
+    let Value::Array(items) = m.to_value() else {
+        unreachable!()
+    };
+    assert_eq!(items.len(), 11);
+    assert_eq!(Manifest::from_bytes(&m.to_bytes()).unwrap(), m);
+    let Value::Array(items) = manifest().to_value() else {
+        unreachable!()
+    };
+    assert_eq!(
+        items.len(),
+        10,
+        "no registry: the ten-field form, as before"
     );
 }

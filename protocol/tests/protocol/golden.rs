@@ -44,6 +44,12 @@ fn check(rule: &str, bytes: &[u8]) {
         "grant-msg" => repoch_protocol::wire::GrantMsg::from_bytes(bytes)
             .unwrap()
             .to_bytes(),
+        "fleet-claim" => repoch_protocol::fleet::FleetClaim::from_bytes(bytes)
+            .unwrap()
+            .to_bytes(),
+        "fleet-host" => repoch_protocol::fleet::FleetHost::from_bytes(bytes)
+            .unwrap()
+            .to_bytes(),
         other => panic!("no checker for {other}"),
     };
     assert_eq!(again, bytes, "{rule} does not re-encode byte-identically");

@@ -39,6 +39,7 @@ prop_compose! {
         ops in proptest::collection::vec((any::<u64>(), "[ -~]{0,40}"), 0..5),
         seq in any::<u64>(),
         at in any::<u64>(),
+        fencing in proptest::option::of((any::<u64>(), 1..u64::MAX)),
     ) -> Grant {
         Grant {
             deployment: DeploymentId(dep),
@@ -54,6 +55,7 @@ prop_compose! {
             unknown_ops: ops.into_iter().map(|(op, name)| UnknownOp { op, name }).collect(),
             issued_at: at,
             listeners: vec![],
+            fencing: fencing.map(|(cluster, revision)| repoch_protocol::fleet::FencingToken { cluster, revision }),
         }
     }
 }

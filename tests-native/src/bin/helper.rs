@@ -660,6 +660,7 @@ fn main() {
                 unknown_ops: vec![],
                 issued_at: 0,
                 listeners: vec![],
+                fencing: None,
             };
             let bytes = SignedGrant::sign(grant, &issuer).to_bytes();
             // args[7], optional: a checkpoint the consumer must refuse.

@@ -281,6 +281,7 @@ pub(crate) fn a_full_disk_never_leaves_a_partial_record() {
             nonce: [4; 32],
         },
         custody: [5; 64],
+        fencing: None,
     };
     // Pad the intent until genesis + intent + consume end in the last quarter of a page.
     let genesis = std::fs::metadata(s.log(&id)).unwrap().len() as usize;

@@ -222,6 +222,11 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            fleet::two_hosts_of_one_fleet_recover_once_and_the_loser_writes_nothing,
+            ETCD
+        ),
+        trial!(
+            root,
             lock_kinds::a_lock_of_every_kind_on_a_fence_is_fence_busy_naming_its_holder,
             &[PYTHON3]
         ),

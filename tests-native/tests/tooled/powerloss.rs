@@ -87,6 +87,7 @@ fn body(phase: usize, dep: DeploymentId) -> EpochBody {
                 nonce: [4; 32],
             },
             custody: [5; 64],
+            fencing: None,
         },
         _ => EpochBody::Receipt {
             grant: vec![6; 300],

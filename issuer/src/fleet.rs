@@ -1,0 +1,164 @@
+//! The fleet registry, as the issuance and enrollment use it (docs/ARCHITECTURE.md, "The
+//! fleet registry"): a deployment whose manifest names a `[registry]` also claims its epoch
+//! in etcd, so that no second host, restored backup or reverted snapshot can use it again.
+//!
+//! - right before the intent, [`look`]: the fleet epoch must be unclaimed (else
+//!   `epoch-consumed` naming the holder), and the registry must answer (else
+//!   `registry-unavailable`); nothing written either way;
+//! - after the intent and the first final verification, before `consume`, [`claim`]: one
+//!   create-if-absent transaction; only one host's claim ever wins, and its create
+//!   revision with the cluster id is the fencing token the consume record and the grant
+//!   carry;
+//! - right before the dispatch, [`still_ours`]: the key still holds exactly that claim,
+//!   never modified since (its mod revision is its create revision).
+
+use std::time::Duration;
+
+use repoch_protocol::cbor::Canonical;
+use repoch_protocol::fleet::{FencingToken, FleetClaim, Registry};
+use repoch_protocol::Reason;
+use repoch_registry::{Claimed, Client, Entry, Error};
+
+use crate::refusal::Refusal;
+
+/// One registry call's wait for an endpoint's answer.
+pub const REGISTRY_CALL_SECONDS_MAX: u64 = 5;
+/// Rounds of "create, and if the answer was lost, read back" before a claim's outcome is
+/// called unknown.
+pub const CLAIM_ROUNDS_MAX: u32 = 3;
+
+/// What the issuance asks of the registry ([`Client`] on a host; a test may script it).
+pub trait Fleet: Send {
+    /// A linearizable read: the cluster id, and the key's entry if it exists.
+    fn get(&mut self, key: &[u8]) -> Result<(u64, Option<Entry>), Error>;
+    /// Create-if-absent with read-back ([`Client::claim`]).
+    fn claim(&mut self, key: &[u8], value: &[u8]) -> Result<Claimed, Error>;
+}
+
+impl Fleet for Client {
+    fn get(&mut self, key: &[u8]) -> Result<(u64, Option<Entry>), Error> {
+        Client::get(self, key).map(|(h, e)| (h.cluster, e))
+    }
+    fn claim(&mut self, key: &[u8], value: &[u8]) -> Result<Claimed, Error> {
+        Client::claim(self, key, value, CLAIM_ROUNDS_MAX)
+    }
+}
+
+/// The registry's client for a deployment's `[registry]`: credentials read, nothing sent.
+pub fn connect(r: &Registry) -> Result<Client, Refusal> {
+    let spec = repoch_registry::Spec {
+        endpoints: r.endpoints.clone(),
+        ca: r.ca.clone().into(),
+        cert: r.cert.clone().into(),
+        key: r.key.clone().into(),
+    };
+    Client::connect(&spec, Duration::from_secs(REGISTRY_CALL_SECONDS_MAX))
+        .map_err(|e| unavailable(r, "usable credentials", e))
+}
+
+fn unavailable(r: &Registry, expected: &str, e: Error) -> Refusal {
+    Refusal::new(
+        Reason::RegistryUnavailable,
+        format!("registry {}", r.epoch_key()),
+        expected,
+        e.to_string(),
+    )
+}
+
+/// Who holds the fleet epoch, as the key's value says.
+pub fn holder(e: &Entry) -> String {
+    match FleetClaim::from_bytes(&e.value) {
+        Ok(c) => format!("claimed by {c} at revision {}", e.create_revision),
+        Err(err) => format!(
+            "claimed at revision {} by a value that is no fleet claim ({err})",
+            e.create_revision
+        ),
+    }
+}
+
+/// Right before the intent: the fleet epoch is unclaimed and the registry answers.
+pub fn look(fleet: &mut dyn Fleet, r: &Registry) -> Result<(), Refusal> {
+    match fleet.get(r.epoch_key().as_bytes()) {
+        Ok((_, None)) => Ok(()),
+        Ok((_, Some(e))) => Err(Refusal::new(
+            Reason::EpochConsumed,
+            format!("fleet epoch {}", r.epoch_key()),
+            "unclaimed",
+            holder(&e),
+        )),
+        Err(e) => Err(unavailable(r, "an answer", e)),
+    }
+}
+
+/// How a claim ended when it did not win.
+#[derive(Debug)]
+pub enum Lost {
+    /// Definitely not ours: refuse (withheld).
+    Refused(Refusal),
+    /// Unknown whether it applied: uncertain; the key, if it names this host, is never
+    /// reused.
+    Unknown(Refusal),
+}
+
+/// After the intent: create the fleet epoch's key holding `claim`, or learn whose it is.
+pub fn claim(
+    fleet: &mut dyn Fleet,
+    r: &Registry,
+    claim: &FleetClaim,
+) -> Result<FencingToken, Lost> {
+    let subject = format!("fleet epoch {}", r.epoch_key());
+    match fleet.claim(r.epoch_key().as_bytes(), &claim.to_bytes()) {
+        Ok(Claimed::Ours { cluster, entry }) => match u64::try_from(entry.create_revision) {
+            Ok(revision) if revision > 0 => Ok(FencingToken { cluster, revision }),
+            _ => Err(Lost::Unknown(Refusal::new(
+                Reason::RegistryUnavailable,
+                subject,
+                "a create revision above 0",
+                format!("revision {}", entry.create_revision),
+            ))),
+        },
+        Ok(Claimed::Theirs { entry, .. }) => Err(Lost::Refused(Refusal::new(
+            Reason::EpochConsumed,
+            subject,
+            format!("claimed by {claim}"),
+            holder(&entry),
+        ))),
+        Err(e @ (Error::Refused(_) | Error::Config(_))) => {
+            Err(Lost::Refused(unavailable(r, "the claim applied", e)))
+        }
+        Err(e) => Err(Lost::Unknown(unavailable(r, "the claim's answer", e))),
+    }
+}
+
+/// Right before the dispatch: the key still holds exactly this claim, created at the
+/// token's revision in the token's cluster and never modified since.
+pub fn still_ours(
+    fleet: &mut dyn Fleet,
+    r: &Registry,
+    claim: &FleetClaim,
+    token: &FencingToken,
+) -> Result<(), Refusal> {
+    let subject = format!("fleet epoch {}", r.epoch_key());
+    let expected = format!("this host's claim, {token}, unmodified");
+    let (cluster, entry) = fleet
+        .get(r.epoch_key().as_bytes())
+        .map_err(|e| unavailable(r, "an answer", e))?;
+    let changed =
+        |observed: String| Refusal::new(Reason::RegistryChanged, &subject, &expected, observed);
+    let Some(e) = entry else {
+        return Err(changed("the key is gone".into()));
+    };
+    if cluster != token.cluster {
+        return Err(changed(format!("cluster {cluster:016x} answered")));
+    }
+    if e.value != claim.to_bytes() {
+        return Err(changed(holder(&e)));
+    }
+    if e.create_revision != token.revision as i64 || e.mod_revision != e.create_revision {
+        return Err(changed(format!(
+            "created at revision {}, modified at {}",
+            e.create_revision, e.mod_revision
+        )));
+    }
+    Ok(())
+}
