@@ -14,13 +14,15 @@ fn repo() -> PathBuf {
 
 /// The packages `package` depends on to build and run (normal dependencies, transitively,
 /// for this host): `cargo tree -e normal`'s names.
-fn normal_dependencies(package: &str) -> Vec<String> {
+fn normal_dependencies(package: &str, pruned: Option<&str>) -> Vec<String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let o = Command::new(cargo)
-        .current_dir(repo())
-        .args(["tree", "-e", "normal", "--prefix", "none", "-p", package])
-        .output()
-        .unwrap();
+    let mut c = Command::new(cargo);
+    c.current_dir(repo())
+        .args(["tree", "-e", "normal", "--prefix", "none", "-p", package]);
+    if let Some(p) = pruned {
+        c.args(["--prune", p]);
+    }
+    let o = c.output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let mut names: Vec<String> = String::from_utf8(o.stdout)
         .unwrap()
@@ -35,7 +37,13 @@ fn normal_dependencies(package: &str) -> Vec<String> {
 
 /// Fails naming every package of `forbidden` that `package` depends on.
 fn assert_without(package: &str, forbidden: &[&str]) {
-    let deps = normal_dependencies(package);
+    assert_without_pruning(package, None, forbidden);
+}
+
+/// The same, not counting what `package` reaches only through `pruned` (`cargo tree
+/// --prune`).
+fn assert_without_pruning(package: &str, pruned: Option<&str>, forbidden: &[&str]) {
+    let deps = normal_dependencies(package, pruned);
     assert!(deps.iter().any(|d| d == package), "{package}: {deps:?}");
     let found: Vec<&&str> = forbidden
         .iter()
@@ -52,6 +60,7 @@ fn the_protocol_links_no_other_repoch_crate_and_no_runtime() {
         "repoch-protocol",
         &[
             "repoch-sys",
+            "repoch-registry",
             "repoch-issuer",
             "repoch-daemon",
             "repoch-cli",
@@ -69,6 +78,7 @@ fn sys_depends_on_the_protocol_alone() {
     assert_without(
         "repoch-sys",
         &[
+            "repoch-registry",
             "repoch-issuer",
             "repoch-daemon",
             "repoch-cli",
@@ -78,19 +88,55 @@ fn sys_depends_on_the_protocol_alone() {
     );
 }
 
-/// The issuance is synchronous: one thread of control, driven by the daemon.
+/// The issuance is synchronous: one thread of control, driven by the daemon. Its only
+/// path to a runtime is the registry client's blocking facade.
 #[test]
 fn the_issuer_is_synchronous_and_knows_no_daemon() {
     assert_without(
         "repoch-issuer",
-        &["repoch-daemon", "repoch-cli", "repoch-consumer", "tokio"],
+        &["repoch-daemon", "repoch-cli", "repoch-consumer"],
+    );
+    assert_without_pruning(
+        "repoch-issuer",
+        Some("repoch-registry"),
+        &["tokio", "tonic"],
     );
 }
 
-/// The CLI runs no async runtime and does not link the daemon.
+/// The CLI runs no async runtime of its own and does not link the daemon; it reaches the
+/// fleet registry through the client's blocking facade alone.
 #[test]
 fn the_cli_has_no_runtime_and_no_daemon() {
-    assert_without("repoch-cli", &["repoch-daemon", "repoch-consumer", "tokio"]);
+    assert_without("repoch-cli", &["repoch-daemon", "repoch-consumer"]);
+    assert_without_pruning("repoch-cli", Some("repoch-registry"), &["tokio", "tonic"]);
+}
+
+/// The registry client is a client of etcd alone: it names no repoch crate (what it
+/// stores is the protocol's, encoded by its callers).
+#[test]
+fn the_registry_client_knows_no_repoch_crate() {
+    assert_without(
+        "repoch-registry",
+        &[
+            "repoch-protocol",
+            "repoch-sys",
+            "repoch-issuer",
+            "repoch-daemon",
+            "repoch-cli",
+            "repoch-consumer",
+        ],
+    );
+}
+
+/// Only the registry client speaks to the network (gRPC to etcd).
+#[test]
+fn only_the_registry_client_reaches_the_network() {
+    let found = offenders(&["tonic", "TcpStream", "hyper"], &["registry/src/"]);
+    assert!(
+        found.is_empty(),
+        "network outside repoch-registry:\n{}",
+        found.join("\n")
+    );
 }
 
 /// The consumer verifies with the protocol and reads files with `repoch-sys`: it never
@@ -99,14 +145,22 @@ fn the_cli_has_no_runtime_and_no_daemon() {
 fn the_consumer_never_links_the_issuer() {
     assert_without(
         "repoch-consumer",
-        &["repoch-issuer", "repoch-daemon", "repoch-cli", "tokio"],
+        &[
+            "repoch-issuer",
+            "repoch-registry",
+            "repoch-daemon",
+            "repoch-cli",
+            "tokio",
+        ],
     );
 }
 
 /// Production sources: every crate's `src/` but the tests' fixtures.
 fn production_sources() -> Vec<(String, String)> {
     let mut files = Vec::new();
-    for krate in ["protocol", "sys", "issuer", "daemon", "cli", "consumer"] {
+    for krate in [
+        "protocol", "sys", "registry", "issuer", "daemon", "cli", "consumer",
+    ] {
         repoch_tests_native::rust_sources(&repo().join(krate).join("src"), &mut files);
     }
     files
@@ -195,10 +249,14 @@ fn only_the_daemon_and_sys_listen() {
     );
 }
 
-/// The only async code is repochd's.
+/// The only async code is repochd's and the registry client's (behind its blocking
+/// facade).
 #[test]
-fn only_the_daemon_is_async() {
-    let found = offenders(&["async fn", "tokio::", ".await"], &["daemon/src/"]);
+fn only_the_daemon_and_the_registry_client_are_async() {
+    let found = offenders(
+        &["async fn", "tokio::", ".await"],
+        &["daemon/src/", "registry/src/"],
+    );
     assert!(
         found.is_empty(),
         "async outside repochd:\n{}",

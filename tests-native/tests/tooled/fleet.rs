@@ -85,32 +85,55 @@ fn enroll_host(etcd: &Etcd, prefix: &str, fleet: &str, host: &str) -> (Host, Run
     (Host { s, id }, r)
 }
 
+/// A process the test started: killed and reaped on drop, its output read on finish.
+struct Bg(Option<std::process::Child>);
+
+impl Bg {
+    fn spawn(mut c: std::process::Command) -> Bg {
+        Bg(Some(
+            c.stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn"),
+        ))
+    }
+    fn finish(mut self) -> Run {
+        self.0.take().unwrap().wait_with_output().unwrap().into()
+    }
+}
+
+impl Drop for Bg {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 /// A consumer that, once granted, runs a shell writing the fencing token it was given.
-fn consumer_writing_token(h: &Host) -> std::process::Child {
+fn consumer_writing_token(h: &Host) -> Bg {
     let out = h.s.path("token.txt");
     let script = format!(
         "printf '%s %s' \"${{REPOCH_FENCING_TOKEN-unset}}\" \"${{REPOCH_FENCING_CLUSTER-unset}}\" > {}",
         out.display()
     );
-    h.s.consumer(
+    let mut c = h.s.consumer(
         &h.id,
         "consumer.key",
         "grant.cbor",
         &["/bin/sh", "-c", &script],
-    )
-    .env("REPOCH_FENCING_TOKEN", "inherited")
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::piped())
-    .spawn()
-    .unwrap()
+    );
+    c.env("REPOCH_FENCING_TOKEN", "inherited");
+    Bg::spawn(c)
 }
 
 /// `repoch recover` of the host's deployment with a consumer; the two results.
 fn recover(h: &Host) -> (Run, Run) {
     let c = consumer_writing_token(h);
     let r = run(h.s.recover(&h.id, 20, &[]));
-    let got: Run = c.wait_with_output().unwrap().into();
-    (r, got)
+    (r, c.finish())
 }
 
 fn epoch_of(h: &Host) -> String {
@@ -213,4 +236,306 @@ pub fn two_hosts_of_one_fleet_recover_once_and_the_loser_writes_nothing() {
     assert_ne!(got.code, Outcome::Success);
     assert!(!b.s.path("grant.cbor").exists());
     assert_eq!(epoch_of(&b), "enrolled", "the loser wrote nothing");
+}
+
+/// Whether a recovery's pair of results is a grant (both sides say so).
+fn granted(r: &Run, got: &Run) -> bool {
+    let both = r.code == Outcome::Success && got.code == Outcome::Success;
+    assert!(
+        both || (r.code != Outcome::Success && got.code != Outcome::Success),
+        "repoch and the consumer disagree: {}{} / {}{}",
+        r.stdout,
+        r.stderr,
+        got.stdout,
+        got.stderr
+    );
+    both
+}
+
+const BARRIERS: &[&str] = &[
+    "after-reserve",
+    "after-observe",
+    "after-connect",
+    "before-intent",
+    "after-intent",
+    "after-custody",
+    "after-final-1",
+    "after-claim",
+    "after-consume",
+    "after-receipt",
+    "after-final-2",
+    "after-dispatch",
+    "after-acknowledgement",
+];
+
+pub fn two_hosts_recovering_at_once_with_one_stopped_at_every_barrier_grant_once() {
+    // Proves: host A's repochd stopped at each barrier in turn while host B recovers the
+    // same fleet deployment in full, then A continued: exactly one grant, ever, and it is
+    // the host the registry names. Before A's claim, B wins and A is refused (nothing
+    // written before A's intent; withheld epoch-consumed after it); from A's claim on, A
+    // wins and B is refused before its intent.
+    require_root!();
+    let sb = Sandbox::new();
+    let etcd = Etcd::start(&sb.path("etcd"));
+    let px = prefix(&sb);
+    for (n, barrier) in BARRIERS.iter().enumerate() {
+        let fleet = format!("billing-{n}");
+        let (a, _) = enroll_host(&etcd, &px, &fleet, "host-a");
+        let (b, _) = enroll_host(&etcd, &px, &fleet, "host-b");
+        let da = AtBarrier::start(&a.s, barrier);
+        let ca = consumer_writing_token(&a);
+        let ra = Bg::spawn(a.s.recover(&a.id, 30, &[]));
+        da.reached();
+        let _db = b.s.daemon();
+        let (rb, gb) = recover(&b);
+        da.signal(rustix::process::Signal::CONT);
+        let (ra, ga) = (ra.finish(), ca.finish());
+        let (won_a, won_b) = (granted(&ra, &ga), granted(&rb, &gb));
+        assert!(
+            won_a ^ won_b,
+            "{barrier}: exactly one grant: A {}{} / B {}{}",
+            ra.stdout,
+            ra.stderr,
+            rb.stdout,
+            rb.stderr
+        );
+        let claimed = etcd.get(&format!("{px}/epochs/{fleet}")).expect("claimed");
+        let a_first = BARRIERS.iter().position(|b| *b == "after-claim").unwrap() <= n;
+        assert_eq!(won_a, a_first, "{barrier}: who wins");
+        let (winner, loser, lost) = if won_a { (&a, &b, &rb) } else { (&b, &a, &ra) };
+        use base64::Engine as _;
+        let value = base64::engine::general_purpose::STANDARD
+            .decode(claimed["value"].as_str().unwrap())
+            .unwrap();
+        let claim =
+            <repoch_protocol::fleet::FleetClaim as repoch_protocol::Canonical>::from_bytes(&value)
+                .unwrap();
+        assert_eq!(
+            claim.deployment.to_hex(),
+            winner.id,
+            "{barrier}: the registry names the winner"
+        );
+        assert_eq!(
+            lost.reasons(),
+            ["epoch-consumed"],
+            "{barrier}: {}{}",
+            lost.stdout,
+            lost.stderr
+        );
+        // From before-intent on, A has looked (the key was unclaimed then): it writes its
+        // intent, and its claim finds B's.
+        let written = BARRIERS.iter().position(|b| *b == "before-intent").unwrap() <= n;
+        let expect = if won_a || !written {
+            "enrolled"
+        } else {
+            "withheld"
+        };
+        assert_eq!(epoch_of(loser), expect, "{barrier}: the loser's epoch");
+        assert_eq!(epoch_of(winner), "receipted");
+    }
+}
+
+pub fn a_log_reverted_to_before_the_grant_is_refused_by_the_registry() {
+    // Proves: host A's epoch log reverted after its grant to what it was before (as a VM
+    // snapshot revert or a restored block device does: the same file, its old bytes; a
+    // root's truncation is the same), repochd restarted: the log says `enrolled` again,
+    // but the registry refuses (epoch-consumed naming A's own earlier claim) before the
+    // intent: nothing written, nothing granted.
+    require_root!();
+    let sb = Sandbox::new();
+    let etcd = Etcd::start(&sb.path("etcd"));
+    let px = prefix(&sb);
+    let (a, _) = enroll_host(&etcd, &px, "billing", "host-a");
+    let log = a.s.log(&a.id);
+    let before = std::fs::read(&log).unwrap();
+    {
+        let _d = a.s.daemon();
+        let (r, got) = recover(&a);
+        assert_granted_with_token(&etcd, &px, &a, &r, &got);
+    }
+    unset_append_only(&log);
+    let f = std::fs::OpenOptions::new().write(true).open(&log).unwrap();
+    f.set_len(before.len() as u64).unwrap();
+    drop(f);
+    assert_eq!(std::fs::read(&log).unwrap(), before);
+    // The consumer's own kept checkpoint would refuse the rollback by itself (its own
+    // test: tests/native/checkpoint.rs): the grant and its checkpoint are gone too, as on
+    // a reverted or a new machine.
+    for e in std::fs::read_dir(a.s.dir.path()).unwrap() {
+        let e = e.unwrap();
+        if e.file_name().to_string_lossy().starts_with("grant.cbor") {
+            std::fs::remove_file(e.path()).unwrap();
+        }
+    }
+    assert_eq!(
+        epoch_of(&a),
+        "enrolled",
+        "the reverted log forgot the grant"
+    );
+    let _d = a.s.daemon();
+    let (r, got) = recover(&a);
+    assert!(!granted(&r, &got));
+    assert_eq!(
+        r.reasons(),
+        ["epoch-consumed"],
+        "{}{}\nconsumer: {}{}",
+        r.stdout,
+        r.stderr,
+        got.stdout,
+        got.stderr
+    );
+    assert!(r.stdout.contains("host-a"), "{}", r.stdout);
+    assert_eq!(
+        epoch_of(&a),
+        "enrolled",
+        "refused before the intent: nothing written"
+    );
+    assert!(!a.s.path("grant.cbor").exists());
+}
+
+pub fn members_killed_stopped_and_restarted_never_give_a_grant_without_the_registrys_win() {
+    // Proves, on one cluster, each a separate fleet deployment:
+    // 1. one member killed (-9) while A is stopped right before its claim: granted, the
+    //    token registered;
+    // 2. two members killed: recovery refused registry-unavailable before the intent,
+    //    nothing written; the members restarted from their data directories, the same
+    //    recovery is granted;
+    // 3. two members killed while A is stopped right before its claim: not granted
+    //    (withheld, uncertain), and no key names another host;
+    // 4. the leader SIGSTOPped while A is stopped right before its claim, then A
+    //    continued: granted with a registered token, or not granted; never both;
+    // 5. every member killed and restarted from its data directory: the claims persist,
+    //    and a second host of the first fleet deployment is refused.
+    require_root!();
+    let sb = Sandbox::new();
+    let mut etcd = Etcd::start(&sb.path("etcd"));
+    let px = prefix(&sb);
+    let all = [0, 1, 2];
+
+    // 1.
+    let (a, _) = enroll_host(&etcd, &px, "billing", "host-a");
+    let da = AtBarrier::start(&a.s, "after-final-1");
+    let ca = consumer_writing_token(&a);
+    let ra = Bg::spawn(a.s.recover(&a.id, 30, &[]));
+    da.reached();
+    let leader = etcd.leader(&all);
+    etcd.kill(leader);
+    da.signal(rustix::process::Signal::CONT);
+    let (r, got) = (ra.finish(), ca.finish());
+    assert_granted_with_token(&etcd, &px, &a, &r, &got);
+    drop(da);
+    etcd.restart(leader);
+    etcd.wait_ready(&all);
+
+    // 2.
+    let (c, _) = enroll_host(&etcd, &px, "billing-2", "host-c");
+    etcd.kill(0);
+    etcd.kill(1);
+    {
+        let _d = c.s.daemon();
+        let (r, got) = recover(&c);
+        assert!(!granted(&r, &got));
+        assert_eq!(
+            r.reasons(),
+            ["registry-unavailable"],
+            "{}{}",
+            r.stdout,
+            r.stderr
+        );
+        assert_eq!(
+            epoch_of(&c),
+            "enrolled",
+            "refused before the intent: nothing written"
+        );
+        etcd.restart(0);
+        etcd.restart(1);
+        etcd.wait_ready(&all);
+        let (r, got) = recover(&c);
+        assert!(granted(&r, &got), "{}{}", r.stdout, r.stderr);
+    }
+
+    // 3.
+    let (d, _) = enroll_host(&etcd, &px, "billing-3", "host-d");
+    {
+        let dd = AtBarrier::start(&d.s, "after-final-1");
+        let cd = consumer_writing_token(&d);
+        let rd = Bg::spawn(d.s.recover(&d.id, 30, &[]));
+        dd.reached();
+        etcd.kill(1);
+        etcd.kill(2);
+        dd.signal(rustix::process::Signal::CONT);
+        let (r, got) = (rd.finish(), cd.finish());
+        assert!(!granted(&r, &got));
+        assert_eq!(
+            r.reasons(),
+            ["registry-unavailable"],
+            "{}{}",
+            r.stdout,
+            r.stderr
+        );
+        assert_eq!(r.code, Outcome::Uncertain, "{}{}", r.stdout, r.stderr);
+        assert_eq!(epoch_of(&d), "withheld");
+        etcd.restart(1);
+        etcd.restart(2);
+        etcd.wait_ready(&all);
+        if let Some((_, host)) = registered(&etcd, &px, "billing-3") {
+            assert_eq!(host, "host-d", "only this host's claim can be there");
+        }
+    }
+
+    // 4.
+    let (e, _) = enroll_host(&etcd, &px, "billing-4", "host-e");
+    {
+        let de = AtBarrier::start(&e.s, "after-final-1");
+        let ce = consumer_writing_token(&e);
+        let re = Bg::spawn(e.s.recover(&e.id, 30, &[]));
+        de.reached();
+        let leader = etcd.leader(&all);
+        etcd.signal(leader, rustix::process::Signal::STOP);
+        de.signal(rustix::process::Signal::CONT);
+        let (r, got) = (re.finish(), ce.finish());
+        etcd.signal(leader, rustix::process::Signal::CONT);
+        etcd.wait_ready(&all);
+        if granted(&r, &got) {
+            let revision = got.json()["grant"]["fencing"]["revision"].as_u64().unwrap();
+            let (created, host) = registered(&etcd, &px, "billing-4").expect("registered");
+            assert_eq!((created as u64, host.as_str()), (revision, "host-e"));
+        } else {
+            assert_eq!(
+                r.reasons(),
+                ["registry-unavailable"],
+                "{}{}",
+                r.stdout,
+                r.stderr
+            );
+        }
+    }
+
+    // 5.
+    for i in all {
+        etcd.kill(i);
+    }
+    for i in all {
+        etcd.restart(i);
+    }
+    etcd.wait_ready(&all);
+    assert_eq!(registered(&etcd, &px, "billing").unwrap().1, "host-a");
+    assert_eq!(registered(&etcd, &px, "billing-2").unwrap().1, "host-c");
+    let (b, _) = {
+        // The fleet epoch is used: a new host cannot even enroll for it.
+        let s = Sandbox::new();
+        let m = s.manifest(&etcd.registry_toml("billing", "host-b", &px));
+        let p = s.path("manifest.toml");
+        std::fs::write(&p, &m).unwrap();
+        let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
+        assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
+        assert!(
+            r.stdout.contains("is used") || r.stderr.contains("is used"),
+            "{}{}",
+            r.stdout,
+            r.stderr
+        );
+        (s, r)
+    };
+    drop(b);
 }

@@ -227,6 +227,21 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            fleet::two_hosts_recovering_at_once_with_one_stopped_at_every_barrier_grant_once,
+            ETCD
+        ),
+        trial!(
+            root,
+            fleet::a_log_reverted_to_before_the_grant_is_refused_by_the_registry,
+            ETCD
+        ),
+        trial!(
+            root,
+            fleet::members_killed_stopped_and_restarted_never_give_a_grant_without_the_registrys_win,
+            ETCD
+        ),
+        trial!(
+            root,
             lock_kinds::a_lock_of_every_kind_on_a_fence_is_fence_busy_naming_its_holder,
             &[PYTHON3]
         ),
