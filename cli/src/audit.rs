@@ -119,3 +119,96 @@ pub fn audit(
         .collect();
     Ok((out, chain))
 }
+
+/// One fleet epoch as the registry holds it (`PREFIX/epochs/FLEET`).
+#[derive(Debug, Clone)]
+pub struct FleetEpoch {
+    pub key: String,
+    /// The claim, or why its value is no claim.
+    pub claim: Result<repoch_protocol::fleet::FleetClaim, String>,
+    pub cluster: u64,
+    pub create_revision: i64,
+    pub mod_revision: i64,
+}
+
+/// What the registry and one host's log say together (docs/AUDITOR.md, "The fleet
+/// registry").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FleetVerdict {
+    /// The registry's claim names this log's deployment, and the log holds that intent
+    /// (and, when it consumed, that fencing token).
+    Consistent { key: String },
+    /// No claim names this deployment and its log consumed with no fencing token.
+    Unclaimed,
+    /// The registry recorded this deployment's claim, and the log does not hold it: the
+    /// log was rolled back (shorter) or replaced (different). `registry` and `log` are the
+    /// evidence pair.
+    Rollback { registry: String, log: String },
+    /// The log consumed with a fencing token the registry does not hold (the key deleted,
+    /// rewritten, or the cluster restored from an older snapshot).
+    Unregistered { log: String, registry: String },
+}
+
+/// Compares each verified log with the claims the registry holds.
+pub fn compare_fleet(epochs: &[FleetEpoch], logs: &[Audited]) -> Vec<FleetVerdict> {
+    use repoch_protocol::epoch::EpochBody;
+    logs.iter()
+        .map(|a| {
+            let r = &a.report;
+            let deployment = r.deployment();
+            let intents: Vec<repoch_protocol::Hash> = r
+                .records
+                .iter()
+                .filter(|v| matches!(v.record.record.body, EpochBody::Intent { .. }))
+                .map(|v| v.hash)
+                .collect();
+            let token = r.records.iter().find_map(|v| match &v.record.record.body {
+                EpochBody::Consume { fencing, .. } => *fencing,
+                _ => None,
+            });
+            let summary = format!(
+                "{} record(s), head {}",
+                r.records.len(),
+                r.last_hash().map_or("-".into(), |h| h.to_hex())
+            );
+            let ours = epochs.iter().find(|e| {
+                e.claim
+                    .as_ref()
+                    .is_ok_and(|c| Some(c.deployment) == deployment)
+            });
+            match (ours, token) {
+                (Some(e), _) => {
+                    let c = e.claim.as_ref().unwrap();
+                    let registered = repoch_protocol::fleet::FencingToken {
+                        cluster: e.cluster,
+                        revision: e.create_revision.max(0) as u64,
+                    };
+                    let said = format!("{}: intent {} at {registered}", e.key, c.intent);
+                    if !intents.contains(&c.intent) {
+                        FleetVerdict::Rollback {
+                            registry: said,
+                            log: format!("no such intent: {summary}"),
+                        }
+                    } else if token.is_some_and(|t| t != registered)
+                        || e.mod_revision != e.create_revision
+                    {
+                        FleetVerdict::Rollback {
+                            registry: format!("{said} (modified at revision {})", e.mod_revision),
+                            log: format!(
+                                "consumed with {}",
+                                token.map_or("no token".into(), |t| t.to_string())
+                            ),
+                        }
+                    } else {
+                        FleetVerdict::Consistent { key: e.key.clone() }
+                    }
+                }
+                (None, Some(t)) => FleetVerdict::Unregistered {
+                    log: format!("consumed with {t}: {summary}"),
+                    registry: "no claim names this deployment".into(),
+                },
+                (None, None) => FleetVerdict::Unclaimed,
+            }
+        })
+        .collect()
+}

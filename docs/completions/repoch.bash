@@ -173,7 +173,7 @@ _repoch() {
             return 0
             ;;
         repoch__subcmd__audit)
-            opts="-h --issuer-key --checkpoint --batch --jobs --root --json --help"
+            opts="-h --issuer-key --checkpoint --registry --batch --jobs --root --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -184,6 +184,10 @@ _repoch() {
                     return 0
                     ;;
                 --checkpoint)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --registry)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -363,6 +363,25 @@ pub fn validate(text: &str) -> Result<Validated, EnrollError> {
     })
 }
 
+/// The `[registry]` table of a TOML file (a manifest, or a file holding that table alone:
+/// `repoch audit --registry`); other tables are not read.
+pub fn registry_of(text: &str) -> Result<repoch_protocol::fleet::Registry, EnrollError> {
+    #[derive(Deserialize)]
+    struct Only {
+        registry: Option<RegistryToml>,
+    }
+    let table: toml::Table =
+        toml::from_str(text).map_err(|e| field("registry", e.message().to_owned()))?;
+    let only = Only::deserialize(toml::Value::Table(
+        table.into_iter().filter(|(k, _)| k == "registry").collect(),
+    ))
+    .map_err(|e| field("registry", e.to_string()))?;
+    registry_field(
+        only.registry
+            .ok_or_else(|| field("registry", "no [registry] table"))?,
+    )
+}
+
 /// The default key prefix of a `[registry]`.
 pub const REGISTRY_PREFIX_DEFAULT: &str = "/repoch";
 

@@ -59,10 +59,96 @@ fn audit_checkpoint(
     Ok((j, refusal))
 }
 
+/// `audit --registry`: every fleet deployment under the registry's prefix, and each log
+/// compared with its claim (crate::audit::compare_fleet).
+fn audit_registry(
+    file: &Path,
+    logs: &[crate::audit::Audited],
+) -> Result<(serde_json::Value, Option<Refusal>), Failure> {
+    use repoch_protocol::cbor::Canonical;
+    use repoch_protocol::fleet::{FleetClaim, FleetHost};
+    let bytes = crate::audit::read_bounded(file, repoch_protocol::limits::MANIFEST_TOML_BYTES_MAX)
+        .map_err(|e| Failure::Usage(e.into()))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| Failure::Usage(format!("{}: not UTF-8 text", file.display()).into()))?;
+    let r = repoch_issuer::enroll::registry_of(&text)
+        .map_err(|e| Failure::Usage(format!("{}: {e}", file.display()).into()))?;
+    let unavailable = |e: String| {
+        Failure::refused(Refusal::new(
+            Reason::RegistryUnavailable,
+            format!("registry {}", r.prefix),
+            "an answer",
+            e,
+        ))
+    };
+    let mut client = repoch_issuer::fleet::connect(&r).map_err(Failure::refused)?;
+    let (_, epochs) = client
+        .list(format!("{}/epochs/", r.prefix).as_bytes())
+        .map_err(|e| unavailable(e.to_string()))?;
+    let (header, hosts) = client
+        .list(format!("{}/hosts/", r.prefix).as_bytes())
+        .map_err(|e| unavailable(e.to_string()))?;
+    let epochs: Vec<crate::audit::FleetEpoch> = epochs
+        .into_iter()
+        .map(|e| crate::audit::FleetEpoch {
+            key: String::from_utf8_lossy(&e.key).into_owned(),
+            claim: FleetClaim::from_bytes(&e.value).map_err(|e| e.to_string()),
+            cluster: header.cluster,
+            create_revision: e.create_revision,
+            mod_revision: e.mod_revision,
+        })
+        .collect();
+    let hosts: Vec<FleetHost> = hosts
+        .iter()
+        .filter_map(|e| FleetHost::from_bytes(&e.value).ok())
+        .collect();
+    let verdicts = crate::audit::compare_fleet(&epochs, logs);
+    let fleets: Vec<serde_json::Value> = epochs
+        .iter()
+        .map(|e| match &e.claim {
+            Ok(c) => json!({"key": e.key, "fleet": c.fleet, "host": c.host, "deployment": c.deployment.to_hex(),
+                            "intent": c.intent.to_hex(), "revision": e.create_revision, "modified": e.mod_revision,
+                            "hosts": hosts.iter().filter(|h| h.fleet == c.fleet).map(|h| json!({"host": h.host, "deployment": h.deployment.to_hex()})).collect::<Vec<_>>()}),
+            Err(why) => json!({"key": e.key, "error": why, "revision": e.create_revision}),
+        })
+        .collect();
+    let mut finding = None;
+    let rows: Vec<serde_json::Value> = logs
+        .iter()
+        .zip(&verdicts)
+        .map(|(a, v)| {
+            use crate::audit::FleetVerdict as V;
+            let (verdict, evidence) = match v {
+                V::Consistent { key } => ("consistent", json!({"key": key})),
+                V::Unclaimed => ("unclaimed", json!(null)),
+                V::Rollback { registry, log } | V::Unregistered { registry, log } => {
+                    finding.get_or_insert_with(|| {
+                        Refusal::new(
+                            Reason::RegistryRollback,
+                            a.path.display().to_string(),
+                            registry.clone(),
+                            log.clone(),
+                        )
+                    });
+                    let name = if matches!(v, V::Rollback { .. }) { "rollback" } else { "unregistered" };
+                    (name, json!({"registry": registry, "log": log}))
+                }
+            };
+            json!({"path": a.path, "deployment": a.report.deployment().map(|d| d.to_hex()), "verdict": verdict, "evidence": evidence})
+        })
+        .collect();
+    Ok((
+        json!({"prefix": r.prefix, "cluster": format!("{:016x}", header.cluster), "revision": header.revision,
+               "fleets": fleets, "logs": rows}),
+        finding,
+    ))
+}
+
 pub fn run(
     ctx: &Ctx,
     issuer_key: Option<&Path>,
     checkpoint: Option<&Path>,
+    registry: Option<&Path>,
     paths: &[std::path::PathBuf],
     batch: bool,
     jobs: usize,
@@ -93,7 +179,14 @@ pub fn run(
         Some(n) => Some(audit_checkpoint(n, &issuer, &logs)?),
         None => None,
     };
-    let inconsistent = cp.as_ref().and_then(|(_, r)| r.clone());
+    let fleet = match registry {
+        Some(f) => Some(audit_registry(f, &logs)?),
+        None => None,
+    };
+    let inconsistent = cp
+        .as_ref()
+        .and_then(|(_, r)| r.clone())
+        .or_else(|| fleet.as_ref().and_then(|(_, r)| r.clone()));
     let verified = bad.is_empty() && chain.is_ok() && inconsistent.is_none();
     // The first log that does not verify, with its own reason (epoch-torn, -forged, …);
     // the chain cannot be checked past it, so it is also what `chain_error` carries.
@@ -119,7 +212,7 @@ pub fn run(
         (None, Ok(_)) => None,
     };
     ctx.out(json!({"verified": verified, "logs": rows, "chain": chain.as_ref().ok(), "chain_error": chain_error,
-                   "checkpoint": cp.as_ref().map(|(j, _)| j)}), || {
+                   "checkpoint": cp.as_ref().map(|(j, _)| j), "registry": fleet.as_ref().map(|(j, _)| j)}), || {
         let mut s = format!("{:<32}  {:<10}  {:>7}  {:<16}  PREDECESSOR\n", "DEPLOYMENT", "EPOCH", "RECORDS", "HEAD");
         for a in &logs {
             let r = &a.report;
@@ -144,6 +237,28 @@ pub fn run(
             match r {
                 None => s.push_str(&format!("\ncheckpoint: the log extends it (size {} -> {})", j["size"], j["log"]["size"])),
                 Some(r) => s.push_str(&format!("\ncheckpoint: NOT extended: {r}")),
+            }
+        }
+        if let Some((j, _)) = &fleet {
+            for f in j["fleets"].as_array().into_iter().flatten() {
+                s.push_str(&format!(
+                    "\nregistry: {} used by host {} (deployment {}) at revision {}",
+                    f["key"].as_str().unwrap_or(""),
+                    f["host"].as_str().unwrap_or("?"),
+                    f["deployment"].as_str().unwrap_or("?"),
+                    f["revision"]
+                ));
+            }
+            for l in j["logs"].as_array().into_iter().flatten() {
+                s.push_str(&format!(
+                    "\nregistry: {}: {}{}",
+                    l["path"].as_str().unwrap_or(""),
+                    l["verdict"].as_str().unwrap_or(""),
+                    match l["evidence"]["registry"].as_str() {
+                        Some(reg) => format!(" (registry: {reg}; log: {})", l["evidence"]["log"].as_str().unwrap_or("")),
+                        None => String::new(),
+                    }
+                ));
             }
         }
         if verified {

@@ -158,6 +158,14 @@ pub enum Cmd {
         /// keeps beside its grant).
         #[arg(long, value_name = "NOTE")]
         checkpoint: Option<PathBuf>,
+        /// A TOML file with the fleet registry's `[registry]` table (a deployment's manifest
+        /// will do): list every fleet deployment under its prefix, the host whose claim used
+        /// its epoch and the hosts enrolled for it, and compare each PATH's log with the
+        /// registry: a log that does not hold the claim the registry recorded for it
+        /// (rolled back or replaced), or that consumed with a token the registry does not
+        /// hold, is reported with the evidence pair (exit 5).
+        #[arg(long, value_name = "FILE")]
+        registry: Option<PathBuf>,
         /// Verify the signatures in batches first (ed25519 batch verification): the same
         /// verdicts, as each signature a batch cannot prove equal to strict verification's
         /// is verified strictly (docs/AUDITOR.md, "Batch verification").
@@ -167,7 +175,7 @@ pub enum Cmd {
         /// 64). The reports are the same, in the order given, for any N.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
         jobs: Option<u16>,
-        #[arg(required = true)]
+        #[arg(required_unless_present = "registry")]
         paths: Vec<PathBuf>,
     },
     /// Producer journal records, for roots not written in Rust.
@@ -215,6 +223,7 @@ pub fn run(args: Args) -> Outcome {
         Cmd::Audit {
             issuer_key,
             checkpoint,
+            registry,
             batch,
             jobs,
             paths,
@@ -222,6 +231,7 @@ pub fn run(args: Args) -> Outcome {
             &ctx,
             issuer_key.as_deref(),
             checkpoint.as_deref(),
+            registry.as_deref(),
             &paths,
             batch,
             jobs.map_or_else(crate::audit::default_jobs, usize::from),

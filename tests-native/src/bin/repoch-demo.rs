@@ -401,6 +401,7 @@ fn run(ctx0: &Ctx, keep: bool) -> CmdResult {
         &ctx,
         Some(&ctx.layout.issuer_pub()),
         None,
+        None,
         &[ctx.layout.state_dir(&e.id)],
         false,
         1,

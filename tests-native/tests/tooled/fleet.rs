@@ -353,6 +353,22 @@ pub fn a_log_reverted_to_before_the_grant_is_refused_by_the_registry() {
         let (r, got) = recover(&a);
         assert_granted_with_token(&etcd, &px, &a, &r, &got);
     }
+    // The fleet audit: A's log holds the claim the registry recorded.
+    let audit = |h: &Host| {
+        h.s.repoch(&[
+            "--json",
+            "audit",
+            "--registry",
+            h.s.path("manifest.toml").to_str().unwrap(),
+            h.s.log(&h.id).to_str().unwrap(),
+        ])
+    };
+    let r = audit(&a);
+    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
+    let j = r.json();
+    assert_eq!(j["registry"]["logs"][0]["verdict"], "consistent");
+    assert_eq!(j["registry"]["fleets"][0]["host"], "host-a");
+    assert_eq!(j["registry"]["fleets"][0]["deployment"], a.id.as_str());
     unset_append_only(&log);
     let f = std::fs::OpenOptions::new().write(true).open(&log).unwrap();
     f.set_len(before.len() as u64).unwrap();
@@ -371,6 +387,34 @@ pub fn a_log_reverted_to_before_the_grant_is_refused_by_the_registry() {
         epoch_of(&a),
         "enrolled",
         "the reverted log forgot the grant"
+    );
+    // The fleet audit catches the revert: the registry recorded A's intent, the log has
+    // only its genesis (exit 5, the evidence pair).
+    let r = audit(&a);
+    assert_eq!(r.code, Outcome::Inconsistent, "{}{}", r.stdout, r.stderr);
+    // The report, then the refusal.
+    let j = r.json_lines()[0].clone();
+    assert_eq!(
+        r.json()["refusals"][0]["reason"],
+        "registry-rollback",
+        "{}",
+        r.stdout
+    );
+    assert_eq!(j["registry"]["logs"][0]["verdict"], "rollback");
+    let evidence = &j["registry"]["logs"][0]["evidence"];
+    assert!(
+        evidence["registry"]
+            .as_str()
+            .unwrap()
+            .contains("/epochs/billing"),
+        "{evidence}"
+    );
+    assert!(
+        evidence["log"]
+            .as_str()
+            .unwrap()
+            .starts_with("no such intent: 1 record(s)"),
+        "{evidence}"
     );
     let _d = a.s.daemon();
     let (r, got) = recover(&a);
