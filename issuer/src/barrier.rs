@@ -27,8 +27,8 @@ pub const BARRIERS: &[&str] = &[
     "after-intent",
     "after-custody",
     "after-final-1",
-    // The fleet registry's claim answered (a manifest with a `[registry]`), consume not
-    // yet appended.
+    // The fleet registry's claim answered (with a `[registry]`; without one, no claim to
+    // make), consume not yet appended.
     "after-claim",
     "after-consume",
     "after-receipt",

@@ -58,6 +58,10 @@ impl Samples {
     pub fn is_empty(&self) -> bool {
         self.v.is_empty()
     }
+    /// The sample pushed last (zero when none).
+    pub fn last(&self) -> Duration {
+        self.v.last().copied().unwrap_or_default()
+    }
     fn sorted(&self) -> Vec<Duration> {
         let mut s = self.v.clone();
         s.sort();

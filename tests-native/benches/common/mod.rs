@@ -155,6 +155,9 @@ pub struct World {
     pub s: Sandbox,
     pub systemd: Systemd,
     enrolled: usize,
+    /// A `[registry]` table each manifest gets, `{FLEET}` replaced by a fleet name of the
+    /// deployment's own (benches/registry.rs); `None`: no registry.
+    pub registry: Option<String>,
 }
 
 impl World {
@@ -219,6 +222,7 @@ impl World {
             s,
             systemd,
             enrolled: 0,
+            registry: None,
         }
     }
 
@@ -278,7 +282,10 @@ impl World {
     /// Enrolls a new deployment of profile `p`; returns its id.
     pub fn enroll(&mut self, p: &Profile) -> String {
         self.enrolled += 1;
-        let m = self.manifest(p, self.enrolled);
+        let mut m = self.manifest(p, self.enrolled);
+        if let Some(r) = &self.registry {
+            m.push_str(&r.replace("{FLEET}", &format!("fleet-{}", self.enrolled)));
+        }
         self.s.enroll_with(&m)
     }
 

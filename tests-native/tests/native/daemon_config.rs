@@ -141,8 +141,9 @@ fn the_documented_defaults_are_a_valid_config() {
         .unwrap();
     let block = doc
         .split("```toml\n")
-        .nth(1)
-        .and_then(|b| b.split("```").next())
+        .skip(1)
+        .filter_map(|b| b.split("```").next())
+        .find(|b| b.contains("[limits]"))
         .expect("docs/OPERATOR.md has a ```toml block of repochd's defaults");
     assert!(
         block.contains("[limits]") && block.contains("[waits]"),

@@ -169,6 +169,14 @@ fn stopped_after_the_first_final_verification_the_recovery_runs_to_its_grant() {
 
 #[test]
 #[ignore = "needs root"]
+fn stopped_after_the_claim_the_recovery_runs_to_its_grant() {
+    // A deployment without a registry reaches after-claim with no claim to make.
+    require_root!();
+    stop_at("after-claim");
+}
+
+#[test]
+#[ignore = "needs root"]
 fn stopped_after_consume_the_recovery_runs_to_its_grant() {
     require_root!();
     stop_at("after-consume");

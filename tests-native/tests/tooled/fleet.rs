@@ -15,7 +15,7 @@ fn spec(etcd: &Etcd) -> Spec {
     }
 }
 
-pub fn the_client_creates_a_key_once_and_reads_whose_it_is() {
+pub(crate) fn the_client_creates_a_key_once_and_reads_whose_it_is() {
     let sb = Sandbox::new();
     let etcd = Etcd::start(&sb.path("etcd"));
     let mut a = Client::connect(&spec(&etcd), Duration::from_secs(5)).unwrap();
@@ -187,7 +187,7 @@ fn assert_granted_with_token(etcd: &Etcd, prefix: &str, h: &Host, r: &Run, got: 
     revision
 }
 
-pub fn two_hosts_of_one_fleet_recover_once_and_the_loser_writes_nothing() {
+pub(crate) fn two_hosts_of_one_fleet_recover_once_and_the_loser_writes_nothing() {
     // Proves: two hosts enrolled for one fleet deployment (each its own local deployment);
     // the first recovery is granted with the registry's fencing token (in the consume
     // record, the grant, and the new root's environment); the second host is refused
@@ -268,7 +268,7 @@ const BARRIERS: &[&str] = &[
     "after-acknowledgement",
 ];
 
-pub fn two_hosts_recovering_at_once_with_one_stopped_at_every_barrier_grant_once() {
+pub(crate) fn two_hosts_recovering_at_once_with_one_stopped_at_every_barrier_grant_once() {
     // Proves: host A's repochd stopped at each barrier in turn while host B recovers the
     // same fleet deployment in full, then A continued: exactly one grant, ever, and it is
     // the host the registry names. Before A's claim, B wins and A is refused (nothing
@@ -335,7 +335,7 @@ pub fn two_hosts_recovering_at_once_with_one_stopped_at_every_barrier_grant_once
     }
 }
 
-pub fn a_log_reverted_to_before_the_grant_is_refused_by_the_registry() {
+pub(crate) fn a_log_reverted_to_before_the_grant_is_refused_by_the_registry() {
     // Proves: host A's epoch log reverted after its grant to what it was before (as a VM
     // snapshot revert or a restored block device does: the same file, its old bytes; a
     // root's truncation is the same), repochd restarted: the log says `enrolled` again,
@@ -437,7 +437,7 @@ pub fn a_log_reverted_to_before_the_grant_is_refused_by_the_registry() {
     assert!(!a.s.path("grant.cbor").exists());
 }
 
-pub fn members_killed_stopped_and_restarted_never_give_a_grant_without_the_registrys_win() {
+pub(crate) fn members_killed_stopped_and_restarted_never_give_a_grant_without_the_registrys_win() {
     // Proves, on one cluster, each a separate fleet deployment:
     // 1. one member killed (-9) while A is stopped right before its claim: granted, the
     //    token registered;
@@ -582,4 +582,55 @@ pub fn members_killed_stopped_and_restarted_never_give_a_grant_without_the_regis
         (s, r)
     };
     drop(b);
+}
+
+pub(crate) fn a_successors_fencing_token_is_larger_than_its_predecessors() {
+    // Proves: a deployment recovered with a registry, then its successor (enrolled with
+    // `predecessor`, a new fleet name, on the same cluster) recovered too: the successor's
+    // fencing token has the same cluster and a larger revision, so storage that keeps the
+    // largest token refuses the predecessor's root.
+    require_root!();
+    let sb = Sandbox::new();
+    let etcd = Etcd::start(&sb.path("etcd"));
+    let px = prefix(&sb);
+    let (first, _) = enroll_host(&etcd, &px, "billing", "host-a");
+    let t1 = {
+        let _d = first.s.daemon();
+        let (r, got) = recover(&first);
+        assert_granted_with_token(&etcd, &px, &first, &r, &got);
+        got.json()["grant"]["fencing"].clone()
+    };
+    for e in std::fs::read_dir(first.s.dir.path()).unwrap() {
+        let e = e.unwrap();
+        if e.file_name().to_string_lossy().starts_with("grant.cbor") {
+            std::fs::remove_file(e.path()).unwrap();
+        }
+    }
+    let Host { s, id } = first;
+    let m = s
+        .manifest(&format!(
+            "predecessor = {id:?}\n{}",
+            etcd.registry_toml("billing-next", "host-a", &px)
+        ))
+        .replace(
+            &format!("{}/journal", s.srv.display()),
+            &format!("{}/journal-next", s.srv.display()),
+        );
+    let p = s.path("successor.toml");
+    std::fs::write(&p, &m).unwrap();
+    let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
+    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
+    let next = Host {
+        id: r.json()["deployment"].as_str().unwrap().to_owned(),
+        s,
+    };
+    let _d = next.s.daemon();
+    let (r, got) = recover(&next);
+    assert!(granted(&r, &got), "{}{}", r.stdout, r.stderr);
+    let t2 = got.json()["grant"]["fencing"].clone();
+    assert_eq!(t2["cluster"], t1["cluster"]);
+    assert!(
+        t2["revision"].as_u64().unwrap() > t1["revision"].as_u64().unwrap(),
+        "{t1} then {t2}"
+    );
 }

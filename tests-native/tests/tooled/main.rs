@@ -242,6 +242,11 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            fleet::a_successors_fencing_token_is_larger_than_its_predecessors,
+            ETCD
+        ),
+        trial!(
+            root,
             lock_kinds::a_lock_of_every_kind_on_a_fence_is_fence_busy_naming_its_holder,
             &[PYTHON3]
         ),
@@ -428,6 +433,11 @@ fn declared() -> Vec<Declared> {
         trial!(
             root,
             powerloss_real::power_cut_after_the_first_final_verification_keeps_the_epoch_intended_and_refused,
+            EXT4
+        ),
+        trial!(
+            root,
+            powerloss_real::power_cut_after_the_claim_keeps_the_epoch_intended_and_refused,
             EXT4
         ),
         trial!(

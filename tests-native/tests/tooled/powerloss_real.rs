@@ -36,6 +36,7 @@ const CASES: &[(&str, &[&str])] = &[
     ("after-intent", &["genesis", "intent"]),
     ("after-custody", &["genesis", "intent"]),
     ("after-final-1", &["genesis", "intent"]),
+    ("after-claim", &["genesis", "intent"]),
     ("after-consume", &["genesis", "intent", "consume"]),
     (
         "after-receipt",
@@ -429,6 +430,13 @@ pub(crate) fn power_cut_after_custody_keeps_the_epoch_intended_and_refused() {
 pub(crate) fn power_cut_after_the_first_final_verification_keeps_the_epoch_intended_and_refused() {
     require_root!();
     power_cut_at("after-final-1");
+}
+
+pub(crate) fn power_cut_after_the_claim_keeps_the_epoch_intended_and_refused() {
+    // Without a registry there is no claim to make: the same point as after-final-1, one
+    // step on.
+    require_root!();
+    power_cut_at("after-claim");
 }
 
 pub(crate) fn power_cut_after_consume_keeps_the_epoch_consumed_and_refused() {
