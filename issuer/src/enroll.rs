@@ -563,6 +563,7 @@ fn register_host(
             r.host_key().as_bytes(),
             &host.to_bytes(),
             crate::fleet::CLAIM_ROUNDS_MAX,
+            std::time::Duration::from_secs(crate::fleet::CLAIM_SECONDS_MAX),
         )
         .map_err(unavailable)?
     {

@@ -26,6 +26,9 @@ pub const REGISTRY_CALL_SECONDS_MAX: u64 = 5;
 /// Rounds of "create, and if the answer was lost, read back" before a claim's outcome is
 /// called unknown.
 pub const CLAIM_ROUNDS_MAX: u32 = 3;
+/// No new round of a claim starts after this long: the consumer waits for its grant
+/// meanwhile (a round may take one call's wait per endpoint).
+pub const CLAIM_SECONDS_MAX: u64 = 15;
 
 /// What the issuance asks of the registry ([`Client`] on a host; a test may script it).
 pub trait Fleet: Send {
@@ -40,7 +43,13 @@ impl Fleet for Client {
         Client::get(self, key).map(|(h, e)| (h.cluster, e))
     }
     fn claim(&mut self, key: &[u8], value: &[u8]) -> Result<Claimed, Error> {
-        Client::claim(self, key, value, CLAIM_ROUNDS_MAX)
+        Client::claim(
+            self,
+            key,
+            value,
+            CLAIM_ROUNDS_MAX,
+            Duration::from_secs(CLAIM_SECONDS_MAX),
+        )
     }
 }
 

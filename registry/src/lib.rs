@@ -405,11 +405,22 @@ impl Client {
     /// answer is resolved by reading the key back (on any endpoint): our exact value there
     /// is ours, whichever attempt wrote it; an absent key is created again (the same
     /// value, so a late first attempt and a retry cannot both win against each other);
-    /// `tries` bounds the rounds. [`Error::Unanswered`] at the end: the outcome is unknown
-    /// and the key, if it names us, must never be used.
-    pub fn claim(&mut self, key: &[u8], value: &[u8], tries: u32) -> Result<Claimed, Error> {
+    /// `tries` bounds the rounds, and no round starts once `budget` has passed since the
+    /// call (a round may take one deadline per endpoint). [`Error::Unanswered`] at the
+    /// end: the outcome is unknown and the key, if it names us, must never be used.
+    pub fn claim(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        tries: u32,
+        budget: Duration,
+    ) -> Result<Claimed, Error> {
+        let start = std::time::Instant::now();
         let mut last = None;
-        for _ in 0..tries.max(1) {
+        for round in 0..tries.max(1) {
+            if round > 0 && start.elapsed() >= budget {
+                break;
+            }
             match self.create(key, value) {
                 Ok(Created::Won { header }) => {
                     // The put applied at the transaction's revision: that is the key's

@@ -17,6 +17,10 @@ pub const ETCD_READY_SECONDS_MAX: u64 = 60;
 #[derive(Debug)]
 pub struct Member {
     pub name: String,
+    /// The address it listens on: `127.0.0.1`, or one of a network namespace of the test's.
+    pub addr: String,
+    /// The network namespace it runs in (`ip netns exec`), if not this one.
+    pub netns: Option<String>,
     pub client_port: u16,
     pub peer_port: u16,
     pub child: Option<Child>,
@@ -24,7 +28,10 @@ pub struct Member {
 
 impl Member {
     pub fn endpoint(&self) -> String {
-        format!("https://127.0.0.1:{}", self.client_port)
+        format!("https://{}:{}", self.addr, self.client_port)
+    }
+    fn peer_url(&self) -> String {
+        format!("https://{}:{}", self.addr, self.peer_port)
     }
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(|c| c.id())
@@ -37,6 +44,8 @@ pub struct Etcd {
     pub dir: PathBuf,
     pub members: Vec<Member>,
     token: String,
+    /// The network namespace etcdctl runs in (one that reaches every member).
+    ctl_netns: Option<String>,
 }
 
 impl Drop for Etcd {
@@ -64,9 +73,14 @@ fn openssl(dir: &Path, args: &[&str]) {
     );
 }
 
-/// A CA, one server certificate for every member (`IP:127.0.0.1`, both server and client
-/// use: members authenticate each other with it), and a client certificate for repoch.
-fn certificates(dir: &Path) {
+/// A CA, one server certificate for every member (`IP:127.0.0.1` and every address of
+/// `addrs`, both server and client use: members authenticate each other with it), and a
+/// client certificate for repoch.
+fn certificates(dir: &Path, addrs: &[&str]) {
+    let mut san = String::from("subjectAltName=IP:127.0.0.1,DNS:localhost");
+    for a in addrs.iter().filter(|a| **a != "127.0.0.1") {
+        san.push_str(&format!(",IP:{a}"));
+    }
     std::fs::create_dir_all(dir).unwrap();
     openssl(
         dir,
@@ -89,11 +103,7 @@ fn certificates(dir: &Path) {
         ],
     );
     for (name, cn, san) in [
-        (
-            "member",
-            "etcd member",
-            "subjectAltName=IP:127.0.0.1,DNS:localhost",
-        ),
+        ("member", "etcd member", san.as_str()),
         ("client", "repoch", "subjectAltName=DNS:repoch"),
     ] {
         openssl(
@@ -146,11 +156,27 @@ impl Etcd {
     }
 
     pub fn start_n(dir: &Path, n: usize) -> Etcd {
-        certificates(&dir.join("tls"));
+        Etcd::start_placed(dir, &vec![("127.0.0.1", None); n], None)
+    }
+
+    /// Starts one member per `(address, network namespace)` of `placement`; etcdctl runs
+    /// in `ctl_netns` (one that reaches every member).
+    pub fn start_placed(
+        dir: &Path,
+        placement: &[(&str, Option<&str>)],
+        ctl_netns: Option<&str>,
+    ) -> Etcd {
+        let n = placement.len();
+        let addrs: Vec<&str> = placement.iter().map(|(a, _)| *a).collect();
+        certificates(&dir.join("tls"), &addrs);
         let token = format!("repoch-test-{}-{}", std::process::id(), fastrand_u64());
-        let members = (0..n)
-            .map(|i| Member {
+        let members = placement
+            .iter()
+            .enumerate()
+            .map(|(i, (addr, netns))| Member {
                 name: format!("m{i}"),
+                addr: (*addr).to_owned(),
+                netns: netns.map(str::to_owned),
                 client_port: free_port(false),
                 peer_port: free_port(false),
                 child: None,
@@ -160,6 +186,7 @@ impl Etcd {
             dir: dir.to_path_buf(),
             members,
             token,
+            ctl_netns: ctl_netns.map(str::to_owned),
         };
         for i in 0..n {
             etcd.spawn(i, true);
@@ -198,13 +225,13 @@ impl Etcd {
         let cluster: Vec<String> = self
             .members
             .iter()
-            .map(|m| format!("{}=https://127.0.0.1:{}", m.name, m.peer_port))
+            .map(|m| format!("{}={}", m.name, m.peer_url()))
             .collect();
         let m = &self.members[i];
         let data = self.dir.join(format!("data-{}", m.name));
         let log = std::fs::File::create(self.dir.join(format!("{}.log", m.name))).unwrap();
         let t = |f: &str| tls.join(f).display().to_string();
-        let mut cmd = Command::new("etcd");
+        let mut cmd = in_netns(m.netns.as_deref(), "etcd");
         cmd.args([
             "--name",
             &m.name,
@@ -215,9 +242,9 @@ impl Etcd {
             "--advertise-client-urls",
             &m.endpoint(),
             "--listen-peer-urls",
-            &format!("https://127.0.0.1:{}", m.peer_port),
+            &m.peer_url(),
             "--initial-advertise-peer-urls",
-            &format!("https://127.0.0.1:{}", m.peer_port),
+            &m.peer_url(),
             "--initial-cluster",
             &cluster.join(","),
             "--initial-cluster-token",
@@ -258,7 +285,7 @@ impl Etcd {
             .iter()
             .map(|&i| self.members[i].endpoint())
             .collect();
-        Command::new("etcdctl")
+        in_netns(self.ctl_netns.as_deref(), "etcdctl")
             .env("ETCDCTL_API", "3")
             .arg(format!("--endpoints={}", eps.join(",")))
             .arg(format!("--cacert={}", self.ca().display()))
@@ -345,6 +372,19 @@ impl Etcd {
         );
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         v["kvs"].as_array().and_then(|k| k.first().cloned())
+    }
+}
+
+/// `program`, run in network namespace `netns` (`ip netns exec`: the process that runs is
+/// `program` itself) or in this one.
+fn in_netns(netns: Option<&str>, program: &str) -> Command {
+    match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, program]);
+            c
+        }
+        None => Command::new(program),
     }
 }
 

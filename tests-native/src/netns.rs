@@ -17,12 +17,20 @@ pub fn mount_namespace_guard() -> std::sync::MutexGuard<'static, ()> {
 #[derive(Debug)]
 pub struct Netns {
     pub name: String,
-    _guard: std::sync::MutexGuard<'static, ()>,
+    _guard: Option<std::sync::MutexGuard<'static, ()>>,
 }
 
 impl Netns {
     pub fn new(tag: &str) -> Netns {
         let guard = mount_namespace_guard();
+        let mut ns = Netns::another(tag);
+        ns._guard = Some(guard);
+        ns
+    }
+
+    /// Another namespace in a test that already holds one from [`Netns::new`] (whose
+    /// guard serializes it with the power-loss tests; a second guard would wait for it).
+    pub fn another(tag: &str) -> Netns {
         let name = format!("repoch-{tag}");
         let o = Command::new("ip")
             .args(["netns", "add", &name])
@@ -36,10 +44,53 @@ impl Netns {
         let _ = Command::new("ip")
             .args(["-n", &name, "link", "set", "lo", "up"])
             .output();
-        Netns {
-            name,
-            _guard: guard,
-        }
+        Netns { name, _guard: None }
+    }
+
+    /// A veth pair between this namespace and `other`: `ours` and `theirs` are the
+    /// addresses (`A.B.C.D/NN`) of each end. Returns this end's interface name.
+    pub fn veth_to(&self, other: &Netns, ours: &str, theirs: &str) -> String {
+        let (a, b) = (
+            format!("v{}", short(&self.name)),
+            format!("v{}", short(&other.name)),
+        );
+        let ip = |args: &[&str]| {
+            let o = Command::new("ip").args(args).output().expect("ip");
+            assert!(
+                o.status.success(),
+                "ip {args:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        };
+        ip(&[
+            "link",
+            "add",
+            &a,
+            "netns",
+            &self.name,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &b,
+            "netns",
+            &other.name,
+        ]);
+        ip(&["-n", &self.name, "addr", "add", ours, "dev", &a]);
+        ip(&["-n", &other.name, "addr", "add", theirs, "dev", &b]);
+        ip(&["-n", &self.name, "link", "set", &a, "up"]);
+        ip(&["-n", &other.name, "link", "set", &b, "up"]);
+        a
+    }
+
+    /// Sets this namespace's interface `dev` up or down.
+    pub fn link(&self, dev: &str, up: bool) {
+        let o = Command::new("ip")
+            .args(["-n", &self.name, "link", "set", dev])
+            .arg(if up { "up" } else { "down" })
+            .output()
+            .expect("ip");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
     /// `cmd` run inside the namespace.
     pub fn wrap(&self, cmd: &Command) -> Command {
@@ -55,6 +106,12 @@ impl Netns {
         }
         c
     }
+}
+
+/// An interface name (at most 15 bytes) from a namespace name: its last 12 characters.
+fn short(name: &str) -> String {
+    let n: Vec<char> = name.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+    n[n.len().saturating_sub(12)..].iter().collect()
 }
 
 impl Drop for Netns {

@@ -110,6 +110,21 @@ const ETCD: &[Need] = &[
         package: "openssl",
     },
 ];
+const ETCD_IN_NETNS: &[Need] = &[
+    Need::Program {
+        name: "etcd",
+        package: "etcd-server",
+    },
+    Need::Program {
+        name: "etcdctl",
+        package: "etcd-client",
+    },
+    Need::Program {
+        name: "openssl",
+        package: "openssl",
+    },
+    IP,
+];
 const EXT4: &[Need] = &[MKFS_EXT4, LOSETUP];
 const MKFS_BTRFS: Need = Need::Program {
     name: "mkfs.btrfs",
@@ -243,6 +258,16 @@ fn declared() -> Vec<Declared> {
         trial!(
             root,
             fleet::a_successors_fencing_token_is_larger_than_its_predecessors,
+            ETCD
+        ),
+        trial!(
+            root,
+            fleet::a_partition_between_repochd_and_the_majority_never_grants_without_the_registrys_win,
+            ETCD_IN_NETNS
+        ),
+        trial!(
+            root,
+            fleet::a_history_of_recoveries_with_random_faults_grants_at_most_once_per_fleet_deployment,
             ETCD
         ),
         trial!(
