@@ -953,3 +953,71 @@ pub(crate) fn a_history_of_recoveries_with_random_faults_grants_at_most_once_per
         "no run granted at all: {counts:?}"
     );
 }
+
+pub(crate) fn a_fleet_key_rewritten_before_the_dispatch_withholds_and_a_deleted_one_is_caught_by_the_audit(
+) {
+    // Proves: (1) host A stopped after its second final verification (claimed, consumed,
+    // receipted), the fleet epoch's key rewritten by someone with write access to etcd,
+    // A continued: withheld registry-changed, no grant sent; (2) a granted deployment whose
+    // key is then deleted (or lost to an older etcd snapshot): `repoch audit --registry`
+    // reports the log's token as unregistered, registry-rollback, exit 5.
+    require_root!();
+    let sb = Sandbox::new();
+    let etcd = Etcd::start(&sb.path("etcd"));
+    let px = prefix(&sb);
+    let all = [0, 1, 2];
+
+    let (a, _) = enroll_host(&etcd, &px, "billing", "host-a");
+    {
+        let d = AtBarrier::start(&a.s, "after-final-2");
+        let c = consumer_writing_token(&a);
+        let rec = Bg::spawn(a.s.recover(&a.id, 30, &[]));
+        d.reached();
+        let key = format!("{px}/epochs/billing");
+        let out = etcd.etcdctl(&all, &["put", &key, "rewritten"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        d.signal(rustix::process::Signal::CONT);
+        let (r, got) = (rec.finish(), c.finish());
+        assert!(!granted(&r, &got));
+        assert_eq!(
+            r.reasons(),
+            ["registry-changed"],
+            "{}{}",
+            r.stdout,
+            r.stderr
+        );
+        assert_eq!(epoch_of(&a), "withheld");
+        assert!(!a.s.path("grant.cbor").exists(), "no grant was sent");
+    }
+
+    let (b, _) = enroll_host(&etcd, &px, "billing-2", "host-b");
+    {
+        let _d = b.s.daemon();
+        let (r, got) = recover(&b);
+        assert!(granted(&r, &got), "{}{}", r.stdout, r.stderr);
+    }
+    let out = etcd.etcdctl(&all, &["del", &format!("{px}/epochs/billing-2")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = b.s.repoch(&[
+        "--json",
+        "audit",
+        "--registry",
+        b.s.path("manifest.toml").to_str().unwrap(),
+        b.s.log(&b.id).to_str().unwrap(),
+    ]);
+    assert_eq!(r.code, Outcome::Inconsistent, "{}{}", r.stdout, r.stderr);
+    let report = r.json_lines()[0].clone();
+    assert_eq!(
+        report["registry"]["logs"][0]["verdict"], "unregistered",
+        "{report}"
+    );
+    assert_eq!(r.json()["refusals"][0]["reason"], "registry-rollback");
+}

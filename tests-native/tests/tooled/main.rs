@@ -272,6 +272,11 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            fleet::a_fleet_key_rewritten_before_the_dispatch_withholds_and_a_deleted_one_is_caught_by_the_audit,
+            ETCD
+        ),
+        trial!(
+            root,
             lock_kinds::a_lock_of_every_kind_on_a_fence_is_fence_busy_naming_its_holder,
             &[PYTHON3]
         ),
