@@ -348,6 +348,23 @@ pub(crate) fn a_log_reverted_to_before_the_grant_is_refused_by_the_registry() {
     let (a, _) = enroll_host(&etcd, &px, "billing", "host-a");
     let log = a.s.log(&a.id);
     let before = std::fs::read(&log).unwrap();
+    // A backup of the whole state directory too, taken before the grant (restored last).
+    let state = a.s.root.join("var/lib/repoch");
+    let backup = a.s.path("backup");
+    let cp = |from: &std::path::Path, to: &std::path::Path| {
+        let o = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(from)
+            .arg(to)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "cp: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    cp(&state, &backup);
     {
         let _d = a.s.daemon();
         let (r, got) = recover(&a);
@@ -435,6 +452,18 @@ pub(crate) fn a_log_reverted_to_before_the_grant_is_refused_by_the_registry() {
         "refused before the intent: nothing written"
     );
     assert!(!a.s.path("grant.cbor").exists());
+    drop(_d);
+    // The state directory restored from its backup (new inodes: the host itself refuses
+    // it as replaced, before the registry is asked): still nothing granted.
+    clear_append_only(&state);
+    std::fs::remove_dir_all(&state).unwrap();
+    cp(&backup, &state);
+    let _d = a.s.daemon();
+    let (r, got) = recover(&a);
+    assert!(!granted(&r, &got), "{}{}", r.stdout, r.stderr);
+    assert!(!r.reasons().is_empty(), "{}{}", r.stdout, r.stderr);
+    assert!(!a.s.path("grant.cbor").exists());
+    assert_eq!(registered(&etcd, &px, "billing").unwrap().1, "host-a");
 }
 
 pub(crate) fn members_killed_stopped_and_restarted_never_give_a_grant_without_the_registrys_win() {
