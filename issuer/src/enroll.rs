@@ -421,7 +421,7 @@ fn registry_field(r: RegistryToml) -> Result<repoch_protocol::fleet::Registry, E
             .into_owned(),
     };
     check_name("host", &host).map_err(|w| field("registry.host", w))?;
-    Ok(Registry {
+    let r = Registry {
         endpoints: r.endpoints,
         ca: r.ca,
         cert: r.cert,
@@ -429,7 +429,10 @@ fn registry_field(r: RegistryToml) -> Result<repoch_protocol::fleet::Registry, E
         prefix,
         fleet: r.fleet,
         host,
-    })
+    };
+    // What the fields alone cannot say (an endpoint listed twice).
+    r.check().map_err(|w| field("registry.endpoints", w))?;
+    Ok(r)
 }
 
 /// The host issuer key: read it, or create it (0600, root) on first use.
@@ -546,7 +549,13 @@ fn register_host(
     let unavailable = |e: repoch_registry::Error| {
         EnrollError::Registry(format!("registry {}: {e}", r.host_key()))
     };
-    let mut client = crate::fleet::connect(r).map_err(|e| EnrollError::Registry(e.to_string()))?;
+    // Credentials only root can write, or no enrollment (registry-unprotected at recovery).
+    let mut client = crate::fleet::connect(r, true).map_err(|e| match e.reason {
+        repoch_protocol::Reason::RegistryUnprotected => {
+            field(e.subject.clone(), e.observed.clone())
+        }
+        _ => EnrollError::Registry(e.to_string()),
+    })?;
     let (_, epoch) = client.get(r.epoch_key().as_bytes()).map_err(unavailable)?;
     if let Some(e) = epoch {
         return Err(field(
@@ -558,6 +567,15 @@ fn register_host(
             ),
         ));
     }
+    // The candidates first (a read): the host record is the last thing asked, so a
+    // registry that stops answering leaves no record of an enrollment that failed.
+    let (_, listed) = client
+        .list(r.hosts_prefix().as_bytes())
+        .map_err(unavailable)?;
+    let mut hosts: Vec<FleetHost> = listed
+        .iter()
+        .filter_map(|e| FleetHost::from_bytes(&e.value).ok())
+        .collect();
     match client
         .claim(
             r.host_key().as_bytes(),
@@ -583,13 +601,10 @@ fn register_host(
             ));
         }
     }
-    let (_, listed) = client
-        .list(r.hosts_prefix().as_bytes())
-        .map_err(unavailable)?;
-    Ok(listed
-        .iter()
-        .filter_map(|e| FleetHost::from_bytes(&e.value).ok())
-        .collect())
+    hosts.retain(|h| h.host != r.host);
+    hosts.push(host.clone());
+    hosts.sort_by(|a, b| a.host.cmp(&b.host));
+    Ok(hosts)
 }
 
 /// Creates the journal with its genesis; returns its identity, genesis hash and whether the

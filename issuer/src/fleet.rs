@@ -53,13 +53,52 @@ impl Fleet for Client {
     }
 }
 
-/// The registry's client for a deployment's `[registry]`: credentials read, nothing sent.
-pub fn connect(r: &Registry) -> Result<Client, Refusal> {
+/// The PEM bytes of a `[registry]`'s CA, client certificate and client key.
+pub type Credentials = (Vec<u8>, Vec<u8>, Vec<u8>);
+
+/// A PEM file: a certificate, a key or a CA bundle.
+pub const PEM_BYTES_MAX: usize = 64 * 1024;
+
+/// The `[registry]`'s credentials, as only root can have written them
+/// (`repoch_sys::fs::read_protected`): the CA and the certificate writable by root alone,
+/// the key readable by root alone. Anything else is `registry-unprotected`: whoever can
+/// write the CA can stand up a registry of their own and win any claim.
+/// With `protected` false (an auditor's own credentials, `repoch audit --registry`): any
+/// regular file the caller can read.
+pub fn credentials(r: &Registry, protected: bool) -> Result<Credentials, Refusal> {
+    let read = |what: &str, p: &str, secret: bool| {
+        let path = std::path::Path::new(p);
+        match protected {
+            true => repoch_sys::fs::read_protected(path, PEM_BYTES_MAX, secret),
+            false => {
+                repoch_sys::fs::read_regular(path, PEM_BYTES_MAX, repoch_sys::fs::Links::Follow)
+            }
+        }
+        .map_err(|e| {
+            Refusal::new(
+                Reason::RegistryUnprotected,
+                format!("registry.{what} {p}"),
+                "a regular file only root can write",
+                e.to_string(),
+            )
+        })
+    };
+    Ok((
+        read("ca", &r.ca, false)?,
+        read("cert", &r.cert, false)?,
+        read("key", &r.key, true)?,
+    ))
+}
+
+/// The registry's client for a deployment's `[registry]`: credentials read (protected,
+/// unless an auditor's: [`credentials`]), nothing sent.
+pub fn connect(r: &Registry, protected: bool) -> Result<Client, Refusal> {
+    let (ca, cert, key) = credentials(r, protected)?;
     let spec = repoch_registry::Spec {
         endpoints: r.endpoints.clone(),
-        ca: r.ca.clone().into(),
-        cert: r.cert.clone().into(),
-        key: r.key.clone().into(),
+        ca,
+        cert,
+        key,
     };
     Client::connect(&spec, Duration::from_secs(REGISTRY_CALL_SECONDS_MAX))
         .map_err(|e| unavailable(r, "usable credentials", e))
@@ -76,6 +115,12 @@ fn unavailable(r: &Registry, expected: &str, e: Error) -> Refusal {
 
 /// Who holds the fleet epoch, as the key's value says.
 pub fn holder(e: &Entry) -> String {
+    if e.value_bytes != e.value.len() {
+        return format!(
+            "claimed at revision {} by a value of {} bytes, no fleet claim",
+            e.create_revision, e.value_bytes
+        );
+    }
     match FleetClaim::from_bytes(&e.value) {
         Ok(c) => format!("claimed by {c} at revision {}", e.create_revision),
         Err(err) => format!(
@@ -160,7 +205,7 @@ pub fn still_ours(
     if cluster != token.cluster {
         return Err(changed(format!("cluster {cluster:016x} answered")));
     }
-    if e.value != claim.to_bytes() {
+    if e.value != claim.to_bytes() || e.value_bytes != e.value.len() {
         return Err(changed(holder(&e)));
     }
     if e.create_revision != token.revision as i64 || e.mod_revision != e.create_revision {

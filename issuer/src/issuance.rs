@@ -815,6 +815,7 @@ impl<C: ConsumerLink, W: World> Verified1<C, W> {
             deployment: self.s.c.id,
             intent: self.intent,
             evidence: self.s.first.digest,
+            nonce: self.proof.challenge.nonce,
         };
         let won = crate::fleet::claim(fleet.as_mut(), r, &claim);
         let key = r.epoch_key();
@@ -845,7 +846,7 @@ impl<C: ConsumerLink, W: World> Verified1<C, W> {
                 if unknown {
                     ended.outcome = Verdict::Uncertain;
                     ended.detail = format!(
-                        "{}; whether the fleet registry recorded this host's claim is unknown: the fleet epoch is never reused",
+                        "{}; whether the fleet registry recorded this host's claim is unknown: this host's epoch is used either way, and the fleet epoch is used if the claim applied (`repoch audit --registry` tells)",
                         ended.detail
                     );
                 }

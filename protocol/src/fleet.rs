@@ -12,7 +12,7 @@
 use ciborium::value::Value;
 
 use crate::cbor::{self, Canonical, DecodeError, Fields};
-use crate::limits::{PATH_BYTES_MAX, TEXT_BYTES_MAX};
+use crate::limits::{NONCE_BYTES, PATH_BYTES_MAX, TEXT_BYTES_MAX};
 use crate::types::{check_abs_path, DeploymentId, Hash};
 
 /// Endpoints a `[registry]` may name (an etcd cluster of 1, 3, 5 or 7 members).
@@ -61,8 +61,13 @@ pub fn check_name(what: &str, s: &str) -> Result<(), String> {
     }
 }
 
-/// A prefix: `/` then segments of [`check_name`]'s alphabet, no trailing `/`, at most
-/// [`PREFIX_BYTES_MAX`] bytes.
+/// The segments repoch's keys put after a prefix: no prefix may contain one, or one
+/// deployment's prefix could nest in another's (`/p/hosts` + `/epochs/F` is `/p`'s host
+/// record of fleet `epochs`, host `F`).
+pub const RESERVED_SEGMENTS: &[&str] = &["epochs", "hosts"];
+
+/// A prefix: `/` then segments of [`check_name`]'s alphabet, none of
+/// [`RESERVED_SEGMENTS`], no trailing `/`, at most [`PREFIX_BYTES_MAX`] bytes.
 pub fn check_prefix(s: &str) -> Result<(), String> {
     let segments: Vec<&str> = s
         .strip_prefix('/')
@@ -78,28 +83,42 @@ pub fn check_prefix(s: &str) -> Result<(), String> {
             "prefix {s:?}: '/' then segments of A-Z a-z 0-9 . _ - separated by '/', no trailing '/', at most {PREFIX_BYTES_MAX} bytes"
         ));
     }
+    if let Some(seg) = segments.iter().find(|seg| RESERVED_SEGMENTS.contains(seg)) {
+        return Err(format!(
+            "prefix {s:?}: the segment {seg:?} is repoch's own (its keys are PREFIX/epochs/FLEET and PREFIX/hosts/FLEET/HOST): a prefix holding it could nest in another's"
+        ));
+    }
     Ok(())
 }
 
-/// An endpoint: `https://HOST:PORT` (TLS is required).
+/// An endpoint: `https://HOST:PORT` (TLS is required), HOST a DNS name or an IPv4
+/// address (`A-Z a-z 0-9 . -`) or an IPv6 one in brackets, PORT 1 to 65535 in digits;
+/// nothing else (no user, path, query or fragment).
 pub fn check_endpoint(s: &str) -> Result<(), String> {
+    let host_ok = |h: &str| match h.strip_prefix('[').and_then(|v| v.strip_suffix(']')) {
+        Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => {
+            !h.is_empty()
+                && !h.starts_with(['.', '-'])
+                && h.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-'))
+        }
+    };
     let ok = s.len() <= ENDPOINT_BYTES_MAX
         && s.strip_prefix("https://").is_some_and(|rest| {
             let rest = rest.strip_suffix('/').unwrap_or(rest);
-            let port = rest.rsplit_once(':');
-            port.is_some_and(|(h, p)| {
-                !h.is_empty()
+            rest.rsplit_once(':').is_some_and(|(h, p)| {
+                host_ok(h)
                     && !p.is_empty()
+                    && p.bytes().all(|b| b.is_ascii_digit())
                     && p.parse::<u16>().is_ok_and(|p| p > 0)
-                    && !h.contains('/')
-                    && h.bytes().all(|b| b.is_ascii_graphic())
             })
         });
     if ok {
         Ok(())
     } else {
         Err(format!(
-            "endpoint {s:?}: https://HOST:PORT (TLS is required)"
+            "endpoint {s:?}: https://HOST:PORT (TLS is required; HOST a name, an IPv4 address or [an IPv6 one], PORT 1 to 65535; nothing else)"
         ))
     }
 }
@@ -113,8 +132,11 @@ impl Registry {
                 self.endpoints.len()
             ));
         }
-        for e in &self.endpoints {
+        for (i, e) in self.endpoints.iter().enumerate() {
             check_endpoint(e)?;
+            if self.endpoints[..i].contains(e) {
+                return Err(format!("endpoint {e:?} is listed twice"));
+            }
         }
         for (what, p) in [("ca", &self.ca), ("cert", &self.cert), ("key", &self.key)] {
             check_abs_path(p).map_err(|e| format!("{what}: {e}"))?;
@@ -218,6 +240,10 @@ pub struct FleetClaim {
     /// The hash of the winning host's intent record, and its evidence digest.
     pub intent: Hash,
     pub evidence: Hash,
+    /// The issuance's custody challenge nonce (random, drawn after the intent): no two
+    /// issuances write the same claim, not even two clones of one memory snapshot, so a
+    /// claim read back as "ours" is this issuance's alone.
+    pub nonce: [u8; NONCE_BYTES],
 }
 
 impl Canonical for FleetClaim {
@@ -229,10 +255,11 @@ impl Canonical for FleetClaim {
             cbor::bytes(&self.deployment.0),
             cbor::bytes(&self.intent.0),
             cbor::bytes(&self.evidence.0),
+            cbor::bytes(&self.nonce),
         ])
     }
     fn from_value(v: Value) -> Result<Self, DecodeError> {
-        let mut f = Fields::open(v, "fleet-claim", 6)?;
+        let mut f = Fields::open(v, "fleet-claim", 7)?;
         if f.uint()? != FLEET_RECORD_VERSION {
             return Err(DecodeError::schema("fleet-claim", "unsupported version"));
         }
@@ -242,6 +269,7 @@ impl Canonical for FleetClaim {
             deployment: DeploymentId(f.bytes()?),
             intent: Hash(f.bytes()?),
             evidence: Hash(f.bytes()?),
+            nonce: f.bytes()?,
         })
     }
 }
@@ -325,7 +353,18 @@ mod tests {
         for bad in ["", ".", "..", "a/b", "a b", "ü", &"x".repeat(65)] {
             assert!(check_name("fleet", bad).is_err(), "{bad:?}");
         }
-        for bad in ["", "/", "repoch", "/repoch/", "//x", "/a/../b", "/a b"] {
+        for bad in [
+            "",
+            "/",
+            "repoch",
+            "/repoch/",
+            "//x",
+            "/a/../b",
+            "/a b",
+            "/ov/hosts",
+            "/epochs",
+            "/a/epochs/b",
+        ] {
             assert!(check_prefix(bad).is_err(), "{bad:?}");
         }
         for bad in [
@@ -335,9 +374,25 @@ mod tests {
             "https://:1",
             "https://h:99999",
             "https://a/b:1",
+            "https://evil#@127.0.0.1:1",
+            "https://user@127.0.0.1:1",
+            "https://127.0.0.1:1?x=1:5",
+            "https://127.0.0.1:+1",
+            "https://[::1:1",
+            "https://-h:1",
         ] {
             assert!(check_endpoint(bad).is_err(), "{bad:?}");
         }
+        for good in [
+            "https://127.0.0.1:2379",
+            "https://[::1]:2379",
+            "https://etcd-1.example:2379/",
+        ] {
+            assert!(check_endpoint(good).is_ok(), "{good}");
+        }
+        let mut r = registry();
+        r.endpoints.push(r.endpoints[0].clone());
+        assert!(r.check().unwrap_err().contains("listed twice"));
         let mut r = registry();
         r.fleet = "../x".into();
         assert!(Registry::from_bytes(&r.to_bytes()).is_err());

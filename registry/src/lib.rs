@@ -33,7 +33,6 @@ mod gen {
     }
 }
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use gen::etcdserverpb::{
@@ -48,21 +47,30 @@ pub const ENDPOINTS_MAX: usize = 7;
 pub const VALUE_BYTES_MAX: usize = 4096;
 /// Keys one [`Client::list`] returns; more is refused, never truncated.
 pub const LIST_MAX: usize = 4096;
-/// A PEM file (certificate, key, CA bundle).
-pub const PEM_BYTES_MAX: u64 = 64 * 1024;
 /// The longest wait for one endpoint's answer; the caller's deadline is clamped to it.
 pub const CALL_SECONDS_MAX: u64 = 60;
 /// A gRPC answer decoded from etcd: a list of [`LIST_MAX`] claims, with room.
 const MESSAGE_BYTES_MAX: usize = LIST_MAX * (VALUE_BYTES_MAX + 1024);
 
-/// Where the registry is and how to prove who we are to it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Where the registry is and how to prove who we are to it: the PEM bytes of the CA the
+/// members' certificates chain to, and of this client's certificate and key (read by the
+/// caller: this crate opens no file).
+#[derive(Clone, PartialEq, Eq)]
 pub struct Spec {
     /// `https://HOST:PORT`, one per member.
     pub endpoints: Vec<String>,
-    pub ca: PathBuf,
-    pub cert: PathBuf,
-    pub key: PathBuf,
+    pub ca: Vec<u8>,
+    pub cert: Vec<u8>,
+    pub key: Vec<u8>,
+}
+
+impl std::fmt::Debug for Spec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key's bytes.
+        f.debug_struct("Spec")
+            .field("endpoints", &self.endpoints)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Why a call has no answer.
@@ -106,7 +114,11 @@ impl From<Option<ResponseHeader>> for Header {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
     pub key: Vec<u8>,
+    /// The value, or nothing when it is over [`VALUE_BYTES_MAX`] (`value_bytes` says how
+    /// long it is): a value this client never writes is still a key that exists, and one
+    /// planted to be large must not hide the others of a list.
     pub value: Vec<u8>,
+    pub value_bytes: usize,
     pub create_revision: i64,
     pub mod_revision: i64,
     pub version: i64,
@@ -150,23 +162,6 @@ impl std::fmt::Debug for Client {
             .field("deadline", &self.deadline)
             .finish()
     }
-}
-
-fn read_pem(what: &str, path: &std::path::Path) -> Result<Vec<u8>, Error> {
-    use std::io::Read;
-    let f = std::fs::File::open(path)
-        .map_err(|e| Error::Config(format!("{what} {}: {e}", path.display())))?;
-    let mut buf = Vec::new();
-    f.take(PEM_BYTES_MAX + 1)
-        .read_to_end(&mut buf)
-        .map_err(|e| Error::Config(format!("{what} {}: {e}", path.display())))?;
-    if buf.len() as u64 > PEM_BYTES_MAX {
-        return Err(Error::Config(format!(
-            "{what} {}: over its bound of {PEM_BYTES_MAX} bytes",
-            path.display()
-        )));
-    }
-    Ok(buf)
 }
 
 /// The `HOST` of `https://HOST:PORT`: the name the member's certificate must carry.
@@ -213,11 +208,8 @@ impl Client {
                 spec.endpoints.len()
             )));
         }
-        let ca = Certificate::from_pem(read_pem("CA", &spec.ca)?);
-        let identity = Identity::from_pem(
-            read_pem("client certificate", &spec.cert)?,
-            read_pem("client key", &spec.key)?,
-        );
+        let ca = Certificate::from_pem(&spec.ca);
+        let identity = Identity::from_pem(&spec.cert, &spec.key);
         let deadline = deadline.min(Duration::from_secs(CALL_SECONDS_MAX));
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -283,17 +275,20 @@ impl Client {
                 Ok(Err(e)) => {
                     return Err(match status(e) {
                         Error::Unanswered(why) => {
+                            // The read-back that follows starts at the next endpoint.
+                            self.preferred = (i + 1) % n;
                             Error::Unanswered(format!("{what}: {url}: {why}"))
                         }
                         other => other,
-                    })
+                    });
                 }
                 Err(_) if resend => format!("no answer within {} ms", deadline.as_millis()),
                 Err(_) => {
+                    self.preferred = (i + 1) % n;
                     return Err(Error::Unanswered(format!(
                         "{what}: {url}: no answer within {} ms",
                         deadline.as_millis()
-                    )))
+                    )));
                 }
             };
             missed.push(format!("{url}: {why}"));
@@ -428,6 +423,7 @@ impl Client {
                     let entry = Entry {
                         key: key.to_vec(),
                         value: value.to_vec(),
+                        value_bytes: value.len(),
                         create_revision: header.revision,
                         mod_revision: header.revision,
                         version: 1,
@@ -455,7 +451,7 @@ impl Client {
 }
 
 fn decide(cluster: u64, entry: Entry, value: &[u8]) -> Claimed {
-    if entry.value == value {
+    if entry.value == value && entry.value_bytes == value.len() {
         Claimed::Ours { cluster, entry }
     } else {
         Claimed::Theirs { cluster, entry }
@@ -472,15 +468,16 @@ fn never_sent(e: &tonic::Status) -> bool {
 }
 
 fn entry(kv: gen::mvccpb::KeyValue) -> Result<Entry, Error> {
-    if kv.value.len() > VALUE_BYTES_MAX {
-        return Err(Error::Answer(format!(
-            "a value of {} bytes, over its bound of {VALUE_BYTES_MAX} bytes",
-            kv.value.len()
-        )));
-    }
+    let value_bytes = kv.value.len();
+    let value = if value_bytes > VALUE_BYTES_MAX {
+        Vec::new()
+    } else {
+        kv.value
+    };
     Ok(Entry {
         key: kv.key,
-        value: kv.value,
+        value,
+        value_bytes,
         create_revision: kv.create_revision,
         mod_revision: kv.mod_revision,
         version: kv.version,

@@ -192,6 +192,58 @@ pub fn read_regular(p: &std::path::Path, max: usize, links: Links) -> io::Result
     read_bounded(&fd, max)
 }
 
+/// Reads a credential only root can have written: a regular file of at most `max` bytes,
+/// reached through no symlink, owned by root and writable by neither group nor others (and,
+/// if `secret`, readable by neither), in directories each owned by root and writable by
+/// neither group nor others unless sticky (as `/tmp` is: no one renames root's entries
+/// there). Anything else is refused naming what is wrong, before a byte is read.
+pub fn read_protected(p: &std::path::Path, max: usize, secret: bool) -> io::Result<Vec<u8>> {
+    let unprotected = |what: String| io::Error::new(io::ErrorKind::PermissionDenied, what);
+    let mut dir = p.parent();
+    while let Some(d) = dir {
+        let m = std::fs::symlink_metadata(d)?;
+        use std::os::unix::fs::MetadataExt as _;
+        let writable = m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0;
+        if m.uid() != 0 || writable {
+            return Err(unprotected(format!(
+                "its directory {} is owned by uid {} with mode {:o}: only root may write there",
+                d.display(),
+                m.uid(),
+                m.mode() & 0o7777
+            )));
+        }
+        dir = d.parent();
+    }
+    let fd = open_path(p, OFlags::RDONLY | OFlags::NONBLOCK, 0)?;
+    let st = fs::fstat(&fd)?;
+    if let Some(kind) = not_regular(st.st_mode) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{kind}, not a regular file"),
+        ));
+    }
+    let mode = st.st_mode & 0o7777;
+    let open_to = if secret { 0o077 } else { 0o022 };
+    if st.st_uid != 0 || mode & open_to != 0 {
+        return Err(unprotected(format!(
+            "owned by uid {} with mode {mode:o}: it must be root's, {}",
+            st.st_uid,
+            if secret {
+                "readable and writable by no one else (0600 or 0400)"
+            } else {
+                "writable by no one else (0644 or narrower)"
+            }
+        )));
+    }
+    if u64::try_from(st.st_size).is_ok_and(|n| n > max as u64) {
+        return Err(io::Error::new(
+            io::ErrorKind::FileTooLarge,
+            format!("{} bytes, over its bound of {max} bytes", st.st_size),
+        ));
+    }
+    read_bounded(&fd, max)
+}
+
 /// Sets `FS_APPEND_FL` where the file system supports it.
 pub fn set_append_only(fd: impl AsFd) -> Result<(), Error> {
     let flags = fs::ioctl_getflags(&fd).context("reading inode flags")?;

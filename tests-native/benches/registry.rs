@@ -35,13 +35,8 @@ fn main() {
     let exe = bin("repoch-consume");
     let floor_file = w.s.path("floor.dat");
     let mut floor = Floor::default();
-    let spec = repoch_registry::Spec {
-        endpoints: etcd.endpoints(),
-        ca: etcd.ca(),
-        cert: etcd.client_cert(),
-        key: etcd.client_key(),
-    };
-    let mut client = repoch_registry::Client::connect(&spec, Duration::from_secs(5)).unwrap();
+    let mut client =
+        repoch_registry::Client::connect(&etcd.spec(), Duration::from_secs(5)).unwrap();
     let (mut read, mut txn, mut both) = (Samples::new(), Samples::new(), Samples::new());
     let (mut without, mut with) = (Samples::new(), Samples::new());
     for i in 0..n {

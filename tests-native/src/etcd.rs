@@ -147,6 +147,11 @@ fn certificates(dir: &Path, addrs: &[&str]) {
             ],
         );
     }
+    // The keys as an operator keeps them: root's, 0600 (repochd refuses others).
+    for key in ["ca.key", "member.key", "client.key"] {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(dir.join(key), std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
 }
 
 impl Etcd {
@@ -203,6 +208,15 @@ impl Etcd {
     }
     pub fn client_key(&self) -> PathBuf {
         self.dir.join("tls/client.key")
+    }
+    /// A client's [`repoch_registry::Spec`] for this cluster, with repoch's credentials.
+    pub fn spec(&self) -> repoch_registry::Spec {
+        repoch_registry::Spec {
+            endpoints: self.endpoints(),
+            ca: std::fs::read(self.ca()).unwrap(),
+            cert: std::fs::read(self.client_cert()).unwrap(),
+            key: std::fs::read(self.client_key()).unwrap(),
+        }
     }
     pub fn endpoints(&self) -> Vec<String> {
         self.members.iter().map(Member::endpoint).collect()

@@ -81,7 +81,11 @@ fn audit_registry(
             e,
         ))
     };
-    let mut client = repoch_issuer::fleet::connect(&r).map_err(Failure::refused)?;
+    // The auditor's own credentials: readable regular files (a usage error otherwise).
+    let mut client = repoch_issuer::fleet::connect(&r, false).map_err(|e| match e.reason {
+        Reason::RegistryUnprotected => Failure::Usage(e.to_string().into()),
+        _ => Failure::refused(e),
+    })?;
     let (_, epochs) = client
         .list(format!("{}/epochs/", r.prefix).as_bytes())
         .map_err(|e| unavailable(e.to_string()))?;

@@ -527,6 +527,7 @@ pub fn samples() -> Vec<(&'static str, Vec<u8>)> {
                 deployment: DEP,
                 intent: Hash([6; 32]),
                 evidence: Hash([12; 32]),
+                nonce: [8; 32],
             }
             .to_bytes(),
         ),

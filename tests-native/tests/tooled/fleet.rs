@@ -3,23 +3,14 @@
 
 use std::time::Duration;
 
-use repoch_registry::{Claimed, Client, Spec};
+use repoch_registry::{Claimed, Client};
 use repoch_tests_native::*;
-
-fn spec(etcd: &Etcd) -> Spec {
-    Spec {
-        endpoints: etcd.endpoints(),
-        ca: etcd.ca(),
-        cert: etcd.client_cert(),
-        key: etcd.client_key(),
-    }
-}
 
 pub(crate) fn the_client_creates_a_key_once_and_reads_whose_it_is() {
     let sb = Sandbox::new();
     let etcd = Etcd::start(&sb.path("etcd"));
-    let mut a = Client::connect(&spec(&etcd), Duration::from_secs(5)).unwrap();
-    let mut b = Client::connect(&spec(&etcd), Duration::from_secs(5)).unwrap();
+    let mut a = Client::connect(&etcd.spec(), Duration::from_secs(5)).unwrap();
+    let mut b = Client::connect(&etcd.spec(), Duration::from_secs(5)).unwrap();
     let key = b"/t/epochs/fleet-1";
     let Claimed::Ours {
         cluster,
@@ -1049,4 +1040,148 @@ pub(crate) fn a_fleet_key_rewritten_before_the_dispatch_withholds_and_a_deleted_
         "{report}"
     );
     assert_eq!(r.json()["refusals"][0]["reason"], "registry-rollback");
+}
+
+pub(crate) fn registry_credentials_others_can_write_are_refused_at_enrollment_and_at_recovery() {
+    // Proves: the [registry]'s CA, certificate and key are read as root's own: a CA in a
+    // directory others can write, a CA file others can write, a FIFO in its place (never
+    // blocking), each refused at enrollment naming the field (exit 64, nothing kept); a
+    // client key made readable by others after enrollment refuses the recovery
+    // registry-unprotected before anything is written, and the same recovery is granted
+    // once the key is 0600 again. (Whoever can replace the CA can stand up a registry of
+    // their own and win any claim: found by attacking the release binaries.)
+    require_root!();
+    use std::os::unix::fs::PermissionsExt as _;
+    let sb = Sandbox::new();
+    let etcd = Etcd::start(&sb.path("etcd"));
+    let px = prefix(&sb);
+    let s = Sandbox::new();
+    let toml = etcd.registry_toml("billing", "host-a", &px);
+    let ca = etcd.ca().display().to_string();
+    let enroll_with_ca = |path: &std::path::Path| {
+        let m = s.manifest(&toml.replace(&ca, &path.display().to_string()));
+        let p = s.path("manifest.toml");
+        std::fs::write(&p, &m).unwrap();
+        let start = std::time::Instant::now();
+        let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
+        assert!(start.elapsed().as_secs() < 10, "enrollment blocked");
+        r
+    };
+    let open_dir = s.path("open");
+    std::fs::create_dir(&open_dir).unwrap();
+    std::fs::set_permissions(&open_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::copy(etcd.ca(), open_dir.join("ca.pem")).unwrap();
+    let r = enroll_with_ca(&open_dir.join("ca.pem"));
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains("only root may write there"),
+        "{}",
+        r.stdout
+    );
+
+    let dir = s.path("creds");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::copy(etcd.ca(), dir.join("ca.pem")).unwrap();
+    std::fs::set_permissions(dir.join("ca.pem"), std::fs::Permissions::from_mode(0o666)).unwrap();
+    let r = enroll_with_ca(&dir.join("ca.pem"));
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("mode 666"), "{}", r.stdout);
+
+    nix::unistd::mkfifo(
+        &dir.join("fifo.pem"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    let r = enroll_with_ca(&dir.join("fifo.pem"));
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("not a regular file"), "{}", r.stdout);
+    assert!(
+        std::fs::read_dir(s.root.join("var/lib/repoch/deployments"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+            == 0,
+        "nothing kept"
+    );
+
+    // A key others can read, after enrollment.
+    let (a, _) = enroll_host(&etcd, &px, "billing", "host-a");
+    let _d = a.s.daemon();
+    std::fs::set_permissions(etcd.client_key(), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (r, got) = recover(&a);
+    assert!(!granted(&r, &got));
+    assert_eq!(
+        r.reasons(),
+        ["registry-unprotected"],
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
+    assert_eq!(epoch_of(&a), "enrolled", "nothing written");
+    std::fs::set_permissions(etcd.client_key(), std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (r, got) = recover(&a);
+    assert!(granted(&r, &got), "{}{}", r.stdout, r.stderr);
+}
+
+pub(crate) fn a_value_planted_over_the_bound_neither_hides_a_claim_nor_blinds_the_audit() {
+    // Proves: someone with etcd write access plants a value over the client's bound at the
+    // fleet epoch's key (a recovery is refused epoch-consumed, not registry-unavailable:
+    // the key exists) and another beside the claims (the audit still gives each log its
+    // verdict, the planted key listed as no claim). Found by attacking the release
+    // binaries.
+    require_root!();
+    let sb = Sandbox::new();
+    let etcd = Etcd::start(&sb.path("etcd"));
+    let px = prefix(&sb);
+    let all = [0, 1, 2];
+    let big = sb.path("big");
+    std::fs::write(&big, vec![b'x'; 5000]).unwrap();
+    let put_big = |key: &str| {
+        let o = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "etcdctl --endpoints={} --cacert={} --cert={} --key={} put {key} < {}",
+                etcd.endpoints().join(","),
+                etcd.ca().display(),
+                etcd.client_cert().display(),
+                etcd.client_key().display(),
+                big.display()
+            ))
+            .env("ETCDCTL_API", "3")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    let (a, _) = enroll_host(&etcd, &px, "billing", "host-a");
+    let (b, _) = enroll_host(&etcd, &px, "billing-2", "host-b");
+    put_big(&format!("{px}/epochs/billing"));
+    put_big(&format!("{px}/epochs/zzz-planted"));
+    {
+        let _d = a.s.daemon();
+        let (r, got) = recover(&a);
+        assert!(!granted(&r, &got));
+        assert_eq!(r.reasons(), ["epoch-consumed"], "{}{}", r.stdout, r.stderr);
+        assert!(r.stdout.contains("5000 bytes"), "{}", r.stdout);
+    }
+    {
+        let _d = b.s.daemon();
+        let (r, got) = recover(&b);
+        assert!(granted(&r, &got), "{}{}", r.stdout, r.stderr);
+    }
+    let r = b.s.repoch(&[
+        "--json",
+        "audit",
+        "--registry",
+        b.s.path("manifest.toml").to_str().unwrap(),
+        b.s.log(&b.id).to_str().unwrap(),
+    ]);
+    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
+    let j = r.json();
+    assert_eq!(j["registry"]["logs"][0]["verdict"], "consistent");
+    let fleets = j["registry"]["fleets"].as_array().unwrap();
+    assert_eq!(fleets.len(), 3, "{j}");
+    assert!(
+        fleets.iter().filter(|f| f["error"].is_string()).count() == 2,
+        "{j}"
+    );
+    let _ = all;
 }

@@ -277,6 +277,16 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            fleet::registry_credentials_others_can_write_are_refused_at_enrollment_and_at_recovery,
+            ETCD
+        ),
+        trial!(
+            root,
+            fleet::a_value_planted_over_the_bound_neither_hides_a_claim_nor_blinds_the_audit,
+            ETCD
+        ),
+        trial!(
+            root,
             lock_kinds::a_lock_of_every_kind_on_a_fence_is_fence_busy_naming_its_holder,
             &[PYTHON3]
         ),
