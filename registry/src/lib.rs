@@ -1,7 +1,8 @@
 //! The fleet registry's client (docs/ARCHITECTURE.md, "The fleet registry"): etcd's v3 KV
 //! API over gRPC with mutual TLS, behind a blocking facade, so that the issuance stays one
 //! synchronous thread of control and the CLI a plain blocking program. The runtime this
-//! crate runs (tokio, current-thread) is private to each [`Client`].
+//! crate runs (tokio, current-thread) is private to each [`Client`]. It opens no file: the
+//! caller reads the credentials (as root's own, for repochd) and passes their PEM bytes.
 //!
 //! Only three operations, each bounded by the client's deadline per endpoint and tried on
 //! each endpoint at most once per call:
