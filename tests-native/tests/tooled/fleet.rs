@@ -60,20 +60,7 @@ fn prefix(s: &Sandbox) -> String {
 }
 
 fn enroll_host(etcd: &Etcd, prefix: &str, fleet: &str, host: &str) -> (Host, Run) {
-    let s = Sandbox::new();
-    let m = s.manifest(&etcd.registry_toml(fleet, host, prefix));
-    let p = s.path("manifest.toml");
-    std::fs::write(&p, &m).unwrap();
-    let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
-    assert_eq!(
-        r.code,
-        Outcome::Success,
-        "enroll {host}: {}{}",
-        r.stdout,
-        r.stderr
-    );
-    let id = r.json()["deployment"].as_str().unwrap().to_owned();
-    (Host { s, id }, r)
+    enroll_host_in(None, etcd, prefix, fleet, host)
 }
 
 /// A process the test started: killed and reaped on drop, its output read on finish.
@@ -134,8 +121,12 @@ fn epoch_of(h: &Host) -> String {
         .to_owned()
 }
 
-/// The registry's claim of `fleet`, as etcdctl reads it.
-fn registered(etcd: &Etcd, prefix: &str, fleet: &str) -> Option<(i64, String)> {
+/// The registry's claim of `fleet`, as etcdctl reads it: its create revision and value.
+fn claim_of(
+    etcd: &Etcd,
+    prefix: &str,
+    fleet: &str,
+) -> Option<(i64, repoch_protocol::fleet::FleetClaim)> {
     let kv = etcd.get(&format!("{prefix}/epochs/{fleet}"))?;
     use base64::Engine as _;
     let value = base64::engine::general_purpose::STANDARD
@@ -144,7 +135,36 @@ fn registered(etcd: &Etcd, prefix: &str, fleet: &str) -> Option<(i64, String)> {
     let claim =
         <repoch_protocol::fleet::FleetClaim as repoch_protocol::Canonical>::from_bytes(&value)
             .unwrap();
-    Some((kv["create_revision"].as_i64().unwrap(), claim.host))
+    Some((kv["create_revision"].as_i64().unwrap(), claim))
+}
+
+/// The same: its create revision and the host it names.
+fn registered(etcd: &Etcd, prefix: &str, fleet: &str) -> Option<(i64, String)> {
+    claim_of(etcd, prefix, fleet).map(|(revision, claim)| (revision, claim.host))
+}
+
+/// Removes the grant and its kept checkpoint from sandbox `s`.
+fn forget_grant(s: &Sandbox) {
+    // The consumer's own kept checkpoint would refuse a rollback by itself (its own test:
+    // tests/native/checkpoint.rs): the grant and its checkpoint go, as on a reverted or a
+    // new machine.
+    for e in std::fs::read_dir(s.dir.path()).unwrap() {
+        let e = e.unwrap();
+        if e.file_name().to_string_lossy().starts_with("grant.cbor") {
+            std::fs::remove_file(e.path()).unwrap();
+        }
+    }
+}
+
+/// `repoch --json audit --registry MANIFEST LOG` of a host's deployment.
+fn audit_registry(h: &Host) -> Run {
+    h.s.repoch(&[
+        "--json",
+        "audit",
+        "--registry",
+        h.s.path("manifest.toml").to_str().unwrap(),
+        h.s.log(&h.id).to_str().unwrap(),
+    ])
 }
 
 fn assert_granted_with_token(etcd: &Etcd, prefix: &str, h: &Host, r: &Run, got: &Run) -> u64 {
@@ -290,17 +310,10 @@ pub(crate) fn two_hosts_recovering_at_once_with_one_stopped_at_every_barrier_gra
             rb.stdout,
             rb.stderr
         );
-        let claimed = etcd.get(&format!("{px}/epochs/{fleet}")).expect("claimed");
+        let (_, claim) = claim_of(&etcd, &px, &fleet).expect("claimed");
         let a_first = BARRIERS.iter().position(|b| *b == "after-claim").unwrap() <= n;
         assert_eq!(won_a, a_first, "{barrier}: who wins");
         let (winner, loser, lost) = if won_a { (&a, &b, &rb) } else { (&b, &a, &ra) };
-        use base64::Engine as _;
-        let value = base64::engine::general_purpose::STANDARD
-            .decode(claimed["value"].as_str().unwrap())
-            .unwrap();
-        let claim =
-            <repoch_protocol::fleet::FleetClaim as repoch_protocol::Canonical>::from_bytes(&value)
-                .unwrap();
         assert_eq!(
             claim.deployment.to_hex(),
             winner.id,
@@ -362,16 +375,7 @@ pub(crate) fn a_log_reverted_to_before_the_grant_is_refused_by_the_registry() {
         assert_granted_with_token(&etcd, &px, &a, &r, &got);
     }
     // The fleet audit: A's log holds the claim the registry recorded.
-    let audit = |h: &Host| {
-        h.s.repoch(&[
-            "--json",
-            "audit",
-            "--registry",
-            h.s.path("manifest.toml").to_str().unwrap(),
-            h.s.log(&h.id).to_str().unwrap(),
-        ])
-    };
-    let r = audit(&a);
+    let r = audit_registry(&a);
     assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
     let j = r.json();
     assert_eq!(j["registry"]["logs"][0]["verdict"], "consistent");
@@ -382,15 +386,7 @@ pub(crate) fn a_log_reverted_to_before_the_grant_is_refused_by_the_registry() {
     f.set_len(before.len() as u64).unwrap();
     drop(f);
     assert_eq!(std::fs::read(&log).unwrap(), before);
-    // The consumer's own kept checkpoint would refuse the rollback by itself (its own
-    // test: tests/native/checkpoint.rs): the grant and its checkpoint are gone too, as on
-    // a reverted or a new machine.
-    for e in std::fs::read_dir(a.s.dir.path()).unwrap() {
-        let e = e.unwrap();
-        if e.file_name().to_string_lossy().starts_with("grant.cbor") {
-            std::fs::remove_file(e.path()).unwrap();
-        }
-    }
+    forget_grant(&a.s);
     assert_eq!(
         epoch_of(&a),
         "enrolled",
@@ -398,7 +394,7 @@ pub(crate) fn a_log_reverted_to_before_the_grant_is_refused_by_the_registry() {
     );
     // The fleet audit catches the revert: the registry recorded A's intent, the log has
     // only its genesis (exit 5, the evidence pair).
-    let r = audit(&a);
+    let r = audit_registry(&a);
     assert_eq!(r.code, Outcome::Inconsistent, "{}{}", r.stdout, r.stderr);
     // The report, then the refusal.
     let j = r.json_lines()[0].clone();
@@ -620,12 +616,7 @@ pub(crate) fn a_successors_fencing_token_is_larger_than_its_predecessors() {
         assert_granted_with_token(&etcd, &px, &first, &r, &got);
         got.json()["grant"]["fencing"].clone()
     };
-    for e in std::fs::read_dir(first.s.dir.path()).unwrap() {
-        let e = e.unwrap();
-        if e.file_name().to_string_lossy().starts_with("grant.cbor") {
-            std::fs::remove_file(e.path()).unwrap();
-        }
-    }
+    forget_grant(&first.s);
     let Host { s, id } = first;
     let m = s
         .manifest(&format!(
@@ -683,7 +674,15 @@ fn daemon_in(h: &Host, ns: &Netns, barrier: Option<&str>) -> Daemon {
     d
 }
 
-fn enroll_host_in(ns: Option<&Netns>, etcd: &Etcd, prefix: &str, fleet: &str, host: &str) -> Host {
+/// A new host of `fleet`: its own sandbox, enrolled (from network namespace `ns`, or here)
+/// under host name `host`; the enrollment's output.
+fn enroll_host_in(
+    ns: Option<&Netns>,
+    etcd: &Etcd,
+    prefix: &str,
+    fleet: &str,
+    host: &str,
+) -> (Host, Run) {
     let s = Sandbox::new();
     let m = s.manifest(&etcd.registry_toml(fleet, host, prefix));
     let p = s.path("manifest.toml");
@@ -699,7 +698,7 @@ fn enroll_host_in(ns: Option<&Netns>, etcd: &Etcd, prefix: &str, fleet: &str, ho
         r.stderr
     );
     let id = r.json()["deployment"].as_str().unwrap().to_owned();
-    Host { s, id }
+    (Host { s, id }, r)
 }
 
 pub(crate) fn a_partition_between_repochd_and_the_majority_never_grants_without_the_registrys_win()
@@ -729,7 +728,7 @@ pub(crate) fn a_partition_between_repochd_and_the_majority_never_grants_without_
     let px = prefix(&sb);
 
     // 1. Partitioned before the recovery, then healed.
-    let a = enroll_host_in(Some(&r), &etcd, &px, "billing", "host-a");
+    let (a, _) = enroll_host_in(Some(&r), &etcd, &px, "billing", "host-a");
     {
         let _d = daemon_in(&a, &r, None);
         r.link(&dev, false);
@@ -751,7 +750,7 @@ pub(crate) fn a_partition_between_repochd_and_the_majority_never_grants_without_
     }
 
     // 2. The claim cut off by the partition.
-    let b = enroll_host_in(Some(&r), &etcd, &px, "billing-2", "host-b");
+    let (b, _) = enroll_host_in(Some(&r), &etcd, &px, "billing-2", "host-b");
     {
         let d = daemon_in(&b, &r, Some("after-final-1"));
         let c = consumer_writing_token(&b);
@@ -1026,13 +1025,7 @@ pub(crate) fn a_fleet_key_rewritten_before_the_dispatch_withholds_and_a_deleted_
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let r = b.s.repoch(&[
-        "--json",
-        "audit",
-        "--registry",
-        b.s.path("manifest.toml").to_str().unwrap(),
-        b.s.log(&b.id).to_str().unwrap(),
-    ]);
+    let r = audit_registry(&b);
     assert_eq!(r.code, Outcome::Inconsistent, "{}{}", r.stdout, r.stderr);
     let report = r.json_lines()[0].clone();
     assert_eq!(
@@ -1167,13 +1160,7 @@ pub(crate) fn a_value_planted_over_the_bound_neither_hides_a_claim_nor_blinds_th
         let (r, got) = recover(&b);
         assert!(granted(&r, &got), "{}{}", r.stdout, r.stderr);
     }
-    let r = b.s.repoch(&[
-        "--json",
-        "audit",
-        "--registry",
-        b.s.path("manifest.toml").to_str().unwrap(),
-        b.s.log(&b.id).to_str().unwrap(),
-    ]);
+    let r = audit_registry(&b);
     assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
     let j = r.json();
     assert_eq!(j["registry"]["logs"][0]["verdict"], "consistent");
