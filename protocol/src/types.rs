@@ -261,11 +261,12 @@ pub fn clip(s: &str, max: usize) -> String {
         return s.to_owned();
     }
     const MARK: &str = "...";
-    let mut end = max.saturating_sub(MARK.len());
-    // Terminates: 0 is always a character boundary.
-    while !s.is_char_boundary(end) {
-        end = end.saturating_sub(1);
-    }
+    // The largest character boundary at or below the budget: 0 always is one, so the
+    // search ends within the budget's bytes (a character is at most 4).
+    let end = (0..=max.saturating_sub(MARK.len()))
+        .rev()
+        .find(|&i| s.is_char_boundary(i))
+        .unwrap_or(0);
     format!("{}{MARK}", &s[..end])
 }
 

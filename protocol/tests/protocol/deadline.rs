@@ -232,3 +232,24 @@ fn a_peer_that_takes_nothing_holds_the_writer_only_until_the_deadline() {
     assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
     assert!(start.elapsed() < Duration::from_secs(1));
 }
+
+/// Clipped text is the longest prefix that ends on a character boundary and fits with its
+/// mark: for every budget over a text of 2-, 3- and 4-byte characters.
+#[test]
+fn clipped_text_is_the_longest_whole_character_prefix_within_the_budget() {
+    use repoch_protocol::types::clip;
+    let s = "aé€😀b€é";
+    assert_eq!(clip(s, s.len()), s);
+    for max in 3..s.len() {
+        let c = clip(s, max);
+        let kept = c.strip_suffix("...").expect("marked");
+        assert!(c.len() <= max, "{max}: {c:?}");
+        assert!(s.starts_with(kept), "{max}: {c:?}");
+        let next = s[kept.len()..].chars().next().expect("cut");
+        assert!(
+            kept.len() + next.len_utf8() > max - 3,
+            "{max}: {c:?} stops short of a character that fits"
+        );
+    }
+    assert_eq!(clip(s, 2), "...");
+}

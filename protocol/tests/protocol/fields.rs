@@ -59,6 +59,33 @@ fn an_array_of_another_arity_is_refused_naming_both_counts() {
     );
 }
 
+/// A record whose last fields are optional: each length of the range opened, one under and
+/// one over refused naming the range and the count (never "expected an array", which
+/// would say that something other than an array came).
+#[test]
+fn an_array_outside_its_range_of_arities_is_refused_naming_the_range_and_the_count() {
+    let v = |n: u64| cbor::array((0..n).map(cbor::uint).collect());
+    for n in 2..=4 {
+        let mut f = Fields::open_between(v(n), "t", 2, 4).unwrap();
+        for i in 0..n {
+            assert_eq!(f.uint().unwrap(), i);
+        }
+        assert!(!f.more());
+    }
+    assert_eq!(
+        Fields::open_between(v(1), "t", 2, 4).unwrap_err(),
+        schema("t", "expected 2 to 4 fields, found 1")
+    );
+    assert_eq!(
+        Fields::open_between(v(5), "t", 2, 4).unwrap_err(),
+        schema("t", "expected 2 to 4 fields, found 5")
+    );
+    assert_eq!(
+        Fields::open_between(cbor::uint(1), "t", 2, 4).unwrap_err(),
+        schema("t", "expected an array")
+    );
+}
+
 #[test]
 fn a_byte_string_field_is_bounded_at_its_maximum() {
     assert_eq!(one(cbor::bytes(&[7; 5])).bstr(5).unwrap(), vec![7; 5]);
