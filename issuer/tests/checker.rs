@@ -15,7 +15,12 @@
 //!    unit's state);
 //! 4. this run's consumer vanishes;
 //! 5. (a write or fdatasync) the operation fails with EIO, fsyncgate semantics;
-//! 6. another contender arrives, or a paused one resumes.
+//! 6. another contender arrives, or a paused one resumes;
+//! 7. (a call to the fleet registry) the call gets no answer (a claim's create may have
+//!    applied or not: both enumerated), or another host's claim lands first.
+//!
+//! The fleet world: the same search over a deployment whose manifest names a `[registry]`,
+//! against a modelled etcd key (one cluster, revisions that only grow, create-if-absent).
 //!
 //! At its acknowledgement, a consumer may also acknowledge other bytes than it was sent.
 //!
@@ -37,7 +42,10 @@
 //! issuer never issues a used epoch); no grant after `withheld`; the log classifies to a
 //! known state (never corrupt, forged, foreign or empty); `consume` appended and the grant
 //! dispatched each only after the consumer was asked whether it is alive (and was); a
-//! grant's `issued_at` is now.
+//! grant's `issued_at` is now. In the fleet world, a grant also carries the fencing token
+//! of the registry's key, which holds this host's claim for this very intent, created at
+//! that revision and never modified, and the consume record carries the same token; a
+//! grant outside it carries none.
 //!
 //! And at the end of each run that was not killed, on what it reported (the admin stream
 //! and its `Ended`): granted only with its consumer's acknowledgement of these very bytes,
@@ -50,6 +58,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use ed25519_dalek::SigningKey;
+use repoch_issuer::fleet::Fleet;
 use repoch_issuer::issuance::{self, ConsumerLink, LinkError};
 use repoch_issuer::log::enroll_sequence;
 use repoch_issuer::observe::{Fences, Observation, Observe};
@@ -61,6 +70,7 @@ use repoch_protocol::cbor::Canonical;
 use repoch_protocol::epoch::{
     verify_log, Classification, Contender, EpochBody, EpochRecord, Kind, SignedEpochRecord,
 };
+use repoch_protocol::fleet::{FencingToken, FleetClaim, Registry};
 use repoch_protocol::grant::{Challenge, ConsumerPeer, SignedGrant};
 use repoch_protocol::manifest::{
     Consumer, Containment, InventoryEntry, Lineage, Manifest, Role, SignedManifest, Target,
@@ -68,8 +78,12 @@ use repoch_protocol::manifest::{
 use repoch_protocol::types::evidence_digest;
 use repoch_protocol::wire::AdminEvent;
 use repoch_protocol::{DeploymentId, Fact, Hash, Identity, PublicKey, Reason};
+use repoch_registry::{Claimed, Entry, Error as RegistryError};
 
 const DEP: DeploymentId = DeploymentId([0x5e; 16]);
+/// The modelled etcd cluster's id, and its revision before any claim.
+const CLUSTER: u64 = 0xc1u64 << 56 | 0x5e;
+const REVISION_START: i64 = 41;
 /// Steps (choice points) one path may take before it is cut (every issuance ends long before).
 const STEPS_MAX: usize = 2_000;
 /// Issuer restarts (after a kill or a crash) one path may queue.
@@ -109,7 +123,20 @@ fn peer(pid: u32) -> ConsumerPeer {
     }
 }
 
-fn manifest() -> Manifest {
+/// The `[registry]` of the fleet world: this host, `this`, of fleet deployment `billing`.
+fn registry() -> Registry {
+    Registry {
+        endpoints: vec!["https://etcd.sim:2379".into()],
+        ca: "/etc/repoch/ca.pem".into(),
+        cert: "/etc/repoch/this.pem".into(),
+        key: "/etc/repoch/this.key".into(),
+        prefix: "/repoch/sim".into(),
+        fleet: "billing".into(),
+        host: "this".into(),
+    }
+}
+
+fn manifest(fleet: bool) -> Manifest {
     Manifest {
         deployment: DEP,
         label: "checked".into(),
@@ -148,18 +175,29 @@ fn manifest() -> Manifest {
             journal_genesis: Hash([4; 32]),
             producer_key: issuer(),
         },
-        registry: None,
+        registry: fleet.then(registry),
     }
 }
 
-/// The enrolled disk every path starts from, through the real enrollment sequence.
-fn enrolled() -> (Sim, usize) {
+/// The enrolled disk every path starts from, and whether its deployment is a fleet's.
+struct Disk {
+    sim: Sim,
+    deps: usize,
+    fleet: bool,
+}
+
+fn enrolled() -> Disk {
+    enrolled_as(false)
+}
+
+/// Enrolled through the real enrollment sequence; `fleet`: the manifest names a registry.
+fn enrolled_as(fleet: bool) -> Disk {
     let mut sim = Sim::new(1);
     let root = sim.root();
     sim.mkdir_at(&root, "deployments", 0o700).unwrap();
     sim.sync_dir(&root).unwrap();
     let deps = sim.open_dir_at(&root, "deployments").unwrap();
-    let mbytes = SignedManifest::sign(manifest(), &issuer_key()).to_bytes();
+    let mbytes = SignedManifest::sign(manifest(fleet), &issuer_key()).to_bytes();
     let genesis = SignedEpochRecord::sign(
         EpochRecord {
             deployment: DEP,
@@ -177,7 +215,7 @@ fn enrolled() -> (Sim, usize) {
         Ok((mbytes.clone(), genesis.clone()))
     })
     .unwrap();
-    (sim, deps)
+    Disk { sim, deps, fleet }
 }
 
 // ---- choices ----
@@ -343,6 +381,45 @@ struct St {
     over: bool,
     /// The log content last checked.
     checked: Option<Vec<u8>>,
+    /// The fleet world's registry: none outside it.
+    registry: Option<SimRegistry>,
+}
+
+/// The modelled etcd: one cluster whose revision only grows, and the fleet epoch's key.
+struct SimRegistry {
+    revision: i64,
+    epoch: Option<Entry>,
+}
+
+impl SimRegistry {
+    /// Create-if-absent: the key, created now, or as it was.
+    fn create(&mut self, value: &[u8]) -> &Entry {
+        if self.epoch.is_none() {
+            self.revision += 1;
+            self.epoch = Some(Entry {
+                key: registry().epoch_key().into_bytes(),
+                value: value.to_vec(),
+                value_bytes: value.len(),
+                create_revision: self.revision,
+                mod_revision: self.revision,
+                version: 1,
+            });
+        }
+        self.epoch.as_ref().expect("created")
+    }
+}
+
+/// Another host's claim of the fleet epoch.
+fn rival_claim() -> Vec<u8> {
+    FleetClaim {
+        fleet: registry().fleet,
+        host: "rival".into(),
+        deployment: DeploymentId([0x77; 16]),
+        intent: Hash([0x77; 32]),
+        evidence: Hash([0x78; 32]),
+        nonce: [0x79; 32],
+    }
+    .to_bytes()
 }
 
 struct Shared {
@@ -360,6 +437,8 @@ enum Op {
     Sync,
     World,
     Consumer,
+    /// A call to the fleet registry.
+    Registry,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -369,7 +448,10 @@ enum Alt {
     Restart,
     Change,
     Vanish,
+    /// A write or sync fails with EIO; a registry call gets no answer.
     Eio,
+    /// Another host's claim of the fleet epoch lands first.
+    Rival,
     Switch(usize),
 }
 
@@ -405,8 +487,11 @@ impl Shared {
             if st.runs[me].consumer {
                 alts.push(Alt::Vanish);
             }
-            if matches!(op, Op::Write | Op::Sync) {
+            if matches!(op, Op::Write | Op::Sync | Op::Registry) {
                 alts.push(Alt::Eio);
+            }
+            if op == Op::Registry && st.registry.as_ref().is_some_and(|r| r.epoch.is_none()) {
+                alts.push(Alt::Rival);
             }
             let mut arrival = false;
             for (j, r) in st.runs.iter().enumerate() {
@@ -423,9 +508,20 @@ impl Shared {
                     st.trace.push(at);
                     return (st, false);
                 }
+                Alt::Eio if op == Op::Registry => {
+                    st.trace.push(format!("{at}: gets no answer"));
+                    return (st, true);
+                }
                 Alt::Eio => {
                     st.trace.push(format!("{at}: fails with EIO"));
                     return (st, true);
+                }
+                Alt::Rival => {
+                    let reg = st.registry.as_mut().expect("a registry");
+                    reg.create(&rival_claim());
+                    st.trace
+                        .push(format!("{at}: another host claims the fleet epoch first"));
+                    return (st, false);
                 }
                 Alt::Change => {
                     st.world += 1;
@@ -629,6 +725,16 @@ fn check_dispatch(st: &St, me: usize, grant: &[u8]) -> Result<(), String> {
     if g.grant.intent != intent.hash || g.grant.consume != consume.hash {
         return Err("the grant names another intent or consume".into());
     }
+    let EpochBody::Consume { fencing, .. } = &consume.record.record.body else {
+        unreachable!()
+    };
+    if *fencing != g.grant.fencing {
+        return Err(format!(
+            "the grant's fencing token {:?} is not its consume record's {fencing:?}",
+            g.grant.fencing
+        ));
+    }
+    check_fencing(st, g.grant.fencing, intent.hash)?;
     let cached = verify_log(sim.content(st.log_file), &issuer(), Some(DEP));
     if cached
         .records
@@ -648,6 +754,37 @@ fn check_dispatch(st: &St, me: usize, grant: &[u8]) -> Result<(), String> {
         )),
         None => Err("dispatch without any observation".into()),
     }
+}
+
+/// A grant's fencing token: in the fleet world, the registry's key holds this host's claim
+/// for this intent, created at the token's revision of the cluster and never modified;
+/// outside it, no token.
+fn check_fencing(st: &St, token: Option<FencingToken>, intent: Hash) -> Result<(), String> {
+    let (reg, token) = match (&st.registry, token) {
+        (None, None) => return Ok(()),
+        (None, Some(t)) => {
+            return Err(format!(
+                "a grant with a fencing token ({t}) and no registry"
+            ))
+        }
+        (Some(_), None) => return Err("a fleet grant without a fencing token".into()),
+        (Some(reg), Some(t)) => (reg, t),
+    };
+    let Some(e) = &reg.epoch else {
+        return Err(format!(
+            "a grant with {token} while the fleet epoch is unclaimed"
+        ));
+    };
+    let claim = FleetClaim::from_bytes(&e.value).map_err(|e| format!("the fleet claim: {e}"))?;
+    let ours = claim.host == registry().host && claim.deployment == DEP && claim.intent == intent;
+    let at = e.create_revision == token.revision as i64 && e.mod_revision == e.create_revision;
+    if !ours || !at || token.cluster != CLUSTER {
+        return Err(format!(
+            "a grant with {token} while the fleet epoch holds {claim} created at revision {} of cluster {CLUSTER:016x}",
+            e.create_revision
+        ));
+    }
+    Ok(())
 }
 
 // ---- the simulated world, behind the seam ----
@@ -869,6 +1006,71 @@ impl World for SimWorld {
             me: self.me,
             first_ready: None,
         }
+    }
+    fn fleet(&mut self, r: &Registry) -> Result<Box<dyn Fleet>, Refusal> {
+        assert_eq!(*r, registry(), "the enrolled registry");
+        Ok(Box::new(SimFleet {
+            shared: self.shared.clone(),
+            me: self.me,
+        }))
+    }
+}
+
+/// The registry client of one run: each call a choice point ([`Op::Registry`]).
+struct SimFleet {
+    shared: Arc<Shared>,
+    me: usize,
+}
+
+fn no_answer() -> RegistryError {
+    RegistryError::Unanswered("the modelled call got no answer".into())
+}
+
+impl Fleet for SimFleet {
+    fn get(&mut self, key: &[u8]) -> Result<(u64, Option<Entry>), RegistryError> {
+        assert_eq!(key, registry().epoch_key().as_bytes());
+        let (st, unanswered) = self
+            .shared
+            .point(self.me, "read the fleet epoch", Op::Registry);
+        if unanswered {
+            return Err(no_answer());
+        }
+        Ok((
+            CLUSTER,
+            st.registry.as_ref().expect("a registry").epoch.clone(),
+        ))
+    }
+    fn claim(&mut self, key: &[u8], value: &[u8]) -> Result<Claimed, RegistryError> {
+        assert_eq!(key, registry().epoch_key().as_bytes());
+        let (mut st, unanswered) =
+            self.shared
+                .point(self.me, "claim the fleet epoch", Op::Registry);
+        if unanswered {
+            // Lost before etcd applied it, or its answer lost after: both enumerated.
+            if st.chooser.pick(2, false) == 1 {
+                st.registry.as_mut().expect("a registry").create(value);
+                st.trace
+                    .push("  (the claim applied; its answer was lost)".into());
+            }
+            return Err(no_answer());
+        }
+        let entry = st
+            .registry
+            .as_mut()
+            .expect("a registry")
+            .create(value)
+            .clone();
+        Ok(if entry.value == value {
+            Claimed::Ours {
+                cluster: CLUSTER,
+                entry,
+            }
+        } else {
+            Claimed::Theirs {
+                cluster: CLUSTER,
+                entry,
+            }
+        })
     }
 }
 
@@ -1148,8 +1350,8 @@ struct PathResult {
     trace: Vec<String>,
 }
 
-fn run_path(disk: &(Sim, usize), contenders: usize, chooser: Chooser) -> PathResult {
-    let (sim, deps) = disk;
+fn run_path(disk: &Disk, contenders: usize, chooser: Chooser) -> PathResult {
+    let Disk { sim, deps, fleet } = disk;
     let Some(Node::Dir(dir)) = sim.lookup(*deps, &DEP.to_hex()) else {
         panic!("not enrolled")
     };
@@ -1173,6 +1375,10 @@ fn run_path(disk: &(Sim, usize), contenders: usize, chooser: Chooser) -> PathRes
             restarts: 0,
             over: false,
             checked: None,
+            registry: fleet.then_some(SimRegistry {
+                revision: REVISION_START,
+                epoch: None,
+            }),
         }),
         cv: Condvar::new(),
     });
@@ -1209,7 +1415,7 @@ fn run_path(disk: &(Sim, usize), contenders: usize, chooser: Chooser) -> PathRes
 }
 
 /// Zeroes the deviations one by one while the path still violates: a short replayable trace.
-fn shrink(disk: &(Sim, usize), contenders: usize, choices: Vec<u32>) -> PathResult {
+fn shrink(disk: &Disk, contenders: usize, choices: Vec<u32>) -> PathResult {
     let replay = |p: Vec<u32>| {
         run_path(
             disk,
@@ -1240,7 +1446,7 @@ fn shrink(disk: &(Sim, usize), contenders: usize, choices: Vec<u32>) -> PathResu
     best
 }
 
-fn report(disk: &(Sim, usize), contenders: usize, found: PathResult, what: &str) -> ! {
+fn report(disk: &Disk, contenders: usize, found: PathResult, what: &str) -> ! {
     let small = shrink(
         disk,
         contenders,
@@ -1249,17 +1455,18 @@ fn report(disk: &(Sim, usize), contenders: usize, found: PathResult, what: &str)
     let choices: Vec<u32> = small.chooser.taken.iter().map(|t| t.0).collect();
     let deviations = choices.iter().filter(|&&c| c != 0).count();
     panic!(
-        "{what}: {}\n{} steps, {deviations} deviation(s):\n  {}\nreplay: REPOCH_SIM_TRACE={} REPOCH_SIM_CONTENDERS={contenders} cargo test -p repoch-issuer --test checker replay",
+        "{what}: {}\n{} steps, {deviations} deviation(s):\n  {}\nreplay: REPOCH_SIM_TRACE={} REPOCH_SIM_CONTENDERS={contenders} REPOCH_SIM_FLEET={} cargo test -p repoch-issuer --test checker replay",
         small.violation.unwrap_or_default(),
         small.trace.len(),
         small.trace.join("\n  "),
-        encode(&choices)
+        encode(&choices),
+        u8::from(disk.fleet)
     )
 }
 
 /// Every path with up to `budget` deviations, fewest deviations first (so a violation is
 /// found with as few as it needs); returns how many paths ran.
-fn exhaustive(disk: &(Sim, usize), contenders: usize, budget: u32) -> u64 {
+fn exhaustive(disk: &Disk, contenders: usize, budget: u32) -> u64 {
     let mut paths = 0;
     for b in 0..=budget {
         let mut prefix = Some(vec![]);
@@ -1290,7 +1497,7 @@ fn exhaustive(disk: &(Sim, usize), contenders: usize, budget: u32) -> u64 {
     paths
 }
 
-fn walks(disk: &(Sim, usize), contenders: usize, base: u64, seeds: u64) {
+fn walks(disk: &Disk, contenders: usize, base: u64, seeds: u64) {
     for i in 0..seeds {
         let seed = base.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(i);
         let r = run_path(
@@ -1342,14 +1549,15 @@ fn random_walks() {
     eprintln!("{seeds} random walks in {:?}", t.elapsed());
 }
 
-/// Replays a printed trace: `REPOCH_SIM_TRACE=... REPOCH_SIM_CONTENDERS=n`.
+/// Replays a printed trace: `REPOCH_SIM_TRACE=... REPOCH_SIM_CONTENDERS=n`, in the fleet
+/// world with `REPOCH_SIM_FLEET=1`.
 #[test]
 fn replay() {
     let Ok(trace) = std::env::var("REPOCH_SIM_TRACE") else {
         return;
     };
     let contenders = env_u64("REPOCH_SIM_CONTENDERS", 2) as usize;
-    let disk = enrolled();
+    let disk = enrolled_as(env_u64("REPOCH_SIM_FLEET", 0) == 1);
     let r = run_path(
         &disk,
         contenders,
@@ -1412,5 +1620,79 @@ fn the_search_reaches_every_outcome() {
         "a false acknowledgement",
     ] {
         assert!(seen.contains(want), "no walk reached {want}: {seen:?}");
+    }
+}
+
+/// The fleet world's bound: every path of 1 contender with up to 2 deviations and of 2 with
+/// up to 1, among them a registry call unanswered (a claim applied or not) and another
+/// host's claim landing first (the other host is the second contender the registry sees).
+#[test]
+fn the_fleet_world_exhaustive_to_the_bound() {
+    let disk = enrolled_as(true);
+    let t = Instant::now();
+    let one = exhaustive(&disk, 1, 2);
+    let two = exhaustive(&disk, 2, 1);
+    eprintln!(
+        "fleet exhaustive: {one} paths (1 contender, 2 deviations), {two} paths (2 contenders, 1 deviation) in {:?}",
+        t.elapsed()
+    );
+}
+
+/// Seeded random walks in the fleet world: a tenth of `REPOCH_SIM_SEEDS`.
+#[test]
+fn the_fleet_world_random_walks() {
+    let disk = enrolled_as(true);
+    let seeds = env_u64("REPOCH_SIM_SEEDS", 10_000) / 10;
+    let base = env_u64("REPOCH_SIM_SEED", 0x5eed) ^ 0xf1ee7;
+    let t = Instant::now();
+    walks(&disk, 2, base, seeds / 2);
+    walks(&disk, 3, base ^ 0x3, seeds - seeds / 2);
+    eprintln!("{seeds} fleet random walks in {:?}", t.elapsed());
+}
+
+/// The fleet search reaches what it claims to explore: a grant carrying its token, another
+/// host's claim first (refused before the intent, and withheld after it), a registry that
+/// does not answer (refused before the intent), a claim whose answer was lost (uncertain).
+#[test]
+fn the_fleet_search_reaches_every_outcome() {
+    let disk = enrolled_as(true);
+    let mut seen = std::collections::BTreeSet::new();
+    for i in 0..2_000u64 {
+        let r = run_path(
+            &disk,
+            2,
+            Chooser {
+                budget: WALK_DEVIATIONS_MAX,
+                walk: Some(i.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xf1ee7),
+                ..Chooser::default()
+            },
+        );
+        for line in &r.trace {
+            for (key, what) in [
+                (": granted", "granted"),
+                ("another host claims", "a rival's claim"),
+                ("refused [\"epoch-consumed\"]", "epoch-consumed"),
+                ("refused [\"registry-unavailable\"]", "registry-unavailable"),
+                ("uncertain [\"registry-unavailable\"]", "uncertain"),
+                ("the claim applied; its answer was lost", "a lost answer"),
+            ] {
+                if line.contains(key) {
+                    seen.insert(what);
+                }
+            }
+        }
+    }
+    for want in [
+        "granted",
+        "a rival's claim",
+        "epoch-consumed",
+        "registry-unavailable",
+        "uncertain",
+        "a lost answer",
+    ] {
+        assert!(
+            seen.contains(want),
+            "no fleet walk reached {want}: {seen:?}"
+        );
     }
 }
