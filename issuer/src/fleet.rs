@@ -216,3 +216,227 @@ pub fn still_ours(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    //! Each decision of the three steps against a scripted registry: what it answers and
+    //! what the step concludes, word for word where the words are what an operator reads.
+    use super::*;
+    use repoch_protocol::{DeploymentId, Hash};
+
+    const CLUSTER: u64 = 0xc1;
+
+    /// Answers every call with the next scripted answer.
+    #[derive(Default)]
+    struct Script {
+        gets: Vec<Result<(u64, Option<Entry>), Error>>,
+        claims: Vec<Result<Claimed, Error>>,
+    }
+
+    impl Fleet for Script {
+        fn get(&mut self, key: &[u8]) -> Result<(u64, Option<Entry>), Error> {
+            assert_eq!(key, reg().epoch_key().as_bytes());
+            self.gets.remove(0)
+        }
+        fn claim(&mut self, key: &[u8], value: &[u8]) -> Result<Claimed, Error> {
+            assert_eq!(key, reg().epoch_key().as_bytes());
+            assert_eq!(value, ours().to_bytes());
+            self.claims.remove(0)
+        }
+    }
+
+    fn reg() -> Registry {
+        Registry {
+            endpoints: vec!["https://a:1".into()],
+            ca: "/ca".into(),
+            cert: "/cert".into(),
+            key: "/key".into(),
+            prefix: "/repoch".into(),
+            fleet: "billing".into(),
+            host: "a".into(),
+        }
+    }
+
+    fn claim_of(host: &str) -> FleetClaim {
+        FleetClaim {
+            fleet: "billing".into(),
+            host: host.into(),
+            deployment: DeploymentId([1; 16]),
+            intent: Hash([2; 32]),
+            evidence: Hash([3; 32]),
+            nonce: [4; 32],
+        }
+    }
+
+    fn ours() -> FleetClaim {
+        claim_of("a")
+    }
+
+    fn entry(value: Vec<u8>, create: i64, modified: i64) -> Entry {
+        Entry {
+            key: reg().epoch_key().into_bytes(),
+            value_bytes: value.len(),
+            value,
+            create_revision: create,
+            mod_revision: modified,
+            version: 1,
+        }
+    }
+
+    fn token(revision: u64) -> FencingToken {
+        FencingToken {
+            cluster: CLUSTER,
+            revision,
+        }
+    }
+
+    fn gets(a: Result<(u64, Option<Entry>), Error>) -> Script {
+        Script {
+            gets: vec![a],
+            ..Script::default()
+        }
+    }
+
+    fn claims(a: Result<Claimed, Error>) -> Script {
+        Script {
+            claims: vec![a],
+            ..Script::default()
+        }
+    }
+
+    fn no_answer() -> Error {
+        Error::Unanswered("deadline".into())
+    }
+
+    #[test]
+    fn look_passes_an_unclaimed_epoch_and_names_the_holder_of_a_claimed_one() {
+        assert_eq!(look(&mut gets(Ok((CLUSTER, None))), &reg()), Ok(()));
+        let held = entry(claim_of("b").to_bytes(), 9, 9);
+        let r = look(&mut gets(Ok((CLUSTER, Some(held)))), &reg()).unwrap_err();
+        assert_eq!(r.reason, Reason::EpochConsumed);
+        assert_eq!(r.subject, "fleet epoch /repoch/epochs/billing");
+        assert_eq!(r.expected, "unclaimed");
+        assert_eq!(
+            r.observed,
+            format!("claimed by {} at revision 9", claim_of("b"))
+        );
+        let r = look(&mut gets(Err(no_answer())), &reg()).unwrap_err();
+        assert_eq!(r.reason, Reason::RegistryUnavailable);
+        assert_eq!(r.expected, "an answer");
+        assert_eq!(r.observed, "no answer: deadline");
+    }
+
+    #[test]
+    fn holder_says_what_holds_the_key_when_it_is_no_claim() {
+        let mut big = entry(vec![], 5, 5);
+        big.value_bytes = 70_000;
+        assert_eq!(
+            holder(&big),
+            "claimed at revision 5 by a value of 70000 bytes, no fleet claim"
+        );
+        let junk = entry(b"junk".to_vec(), 6, 6);
+        assert!(
+            holder(&junk).starts_with("claimed at revision 6 by a value that is no fleet claim (")
+        );
+    }
+
+    #[test]
+    fn a_claim_won_is_its_create_revision_in_the_answering_cluster() {
+        let won = Claimed::Ours {
+            cluster: CLUSTER,
+            entry: entry(ours().to_bytes(), 44, 44),
+        };
+        assert_eq!(
+            claim(&mut claims(Ok(won)), &reg(), &ours()).unwrap(),
+            token(44)
+        );
+    }
+
+    #[test]
+    fn a_claim_won_at_no_revision_is_unknown_never_a_token() {
+        for rev in [0, -1] {
+            let won = Claimed::Ours {
+                cluster: CLUSTER,
+                entry: entry(ours().to_bytes(), rev, rev),
+            };
+            match claim(&mut claims(Ok(won)), &reg(), &ours()) {
+                Err(Lost::Unknown(r)) => {
+                    assert_eq!(r.reason, Reason::RegistryUnavailable);
+                    assert_eq!(r.observed, format!("revision {rev}"));
+                }
+                other => panic!("revision {rev}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_claim_lost_to_another_host_is_refused_naming_it() {
+        let theirs = Claimed::Theirs {
+            cluster: CLUSTER,
+            entry: entry(claim_of("b").to_bytes(), 7, 7),
+        };
+        match claim(&mut claims(Ok(theirs)), &reg(), &ours()) {
+            Err(Lost::Refused(r)) => {
+                assert_eq!(r.reason, Reason::EpochConsumed);
+                assert_eq!(r.expected, format!("claimed by {}", ours()));
+                assert_eq!(
+                    r.observed,
+                    format!("claimed by {} at revision 7", claim_of("b"))
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_claim_refused_before_etcd_applied_it_is_refused_and_an_unanswered_one_unknown() {
+        for e in [Error::Refused("quota".into()), Error::Config("cert".into())] {
+            match claim(&mut claims(Err(e)), &reg(), &ours()) {
+                Err(Lost::Refused(r)) => assert_eq!(r.expected, "the claim applied"),
+                other => panic!("{other:?}"),
+            }
+        }
+        for e in [no_answer(), Error::Answer("odd".into())] {
+            match claim(&mut claims(Err(e)), &reg(), &ours()) {
+                Err(Lost::Unknown(r)) => assert_eq!(r.expected, "the claim's answer"),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_claim_still_ours_holds_only_unmodified_in_its_cluster() {
+        let ok = entry(ours().to_bytes(), 44, 44);
+        let check = |answer| still_ours(&mut gets(answer), &reg(), &ours(), &token(44));
+        assert_eq!(check(Ok((CLUSTER, Some(ok.clone())))), Ok(()));
+        let changed = |answer, observed: &str| {
+            let r = check(answer).unwrap_err();
+            assert_eq!(r.reason, Reason::RegistryChanged, "{observed}");
+            assert_eq!(
+                r.expected,
+                format!("this host's claim, {}, unmodified", token(44))
+            );
+            assert_eq!(r.observed, observed);
+        };
+        changed(Ok((CLUSTER, None)), "the key is gone");
+        changed(
+            Ok((0xc2, Some(ok.clone()))),
+            "cluster 00000000000000c2 answered",
+        );
+        let theirs = entry(claim_of("b").to_bytes(), 44, 44);
+        changed(Ok((CLUSTER, Some(theirs.clone()))), &holder(&theirs));
+        let mut cut = ok.clone();
+        cut.value_bytes += 1;
+        changed(Ok((CLUSTER, Some(cut.clone()))), &holder(&cut));
+        changed(
+            Ok((CLUSTER, Some(entry(ours().to_bytes(), 45, 45)))),
+            "created at revision 45, modified at 45",
+        );
+        changed(
+            Ok((CLUSTER, Some(entry(ours().to_bytes(), 44, 46)))),
+            "created at revision 44, modified at 46",
+        );
+        let r = check(Err(no_answer())).unwrap_err();
+        assert_eq!(r.reason, Reason::RegistryUnavailable);
+    }
+}

@@ -17,7 +17,8 @@
 //! 5. (a write or fdatasync) the operation fails with EIO, fsyncgate semantics;
 //! 6. another contender arrives, or a paused one resumes;
 //! 7. (a call to the fleet registry) the call gets no answer (a claim's create may have
-//!    applied or not: both enumerated), or another host's claim lands first.
+//!    applied or not: both enumerated);
+//! 8. (the fleet world, its epoch unclaimed) another host's claim lands.
 //!
 //! The fleet world: the same search over a deployment whose manifest names a `[registry]`,
 //! against a modelled etcd key (one cluster, revisions that only grow, create-if-absent).
@@ -341,6 +342,8 @@ struct Run {
     acknowledged: Option<Hash>,
     /// The grant's sha256, once its consumer was told `granted` (the last word).
     told_granted: Option<Hash>,
+    /// The fleet world: whether this run's last read of the fleet epoch found it unclaimed.
+    looked: Option<bool>,
 }
 
 impl Run {
@@ -359,6 +362,7 @@ impl Run {
             last_facts: Vec::new(),
             acknowledged: None,
             told_granted: None,
+            looked: None,
         }
     }
 }
@@ -490,7 +494,8 @@ impl Shared {
             if matches!(op, Op::Write | Op::Sync | Op::Registry) {
                 alts.push(Alt::Eio);
             }
-            if op == Op::Registry && st.registry.as_ref().is_some_and(|r| r.epoch.is_none()) {
+            // Another host may claim at any time, not only while this one calls.
+            if st.registry.as_ref().is_some_and(|r| r.epoch.is_none()) {
                 alts.push(Alt::Rival);
             }
             let mut arrival = false;
@@ -1029,16 +1034,15 @@ fn no_answer() -> RegistryError {
 impl Fleet for SimFleet {
     fn get(&mut self, key: &[u8]) -> Result<(u64, Option<Entry>), RegistryError> {
         assert_eq!(key, registry().epoch_key().as_bytes());
-        let (st, unanswered) = self
+        let (mut st, unanswered) = self
             .shared
             .point(self.me, "read the fleet epoch", Op::Registry);
         if unanswered {
             return Err(no_answer());
         }
-        Ok((
-            CLUSTER,
-            st.registry.as_ref().expect("a registry").epoch.clone(),
-        ))
+        let epoch = st.registry.as_ref().expect("a registry").epoch.clone();
+        st.runs[self.me].looked = Some(epoch.is_none());
+        Ok((CLUSTER, epoch))
     }
     fn claim(&mut self, key: &[u8], value: &[u8]) -> Result<Claimed, RegistryError> {
         assert_eq!(key, registry().epoch_key().as_bytes());
@@ -1162,6 +1166,15 @@ fn progress(shared: Arc<Shared>, me: usize) -> issuance::Progress {
             AdminEvent::Progress { step, .. } => st.runs[me].steps.push(step),
             AdminEvent::Fact(_) => st.runs[me].facts += 1,
             AdminEvent::Record { kind, .. } => {
+                // The fleet world: an intent only after a look that found the fleet epoch
+                // unclaimed (another host may claim it after the look: the claim loses).
+                if kind == "intent" && st.registry.is_some() && st.runs[me].looked != Some(true)
+                {
+                    st.violation.get_or_insert(format!(
+                        "{} appends its intent without having found the fleet epoch unclaimed",
+                        name(me)
+                    ));
+                }
                 if kind == "consume" && !std::mem::take(&mut st.runs[me].asked_alive) {
                     st.violation.get_or_insert(format!(
                         "{} appends consume without asking whether its consumer is alive",
