@@ -439,4 +439,27 @@ mod tests {
         let r = check(Err(no_answer())).unwrap_err();
         assert_eq!(r.reason, Reason::RegistryUnavailable);
     }
+
+    /// An auditor's credentials (any regular file it can read): read whole up to 64 KiB
+    /// each; one byte more is refused naming the field and its path.
+    #[test]
+    fn credentials_are_read_up_to_64_kib_each_and_refused_naming_the_file_past_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
+        let mut r = reg();
+        (r.ca, r.cert, r.key) = (path("ca"), path("cert"), path("key"));
+        std::fs::write(&r.ca, b"ca").unwrap();
+        std::fs::write(&r.cert, vec![b'c'; 65_536]).unwrap();
+        std::fs::write(&r.key, b"key").unwrap();
+        let (ca, cert, key) = credentials(&r, false).unwrap();
+        assert_eq!(
+            (&ca[..], cert.len(), &key[..]),
+            (&b"ca"[..], 65_536, &b"key"[..])
+        );
+        std::fs::write(&r.cert, vec![b'c'; 65_537]).unwrap();
+        let e = credentials(&r, false).unwrap_err();
+        assert_eq!(e.reason, Reason::RegistryUnprotected);
+        assert_eq!(e.subject, format!("registry.cert {}", r.cert));
+        assert!(e.observed.contains("65537 bytes"), "{}", e.observed);
+    }
 }

@@ -1168,8 +1168,7 @@ fn progress(shared: Arc<Shared>, me: usize) -> issuance::Progress {
             AdminEvent::Record { kind, .. } => {
                 // The fleet world: an intent only after a look that found the fleet epoch
                 // unclaimed (another host may claim it after the look: the claim loses).
-                if kind == "intent" && st.registry.is_some() && st.runs[me].looked != Some(true)
-                {
+                if kind == "intent" && st.registry.is_some() && st.runs[me].looked != Some(true) {
                     st.violation.get_or_insert(format!(
                         "{} appends its intent without having found the fleet epoch unclaimed",
                         name(me)

@@ -1,0 +1,61 @@
+# The mutation scopes (docs/MUTANTS.md): sourced by .ci/run (the last commit's lines and one
+# rotating eighth) and by .ci/mutants-all (every eighth of a scope, on a developer's
+# machine). One definition, so the two never test different scopes.
+#
+# mutants_run SCOPE [CARGO MUTANTS ARGS...]: cargo mutants over SCOPE's files, with its
+# exclusions and its tests, mutating a copy of the tree (never this checkout) built in its
+# own target directory (target/mutants), so mutated binaries never reach target/debug.
+#
+# Scopes:
+#   protocol   protocol verifiers and the consumer library, by their own packages' tests
+#   issuance   the issuance and the fleet registry's steps, by the issuer's unit tests, the
+#              checker (with its fleet world) and the storage simulation
+MUTANTS_SCOPES=(protocol issuance)
+
+mutants_scope_label() {
+  case $1 in
+    protocol) echo "protocol verifiers, consumer library" ;;
+    issuance) echo "issuance" ;;
+    *) echo "unknown mutation scope: $1 (one of: ${MUTANTS_SCOPES[*]})" >&2; return 64 ;;
+  esac
+}
+
+# The files a scope mutates, one per line.
+mutants_scope_files() {
+  case $1 in
+    protocol)
+      printf '%s\n' protocol/src/{epoch,journal,grant,manifest,sign,cbor,wire,types,checkpoint}.rs \
+        consumer/src/{lib,verify,persist,keys}.rs ;;
+    # fleet.rs's Client adapter (two calls into repoch-registry) is reached only with a
+    # real etcd: tests-native/tests/tooled/fleet.rs judges it, not this scope.
+    issuance) printf '%s\n' issuer/src/issuance.rs issuer/src/fleet.rs ;;
+    *) mutants_scope_label "$1" >/dev/null ;;
+  esac
+}
+
+mutants_run() {
+  local scope=$1 args=() f
+  shift
+  mutants_scope_label "$scope" >/dev/null || return
+  while read -r f; do args+=(--file "$f"); done < <(mutants_scope_files "$scope")
+  case $scope in
+    issuance) args+=(--exclude-re 'issuer/src/fleet\.rs:.*<impl Fleet for Client>') ;;
+  esac
+  args+=("$@")
+  case $scope in
+    issuance) args+=(-- --lib --test checker --test sim) ;;
+  esac
+  # The checker's random walks at a fifth of their default: its exhaustive searches are
+  # what catch a mutant; the walks are for paths beyond the bound (docs/MUTANTS.md).
+  REPOCH_SIM_SEEDS=2000 CARGO_TARGET_DIR="$PWD/target/mutants" \
+    cargo mutants --no-shuffle --timeout 180 "${args[@]}"
+}
+
+# The shard of the day (0-7): REPOCH_MUTANTS_SHARD when set, else the day of the year mod 8.
+mutants_shard_of_the_day() {
+  local s=${REPOCH_MUTANTS_SHARD:-$((10#$(date +%j) % 8))}
+  case $s in
+    [0-7]) echo "$s" ;;
+    *) echo "REPOCH_MUTANTS_SHARD=$s: a shard is 0 to 7" >&2; return 64 ;;
+  esac
+}
