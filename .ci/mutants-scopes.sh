@@ -37,7 +37,12 @@ mutants_run() {
   local scope=$1 args=() f
   shift
   mutants_scope_label "$scope" >/dev/null || return
-  while read -r f; do args+=(--file "$f"); done < <(mutants_scope_files "$scope")
+  while read -r f; do
+    # A file renamed or moved would leave the scope silently: cargo mutants takes a --file
+    # that matches nothing.
+    [ -f "$f" ] || { echo "mutation scope $scope: no file $f" >&2; return 64; }
+    args+=(--file "$f")
+  done < <(mutants_scope_files "$scope")
   case $scope in
     issuance) args+=(--exclude-re 'issuer/src/fleet\.rs:.*<impl Fleet for Client>') ;;
   esac
@@ -58,4 +63,17 @@ mutants_shard_of_the_day() {
     [0-7]) echo "$s" ;;
     *) echo "REPOCH_MUTANTS_SHARD=$s: a shard is 0 to 7" >&2; return 64 ;;
   esac
+}
+
+# mutants_verdict OUTDIR RC: 0 when every mutant of the run in OUTDIR was caught (a timeout,
+# a mutant that made the tests hang, is caught), 2 when one was missed, RC otherwise.
+# cargo mutants exits 3 when any mutant timed out even if another was missed: the verdict
+# reads its missed.txt, never the exit code alone.
+mutants_verdict() {
+  local out=$1 rc=$2
+  if [ -s "$out/mutants.out/missed.txt" ]; then
+    sed 's/^/MISSED /' "$out/mutants.out/missed.txt"
+    return 2
+  fi
+  case $rc in 0 | 3) return 0 ;; *) return "$rc" ;; esac
 }
