@@ -18,7 +18,8 @@
 //! 6. another contender arrives, or a paused one resumes;
 //! 7. (a call to the fleet registry) the call gets no answer (a claim's create may have
 //!    applied or not: both enumerated);
-//! 8. (the fleet world, its epoch unclaimed) another host's claim lands.
+//! 8. (the fleet world, its epoch unclaimed) another host's claim lands;
+//! 9. (the fleet world, its epoch claimed) an etcd writer rewrites the key, same bytes.
 //!
 //! The fleet world: the same search over a deployment whose manifest names a `[registry]`,
 //! against a modelled etcd key (one cluster, revisions that only grow, create-if-absent).
@@ -342,8 +343,9 @@ struct Run {
     acknowledged: Option<Hash>,
     /// The grant's sha256, once its consumer was told `granted` (the last word).
     told_granted: Option<Hash>,
-    /// The fleet world: whether this run's last read of the fleet epoch found it unclaimed.
-    looked: Option<bool>,
+    /// The fleet world: the fleet epoch's key as this run's last read of it found it
+    /// (none before its first read).
+    looked: Option<Option<Entry>>,
 }
 
 impl Run {
@@ -456,6 +458,9 @@ enum Alt {
     Eio,
     /// Another host's claim of the fleet epoch lands first.
     Rival,
+    /// A holder of an etcd credential rewrites the claimed key with the same bytes (its
+    /// value unchanged, its mod revision not its create revision).
+    Rewrite,
     Switch(usize),
 }
 
@@ -498,6 +503,9 @@ impl Shared {
             if st.registry.as_ref().is_some_and(|r| r.epoch.is_none()) {
                 alts.push(Alt::Rival);
             }
+            if st.registry.as_ref().is_some_and(|r| r.epoch.is_some()) {
+                alts.push(Alt::Rewrite);
+            }
             let mut arrival = false;
             for (j, r) in st.runs.iter().enumerate() {
                 let first_queued = r.status == Status::Queued && !arrival;
@@ -520,6 +528,17 @@ impl Shared {
                 Alt::Eio => {
                     st.trace.push(format!("{at}: fails with EIO"));
                     return (st, true);
+                }
+                Alt::Rewrite => {
+                    let reg = st.registry.as_mut().expect("a registry");
+                    reg.revision += 1;
+                    let e = reg.epoch.as_mut().expect("claimed");
+                    e.mod_revision = reg.revision;
+                    e.version += 1;
+                    st.trace.push(format!(
+                        "{at}: an etcd writer rewrites the fleet epoch's key"
+                    ));
+                    return (st, false);
                 }
                 Alt::Rival => {
                     let reg = st.registry.as_mut().expect("a registry");
@@ -739,7 +758,7 @@ fn check_dispatch(st: &St, me: usize, grant: &[u8]) -> Result<(), String> {
             g.grant.fencing
         ));
     }
-    check_fencing(st, g.grant.fencing, intent.hash)?;
+    check_fencing(st, me, g.grant.fencing, intent.hash)?;
     let cached = verify_log(sim.content(st.log_file), &issuer(), Some(DEP));
     if cached
         .records
@@ -761,11 +780,16 @@ fn check_dispatch(st: &St, me: usize, grant: &[u8]) -> Result<(), String> {
     }
 }
 
-/// A grant's fencing token: in the fleet world, the registry's key holds this host's claim
-/// for this intent, created at the token's revision of the cluster and never modified;
-/// outside it, no token.
-fn check_fencing(st: &St, token: Option<FencingToken>, intent: Hash) -> Result<(), String> {
-    let (reg, token) = match (&st.registry, token) {
+/// A grant's fencing token: in the fleet world, the registry's key, as the run last read it
+/// (a rewrite after that read no issuer can see), holds this host's claim for this intent,
+/// created at the token's revision of the cluster and never modified; outside it, no token.
+fn check_fencing(
+    st: &St,
+    me: usize,
+    token: Option<FencingToken>,
+    intent: Hash,
+) -> Result<(), String> {
+    let token = match (&st.registry, token) {
         (None, None) => return Ok(()),
         (None, Some(t)) => {
             return Err(format!(
@@ -773,11 +797,11 @@ fn check_fencing(st: &St, token: Option<FencingToken>, intent: Hash) -> Result<(
             ))
         }
         (Some(_), None) => return Err("a fleet grant without a fencing token".into()),
-        (Some(reg), Some(t)) => (reg, t),
+        (Some(_), Some(t)) => t,
     };
-    let Some(e) = &reg.epoch else {
+    let Some(Some(e)) = &st.runs[me].looked else {
         return Err(format!(
-            "a grant with {token} while the fleet epoch is unclaimed"
+            "a grant with {token} while the fleet epoch read unclaimed, or was never read"
         ));
     };
     let claim = FleetClaim::from_bytes(&e.value).map_err(|e| format!("the fleet claim: {e}"))?;
@@ -1041,7 +1065,7 @@ impl Fleet for SimFleet {
             return Err(no_answer());
         }
         let epoch = st.registry.as_ref().expect("a registry").epoch.clone();
-        st.runs[self.me].looked = Some(epoch.is_none());
+        st.runs[self.me].looked = Some(epoch.clone());
         Ok((CLUSTER, epoch))
     }
     fn claim(&mut self, key: &[u8], value: &[u8]) -> Result<Claimed, RegistryError> {
@@ -1052,9 +1076,11 @@ impl Fleet for SimFleet {
         if unanswered {
             // Lost before etcd applied it, or its answer lost after: both enumerated.
             if st.chooser.pick(2, false) == 1 {
-                st.registry.as_mut().expect("a registry").create(value);
-                st.trace
-                    .push("  (the claim applied; its answer was lost)".into());
+                let reg = st.registry.as_mut().expect("a registry");
+                if reg.create(value).value == value {
+                    st.trace
+                        .push("  (the claim applied; its answer was lost)".into());
+                }
             }
             return Err(no_answer());
         }
@@ -1168,7 +1194,7 @@ fn progress(shared: Arc<Shared>, me: usize) -> issuance::Progress {
             AdminEvent::Record { kind, .. } => {
                 // The fleet world: an intent only after a look that found the fleet epoch
                 // unclaimed (another host may claim it after the look: the claim loses).
-                if kind == "intent" && st.registry.is_some() && st.runs[me].looked != Some(true) {
+                if kind == "intent" && st.registry.is_some() && st.runs[me].looked != Some(None) {
                     st.violation.get_or_insert(format!(
                         "{} appends its intent without having found the fleet epoch unclaimed",
                         name(me)
@@ -1324,7 +1350,13 @@ fn contender(shared: Arc<Shared>, me: usize) {
         Ok(Ok(_)) => st.runs[me].outcome = "granted".into(),
         Ok(Err(e)) => {
             let reasons: Vec<&str> = e.refusals.iter().map(|r| r.reason.as_str()).collect();
-            st.runs[me].outcome = format!("{} {reasons:?}", e.outcome.as_str());
+            // A refusal after the intent says so: its epoch was withheld.
+            let withheld = if st.runs[me].records.iter().any(|k| k == "withheld") {
+                " withheld"
+            } else {
+                ""
+            };
+            st.runs[me].outcome = format!("{} {reasons:?}{withheld}", e.outcome.as_str());
         }
         Err(p) if p.is::<Killed>() => st.runs[me].outcome = "killed".into(),
         Err(p) => {
@@ -1664,7 +1696,8 @@ fn the_fleet_world_random_walks() {
 
 /// The fleet search reaches what it claims to explore: a grant carrying its token, another
 /// host's claim first (refused before the intent, and withheld after it), a registry that
-/// does not answer (refused before the intent), a claim whose answer was lost (uncertain).
+/// does not answer (refused before the intent), a claim whose answer was lost (uncertain),
+/// the key rewritten by an etcd writer after the claim (withheld `registry-changed`).
 #[test]
 fn the_fleet_search_reaches_every_outcome() {
     let disk = enrolled_as(true);
@@ -1687,6 +1720,12 @@ fn the_fleet_search_reaches_every_outcome() {
                 ("refused [\"registry-unavailable\"]", "registry-unavailable"),
                 ("uncertain [\"registry-unavailable\"]", "uncertain"),
                 ("the claim applied; its answer was lost", "a lost answer"),
+                ("rewrites the fleet epoch", "a rewrite"),
+                (
+                    "[\"registry-changed\"] withheld",
+                    "registry-changed, withheld",
+                ),
+                ("[\"epoch-consumed\"] withheld", "epoch-consumed, withheld"),
             ] {
                 if line.contains(key) {
                     seen.insert(what);
@@ -1701,6 +1740,9 @@ fn the_fleet_search_reaches_every_outcome() {
         "registry-unavailable",
         "uncertain",
         "a lost answer",
+        "a rewrite",
+        "registry-changed, withheld",
+        "epoch-consumed, withheld",
     ] {
         assert!(
             seen.contains(want),
