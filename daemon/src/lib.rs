@@ -13,4 +13,5 @@ pub mod link;
 pub mod notify;
 pub mod repochd;
 pub mod server;
+pub mod signals;
 pub mod sys;

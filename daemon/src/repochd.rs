@@ -13,7 +13,10 @@ use repoch_protocol::Outcome;
 /// under /run/repoch (or --root), or on the sockets systemd passes (LISTEN_FDS with
 /// LISTEN_FDNAMES=admin:grant). Notifies systemd (READY, STATUS, STOPPING) when
 /// NOTIFY_SOCKET is set; logs to journald when JOURNAL_STREAM is set, else to stderr.
-/// Stops cleanly on SIGTERM.
+/// Stops cleanly on SIGTERM, SIGINT or SIGQUIT: a recovery before its intent ends refused
+/// daemon-stopping, one past it runs to its end. Ignores, and logs, SIGHUP (it reads its
+/// configuration at start only), SIGUSR1, SIGUSR2, SIGPWR and every other signal that
+/// would otherwise end it, so that none interrupts a recovery.
 ///
 /// Exit codes: 0 clean stop; 64 usage; 70 internal (could not start).
 #[derive(Parser, Debug)]

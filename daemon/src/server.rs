@@ -39,7 +39,7 @@ pub struct Daemon {
     pub(crate) warnings: Warnings,
     /// Set when a write or fsync of an epoch log failed: no further issuance until restart.
     pub(crate) poisoned: AtomicBool,
-    /// Set on SIGTERM or SIGINT ([`Daemon::serve`]); shared with the registry and every
+    /// Set on SIGTERM, SIGINT or SIGQUIT ([`Daemon::serve`]); shared with the registry and every
     /// issuance.
     pub(crate) stop: Stop,
 }
@@ -160,7 +160,7 @@ impl Daemon {
         }
     }
 
-    /// Serves until SIGTERM or SIGINT, then stops (docs/ARCHITECTURE.md, "Stopping"): no
+    /// Serves until SIGTERM, SIGINT or SIGQUIT, then stops (docs/ARCHITECTURE.md, "Stopping"): no
     /// connection is accepted any more; the stop is set, so a recovery that has not written
     /// its intent ends refused `daemon-stopping` (one waiting for its consumer is woken),
     /// and every waiting consumer is refused the same; every admin connection is then
@@ -179,10 +179,8 @@ impl Daemon {
         let admin_slots = Arc::new(Semaphore::new(config().admin_connections));
         let mut admins = tokio::task::JoinSet::new();
         let grant_slots = Arc::new(Semaphore::new(config().grant_connections));
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .map_err(|e| e.to_string())?;
-        let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-            .map_err(|e| e.to_string())?;
+        // Every signal that ends a process by default: a stop, or ignored (crate::signals).
+        let mut signals = crate::signals::Signals::install()?;
         self.admission.warm();
         let sweeper = {
             let d = self.clone();
@@ -246,8 +244,10 @@ impl Daemon {
                     let d = self.clone();
                     tokio::spawn(async move { d.grant(s, slot).await; drop(permit); });
                 }
-                _ = term.recv() => break,
-                _ = int.recv() => break,
+                name = signals.stop() => {
+                    tracing::info!(signal = name, "{name}: stopping");
+                    break;
+                }
             }
         }
         drop((admin, grant));

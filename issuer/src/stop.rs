@@ -1,6 +1,6 @@
 //! The daemon's stop, as an issuance sees it (docs/ARCHITECTURE.md, "Stopping").
 //!
-//! repochd sets it once, on SIGTERM or SIGINT, and never clears it. An issuance asks it at
+//! repochd sets it once, on SIGTERM, SIGINT or SIGQUIT, and never clears it. An issuance asks it at
 //! two points before anything is written: while it waits for its consumer, and right
 //! before it appends the intent (after the last observation). Set there, the issuance ends
 //! refused `daemon-stopping`, nothing written. From the intent on it is never asked: the
@@ -47,7 +47,7 @@ impl Stop {
             Reason::DaemonStopping,
             "repochd",
             "running",
-            format!("stopping (SIGTERM or SIGINT): {what}; nothing written"),
+            format!("stopping (SIGTERM, SIGINT or SIGQUIT): {what}; nothing written"),
         )
     }
 }

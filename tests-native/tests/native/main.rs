@@ -22,6 +22,7 @@ mod inputs;
 mod matrix_types;
 mod observers;
 mod principals;
+mod signals;
 mod stopping;
 mod store;
 mod texts;
