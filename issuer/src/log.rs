@@ -4,7 +4,7 @@
 use std::io;
 
 use repoch_protocol::cbor::Canonical;
-use repoch_protocol::epoch::{verify_log, LogReport, SignedEpochRecord};
+use repoch_protocol::epoch::{verify_log, Classification, LogReport, SignedEpochRecord};
 use repoch_protocol::limits::{LOG_BYTES_MAX, RECORD_BYTES_MAX};
 use repoch_protocol::{DeploymentId, Hash, PublicKey};
 
@@ -53,15 +53,33 @@ impl<F> EpochLog<F> {
         issuer: PublicKey,
         deployment: DeploymentId,
     ) -> io::Result<Self> {
-        let bytes = s.read_all(&file, LOG_BYTES_MAX)?;
-        let report = verify_log(&bytes, &issuer, Some(deployment));
+        let (report, len, poisoned) = match s.read_all(&file, LOG_BYTES_MAX) {
+            Ok(bytes) => (
+                verify_log(&bytes, &issuer, Some(deployment)),
+                bytes.len(),
+                false,
+            ),
+            // Over its bound: corrupt, as docs/PROTOCOL.md classifies it (no append writes
+            // one, no crash leaves one), never a failure to read. Not read further, and never
+            // appended to.
+            Err(e) if e.kind() == io::ErrorKind::FileTooLarge => (
+                LogReport {
+                    classification: Classification::Corrupt,
+                    records: Vec::new(),
+                    problem: Some((0, format!("the log is {e}"))),
+                },
+                LOG_BYTES_MAX + 1,
+                true,
+            ),
+            Err(e) => return Err(e),
+        };
         Ok(EpochLog {
             file,
             issuer,
             deployment,
             report,
-            len: bytes.len(),
-            poisoned: false,
+            len,
+            poisoned,
         })
     }
 

@@ -262,6 +262,44 @@ fn a_zero_filled_tail_after_the_last_record_reads_as_torn() {
     assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
 }
 
+/// A log over its bound (`LOG_BYTES_MAX`) is `corrupt` everywhere (docs/PROTOCOL.md, "The
+/// epoch log"): no append writes one and no crash leaves one. `status` and `list` say
+/// `epoch-corrupt` (exit 2), as they once said `observe-failed`, a reason EXIT-CODES.md's
+/// rows for them do not list; `audit` refuses to read it (exit 64, naming the bound). One
+/// byte over, and far over.
+#[test]
+#[ignore = "needs root"]
+fn a_log_over_its_bound_reads_as_corrupt_in_status_and_list() {
+    require_root!();
+    use repoch_protocol::limits::LOG_BYTES_MAX;
+    for over in [1, 4 << 20] {
+        let s = Sandbox::new();
+        let id = s.enroll();
+        let len = std::fs::metadata(s.log(&id)).unwrap().len() as usize;
+        append_to_log(&s, &id, &vec![0u8; LOG_BYTES_MAX + over - len]);
+        let r = s.status(&id);
+        assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
+        assert_eq!(r.json()["epoch"], "corrupt", "{over}: {}", r.stdout);
+        assert_eq!(r.json()["refusal"], "epoch-corrupt", "{over}: {}", r.stdout);
+        let l = s.repoch(&["--json", "list"]);
+        assert_eq!(l.code, Outcome::Refused, "{}", l.stdout);
+        assert!(
+            l.stdout.contains("\"epoch-corrupt\""),
+            "{over}: {}",
+            l.stdout
+        );
+        let a = s.repoch(&["audit", s.log(&id).to_str().unwrap()]);
+        assert_eq!(a.code, Outcome::Usage, "{over}: {}{}", a.stdout, a.stderr);
+        assert!(
+            format!("{}{}", a.stdout, a.stderr)
+                .contains(&format!("over its bound of {LOG_BYTES_MAX} bytes")),
+            "{over}: {}{}",
+            a.stdout,
+            a.stderr
+        );
+    }
+}
+
 #[test]
 #[ignore = "needs root"]
 fn a_log_copied_from_another_deployment_reads_as_foreign() {
