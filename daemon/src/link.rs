@@ -419,6 +419,12 @@ impl ConsumerLink for SocketLink {
     /// The pinned pidfd's process still alive (a child that acknowledged for an exited
     /// consumer is not it) and the connection its alone, then `granted`, all within
     /// `LAST_WORD_SECONDS_MAX` of the acknowledgement.
+    /// The operator's admin connection neither hung up nor readable (a client that left
+    /// closed it: EOF reads as readable).
+    fn operator_present(&mut self) -> Result<(), LinkError> {
+        hung_up(&self.operator).map_err(|_| LinkError::from("it went away".to_owned()))
+    }
+
     fn last_word(&mut self, grant_sha256: &Hash) -> Result<(), (Reason, LinkError)> {
         use repoch_protocol::limits::LAST_WORD_SECONDS_MAX;
         let deadline = Instant::now() + Duration::from_secs(LAST_WORD_SECONDS_MAX);

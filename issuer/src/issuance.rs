@@ -156,6 +156,23 @@ pub trait ConsumerLink {
     /// `LAST_WORD_SECONDS_MAX` of the acknowledgement. Only a word sent makes the outcome
     /// `granted`; the consumer starts the new root only on it.
     fn last_word(&mut self, grant_sha256: &Hash) -> Result<(), (Reason, LinkError)>;
+    /// Whether the operator who asked for this recovery (its `repoch recover`) is still
+    /// connected, without waiting. Asked right before the intent, and before the fleet claim
+    /// and `consume`: an interrupted recover is cancelled where nothing (more) is written.
+    fn operator_present(&mut self) -> Result<(), LinkError>;
+}
+
+/// Right before the intent, and before the fleet claim and `consume`: an operator whose
+/// `repoch recover` went away ends the recovery `recover-cancelled`.
+fn operator_present<C: ConsumerLink>(consumer: &mut C, when: &str) -> Result<(), Refusal> {
+    consumer.operator_present().map_err(|e| {
+        Refusal::new(
+            Reason::RecoverCancelled,
+            "the operator's repoch recover",
+            "connected",
+            format!("{e} {when}"),
+        )
+    })
 }
 
 /// Before `consume` and `dispatch`: a consumer that went away ends `consumer-lost`.
@@ -656,6 +673,11 @@ impl<C: ConsumerLink, W: World> Connected<C, W> {
             self.s.consumer.refuse(r.reason, &r.detail());
             return Err(Ended::one(r));
         }
+        if let Err(r) = operator_present(&mut self.s.consumer, "before the intent; nothing written")
+        {
+            self.s.consumer.refuse(r.reason, &r.detail());
+            return Err(Ended::one(r));
+        }
         let body = EpochBody::Intent {
             evidence: self.s.first.digest,
             facts: self.s.first.facts.clone(),
@@ -837,6 +859,9 @@ impl<C: ConsumerLink, W: World> Verified1<C, W> {
     /// consumed); append and fsync `consume`.
     pub fn consume(mut self) -> Result<Consumed<C, W>, Ended> {
         if let Err(r) = still_alive(&mut self.s.consumer, &self.s.peer) {
+            return Err(withhold(self.s.c, &mut self.s.consumer, r));
+        }
+        if let Err(r) = operator_present(&mut self.s.consumer, "before consume; nothing claimed") {
             return Err(withhold(self.s.c, &mut self.s.consumer, r));
         }
         let fencing = match self.claim_fleet_epoch() {
@@ -1182,6 +1207,9 @@ mod tests {
             unreachable!()
         }
         fn acknowledgement(&mut self) -> Result<Hash, LinkError> {
+            unreachable!()
+        }
+        fn operator_present(&mut self) -> Result<(), LinkError> {
             unreachable!()
         }
     }

@@ -343,6 +343,11 @@ struct Run {
     acknowledged: Option<Hash>,
     /// The grant's sha256, once its consumer was told `granted` (the last word).
     told_granted: Option<Hash>,
+    /// Whether this run's operator (its `repoch recover`) is still connected.
+    operator: bool,
+    /// Whether the run asked if its operator is there (and it was) since its last intent
+    /// or `consume` record: both must be preceded by one.
+    asked_operator: bool,
     /// The fleet world: the fleet epoch's key as this run's last read of it found it
     /// (none before its first read).
     looked: Option<Option<Entry>>,
@@ -365,6 +370,8 @@ impl Run {
             acknowledged: None,
             told_granted: None,
             looked: None,
+            operator: true,
+            asked_operator: false,
         }
     }
 }
@@ -456,6 +463,8 @@ enum Alt {
     Vanish,
     /// A write or sync fails with EIO; a registry call gets no answer.
     Eio,
+    /// This run's operator interrupts its `repoch recover`.
+    Interrupt,
     /// Another host's claim of the fleet epoch lands first.
     Rival,
     /// A holder of an etcd credential rewrites the claimed key with the same bytes (its
@@ -496,6 +505,9 @@ impl Shared {
             if st.runs[me].consumer {
                 alts.push(Alt::Vanish);
             }
+            if op == Op::World && st.runs[me].operator {
+                alts.push(Alt::Interrupt);
+            }
             if matches!(op, Op::Write | Op::Sync | Op::Registry) {
                 alts.push(Alt::Eio);
             }
@@ -528,6 +540,12 @@ impl Shared {
                 Alt::Eio => {
                     st.trace.push(format!("{at}: fails with EIO"));
                     return (st, true);
+                }
+                Alt::Interrupt => {
+                    st.runs[me].operator = false;
+                    st.trace
+                        .push(format!("{at}: its operator interrupts repoch recover"));
+                    return (st, false);
                 }
                 Alt::Rewrite => {
                     let reg = st.registry.as_mut().expect("a registry");
@@ -1174,6 +1192,15 @@ impl ConsumerLink for SimLink {
         st.runs[self.me].acknowledged = Some(sent);
         Ok(sent)
     }
+    fn operator_present(&mut self) -> Result<(), LinkError> {
+        let mut st = self.shared.lock();
+        let run = &mut st.runs[self.me];
+        run.asked_operator = run.operator;
+        match run.operator {
+            true => Ok(()),
+            false => Err("it went away".to_owned().into()),
+        }
+    }
     fn last_word(&mut self, grant_sha256: &Hash) -> Result<(), (Reason, LinkError)> {
         let mut st = self
             .call("the last word")
@@ -1197,6 +1224,14 @@ fn progress(shared: Arc<Shared>, me: usize) -> issuance::Progress {
                 if kind == "intent" && st.registry.is_some() && st.runs[me].looked != Some(None) {
                     st.violation.get_or_insert(format!(
                         "{} appends its intent without having found the fleet epoch unclaimed",
+                        name(me)
+                    ));
+                }
+                if matches!(kind.as_str(), "intent" | "consume")
+                    && !std::mem::take(&mut st.runs[me].asked_operator)
+                {
+                    st.violation.get_or_insert(format!(
+                        "{} appends {kind} without asking whether its operator is there",
                         name(me)
                     ));
                 }
@@ -1645,6 +1680,7 @@ fn the_search_reaches_every_outcome() {
                 ("store-poisoned", "store-poisoned"),
                 ("crashes", "crash"),
                 ("acknowledges other bytes", "a false acknowledgement"),
+                ("[\"recover-cancelled\"]", "recover-cancelled"),
             ] {
                 if line.contains(key) {
                     seen.insert(what);
@@ -1662,6 +1698,7 @@ fn the_search_reaches_every_outcome() {
         "store-poisoned",
         "crash",
         "a false acknowledgement",
+        "recover-cancelled",
     ] {
         assert!(seen.contains(want), "no walk reached {want}: {seen:?}");
     }

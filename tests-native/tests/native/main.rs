@@ -4,6 +4,7 @@
 mod acceptance;
 mod architecture;
 mod bounded;
+mod cancelled;
 mod checkpoint;
 mod containment;
 mod contenders;
