@@ -424,8 +424,9 @@ fn handoff_fds(
 }
 
 /// A listener's name in `LISTEN_FDNAMES`: `tcp-PORT`, `udp-PORT`, `unix-NAME` (the path's
-/// file name, each byte outside `[A-Za-z0-9._-]` as `_`, at most 255 bytes: systemd's
-/// rule for a descriptor name).
+/// file name, each character outside `[A-Za-z0-9._-]` as one `_`, the whole name cut at
+/// 255 bytes: systemd's rule for a descriptor name; docs/OPERATOR.md, "What the new root
+/// receives").
 fn fd_name(l: &repoch_protocol::manifest::Listener) -> String {
     use repoch_protocol::manifest::Listener;
     let mut s = match l {
@@ -451,4 +452,23 @@ fn fd_name(l: &repoch_protocol::manifest::Listener) -> String {
     };
     s.truncate(255);
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fd_name;
+    use repoch_protocol::manifest::Listener;
+
+    /// The names docs/OPERATOR.md ("What the new root receives") promises a supervisor.
+    #[test]
+    fn listener_names_are_systemds_descriptor_names() {
+        assert_eq!(fd_name(&Listener::Tcp(7070)), "tcp-7070");
+        assert_eq!(fd_name(&Listener::Udp(53)), "udp-53");
+        let unix = |p: &str| fd_name(&Listener::Unix(p.into()));
+        assert_eq!(unix("/run/billing/api.sock"), "unix-api.sock");
+        // One `_` per character outside [A-Za-z0-9._-], a 2-byte one included.
+        assert_eq!(unix("/run/b/a pi:é.sock"), "unix-a_pi__.sock");
+        // Cut at 255 bytes in all.
+        assert_eq!(unix(&format!("/run/{}", "x".repeat(300))).len(), 255);
+    }
 }
