@@ -47,13 +47,17 @@ mutants_run() {
     issuance) args+=(--exclude-re 'issuer/src/fleet\.rs:.*<impl Fleet for Client>') ;;
   esac
   args+=("$@")
+  # A mutant's tests end within the timeout or it counts as caught (a hang). The issuance's
+  # tests take 75 to 100 s unmutated on 2 cores (the checker most of it): 300 s leaves room
+  # for a loaded machine; the protocol's take about a second.
+  local timeout=180
   case $scope in
-    issuance) args+=(-- --lib --test checker --test sim) ;;
+    issuance) timeout=300 args+=(-- --lib --test checker --test sim) ;;
   esac
   # The checker's random walks at a fifth of their default: its exhaustive searches are
   # what catch a mutant; the walks are for paths beyond the bound (docs/MUTANTS.md).
   REPOCH_SIM_SEEDS=2000 CARGO_TARGET_DIR="$PWD/target/mutants" \
-    cargo mutants --no-shuffle --timeout 180 "${args[@]}"
+    cargo mutants --no-shuffle --timeout "$timeout" "${args[@]}"
 }
 
 # The shard of the day (0-7): REPOCH_MUTANTS_SHARD when set, else the day of the year mod 8.
