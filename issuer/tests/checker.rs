@@ -1657,49 +1657,47 @@ fn replay() {
 /// other bytes.
 #[test]
 fn the_search_reaches_every_outcome() {
-    let disk = enrolled();
+    reaches(
+        &enrolled(),
+        77,
+        &[
+            ("granted", "granted"),
+            ("epoch-consumed", "epoch-consumed"),
+            ("issuer-busy", "issuer-busy"),
+            ("epoch-torn", "epoch-torn"),
+            ("evidence-changed", "evidence-changed"),
+            ("consumer-lost", "consumer-lost"),
+            ("store-poisoned", "store-poisoned"),
+            ("crashes", "crash"),
+            ("acknowledges other bytes", "a false acknowledgement"),
+            ("[\"recover-cancelled\"]", "recover-cancelled"),
+        ],
+    );
+}
+
+/// 2,000 random walks of 2 contenders over `disk` (seeds salted with `salt`): each outcome
+/// `what` must appear in some walk's trace, as a line holding its `key`.
+fn reaches(disk: &Disk, salt: u64, outcomes: &[(&str, &'static str)]) {
     let mut seen = std::collections::BTreeSet::new();
     for i in 0..2_000u64 {
         let r = run_path(
-            &disk,
+            disk,
             2,
             Chooser {
                 budget: WALK_DEVIATIONS_MAX,
-                walk: Some(i.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 77),
+                walk: Some(i.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ salt),
                 ..Chooser::default()
             },
         );
         for line in &r.trace {
-            for (key, what) in [
-                ("granted", "granted"),
-                ("epoch-consumed", "epoch-consumed"),
-                ("issuer-busy", "issuer-busy"),
-                ("epoch-torn", "epoch-torn"),
-                ("evidence-changed", "evidence-changed"),
-                ("consumer-lost", "consumer-lost"),
-                ("store-poisoned", "store-poisoned"),
-                ("crashes", "crash"),
-                ("acknowledges other bytes", "a false acknowledgement"),
-                ("[\"recover-cancelled\"]", "recover-cancelled"),
-            ] {
+            for (key, what) in outcomes {
                 if line.contains(key) {
-                    seen.insert(what);
+                    seen.insert(*what);
                 }
             }
         }
     }
-    for want in [
-        "granted",
-        "epoch-consumed",
-        "issuer-busy",
-        "epoch-torn",
-        "evidence-changed",
-        "consumer-lost",
-        "store-poisoned",
-        "crash",
-        "a false acknowledgement",
-        "recover-cancelled",
-    ] {
+    for (_, want) in outcomes {
         assert!(seen.contains(want), "no walk reached {want}: {seen:?}");
     }
 }
@@ -1737,53 +1735,22 @@ fn the_fleet_world_random_walks() {
 /// the key rewritten by an etcd writer after the claim (withheld `registry-changed`).
 #[test]
 fn the_fleet_search_reaches_every_outcome() {
-    let disk = enrolled_as(true);
-    let mut seen = std::collections::BTreeSet::new();
-    for i in 0..2_000u64 {
-        let r = run_path(
-            &disk,
-            2,
-            Chooser {
-                budget: WALK_DEVIATIONS_MAX,
-                walk: Some(i.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xf1ee7),
-                ..Chooser::default()
-            },
-        );
-        for line in &r.trace {
-            for (key, what) in [
-                (": granted", "granted"),
-                ("another host claims", "a rival's claim"),
-                ("refused [\"epoch-consumed\"]", "epoch-consumed"),
-                ("refused [\"registry-unavailable\"]", "registry-unavailable"),
-                ("uncertain [\"registry-unavailable\"]", "uncertain"),
-                ("the claim applied; its answer was lost", "a lost answer"),
-                ("rewrites the fleet epoch", "a rewrite"),
-                (
-                    "[\"registry-changed\"] withheld",
-                    "registry-changed, withheld",
-                ),
-                ("[\"epoch-consumed\"] withheld", "epoch-consumed, withheld"),
-            ] {
-                if line.contains(key) {
-                    seen.insert(what);
-                }
-            }
-        }
-    }
-    for want in [
-        "granted",
-        "a rival's claim",
-        "epoch-consumed",
-        "registry-unavailable",
-        "uncertain",
-        "a lost answer",
-        "a rewrite",
-        "registry-changed, withheld",
-        "epoch-consumed, withheld",
-    ] {
-        assert!(
-            seen.contains(want),
-            "no fleet walk reached {want}: {seen:?}"
-        );
-    }
+    reaches(
+        &enrolled_as(true),
+        0xf1ee7,
+        &[
+            (": granted", "granted"),
+            ("another host claims", "a rival's claim"),
+            ("refused [\"epoch-consumed\"]", "epoch-consumed"),
+            ("refused [\"registry-unavailable\"]", "registry-unavailable"),
+            ("uncertain [\"registry-unavailable\"]", "uncertain"),
+            ("the claim applied; its answer was lost", "a lost answer"),
+            ("rewrites the fleet epoch", "a rewrite"),
+            (
+                "[\"registry-changed\"] withheld",
+                "registry-changed, withheld",
+            ),
+            ("[\"epoch-consumed\"] withheld", "epoch-consumed, withheld"),
+        ],
+    );
 }

@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use repoch_tests_native::*;
 
-use crate::e2e::{records, AtBarrier};
-use crate::granted::{waiting, Guard};
+use crate::e2e::records;
+use crate::granted::Guard;
+use crate::stopping::{recovery_stopped_at, StoppedRecovery};
 
 /// How long repochd may take to end the recovery once it runs again.
 const END_SECONDS_MAX: u64 = 20;
@@ -21,13 +22,13 @@ const END_SECONDS_MAX: u64 = 20;
 /// `repoch recover` interrupted (SIGINT, as Ctrl-C); then repochd runs on. Returns what the
 /// consumer was told and the records written.
 fn interrupted_at(barrier: &str) -> (Sandbox, String, Run, Vec<String>) {
-    let s = Sandbox::new();
-    let id = s.enroll();
-    let mut d = AtBarrier::start(&s, barrier);
-    let mut c = Guard::spawn(s.consumer(&id[..6], "consumer.key", "grant.cbor", &[]));
-    waiting(&s, c.pid());
-    let mut rec = Guard::spawn(s.recover(&id[..6], 20, &[]));
-    d.reached();
+    let StoppedRecovery {
+        s,
+        id,
+        mut d,
+        consumer: mut c,
+        recover: mut rec,
+    } = recovery_stopped_at(barrier);
     rustix::process::kill_process(
         rustix::process::Pid::from_raw(rec.pid() as i32).unwrap(),
         rustix::process::Signal::INT,

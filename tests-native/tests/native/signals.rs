@@ -11,7 +11,8 @@ use std::time::Duration;
 use repoch_tests_native::*;
 
 use crate::e2e::{records, AtBarrier};
-use crate::granted::{waiting, Guard};
+use crate::granted::Guard;
+use crate::stopping::{recovery_stopped_at, StoppedRecovery};
 
 /// The signals repochd ignores, each as `kill -s` takes it and as repochd logs it: each ends
 /// a process by default. procps's `kill` names no SIGRTMAX: 64 on Linux.
@@ -49,13 +50,13 @@ fn send(pid: u32, sig: &str) {
 /// SIGCONT: the recovery ends granted, the log receipted. Returns repochd, still running or
 /// not, and its log.
 fn signalled_at(barrier: &str, sig: &str) -> (AtBarrier, Sandbox, String) {
-    let s = Sandbox::new();
-    let id = s.enroll();
-    let d = AtBarrier::start(&s, barrier);
-    let mut c = Guard::spawn(s.consumer(&id[..6], "consumer.key", "grant.cbor", &[]));
-    waiting(&s, c.pid());
-    let mut rec = Guard::spawn(s.recover(&id[..6], 20, &[]));
-    d.reached();
+    let StoppedRecovery {
+        s,
+        id,
+        d,
+        consumer: mut c,
+        recover: mut rec,
+    } = recovery_stopped_at(barrier);
     send(d.pid(), sig);
     d.signal(rustix::process::Signal::CONT);
     let r = rec

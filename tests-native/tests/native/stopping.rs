@@ -44,16 +44,46 @@ fn recoverable_at_once(s: &Sandbox, id: &str, what: &str) {
     assert_eq!(c.finish().code, Outcome::Success, "{what}");
 }
 
+/// A recovery in progress with repochd stopped at a barrier: a fresh sandbox and
+/// deployment, its consumer registered as waiting, `repoch recover` running.
+pub(crate) struct StoppedRecovery {
+    pub(crate) s: Sandbox,
+    pub(crate) id: String,
+    pub(crate) d: AtBarrier,
+    pub(crate) consumer: Guard,
+    pub(crate) recover: Guard,
+}
+
+/// Starts repochd stopping at `barrier`, its consumer (`grant.cbor`) and `repoch recover`,
+/// and returns once repochd stopped there. Bind the fields in declaration order: the
+/// processes are then killed before the sandbox is removed.
+pub(crate) fn recovery_stopped_at(barrier: &str) -> StoppedRecovery {
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let d = AtBarrier::start(&s, barrier);
+    let consumer = Guard::spawn(s.consumer(&id[..6], "consumer.key", "grant.cbor", &[]));
+    waiting(&s, consumer.pid());
+    let recover = Guard::spawn(s.recover(&id[..6], 20, &[]));
+    d.reached();
+    StoppedRecovery {
+        s,
+        id,
+        d,
+        consumer,
+        recover,
+    }
+}
+
 /// repochd stopped at `barrier` with a consumer waiting and a recovery in progress, then
 /// sent SIGTERM and SIGCONT.
 fn stop_at(barrier: &str) {
-    let s = Sandbox::new();
-    let id = s.enroll();
-    let mut d = AtBarrier::start(&s, barrier);
-    let mut c = Guard::spawn(s.consumer(&id[..6], "consumer.key", "grant.cbor", &[]));
-    waiting(&s, c.pid());
-    let mut rec = Guard::spawn(s.recover(&id[..6], 20, &[]));
-    d.reached();
+    let StoppedRecovery {
+        s,
+        id,
+        mut d,
+        consumer: mut c,
+        recover: mut rec,
+    } = recovery_stopped_at(barrier);
     d.stop_as_systemd_does();
     let r = rec
         .finish_within(Duration::from_secs(EXIT_SECONDS_MAX))
