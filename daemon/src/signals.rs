@@ -18,7 +18,7 @@
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
 /// The signals that stop repochd, with their names.
-pub const STOP: &[(i32, &str)] = &[
+pub const STOP: [(i32, &str); 3] = [
     (nix::libc::SIGTERM, "SIGTERM"),
     (nix::libc::SIGINT, "SIGINT"),
     (nix::libc::SIGQUIT, "SIGQUIT"),
@@ -75,10 +75,8 @@ impl Signals {
         let listen = |n: i32, name: &str| {
             signal(SignalKind::from_raw(n)).map_err(|e| format!("a handler for {name}: {e}"))
         };
-        let [(t, term), (i, int), (q, quit)] = STOP else {
-            unreachable!("three stopping signals")
-        };
-        let (term, int, quit) = (listen(*t, term)?, listen(*i, int)?, listen(*q, quit)?);
+        let [(t, term), (i, int), (q, quit)] = STOP;
+        let (term, int, quit) = (listen(t, term)?, listen(i, int)?, listen(q, quit)?);
         let mut ignored: Vec<(i32, String)> =
             IGNORED.iter().map(|&(n, s)| (n, s.to_owned())).collect();
         ignored.extend(realtime());
@@ -140,7 +138,7 @@ mod tests {
     /// No signal is both stopped on and ignored, and none of the fault signals is either.
     #[test]
     fn the_stopping_and_ignored_signals_are_disjoint_and_leave_the_faults_alone() {
-        for (n, name) in STOP {
+        for (n, name) in &STOP {
             assert!(!IGNORED.iter().any(|(m, _)| m == n), "{name}");
         }
         for fault in [
