@@ -52,6 +52,9 @@ pub struct RegistryToml {
     pub fleet: String,
     /// Default: this host's name (`uname -n`).
     pub host: Option<String>,
+    /// The id of the established fleet this host joins (32 hex digits, printed by the
+    /// enrollment that established it); absent: this enrollment establishes the fleet.
+    pub fleet_id: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -210,6 +213,8 @@ pub struct Validated {
     pub consumer: Consumer,
     pub predecessor: Option<String>,
     pub registry: Option<repoch_protocol::fleet::Registry>,
+    /// `registry.fleet_id`: the fleet this host joins; `None`: it establishes one.
+    pub fleet_id: Option<repoch_protocol::fleet::FleetId>,
 }
 
 /// Parses and validates a TOML manifest: every path absolute and canonical, every list
@@ -333,8 +338,13 @@ pub fn validate(text: &str) -> Result<Validated, EnrollError> {
         &m.journal.producer_key_file,
     )?;
     let consumer_key = key_field("consumer.key", &m.consumer.key, &m.consumer.key_file)?;
+    let fleet_id = match m.registry.as_ref().and_then(|r| r.fleet_id.as_deref()) {
+        Some(id) => Some(id.parse().map_err(|w| field("registry.fleet_id", w))?),
+        None => None,
+    };
     let registry = m.registry.map(registry_field).transpose()?;
     Ok(Validated {
+        fleet_id,
         label: m.label,
         fences: m.fences,
         stores: m.stores,
@@ -429,6 +439,7 @@ fn registry_field(r: RegistryToml) -> Result<repoch_protocol::fleet::Registry, E
         prefix,
         fleet: r.fleet,
         host,
+        pin: None,
     };
     // What the fields alone cannot say (an endpoint listed twice).
     r.check().map_err(|w| field("registry.endpoints", w))?;
@@ -534,20 +545,33 @@ pub struct Enrolled {
     /// With a `[registry]`: the hosts enrolled for the fleet deployment now (this one
     /// among them), by name.
     pub fleet_hosts: Vec<repoch_protocol::fleet::FleetHost>,
+    /// With a `[registry]`: the fleet's id, and whether this enrollment established it.
+    pub fleet: Option<(repoch_protocol::fleet::FleetId, bool)>,
 }
 
-/// Records this host under its fleet deployment's name (`PREFIX/hosts/FLEET/HOST`,
-/// created only if absent) and lists the hosts enrolled for it. Refused: the fleet epoch
-/// is already used (a successor takes a new fleet name), or this host is already enrolled
-/// for the fleet as another deployment.
-fn register_host(
+/// A fleet as an enrollment found it, before anything is written: the connected client,
+/// the `[registry]` with its pin, and the record to create when this enrollment
+/// establishes the fleet.
+#[derive(Debug)]
+struct FleetJoin {
+    client: repoch_registry::Client,
+    registry: repoch_protocol::fleet::Registry,
+    pin: repoch_protocol::fleet::FleetPin,
+    establish: Option<repoch_protocol::fleet::FleetRecord>,
+}
+
+/// Reads the fleet `r` names (docs/OPERATOR.md, "A fleet registry"). With `join` (the
+/// manifest's `registry.fleet_id`): its record must exist under the prefix with that id,
+/// the answering cluster must be the record's, and its members a majority of the
+/// record's. Without: no record may exist; the fleet's pin is drawn (a random id) from the
+/// cluster's own answer. Refused either way when the fleet epoch is already used.
+fn join_fleet(
     r: &repoch_protocol::fleet::Registry,
-    host: &repoch_protocol::fleet::FleetHost,
-) -> Result<Vec<repoch_protocol::fleet::FleetHost>, EnrollError> {
-    use repoch_protocol::fleet::FleetHost;
-    use repoch_registry::Claimed;
+    join: Option<repoch_protocol::fleet::FleetId>,
+) -> Result<FleetJoin, EnrollError> {
+    use repoch_protocol::fleet::{FleetId, FleetPin, FleetRecord, MEMBERS_MAX};
     let unavailable = |e: repoch_registry::Error| {
-        EnrollError::Registry(format!("registry {}: {e}", r.host_key()))
+        EnrollError::Registry(format!("registry {}: {e}", r.fleet_key()))
     };
     // Credentials only root can write, or no enrollment (registry-unprotected at recovery).
     let mut client = crate::fleet::connect(r, true).map_err(|e| match e.reason {
@@ -556,6 +580,87 @@ fn register_host(
         }
         _ => EnrollError::Registry(e.to_string()),
     })?;
+    let (header, mut voting) = client.members().map_err(unavailable)?;
+    voting.sort_unstable();
+    let (_, entry) = client.get(r.fleet_key().as_bytes()).map_err(unavailable)?;
+    let record = entry
+        .as_ref()
+        .map(|e| {
+            FleetRecord::from_bytes(&e.value).map_err(|err| {
+                field(
+                    "registry.fleet",
+                    format!("{} holds no fleet record ({err})", r.fleet_key()),
+                )
+            })
+        })
+        .transpose()?;
+    let (pin, establish) = match (join, record) {
+        (None, Some(rec)) => {
+            return Err(field(
+                "registry.fleet_id",
+                format!(
+                    "fleet {} is established under {} (id {}, by host {}): to join it, set registry.fleet_id = \"{}\"",
+                    r.fleet, r.prefix, rec.pin.id, rec.host, rec.pin.id
+                ),
+            ))
+        }
+        (Some(id), None) => {
+            return Err(field(
+                "registry.fleet_id",
+                format!(
+                    "no fleet record at {} in cluster {:016x}: fleet {id} is not established there (check registry.prefix, exactly as its other hosts spell it, and registry.endpoints)",
+                    r.fleet_key(),
+                    header.cluster
+                ),
+            ))
+        }
+        (Some(id), Some(rec)) => {
+            let pin = rec.pin.clone();
+            let vouch = crate::fleet::Pinned {
+                r: r.clone(),
+                pin: FleetPin { id, ..pin.clone() },
+            };
+            use repoch_registry::Vouch as _;
+            let e = rec.host.clone();
+            vouch
+                .record(entry.as_ref())
+                .and_then(|()| vouch.header(&header))
+                .and_then(|()| vouch.members(&header, &voting))
+                .map_err(|why| {
+                    field(
+                        "registry.fleet_id",
+                        format!("fleet {id} (established by host {e}): {why}"),
+                    )
+                })?;
+            (pin, None)
+        }
+        (None, None) => {
+            if voting.is_empty() || voting.len() > MEMBERS_MAX || header.cluster == 0 {
+                return Err(EnrollError::Registry(format!(
+                    "registry {}: cluster {:016x} lists {} voting members: 1 to {MEMBERS_MAX} can be pinned",
+                    r.fleet_key(),
+                    header.cluster,
+                    voting.len()
+                )));
+            }
+            let id = FleetId(
+                crate::keys::random::<16>()
+                    .map_err(|e| EnrollError::Io(format!("getrandom: {e}")))?,
+            );
+            let pin = FleetPin {
+                id,
+                cluster: header.cluster,
+                members: voting,
+            };
+            let record = FleetRecord {
+                fleet: r.fleet.clone(),
+                prefix: r.prefix.clone(),
+                pin: pin.clone(),
+                host: r.host.clone(),
+            };
+            (pin, Some(record))
+        }
+    };
     let (_, epoch) = client.get(r.epoch_key().as_bytes()).map_err(unavailable)?;
     if let Some(e) = epoch {
         return Err(field(
@@ -567,44 +672,130 @@ fn register_host(
             ),
         ));
     }
+    let registry = repoch_protocol::fleet::Registry {
+        pin: Some(pin.clone()),
+        ..r.clone()
+    };
+    Ok(FleetJoin {
+        client,
+        registry,
+        pin,
+        establish,
+    })
+}
+
+/// Records this host under its fleet deployment's name (`PREFIX/hosts/FLEET/HOST`,
+/// created only if absent; with the fleet's record, in one transaction, when this
+/// enrollment establishes it) and lists the hosts enrolled for it. Each key created is
+/// pushed to `recorded` with its create revision. Refused: this host is already enrolled
+/// for the fleet as another deployment, or the fleet was established meanwhile.
+fn register_host(
+    f: &mut FleetJoin,
+    host: &repoch_protocol::fleet::FleetHost,
+    recorded: &mut Vec<(String, i64)>,
+) -> Result<Vec<repoch_protocol::fleet::FleetHost>, EnrollError> {
+    use repoch_protocol::fleet::{FleetHost, FleetRecord};
+    use repoch_registry::{Claimed, Established};
+    let r = f.registry.clone();
+    let unavailable = |e: repoch_registry::Error| {
+        EnrollError::Registry(format!("registry {}: {e}", r.host_key()))
+    };
+    let taken = |entry: &repoch_registry::Entry| {
+        let was = FleetHost::from_bytes(&entry.value)
+            .map(|h| format!("deployment {}", h.deployment))
+            .unwrap_or_else(|e| format!("a value that is no host record ({e})"));
+        field(
+            "registry.host",
+            format!(
+                "{} is already enrolled for fleet {} as {was} ({}): one deployment per host and fleet name",
+                r.host,
+                r.fleet,
+                r.host_key()
+            ),
+        )
+    };
     // The candidates first (a read): the host record is the last thing asked, so a
     // registry that stops answering leaves no record of an enrollment that failed.
-    let (_, listed) = client
+    let (_, listed) = f
+        .client
         .list(r.hosts_prefix().as_bytes())
         .map_err(unavailable)?;
     let mut hosts: Vec<FleetHost> = listed
         .iter()
         .filter_map(|e| FleetHost::from_bytes(&e.value).ok())
         .collect();
-    match client
-        .claim(
-            r.host_key().as_bytes(),
-            &host.to_bytes(),
-            crate::fleet::CLAIM_ROUNDS_MAX,
-            std::time::Duration::from_secs(crate::fleet::CLAIM_SECONDS_MAX),
-        )
-        .map_err(unavailable)?
-    {
-        Claimed::Ours { .. } => {}
-        Claimed::Theirs { entry, .. } => {
-            let was = FleetHost::from_bytes(&entry.value)
-                .map(|h| format!("deployment {}", h.deployment))
-                .unwrap_or_else(|e| format!("a value that is no host record ({e})"));
-            return Err(field(
-                "registry.host",
-                format!(
-                    "{} is already enrolled for fleet {} as {was} ({}): one deployment per host and fleet name",
-                    r.host,
-                    r.fleet,
-                    r.host_key()
-                ),
-            ));
-        }
+    let rounds = crate::fleet::CLAIM_ROUNDS_MAX;
+    let budget = std::time::Duration::from_secs(crate::fleet::CLAIM_SECONDS_MAX);
+    match &f.establish {
+        Some(record) => match f
+            .client
+            .establish(
+                (r.fleet_key().as_bytes(), &record.to_bytes()),
+                (r.host_key().as_bytes(), &host.to_bytes()),
+                rounds,
+                budget,
+            )
+            .map_err(unavailable)?
+        {
+            Established::Ours { revision, .. } => {
+                recorded.push((r.host_key(), revision));
+                recorded.push((r.fleet_key(), revision));
+            }
+            Established::Exists {
+                first: Some(rec), ..
+            } => {
+                return Err(field(
+                    "registry.fleet_id",
+                    format!(
+                        "fleet {} was established under {} meanwhile ({}): enroll again to join it",
+                        r.fleet,
+                        r.prefix,
+                        FleetRecord::from_bytes(&rec.value)
+                            .map(|x| format!("id {}, by host {}", x.pin.id, x.host))
+                            .unwrap_or_else(|e| format!("no fleet record: {e}"))
+                    ),
+                ))
+            }
+            Established::Exists {
+                second: Some(h), ..
+            } => return Err(taken(&h)),
+            Established::Exists { .. } => {
+                return Err(unavailable(repoch_registry::Error::Answer(
+                    "an establish refused with neither key present".into(),
+                )))
+            }
+        },
+        None => match f
+            .client
+            .claim(r.host_key().as_bytes(), &host.to_bytes(), rounds, budget)
+            .map_err(unavailable)?
+        {
+            Claimed::Ours { entry, .. } => recorded.push((r.host_key(), entry.create_revision)),
+            Claimed::Theirs { entry, .. } => return Err(taken(&entry)),
+        },
     }
     hosts.retain(|h| h.host != r.host);
     hosts.push(host.clone());
     hosts.sort_by(|a, b| a.host.cmp(&b.host));
     Ok(hosts)
+}
+
+/// After a failed enrollment: removes the registry keys it created (each only if still
+/// the one it created). What could not be removed, and the command that does.
+fn unregister(f: &mut FleetJoin, recorded: &[(String, i64)]) -> Result<(), String> {
+    let mut left = Vec::new();
+    for (key, revision) in recorded {
+        match f.client.remove(key.as_bytes(), *revision) {
+            Ok(_) => {}
+            Err(e) => left.push(format!(
+                "{key} (created at revision {revision}) is left in the registry ({e}): remove it with `etcdctl del {key}` once no host uses it"
+            )),
+        }
+    }
+    match left.is_empty() {
+        true => Ok(()),
+        false => Err(left.join("; ")),
+    }
 }
 
 /// Creates the journal with its genesis; returns its identity, genesis hash and whether the
@@ -807,6 +998,12 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
             identity: identity_at("store", s)?,
         });
     }
+    // The fleet, before anything is written here: joined (its record read and this
+    // cluster checked against it) or established (the record made with the host's).
+    let mut fleet = match &v.registry {
+        Some(r) => Some(join_fleet(r, v.fleet_id)?),
+        None => None,
+    };
     let id = DeploymentId(
         crate::keys::random().map_err(|e| EnrollError::Io(format!("getrandom: {e}")))?,
     );
@@ -825,6 +1022,7 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
     let mut manifest_hash = Hash::ZERO;
     let mut fleet_hosts = Vec::new();
     let mut registry_error = None;
+    let mut recorded = Vec::new();
     let result = enroll_sequence(&mut Real, &dfd, &id, issuer, |_, staged| {
         let ident = |fd| match fstat_identity(fd) {
             Ok(id) if id.birth.is_none() => Err(format!("state directory: {NO_BIRTH_TIME}")),
@@ -867,7 +1065,7 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
                 journal_genesis,
                 producer_key: v.producer_key,
             },
-            registry: v.registry.clone(),
+            registry: fleet.as_ref().map(|f| f.registry.clone()),
         };
         let bytes = SignedManifest::sign(manifest, &key).to_bytes();
         manifest_hash = Hash::of(&bytes);
@@ -883,15 +1081,15 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
         };
         // Last, once the manifest's hash is known: a registry that refuses or does not
         // answer leaves nothing enrolled here.
-        if let Some(r) = &v.registry {
+        if let Some(f) = fleet.as_mut() {
             let host = repoch_protocol::fleet::FleetHost {
-                fleet: r.fleet.clone(),
-                host: r.host.clone(),
+                fleet: f.registry.fleet.clone(),
+                host: f.registry.host.clone(),
                 deployment: id,
                 manifest: manifest_hash,
                 label: v.label.clone(),
             };
-            fleet_hosts = register_host(r, &host).map_err(|e| {
+            fleet_hosts = register_host(f, &host, &mut recorded).map_err(|e| {
                 registry_error = Some(e.clone());
                 e.to_string()
             })?;
@@ -902,6 +1100,12 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
         // Leave nothing a later enrollment or issuance could take for a deployment.
         let _ = std::fs::remove_dir_all(deployments.join(staging_name(&id)));
         remove_journal(&v.journal_path);
+        let unrecorded = fleet.as_mut().map(|f| unregister(f, &recorded));
+        if let Some(Err(left)) = unrecorded {
+            return Err(EnrollError::Io(format!(
+                "enrollment failed ({e}), nothing kept on this host; {left}"
+            )));
+        }
         if let Some(e) = registry_error {
             return Err(e);
         }
@@ -920,6 +1124,7 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
         log_append_only,
         manifest_hash,
         fleet_hosts,
+        fleet: fleet.map(|f| (f.pin.id, f.establish.is_some())),
     })
 }
 

@@ -15,9 +15,9 @@
 use std::time::Duration;
 
 use repoch_protocol::cbor::Canonical;
-use repoch_protocol::fleet::{FencingToken, FleetClaim, Registry};
+use repoch_protocol::fleet::{FencingToken, FleetClaim, FleetPin, FleetRecord, Registry};
 use repoch_protocol::Reason;
-use repoch_registry::{Claimed, Client, Entry, Error};
+use repoch_registry::{Claimed, Client, Entry, Error, Header, Vouch};
 
 use crate::refusal::Refusal;
 
@@ -104,9 +104,91 @@ pub fn connect(r: &Registry, protected: bool) -> Result<Client, Refusal> {
         .map_err(|e| unavailable(r, "usable credentials", e))
 }
 
+/// The client of a recovery: [`connect`]ed and pinned to the fleet the enrollment pinned
+/// ([`Pinned`]). A manifest without a pin (enrolled before fleets had records) is refused.
+pub fn connect_pinned(r: &Registry) -> Result<Client, Refusal> {
+    let pin = r.pin.clone().ok_or_else(|| {
+        Refusal::new(
+            Reason::RegistryMismatch,
+            format!("registry {}", r.fleet_key()),
+            "a fleet pinned at enrollment",
+            "none: enrolled before fleets had records (enroll a successor deployment)",
+        )
+    })?;
+    let mut client = connect(r, true)?;
+    client.pin(Box::new(Pinned { r: r.clone(), pin }));
+    Ok(client)
+}
+
+/// What makes a registry answer the pinned fleet's (docs/THREAT-MODEL.md, "The fleet
+/// registry"): the pinned cluster id and one of the pinned members in every header; a
+/// member list holding a majority of the pinned members, asked on every call; and, once
+/// per endpoint, the fleet record under the enrolled prefix with the pinned id.
+#[derive(Debug)]
+pub struct Pinned {
+    pub r: Registry,
+    pub pin: FleetPin,
+}
+
+fn ids(ids: &[u64]) -> String {
+    let ids: Vec<String> = ids.iter().map(|m| format!("{m:016x}")).collect();
+    format!("[{}]", ids.join(", "))
+}
+
+impl Vouch for Pinned {
+    fn members(&self, h: &Header, voting: &[u64]) -> Result<(), String> {
+        if self.pin.majority_of(voting) {
+            return Ok(());
+        }
+        Err(format!(
+            "member {:016x} lists the members {}: no majority of the pinned {}",
+            h.member,
+            ids(voting),
+            ids(&self.pin.members)
+        ))
+    }
+    fn record_key(&self) -> Vec<u8> {
+        self.r.fleet_key().into_bytes()
+    }
+    fn record(&self, entry: Option<&Entry>) -> Result<(), String> {
+        let key = self.r.fleet_key();
+        let e = entry.ok_or_else(|| format!("no fleet record at {key}"))?;
+        if e.value_bytes != e.value.len() {
+            return Err(format!("{key}: a value of {} bytes", e.value_bytes));
+        }
+        let record = FleetRecord::from_bytes(&e.value)
+            .map_err(|err| format!("{key}: no fleet record ({err})"))?;
+        record
+            .matches(&self.r, &self.pin)
+            .map_err(|other| format!("{key} holds {other}, not fleet id {}", self.pin.id))
+    }
+    fn header(&self, h: &Header) -> Result<(), String> {
+        if h.cluster != self.pin.cluster {
+            return Err(format!(
+                "cluster {:016x} answered, pinned {:016x}",
+                h.cluster, self.pin.cluster
+            ));
+        }
+        if !self.pin.members.contains(&h.member) {
+            return Err(format!(
+                "member {:016x} answered, not one of the pinned {}",
+                h.member,
+                ids(&self.pin.members)
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A call that got no usable answer: `registry-mismatch` when every endpoint was another
+/// fleet's, else `registry-unavailable`.
 fn unavailable(r: &Registry, expected: &str, e: Error) -> Refusal {
+    let (reason, expected) = match e {
+        Error::Foreign(_) => (Reason::RegistryMismatch, "the pinned fleet's cluster"),
+        _ => (Reason::RegistryUnavailable, expected),
+    };
     Refusal::new(
-        Reason::RegistryUnavailable,
+        reason,
         format!("registry {}", r.epoch_key()),
         expected,
         e.to_string(),
@@ -177,7 +259,7 @@ pub fn claim(
             format!("claimed by {claim}"),
             holder(&entry),
         ))),
-        Err(e @ (Error::Refused(_) | Error::Config(_))) => {
+        Err(e @ (Error::Refused(_) | Error::Config(_) | Error::Foreign(_))) => {
             Err(Lost::Refused(unavailable(r, "the claim applied", e)))
         }
         Err(e) => Err(Lost::Unknown(unavailable(r, "the claim's answer", e))),
@@ -254,6 +336,7 @@ mod tests {
             prefix: "/repoch".into(),
             fleet: "billing".into(),
             host: "a".into(),
+            pin: None,
         }
     }
 
@@ -306,6 +389,121 @@ mod tests {
 
     fn no_answer() -> Error {
         Error::Unanswered("deadline".into())
+    }
+
+    fn foreign() -> Error {
+        Error::Foreign("get: https://a:1: no fleet record at /repoch/fleets/billing".into())
+    }
+
+    #[test]
+    fn every_step_answered_only_by_other_fleets_is_a_mismatch_never_a_token() {
+        let r = look(&mut gets(Err(foreign())), &reg()).unwrap_err();
+        assert_eq!(r.reason, Reason::RegistryMismatch);
+        assert_eq!(r.expected, "the pinned fleet's cluster");
+        assert_eq!(r.observed, foreign().to_string());
+        match claim(&mut claims(Err(foreign())), &reg(), &ours()) {
+            Err(Lost::Refused(r)) => assert_eq!(r.reason, Reason::RegistryMismatch),
+            other => panic!("{other:?}"),
+        }
+        let r = still_ours(&mut gets(Err(foreign())), &reg(), &ours(), &token(9)).unwrap_err();
+        assert_eq!(r.reason, Reason::RegistryMismatch);
+    }
+
+    #[test]
+    fn a_manifest_without_a_pin_is_refused_before_any_file_is_read() {
+        let r = connect_pinned(&reg()).unwrap_err();
+        assert_eq!(r.reason, Reason::RegistryMismatch);
+        assert_eq!(r.subject, "registry /repoch/fleets/billing");
+        assert!(
+            r.observed.starts_with("none: enrolled before"),
+            "{}",
+            r.observed
+        );
+    }
+
+    fn pinned() -> Pinned {
+        Pinned {
+            r: reg(),
+            pin: FleetPin {
+                id: repoch_protocol::fleet::FleetId([5; 16]),
+                cluster: CLUSTER,
+                members: vec![1, 2, 3],
+            },
+        }
+    }
+
+    fn header(cluster: u64, member: u64) -> Header {
+        Header {
+            cluster,
+            member,
+            revision: 1,
+        }
+    }
+
+    #[test]
+    fn a_pinned_answer_names_the_cluster_and_a_pinned_member_that_lists_a_majority() {
+        let p = pinned();
+        assert_eq!(p.header(&header(CLUSTER, 2)), Ok(()));
+        assert_eq!(
+            p.header(&header(0xc2, 2)).unwrap_err(),
+            "cluster 00000000000000c2 answered, pinned 00000000000000c1"
+        );
+        assert_eq!(
+            p.header(&header(CLUSTER, 4)).unwrap_err(),
+            "member 0000000000000004 answered, not one of the pinned [0000000000000001, 0000000000000002, 0000000000000003]"
+        );
+        assert_eq!(p.members(&header(CLUSTER, 1), &[1, 2, 7]), Ok(()));
+        assert_eq!(
+            p.members(&header(CLUSTER, 1), &[1]).unwrap_err(),
+            "member 0000000000000001 lists the members [0000000000000001]: no majority of the pinned [0000000000000001, 0000000000000002, 0000000000000003]"
+        );
+        assert_eq!(p.record_key(), b"/repoch/fleets/billing".to_vec());
+    }
+
+    #[test]
+    fn a_pinned_cluster_holds_the_fleet_record_with_the_pinned_id() {
+        let p = pinned();
+        let record = |pin: FleetPin, prefix: &str| FleetRecord {
+            fleet: "billing".into(),
+            prefix: prefix.into(),
+            pin,
+            host: "a".into(),
+        };
+        let ok = record(p.pin.clone(), "/repoch").to_bytes();
+        assert_eq!(p.record(Some(&entry(ok.clone(), 3, 3))), Ok(()));
+        assert_eq!(
+            p.record(None).unwrap_err(),
+            "no fleet record at /repoch/fleets/billing"
+        );
+        let mut big = entry(Vec::new(), 3, 3);
+        big.value_bytes = 5000;
+        assert_eq!(
+            p.record(Some(&big)).unwrap_err(),
+            "/repoch/fleets/billing: a value of 5000 bytes"
+        );
+        assert!(p
+            .record(Some(&entry(b"junk".to_vec(), 3, 3)))
+            .unwrap_err()
+            .starts_with("/repoch/fleets/billing: no fleet record ("));
+        let other = FleetPin {
+            id: repoch_protocol::fleet::FleetId([6; 16]),
+            ..p.pin.clone()
+        };
+        let e = p.record(Some(&entry(record(other, "/repoch").to_bytes(), 3, 3)));
+        assert_eq!(
+            e.unwrap_err(),
+            format!(
+                "/repoch/fleets/billing holds fleet id {}, not fleet id {}",
+                "06".repeat(16),
+                "05".repeat(16)
+            )
+        );
+        let e = p.record(Some(&entry(
+            record(p.pin.clone(), "/other").to_bytes(),
+            3,
+            3,
+        )));
+        assert!(e.unwrap_err().contains("under prefix \"/other\""));
     }
 
     #[test]

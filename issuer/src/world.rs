@@ -115,6 +115,6 @@ impl World for Host {
         self.stop.clone()
     }
     fn fleet(&mut self, r: &Registry) -> Result<Box<dyn Fleet>, Refusal> {
-        Ok(Box::new(crate::fleet::connect(r, true)?))
+        Ok(Box::new(crate::fleet::connect_pinned(r)?))
     }
 }

@@ -135,6 +135,7 @@ fn registry() -> Registry {
         prefix: "/repoch/sim".into(),
         fleet: "billing".into(),
         host: "this".into(),
+        pin: None,
     }
 }
 

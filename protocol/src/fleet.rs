@@ -7,7 +7,11 @@
 //! - `PREFIX/epochs/FLEET`: the fleet deployment's one epoch, a [`FleetClaim`] created only
 //!   if absent, by the host whose intent won it, and never modified;
 //! - `PREFIX/hosts/FLEET/HOST`: a [`FleetHost`], created at enrollment: the hosts that are
-//!   candidates for the fleet deployment's recovery.
+//!   candidates for the fleet deployment's recovery;
+//! - `PREFIX/fleets/FLEET`: the [`FleetRecord`], created once by the enrollment that
+//!   establishes the fleet: its random id and the cluster and members it lives on, which
+//!   every host pins in its manifest ([`FleetPin`]) and every registry answer is checked
+//!   against.
 
 use ciborium::value::Value;
 
@@ -23,6 +27,96 @@ pub const FLEET_NAME_BYTES_MAX: usize = 64;
 pub const PREFIX_BYTES_MAX: usize = 128;
 /// An endpoint, `https://HOST:PORT`.
 pub const ENDPOINT_BYTES_MAX: usize = 256;
+/// Voting members a fleet pins: etcd advises at most 7; room for a replacement under way.
+pub const MEMBERS_MAX: usize = 9;
+/// A fleet id: random, drawn by the enrollment that establishes the fleet.
+pub const FLEET_ID_BYTES: usize = 16;
+
+/// The random id of an established fleet, shown as 32 lowercase hex digits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FleetId(pub [u8; FLEET_ID_BYTES]);
+
+impl std::fmt::Display for FleetId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl std::str::FromStr for FleetId {
+    type Err = String;
+    /// Exactly 32 hex digits (either case): no prefix, no abbreviation.
+    fn from_str(s: &str) -> Result<FleetId, String> {
+        let bad = || format!("fleet id {s:?}: {} hex digits", 2 * FLEET_ID_BYTES);
+        if s.len() != 2 * FLEET_ID_BYTES || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(bad());
+        }
+        let mut id = [0u8; FLEET_ID_BYTES];
+        for (b, pair) in id.iter_mut().zip(s.as_bytes().chunks_exact(2)) {
+            let pair = std::str::from_utf8(pair).map_err(|_| bad())?;
+            *b = u8::from_str_radix(pair, 16).map_err(|_| bad())?;
+        }
+        Ok(FleetId(id))
+    }
+}
+
+/// What a host pins of its fleet at enrollment (from the fleet record, or the cluster's
+/// own answer for the host that establishes it): an answer is the fleet's only from the
+/// pinned cluster, from one of the pinned members, while that member lists a majority of
+/// the pinned members, and from a cluster that holds the fleet record with this id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FleetPin {
+    pub id: FleetId,
+    pub cluster: u64,
+    /// The voting members' ids, ascending, each once.
+    pub members: Vec<u64>,
+}
+
+impl FleetPin {
+    /// A cluster id and 1 to [`MEMBERS_MAX`] member ids, none 0, ascending.
+    pub fn check(&self) -> Result<(), String> {
+        if self.cluster == 0 {
+            return Err("cluster id 0".into());
+        }
+        if self.members.is_empty() || self.members.len() > MEMBERS_MAX {
+            return Err(format!(
+                "{} members: 1 to {MEMBERS_MAX} are pinned",
+                self.members.len()
+            ));
+        }
+        if self.members[0] == 0 || self.members.windows(2).any(|w| w[0] >= w[1]) {
+            return Err("member ids: none 0, ascending, each once".into());
+        }
+        Ok(())
+    }
+
+    /// Whether `listed` (the voting members a member names) holds a majority of the pinned
+    /// members: a member replaced one at a time keeps the cluster the fleet's; a member
+    /// whose data was copied and started alone lists itself, a minority.
+    pub fn majority_of(&self, listed: &[u64]) -> bool {
+        let shared = self.members.iter().filter(|m| listed.contains(m)).count();
+        shared > self.members.len() / 2
+    }
+}
+
+impl Canonical for FleetPin {
+    fn to_value(&self) -> Value {
+        cbor::array(vec![
+            cbor::bytes(&self.id.0),
+            cbor::uint(self.cluster),
+            cbor::array(self.members.iter().map(|m| cbor::uint(*m)).collect()),
+        ])
+    }
+    fn from_value(v: Value) -> Result<Self, DecodeError> {
+        let mut f = Fields::open(v, "fleet-pin", 3)?;
+        let p = FleetPin {
+            id: FleetId(f.bytes()?),
+            cluster: f.uint()?,
+            members: f.list(MEMBERS_MAX, |v| cbor::as_uint(v, "fleet-pin"))?,
+        };
+        p.check().map_err(|e| DecodeError::schema("fleet-pin", e))?;
+        Ok(p)
+    }
+}
 
 /// A deployment's `[registry]`, enrolled in its signed manifest.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,6 +135,9 @@ pub struct Registry {
     pub fleet: String,
     /// This host's name in the fleet.
     pub host: String,
+    /// The fleet as enrollment pinned it; `None` only in a manifest enrolled before fleets
+    /// had records (its recovery is refused `registry-mismatch`) or in an auditor's table.
+    pub pin: Option<FleetPin>,
 }
 
 /// A name that is one key segment: 1 to [`FLEET_NAME_BYTES_MAX`] bytes of
@@ -64,7 +161,7 @@ pub fn check_name(what: &str, s: &str) -> Result<(), String> {
 /// The segments repoch's keys put after a prefix: no prefix may contain one, or one
 /// deployment's prefix could nest in another's (`/p/hosts` + `/epochs/F` is `/p`'s host
 /// record of fleet `epochs`, host `F`).
-pub const RESERVED_SEGMENTS: &[&str] = &["epochs", "hosts"];
+pub const RESERVED_SEGMENTS: &[&str] = &["epochs", "fleets", "hosts"];
 
 /// A prefix: `/` then segments of [`check_name`]'s alphabet, none of
 /// [`RESERVED_SEGMENTS`], no trailing `/`, at most [`PREFIX_BYTES_MAX`] bytes.
@@ -85,7 +182,7 @@ pub fn check_prefix(s: &str) -> Result<(), String> {
     }
     if let Some(seg) = segments.iter().find(|seg| RESERVED_SEGMENTS.contains(seg)) {
         return Err(format!(
-            "prefix {s:?}: the segment {seg:?} is repoch's own (its keys are PREFIX/epochs/FLEET and PREFIX/hosts/FLEET/HOST): a prefix holding it could nest in another's"
+            "prefix {s:?}: the segment {seg:?} is repoch's own (its keys are PREFIX/epochs/FLEET, PREFIX/fleets/FLEET and PREFIX/hosts/FLEET/HOST): a prefix holding it could nest in another's"
         ));
     }
     Ok(())
@@ -123,6 +220,25 @@ pub fn check_endpoint(s: &str) -> Result<(), String> {
     }
 }
 
+/// What makes two valid endpoints ([`check_endpoint`]) the same member: the host, in
+/// lowercase (a name) or parsed (an address), and the port as a number; not a trailing
+/// `/` or a leading zero.
+pub fn endpoint_identity(s: &str) -> String {
+    let rest = s.strip_prefix("https://").unwrap_or(s);
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    let (host, port) = rest.rsplit_once(':').unwrap_or((rest, ""));
+    let port = port
+        .parse::<u16>()
+        .map_or_else(|_| port.to_owned(), |p| p.to_string());
+    let host = match host.strip_prefix('[').and_then(|v| v.strip_suffix(']')) {
+        Some(v6) => v6
+            .parse::<std::net::Ipv6Addr>()
+            .map_or_else(|_| v6.to_owned(), |a| a.to_string()),
+        None => host.to_ascii_lowercase(),
+    };
+    format!("{host}|{port}")
+}
+
 impl Registry {
     /// Every field within its bounds and alphabet.
     pub fn check(&self) -> Result<(), String> {
@@ -132,18 +248,30 @@ impl Registry {
                 self.endpoints.len()
             ));
         }
-        for (i, e) in self.endpoints.iter().enumerate() {
+        let mut seen = Vec::new();
+        for e in &self.endpoints {
             check_endpoint(e)?;
-            if self.endpoints[..i].contains(e) {
-                return Err(format!("endpoint {e:?} is listed twice"));
+            let same = endpoint_identity(e);
+            if let Some(was) = seen.iter().find(|(_, s)| *s == same) {
+                let (was, _): &(&String, String) = was;
+                return Err(format!(
+                    "endpoint {e:?} is listed twice (as {was:?}: the same host and port)"
+                ));
             }
+            seen.push((e, same));
         }
         for (what, p) in [("ca", &self.ca), ("cert", &self.cert), ("key", &self.key)] {
             check_abs_path(p).map_err(|e| format!("{what}: {e}"))?;
         }
         check_prefix(&self.prefix)?;
         check_name("fleet", &self.fleet)?;
-        check_name("host", &self.host)
+        check_name("host", &self.host)?;
+        self.pin.as_ref().map_or(Ok(()), FleetPin::check)
+    }
+
+    /// `PREFIX/fleets/FLEET`: the fleet's record.
+    pub fn fleet_key(&self) -> String {
+        format!("{}/fleets/{}", self.prefix, self.fleet)
     }
 
     /// `PREFIX/epochs/FLEET`: the fleet deployment's epoch.
@@ -163,7 +291,7 @@ impl Registry {
 
 impl Canonical for Registry {
     fn to_value(&self) -> Value {
-        cbor::array(vec![
+        let mut fields = vec![
             cbor::array(self.endpoints.iter().map(|e| cbor::text(e)).collect()),
             cbor::text(&self.ca),
             cbor::text(&self.cert),
@@ -171,10 +299,12 @@ impl Canonical for Registry {
             cbor::text(&self.prefix),
             cbor::text(&self.fleet),
             cbor::text(&self.host),
-        ])
+        ];
+        fields.extend(self.pin.as_ref().map(FleetPin::to_value));
+        cbor::array(fields)
     }
     fn from_value(v: Value) -> Result<Self, DecodeError> {
-        let mut f = Fields::open(v, "registry", 7)?;
+        let mut f = Fields::open_between(v, "registry", 7, 8)?;
         let r = Registry {
             endpoints: f.list(REGISTRY_ENDPOINTS_MAX, |v| {
                 cbor::as_text(v, "registry", ENDPOINT_BYTES_MAX)
@@ -185,6 +315,10 @@ impl Canonical for Registry {
             prefix: f.text(PREFIX_BYTES_MAX)?,
             fleet: f.text(FLEET_NAME_BYTES_MAX)?,
             host: f.text(FLEET_NAME_BYTES_MAX)?,
+            pin: match f.more() {
+                true => Some(FleetPin::from_value(f.field()?)?),
+                false => None,
+            },
         };
         r.check().map_err(|e| DecodeError::schema("registry", e))?;
         Ok(r)
@@ -263,14 +397,19 @@ impl Canonical for FleetClaim {
         if f.uint()? != FLEET_RECORD_VERSION {
             return Err(DecodeError::schema("fleet-claim", "unsupported version"));
         }
-        Ok(FleetClaim {
+        let c = FleetClaim {
             fleet: f.text(FLEET_NAME_BYTES_MAX)?,
             host: f.text(FLEET_NAME_BYTES_MAX)?,
             deployment: DeploymentId(f.bytes()?),
             intent: Hash(f.bytes()?),
             evidence: Hash(f.bytes()?),
             nonce: f.bytes()?,
-        })
+        };
+        // Names an operator reads and types back: one key segment each, never raw text.
+        check_name("fleet", &c.fleet)
+            .and_then(|()| check_name("host", &c.host))
+            .map_err(|e| DecodeError::schema("fleet-claim", e))?;
+        Ok(c)
     }
 }
 
@@ -281,6 +420,67 @@ impl std::fmt::Display for FleetClaim {
             "host {} (deployment {}, intent {})",
             self.host, self.deployment, self.intent
         )
+    }
+}
+
+/// The value of `PREFIX/fleets/FLEET`: the fleet as the enrollment that established it
+/// found it. Created only if absent, with that enrollment's host record in one
+/// transaction; never modified by repoch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FleetRecord {
+    pub fleet: String,
+    pub prefix: String,
+    pub pin: FleetPin,
+    /// The host whose enrollment established it.
+    pub host: String,
+}
+
+impl FleetRecord {
+    /// Whether this record is the fleet `r` names and pinned: its name, prefix, id and
+    /// cluster. The reason when it is not.
+    pub fn matches(&self, r: &Registry, pin: &FleetPin) -> Result<(), String> {
+        if self.fleet != r.fleet || self.prefix != r.prefix {
+            return Err(format!(
+                "the record of fleet {:?} under prefix {:?}",
+                self.fleet, self.prefix
+            ));
+        }
+        if self.pin.id != pin.id {
+            return Err(format!("fleet id {}", self.pin.id));
+        }
+        if self.pin.cluster != pin.cluster {
+            return Err(format!("the record of cluster {:016x}", self.pin.cluster));
+        }
+        Ok(())
+    }
+}
+
+impl Canonical for FleetRecord {
+    fn to_value(&self) -> Value {
+        cbor::array(vec![
+            cbor::uint(FLEET_RECORD_VERSION),
+            cbor::text(&self.fleet),
+            cbor::text(&self.prefix),
+            self.pin.to_value(),
+            cbor::text(&self.host),
+        ])
+    }
+    fn from_value(v: Value) -> Result<Self, DecodeError> {
+        let mut f = Fields::open(v, "fleet-record", 5)?;
+        if f.uint()? != FLEET_RECORD_VERSION {
+            return Err(DecodeError::schema("fleet-record", "unsupported version"));
+        }
+        let r = FleetRecord {
+            fleet: f.text(FLEET_NAME_BYTES_MAX)?,
+            prefix: f.text(PREFIX_BYTES_MAX)?,
+            pin: FleetPin::from_value(f.field()?)?,
+            host: f.text(FLEET_NAME_BYTES_MAX)?,
+        };
+        check_prefix(&r.prefix)
+            .and_then(|()| check_name("fleet", &r.fleet))
+            .and_then(|()| check_name("host", &r.host))
+            .map_err(|e| DecodeError::schema("fleet-record", e))?;
+        Ok(r)
     }
 }
 
@@ -311,13 +511,17 @@ impl Canonical for FleetHost {
         if f.uint()? != FLEET_RECORD_VERSION {
             return Err(DecodeError::schema("fleet-host", "unsupported version"));
         }
-        Ok(FleetHost {
+        let h = FleetHost {
             fleet: f.text(FLEET_NAME_BYTES_MAX)?,
             host: f.text(FLEET_NAME_BYTES_MAX)?,
             deployment: DeploymentId(f.bytes()?),
             manifest: Hash(f.bytes()?),
             label: f.text(TEXT_BYTES_MAX)?,
-        })
+        };
+        check_name("fleet", &h.fleet)
+            .and_then(|()| check_name("host", &h.host))
+            .map_err(|e| DecodeError::schema("fleet-host", e))?;
+        Ok(h)
     }
 }
 
@@ -337,7 +541,133 @@ mod tests {
             prefix: "/repoch/prod".into(),
             fleet: "billing".into(),
             host: "host-a".into(),
+            pin: Some(pin()),
         }
+    }
+
+    fn pin() -> FleetPin {
+        FleetPin {
+            id: FleetId([7; FLEET_ID_BYTES]),
+            cluster: 0xc1,
+            members: vec![1, 2, 3],
+        }
+    }
+
+    #[test]
+    fn a_pinned_registry_and_an_unpinned_one_round_trip_and_a_bad_pin_is_refused() {
+        let mut r = registry();
+        assert_eq!(Registry::from_bytes(&r.to_bytes()).unwrap(), r);
+        r.pin = None;
+        assert_eq!(Registry::from_bytes(&r.to_bytes()).unwrap(), r);
+        for (bad, why) in [
+            (vec![], "0 members"),
+            (vec![2, 1], "ascending"),
+            (vec![1, 1], "ascending"),
+            (vec![0, 1], "none 0"),
+            ((1..=10).collect(), "10 members"),
+        ] {
+            let p = FleetPin {
+                members: bad,
+                ..pin()
+            };
+            assert!(p.check().unwrap_err().contains(why), "{why}");
+            r.pin = Some(p);
+            assert!(Registry::from_bytes(&r.to_bytes()).is_err(), "{why}");
+        }
+        let p = FleetPin {
+            cluster: 0,
+            ..pin()
+        };
+        assert_eq!(p.check().unwrap_err(), "cluster id 0");
+        assert!(FleetPin::from_bytes(&p.to_bytes()).is_err());
+        assert_eq!(FleetPin::from_bytes(&pin().to_bytes()).unwrap(), pin());
+    }
+
+    #[test]
+    fn a_majority_of_the_pinned_members_is_more_than_half_of_them() {
+        let p = pin();
+        assert!(p.majority_of(&[1, 2, 3]));
+        assert!(p.majority_of(&[1, 3, 9]), "one member replaced");
+        assert!(!p.majority_of(&[1]), "one member alone: a fork");
+        assert!(!p.majority_of(&[3, 8, 9]));
+        assert!(!p.majority_of(&[]));
+        let four = FleetPin {
+            members: vec![1, 2, 3, 4],
+            ..pin()
+        };
+        assert!(!four.majority_of(&[1, 2]), "half is no majority");
+        assert!(four.majority_of(&[1, 2, 4]));
+    }
+
+    #[test]
+    fn a_fleet_id_reads_back_as_it_prints_and_nothing_shorter() {
+        let id = FleetId([0xab; FLEET_ID_BYTES]);
+        assert_eq!(id.to_string(), "ab".repeat(16));
+        assert_eq!(id.to_string().parse::<FleetId>().unwrap(), id);
+        assert_eq!("AB".repeat(16).parse::<FleetId>().unwrap(), id);
+        for bad in [
+            "",
+            "ab",
+            &"ab".repeat(17),
+            &format!("{}zz", "ab".repeat(15)),
+            &format!("+{}", "a".repeat(31)),
+        ] {
+            assert!(bad.parse::<FleetId>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_fleet_record_round_trips_and_matches_only_its_own_fleet() {
+        let rec = FleetRecord {
+            fleet: "billing".into(),
+            prefix: "/repoch/prod".into(),
+            pin: pin(),
+            host: "host-a".into(),
+        };
+        assert_eq!(FleetRecord::from_bytes(&rec.to_bytes()).unwrap(), rec);
+        let r = registry();
+        assert_eq!(rec.matches(&r, &pin()), Ok(()));
+        let other = |f: &dyn Fn(&mut Registry, &mut FleetPin)| {
+            let (mut r, mut p) = (registry(), pin());
+            f(&mut r, &mut p);
+            rec.matches(&r, &p).unwrap_err()
+        };
+        assert!(other(&|r, _| r.prefix = "/repoch/Prod".into()).contains("\"/repoch/prod\""));
+        assert!(other(&|r, _| r.fleet = "billing2".into()).contains("\"billing\""));
+        assert_eq!(
+            other(&|_, p| p.id = FleetId([8; 16])),
+            format!("fleet id {}", "07".repeat(16))
+        );
+        assert_eq!(
+            other(&|_, p| p.cluster = 0xc2),
+            "the record of cluster 00000000000000c1"
+        );
+        let bad = FleetRecord {
+            prefix: "/a/hosts".into(),
+            ..rec.clone()
+        };
+        assert!(FleetRecord::from_bytes(&bad.to_bytes()).is_err());
+    }
+
+    #[test]
+    fn one_member_spelled_two_ways_is_listed_twice() {
+        for (a, b) in [
+            ("https://a:1", "https://a:1/"),
+            ("https://a:1", "https://a:01"),
+            ("https://A:1", "https://a:1"),
+            ("https://[::1]:1", "https://[0::1]:1/"),
+        ] {
+            let mut r = registry();
+            r.endpoints = vec![a.into(), b.into()];
+            assert!(r.check().unwrap_err().contains("listed twice"), "{a} {b}");
+        }
+        let mut r = registry();
+        r.endpoints = vec![
+            "https://a:1".into(),
+            "https://a:2".into(),
+            "https://b:1".into(),
+        ];
+        assert_eq!(r.check(), Ok(()));
     }
 
     #[test]
@@ -345,6 +675,7 @@ mod tests {
         let r = registry();
         assert_eq!(Registry::from_bytes(&r.to_bytes()).unwrap(), r);
         assert_eq!(r.epoch_key(), "/repoch/prod/epochs/billing");
+        assert_eq!(r.fleet_key(), "/repoch/prod/fleets/billing");
         assert_eq!(r.host_key(), "/repoch/prod/hosts/billing/host-a");
     }
 
@@ -364,6 +695,7 @@ mod tests {
             "/ov/hosts",
             "/epochs",
             "/a/epochs/b",
+            "/a/fleets",
         ] {
             assert!(check_prefix(bad).is_err(), "{bad:?}");
         }

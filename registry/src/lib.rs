@@ -4,6 +4,13 @@
 //! crate runs (tokio, current-thread) is private to each [`Client`]. It opens no file: the
 //! caller reads the credentials (as root's own, for repochd) and passes their PEM bytes.
 //!
+//! A client may be pinned to one cluster ([`Client::pin`], a [`Vouch`]): then no endpoint's
+//! answer is taken before that endpoint, on the same call, named the pinned cluster and one
+//! of its members and listed the cluster's members for the vouch to judge (and, once per
+//! endpoint, answered with the fleet's record), and every answer's header is judged again.
+//! An endpoint that fails is passed over and named; when every endpoint fails so:
+//! [`Error::Foreign`].
+//!
 //! Only three operations, each bounded by the client's deadline per endpoint and tried on
 //! each endpoint at most once per call:
 //!
@@ -37,8 +44,9 @@ mod gen {
 use std::time::Duration;
 
 use gen::etcdserverpb::{
-    compare, kv_client::KvClient, request_op, response_op, Compare, PutRequest, RangeRequest,
-    RequestOp, ResponseHeader, TxnRequest,
+    cluster_client::ClusterClient, compare, kv_client::KvClient, request_op, response_op, Compare,
+    DeleteRangeRequest, MemberListRequest, MemberListResponse, PutRequest, RangeRequest,
+    RangeResponse, RequestOp, ResponseHeader, TxnRequest, TxnResponse,
 };
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
@@ -90,7 +98,29 @@ pub enum Error {
     /// The answer broke this client's bounds or etcd's own contract.
     #[error("unexpected answer: {0}")]
     Answer(String),
+    /// Every endpoint that answered failed the pin's [`Vouch`] (another cluster, a member
+    /// that lists no majority of the pinned ones, no fleet record), and the request was
+    /// sent to none of them.
+    #[error("not the pinned cluster: {0}")]
+    Foreign(String),
 }
+
+/// What makes an endpoint's answers the pinned fleet's ([`Client::pin`]); each method says
+/// why not.
+pub trait Vouch: Send {
+    /// An endpoint's member list: its header, and the voting members it lists.
+    fn members(&self, header: &Header, voting: &[u64]) -> Result<(), String>;
+    /// The key whose value proves the fleet lives in the cluster that answers.
+    fn record_key(&self) -> Vec<u8>;
+    /// That key as the endpoint read it.
+    fn record(&self, entry: Option<&Entry>) -> Result<(), String>;
+    /// The header of any answer.
+    fn header(&self, header: &Header) -> Result<(), String>;
+}
+
+/// Member lists a [`Vouch`] judges: etcd advises at most 7 members; one list longer than
+/// this is refused.
+pub const MEMBERS_LISTED_MAX: usize = 64;
 
 /// Which cluster, and at which revision, an answer was given.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -145,10 +175,31 @@ pub enum Claimed {
     Theirs { cluster: u64, entry: Entry },
 }
 
+/// An answer that carries etcd's response header.
+trait Headed {
+    fn header(&self) -> Header;
+}
+
+impl Headed for RangeResponse {
+    fn header(&self) -> Header {
+        Header::from(self.header)
+    }
+}
+
+impl Headed for TxnResponse {
+    fn header(&self) -> Header {
+        Header::from(self.header)
+    }
+}
+
 /// A connected client: one lazily connected channel per endpoint and a private runtime.
 pub struct Client {
     rt: tokio::runtime::Runtime,
     endpoints: Vec<(String, KvClient<Channel>)>,
+    clusters: Vec<ClusterClient<Channel>>,
+    /// The pin, and which endpoints have answered with the fleet's record.
+    pin: Option<Box<dyn Vouch>>,
+    recorded: Vec<bool>,
     /// The endpoint asked first: the last one that answered.
     preferred: usize,
     deadline: Duration,
@@ -217,6 +268,7 @@ impl Client {
             .build()
             .map_err(|e| Error::Config(format!("a runtime for the registry client: {e}")))?;
         let mut endpoints = Vec::new();
+        let mut clusters = Vec::new();
         for url in &spec.endpoints {
             let tls = ClientTlsConfig::new()
                 .ca_certificate(ca.clone())
@@ -232,14 +284,18 @@ impl Client {
                 let _in = rt.enter();
                 ep.connect_lazy()
             };
-            let kv = KvClient::new(channel)
+            let kv = KvClient::new(channel.clone())
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX);
             endpoints.push((url.clone(), kv));
+            clusters.push(ClusterClient::new(channel));
         }
         Ok(Client {
             rt,
+            recorded: vec![false; endpoints.len()],
             endpoints,
+            clusters,
+            pin: None,
             preferred: 0,
             deadline,
         })
@@ -249,15 +305,29 @@ impl Client {
     /// error status that says the request did not apply ends the call. A missing answer
     /// tries the next endpoint only if `resend` (a read) or if the request never left (no
     /// connection): a write whose answer was lost is the caller's to resolve first.
-    fn ask<T, F, Fut>(&mut self, what: &str, resend: bool, mut call: F) -> Result<T, Error>
+    fn ask<T: Headed, F, Fut>(&mut self, what: &str, resend: bool, mut call: F) -> Result<T, Error>
     where
         F: FnMut(KvClient<Channel>) -> Fut,
         Fut: std::future::Future<Output = Result<T, tonic::Status>>,
     {
         let n = self.endpoints.len();
         let mut missed = Vec::new();
+        let mut foreign = Vec::new();
         let first = self.preferred;
         for i in (0..n).map(|k| (first + k) % n) {
+            match self.vouched(i) {
+                Ok(()) => {}
+                Err(Vouched::Missed(why)) => {
+                    missed.push(format!("{}: {why}", self.endpoints[i].0));
+                    self.preferred = (i + 1) % n;
+                    continue;
+                }
+                Err(Vouched::Foreign(why)) => {
+                    foreign.push(format!("{}: {why}", self.endpoints[i].0));
+                    self.preferred = (i + 1) % n;
+                    continue;
+                }
+            }
             let (url, kv) = &self.endpoints[i];
             let fut = call(kv.clone());
             let deadline = self.deadline;
@@ -267,6 +337,12 @@ impl Client {
             let why = match answer {
                 Ok(Ok(v)) => {
                     self.preferred = i;
+                    if let Some(pin) = &self.pin {
+                        // Vouched for on this call: an answer from elsewhere now is no
+                        // answer of the fleet's (and a write's fate is unknown).
+                        pin.header(&v.header())
+                            .map_err(|why| Error::Answer(format!("{what}: {url}: {why}")))?;
+                    }
                     return Ok(v);
                 }
                 Ok(Err(e)) if resend || never_sent(&e) => match status(e) {
@@ -296,7 +372,113 @@ impl Client {
             // The next call starts elsewhere.
             self.preferred = (i + 1) % n;
         }
+        if missed.is_empty() {
+            return Err(Error::Foreign(format!("{what}: {}", foreign.join("; "))));
+        }
+        missed.extend(foreign);
         Err(Error::Unanswered(format!("{what}: {}", missed.join("; "))))
+    }
+
+    /// Pins this client: from now on every call is vouched for ([`Vouch`]).
+    pub fn pin(&mut self, vouch: Box<dyn Vouch>) {
+        self.pin = Some(vouch);
+        self.recorded.iter_mut().for_each(|r| *r = false);
+    }
+
+    /// Endpoint `i`'s member list: its header and its voting members.
+    fn members_of(&mut self, i: usize) -> Result<(Header, Vec<u64>), Vouched> {
+        let mut cluster = self.clusters[i].clone();
+        let deadline = self.deadline;
+        let answer = self.rt.block_on(async {
+            tokio::time::timeout(deadline, cluster.member_list(MemberListRequest::default())).await
+        });
+        let r: MemberListResponse = match answer {
+            Ok(Ok(r)) => r.into_inner(),
+            Ok(Err(e)) => return Err(Vouched::Missed(format!("member list: {}", status(e)))),
+            Err(_) => {
+                return Err(Vouched::Missed(format!(
+                    "member list: no answer within {} ms",
+                    deadline.as_millis()
+                )))
+            }
+        };
+        if r.members.len() > MEMBERS_LISTED_MAX {
+            return Err(Vouched::Foreign(format!(
+                "{} members listed, over {MEMBERS_LISTED_MAX}",
+                r.members.len()
+            )));
+        }
+        let voting = r
+            .members
+            .iter()
+            .filter(|m| !m.is_learner)
+            .map(|m| m.id)
+            .collect();
+        Ok((Header::from(r.header), voting))
+    }
+
+    /// Whether endpoint `i` is the pinned fleet's, asked now (always, when pinned).
+    fn vouched(&mut self, i: usize) -> Result<(), Vouched> {
+        if self.pin.is_none() {
+            return Ok(());
+        }
+        let (header, voting) = self.members_of(i)?;
+        let pin = self.pin.as_ref().expect("pinned");
+        pin.header(&header)
+            .and_then(|()| pin.members(&header, &voting))
+            .map_err(Vouched::Foreign)?;
+        if self.recorded[i] {
+            return Ok(());
+        }
+        let req = RangeRequest {
+            key: pin.record_key(),
+            ..Default::default()
+        };
+        let mut kv = self.endpoints[i].1.clone();
+        let deadline = self.deadline;
+        let answer = self
+            .rt
+            .block_on(async { tokio::time::timeout(deadline, kv.range(req)).await });
+        let r = match answer {
+            Ok(Ok(r)) => r.into_inner(),
+            Ok(Err(e)) => return Err(Vouched::Missed(format!("fleet record: {}", status(e)))),
+            Err(_) => {
+                return Err(Vouched::Missed(format!(
+                    "fleet record: no answer within {} ms",
+                    deadline.as_millis()
+                )))
+            }
+        };
+        let pin = self.pin.as_ref().expect("pinned");
+        pin.header(&r.header()).map_err(Vouched::Foreign)?;
+        let record = r.kvs.into_iter().next().map(entry).transpose();
+        let record = record.map_err(|e| Vouched::Foreign(e.to_string()))?;
+        pin.record(record.as_ref()).map_err(Vouched::Foreign)?;
+        self.recorded[i] = true;
+        Ok(())
+    }
+
+    /// The cluster's voting members, as the first endpoint that answers lists them
+    /// (unvouched: what an enrollment pins, or compares with a fleet record).
+    pub fn members(&mut self) -> Result<(Header, Vec<u64>), Error> {
+        let n = self.endpoints.len();
+        let mut missed = Vec::new();
+        for k in 0..n {
+            let i = (self.preferred + k) % n;
+            match self.members_of(i) {
+                Ok(answer) => {
+                    self.preferred = i;
+                    return Ok(answer);
+                }
+                Err(Vouched::Missed(why) | Vouched::Foreign(why)) => {
+                    missed.push(format!("{}: {why}", self.endpoints[i].0))
+                }
+            }
+        }
+        Err(Error::Unanswered(format!(
+            "member list: {}",
+            missed.join("; ")
+        )))
     }
 
     /// A linearizable read of `key`.
@@ -443,12 +625,176 @@ impl Client {
             match self.get(key) {
                 Ok((header, Some(entry))) => return Ok(decide(header.cluster, entry, value)),
                 Ok((_, None)) => continue,
-                Err(Error::Unanswered(why)) => last = Some(why),
-                Err(e) => return Err(e),
+                // A create whose answer was lost may have applied: whatever the read-back
+                // meets, the outcome is unknown.
+                Err(e) => last = Some(e.to_string()),
             }
         }
         Err(Error::Unanswered(last.unwrap_or_default()))
     }
+}
+
+/// Why an endpoint was passed over before a call was sent to it.
+enum Vouched {
+    /// It did not answer the vouching questions.
+    Missed(String),
+    /// It answered as another cluster, member or fleet.
+    Foreign(String),
+}
+
+/// What [`Client::establish`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Established {
+    /// Both keys were absent and now hold our values (created by this call, or by an
+    /// earlier attempt whose answer was lost): `revision` is their create revision.
+    Ours { header: Header, revision: i64 },
+    /// One of them (or both) existed: nothing was written. Each as read.
+    Exists {
+        first: Option<Entry>,
+        second: Option<Entry>,
+    },
+}
+
+fn absent(key: &[u8]) -> Compare {
+    Compare {
+        result: compare::CompareResult::Equal as i32,
+        target: compare::CompareTarget::Create as i32,
+        key: key.to_vec(),
+        range_end: Vec::new(),
+        target_union: Some(compare::TargetUnion::CreateRevision(0)),
+    }
+}
+
+fn put(key: &[u8], value: &[u8]) -> RequestOp {
+    RequestOp {
+        request: Some(request_op::Request::RequestPut(PutRequest {
+            key: key.to_vec(),
+            value: value.to_vec(),
+            ..Default::default()
+        })),
+    }
+}
+
+fn read(key: &[u8]) -> RequestOp {
+    RequestOp {
+        request: Some(request_op::Request::RequestRange(RangeRequest {
+            key: key.to_vec(),
+            ..Default::default()
+        })),
+    }
+}
+
+impl Client {
+    /// One transaction: put both pairs only if both keys are absent; otherwise read both.
+    /// A lost answer is resolved as [`Client::claim`] resolves one: by reading the first
+    /// key back (its value must be unique to this call: ours there means both are ours,
+    /// the transaction being atomic); `tries` and `budget` bound the rounds.
+    pub fn establish(
+        &mut self,
+        first: (&[u8], &[u8]),
+        second: (&[u8], &[u8]),
+        tries: u32,
+        budget: Duration,
+    ) -> Result<Established, Error> {
+        for (_, value) in [first, second] {
+            if value.len() > VALUE_BYTES_MAX {
+                return Err(Error::Config(format!(
+                    "a value of {} bytes, over its bound of {VALUE_BYTES_MAX} bytes",
+                    value.len()
+                )));
+            }
+        }
+        let req = TxnRequest {
+            compare: vec![absent(first.0), absent(second.0)],
+            success: vec![put(first.0, first.1), put(second.0, second.1)],
+            failure: vec![read(first.0), read(second.0)],
+        };
+        let start = std::time::Instant::now();
+        let mut last = None;
+        for round in 0..tries.max(1) {
+            if round > 0 && start.elapsed() >= budget {
+                break;
+            }
+            match self.ask("establish", false, |mut kv| {
+                let req = req.clone();
+                async move { kv.txn(req).await.map(|r| r.into_inner()) }
+            }) {
+                Ok(r) => return established(r),
+                Err(Error::Unanswered(why)) => last = Some(why),
+                Err(e) => return Err(e),
+            }
+            match self.get(first.0) {
+                Ok((header, Some(e))) if e.value == first.1 && e.value_bytes == first.1.len() => {
+                    return Ok(Established::Ours {
+                        header,
+                        revision: e.create_revision,
+                    })
+                }
+                Ok((_, None)) => continue,
+                Ok((_, Some(e))) => {
+                    let (_, second) = self
+                        .get(second.0)
+                        .map_err(|e| Error::Unanswered(format!("after a lost answer: {e}")))?;
+                    return Ok(Established::Exists {
+                        first: Some(e),
+                        second,
+                    });
+                }
+                Err(e) => last = Some(e.to_string()),
+            }
+        }
+        Err(Error::Unanswered(last.unwrap_or_default()))
+    }
+
+    /// One transaction: delete `key` only if it was created at `create_revision` (the
+    /// record this caller made, not a later one of the same name). Whether it was.
+    pub fn remove(&mut self, key: &[u8], create_revision: i64) -> Result<bool, Error> {
+        let req = TxnRequest {
+            compare: vec![Compare {
+                target_union: Some(compare::TargetUnion::CreateRevision(create_revision)),
+                ..absent(key)
+            }],
+            success: vec![RequestOp {
+                request: Some(request_op::Request::RequestDeleteRange(
+                    DeleteRangeRequest {
+                        key: key.to_vec(),
+                        ..Default::default()
+                    },
+                )),
+            }],
+            failure: Vec::new(),
+        };
+        let r = self.ask("remove", false, |mut kv| {
+            let req = req.clone();
+            async move { kv.txn(req).await.map(|r| r.into_inner()) }
+        })?;
+        Ok(r.succeeded)
+    }
+}
+
+fn established(r: TxnResponse) -> Result<Established, Error> {
+    let header = Header::from(r.header);
+    if r.succeeded {
+        return Ok(Established::Ours {
+            header,
+            revision: header.revision,
+        });
+    }
+    let missing = || Error::Answer("a failed establish without its reads".into());
+    let mut reads = r.responses.into_iter().map(|op| match op.response {
+        Some(response_op::Response::ResponseRange(range)) => {
+            range.kvs.into_iter().next().map(entry).transpose()
+        }
+        _ => Err(missing()),
+    });
+    let first = reads.next().unwrap_or_else(|| Err(missing()))?;
+    let second = reads.next().unwrap_or_else(|| Err(missing()))?;
+    if first.is_none() && second.is_none() {
+        return Err(Error::Answer(
+            "the establish failed, yet neither key exists".into(),
+        ));
+    }
+    Ok(Established::Exists { first, second })
 }
 
 fn decide(cluster: u64, entry: Entry, value: &[u8]) -> Claimed {

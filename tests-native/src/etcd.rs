@@ -38,6 +38,17 @@ impl Member {
     }
 }
 
+/// How a member starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Spawn {
+    /// A member of a new cluster.
+    New,
+    /// From its data directory.
+    Existing,
+    /// From its data directory, alone: the one member of a cluster with its old id.
+    ForceNewCluster,
+}
+
 /// A running cluster and the credentials a client uses.
 #[derive(Debug)]
 pub struct Etcd {
@@ -194,10 +205,106 @@ impl Etcd {
             ctl_netns: ctl_netns.map(str::to_owned),
         };
         for i in 0..n {
-            etcd.spawn(i, true);
+            etcd.spawn(i, Spawn::New);
         }
         etcd.wait_ready(&(0..n).collect::<Vec<_>>());
         etcd
+    }
+
+    /// A second cluster from this one's template, as an operator who rebuilds or copies a
+    /// cluster starts it: the same member names, addresses, ports, cluster token and
+    /// certificates (copied), new data directories under `dir`, in network namespace `ns`
+    /// (where the same addresses and ports are free). etcd derives the cluster and member
+    /// ids from these, so the twin answers with this cluster's ids.
+    pub fn start_twin(&self, dir: &Path, ns: &str) -> Etcd {
+        std::fs::create_dir_all(dir.join("tls")).unwrap();
+        for e in std::fs::read_dir(self.dir.join("tls")).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), dir.join("tls").join(e.file_name())).unwrap();
+        }
+        let members = self
+            .members
+            .iter()
+            .map(|m| Member {
+                name: m.name.clone(),
+                addr: m.addr.clone(),
+                netns: Some(ns.to_owned()),
+                client_port: m.client_port,
+                peer_port: m.peer_port,
+                child: None,
+            })
+            .collect();
+        let mut twin = Etcd {
+            dir: dir.to_path_buf(),
+            members,
+            token: self.token.clone(),
+            ctl_netns: Some(ns.to_owned()),
+        };
+        let all: Vec<usize> = (0..twin.members.len()).collect();
+        for &i in &all {
+            twin.spawn(i, Spawn::New);
+        }
+        twin.wait_ready(&all);
+        twin
+    }
+
+    /// A copy of member `i`'s data (taken while it is stopped), started under `dir` alone
+    /// with `--force-new-cluster`, serving clients on `client_port`: what whoever holds one
+    /// member's disk can make. It answers as a one-member cluster with this cluster's id
+    /// and data.
+    pub fn fork_member(&self, i: usize, dir: &Path, client_port: u16) -> Etcd {
+        std::fs::create_dir_all(dir).unwrap();
+        self.signal(i, rustix::process::Signal::STOP);
+        let from = self.dir.join(format!("data-{}", self.members[i].name));
+        let to = dir.join(format!("data-{}", self.members[i].name));
+        let copied = Command::new("cp").arg("-a").arg(&from).arg(&to).status();
+        self.signal(i, rustix::process::Signal::CONT);
+        assert!(copied.unwrap().success(), "cp -a {}", from.display());
+        std::os::unix::fs::symlink(self.dir.join("tls"), dir.join("tls")).unwrap();
+        let m = &self.members[i];
+        let mut fork = Etcd {
+            dir: dir.to_path_buf(),
+            members: vec![Member {
+                name: m.name.clone(),
+                addr: m.addr.clone(),
+                netns: m.netns.clone(),
+                client_port,
+                peer_port: free_port(false),
+                child: None,
+            }],
+            token: self.token.clone(),
+            ctl_netns: self.ctl_netns.clone(),
+        };
+        fork.spawn(0, Spawn::ForceNewCluster);
+        fork.wait_ready(&[0]);
+        fork
+    }
+
+    /// Every member killed, its data deleted, and the cluster started again from its
+    /// template (the same names, ports and token): a cluster rebuilt after a data loss.
+    pub fn rebuild(&mut self) {
+        let all: Vec<usize> = (0..self.members.len()).collect();
+        for &i in &all {
+            self.kill(i);
+            let data = self.dir.join(format!("data-{}", self.members[i].name));
+            std::fs::remove_dir_all(&data).unwrap();
+        }
+        for &i in &all {
+            self.spawn(i, Spawn::New);
+        }
+        self.wait_ready(&all);
+    }
+
+    /// The cluster id that member `i` answers with (`endpoint status`).
+    pub fn cluster_id(&self, i: usize) -> u64 {
+        let out = self.etcdctl(&[i], &["endpoint", "status", "-w", "json"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "endpoint status: {e}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        v[0]["Status"]["header"]["cluster_id"].as_u64().unwrap()
     }
 
     pub fn ca(&self) -> PathBuf {
@@ -222,11 +329,26 @@ impl Etcd {
         self.members.iter().map(Member::endpoint).collect()
     }
 
-    /// The manifest's `[registry]` table for this cluster.
+    /// The manifest's `[registry]` table for this cluster: as an operator writes it, with
+    /// the fleet's id when the fleet is established (its record read from the cluster),
+    /// without when this host will establish it.
     pub fn registry_toml(&self, fleet: &str, host: &str, prefix: &str) -> String {
+        let id = self.fleet_id(prefix, fleet);
+        self.registry_toml_as(fleet, host, prefix, id.as_deref())
+    }
+
+    /// The same with `fleet_id` as given (none: this host establishes the fleet).
+    pub fn registry_toml_as(
+        &self,
+        fleet: &str,
+        host: &str,
+        prefix: &str,
+        fleet_id: Option<&str>,
+    ) -> String {
         let eps: Vec<String> = self.endpoints().iter().map(|e| format!("{e:?}")).collect();
+        let id = fleet_id.map_or_else(String::new, |id| format!("fleet_id = {id:?}\n"));
         format!(
-            "[registry]\nendpoints = [{}]\nca = {:?}\ncert = {:?}\nkey = {:?}\nprefix = {prefix:?}\nfleet = {fleet:?}\nhost = {host:?}\n",
+            "[registry]\nendpoints = [{}]\nca = {:?}\ncert = {:?}\nkey = {:?}\nprefix = {prefix:?}\nfleet = {fleet:?}\nhost = {host:?}\n{id}",
             eps.join(", "),
             self.ca().display().to_string(),
             self.client_cert().display().to_string(),
@@ -234,7 +356,25 @@ impl Etcd {
         )
     }
 
-    fn spawn(&mut self, i: usize, new: bool) {
+    /// The id of `fleet` under `prefix`, as its record in this cluster holds it.
+    pub fn fleet_id(&self, prefix: &str, fleet: &str) -> Option<String> {
+        use repoch_protocol::Canonical as _;
+        let all: Vec<usize> = (0..self.members.len())
+            .filter(|&i| self.members[i].child.is_some())
+            .collect();
+        let key = format!("{prefix}/fleets/{fleet}");
+        let out = self.etcdctl(&all, &["get", &key, "--print-value-only"]);
+        assert!(
+            out.status.success(),
+            "etcdctl get: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let value = out.stdout.strip_suffix(b"\n")?;
+        let record = repoch_protocol::fleet::FleetRecord::from_bytes(value).unwrap();
+        Some(record.pin.id.to_string())
+    }
+
+    fn spawn(&mut self, i: usize, how: Spawn) {
         let tls = self.dir.join("tls");
         let cluster: Vec<String> = self
             .members
@@ -264,7 +404,10 @@ impl Etcd {
             "--initial-cluster-token",
             &self.token,
             "--initial-cluster-state",
-            if new { "new" } else { "existing" },
+            match how {
+                Spawn::New => "new",
+                Spawn::Existing | Spawn::ForceNewCluster => "existing",
+            },
             "--cert-file",
             &t("member.pem"),
             "--key-file",
@@ -289,6 +432,9 @@ impl Etcd {
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
         .stderr(log);
+        if how == Spawn::ForceNewCluster {
+            cmd.arg("--force-new-cluster");
+        }
         let child = cmd.spawn().expect("etcd (Debian package etcd-server)");
         self.members[i].child = Some(child);
     }
@@ -340,7 +486,7 @@ impl Etcd {
     /// Starts member `i` again from its data directory.
     pub fn restart(&mut self, i: usize) {
         self.kill(i);
-        self.spawn(i, false);
+        self.spawn(i, Spawn::Existing);
     }
 
     /// SIGSTOP or SIGCONT to member `i`.

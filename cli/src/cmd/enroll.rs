@@ -54,7 +54,8 @@ pub fn run(ctx: &Ctx, manifest: &Path) -> CmdResult {
         )]),
     })?;
     let fleet = v.registry.as_ref().map(|r| {
-        json!({"name": r.fleet, "host": r.host, "epoch_key": r.epoch_key(),
+        let (id, established) = e.fleet.expect("a [registry] enrolls a fleet");
+        json!({"name": r.fleet, "id": id.to_string(), "established": established, "prefix": r.prefix, "host": r.host, "epoch_key": r.epoch_key(),
                "hosts": e.fleet_hosts.iter().map(|h| json!({"host": h.host, "deployment": h.deployment.to_hex(), "label": h.label})).collect::<Vec<_>>()})
     });
     let absent = absent_now(&v.containment);
@@ -82,8 +83,15 @@ pub fn run(ctx: &Ctx, manifest: &Path) -> CmdResult {
                 .iter()
                 .map(|h| format!("{} (deployment {})", h.host, h.deployment))
                 .collect();
+            let (id, established) = e.fleet.expect("a [registry] enrolls a fleet");
+            let how = match established {
+                true => format!(
+                    "established by this enrollment; every other host joins it with registry.fleet_id = \"{id}\""
+                ),
+                false => "joined".to_owned(),
+            };
             warn(&format!(
-                "repoch: fleet {}: this host is {}; the hosts that may recover it: {}",
+                "repoch: fleet {} (id {id}, {how}): this host is {}; the hosts that may recover it: {}",
                 r.fleet,
                 r.host,
                 hosts.join(", ")

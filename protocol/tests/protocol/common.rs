@@ -289,6 +289,11 @@ pub fn registry() -> Registry {
         prefix: "/repoch/prod".into(),
         fleet: "billing".into(),
         host: "host-a".into(),
+        pin: Some(repoch_protocol::fleet::FleetPin {
+            id: repoch_protocol::fleet::FleetId(*b"fleet-id-sample!"),
+            cluster: 0x5a2b_c3d4_e5f6_0718,
+            members: vec![0x1111, 0x2222, 0x3333],
+        }),
     }
 }
 
@@ -539,6 +544,16 @@ pub fn samples() -> Vec<(&'static str, Vec<u8>)> {
                 deployment: DEP,
                 manifest: Hash([15; 32]),
                 label: "billing-root".into(),
+            }
+            .to_bytes(),
+        ),
+        (
+            "fleet-record",
+            repoch_protocol::fleet::FleetRecord {
+                fleet: "billing".into(),
+                prefix: "/repoch/prod".into(),
+                pin: registry().pin.unwrap(),
+                host: "host-a".into(),
             }
             .to_bytes(),
         ),

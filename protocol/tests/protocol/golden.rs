@@ -50,6 +50,9 @@ fn check(rule: &str, bytes: &[u8]) {
         "fleet-host" => repoch_protocol::fleet::FleetHost::from_bytes(bytes)
             .unwrap()
             .to_bytes(),
+        "fleet-record" => repoch_protocol::fleet::FleetRecord::from_bytes(bytes)
+            .unwrap()
+            .to_bytes(),
         other => panic!("no checker for {other}"),
     };
     assert_eq!(again, bytes, "{rule} does not re-encode byte-identically");

@@ -46,25 +46,25 @@ pub(crate) fn the_client_creates_a_key_once_and_reads_whose_it_is() {
 
 /// One host of a fleet: its own sandbox (state root, fixtures, keys), enrolled for the
 /// fleet under its own host name.
-struct Host {
-    s: Sandbox,
-    id: String,
+pub(crate) struct Host {
+    pub(crate) s: Sandbox,
+    pub(crate) id: String,
 }
 
 /// The key prefix of one test: its own, so tests can share nothing in etcd by name.
-fn prefix(s: &Sandbox) -> String {
+pub(crate) fn prefix(s: &Sandbox) -> String {
     format!(
         "/t-{}",
         s.tag.replace(|c: char| !c.is_ascii_alphanumeric(), "")
     )
 }
 
-fn enroll_host(etcd: &Etcd, prefix: &str, fleet: &str, host: &str) -> (Host, Run) {
+pub(crate) fn enroll_host(etcd: &Etcd, prefix: &str, fleet: &str, host: &str) -> (Host, Run) {
     enroll_host_in(None, etcd, prefix, fleet, host)
 }
 
 /// A process the test started: killed and reaped on drop, its output read on finish.
-struct Bg(Option<std::process::Child>);
+pub(crate) struct Bg(Option<std::process::Child>);
 
 impl Bg {
     fn spawn(mut c: std::process::Command) -> Bg {
@@ -91,7 +91,7 @@ impl Drop for Bg {
 }
 
 /// A consumer that, once granted, runs a shell writing the fencing token it was given.
-fn consumer_writing_token(h: &Host) -> Bg {
+pub(crate) fn consumer_writing_token(h: &Host) -> Bg {
     let out = h.s.path("token.txt");
     let script = format!(
         "printf '%s %s' \"${{REPOCH_FENCING_TOKEN-unset}}\" \"${{REPOCH_FENCING_CLUSTER-unset}}\" > {}",
@@ -108,13 +108,13 @@ fn consumer_writing_token(h: &Host) -> Bg {
 }
 
 /// `repoch recover` of the host's deployment with a consumer; the two results.
-fn recover(h: &Host) -> (Run, Run) {
+pub(crate) fn recover(h: &Host) -> (Run, Run) {
     let c = consumer_writing_token(h);
     let r = run(h.s.recover(&h.id, 20, &[]));
     (r, c.finish())
 }
 
-fn epoch_of(h: &Host) -> String {
+pub(crate) fn epoch_of(h: &Host) -> String {
     h.s.status(&h.id).json()["epoch"]
         .as_str()
         .unwrap()
@@ -139,7 +139,7 @@ fn claim_of(
 }
 
 /// The same: its create revision and the host it names.
-fn registered(etcd: &Etcd, prefix: &str, fleet: &str) -> Option<(i64, String)> {
+pub(crate) fn registered(etcd: &Etcd, prefix: &str, fleet: &str) -> Option<(i64, String)> {
     claim_of(etcd, prefix, fleet).map(|(revision, claim)| (revision, claim.host))
 }
 
@@ -157,7 +157,7 @@ fn forget_grant(s: &Sandbox) {
 }
 
 /// `repoch --json audit --registry MANIFEST LOG` of a host's deployment.
-fn audit_registry(h: &Host) -> Run {
+pub(crate) fn audit_registry(h: &Host) -> Run {
     h.s.repoch(&[
         "--json",
         "audit",
@@ -250,7 +250,7 @@ pub(crate) fn two_hosts_of_one_fleet_recover_once_and_the_loser_writes_nothing()
 }
 
 /// Whether a recovery's pair of results is a grant (both sides say so).
-fn granted(r: &Run, got: &Run) -> bool {
+pub(crate) fn granted(r: &Run, got: &Run) -> bool {
     let both = r.code == Outcome::Success && got.code == Outcome::Success;
     assert!(
         both || (r.code != Outcome::Success && got.code != Outcome::Success),
@@ -649,7 +649,7 @@ pub(crate) fn a_successors_fencing_token_is_larger_than_its_predecessors() {
 // ---- a partition between repochd and the majority ----
 
 /// `cmd` in network namespace `ns`, or here.
-fn within(ns: Option<&Netns>, cmd: std::process::Command) -> std::process::Command {
+pub(crate) fn within(ns: Option<&Netns>, cmd: std::process::Command) -> std::process::Command {
     match ns {
         Some(n) => n.wrap(&cmd),
         None => cmd,
@@ -657,7 +657,7 @@ fn within(ns: Option<&Netns>, cmd: std::process::Command) -> std::process::Comma
 }
 
 /// repochd of `h` started in network namespace `ns`, stopped at `barrier` if one is named.
-fn daemon_in(h: &Host, ns: &Netns, barrier: Option<&str>) -> Daemon {
+pub(crate) fn daemon_in(h: &Host, ns: &Netns, barrier: Option<&str>) -> Daemon {
     let log = h.s.path("repochd.log");
     let mut c = h.s.cmd("repochd");
     if let Some(b) = barrier {
@@ -676,7 +676,7 @@ fn daemon_in(h: &Host, ns: &Netns, barrier: Option<&str>) -> Daemon {
 
 /// A new host of `fleet`: its own sandbox, enrolled (from network namespace `ns`, or here)
 /// under host name `host`; the enrollment's output.
-fn enroll_host_in(
+pub(crate) fn enroll_host_in(
     ns: Option<&Netns>,
     etcd: &Etcd,
     prefix: &str,

@@ -26,6 +26,7 @@ mod containment;
 mod disks;
 mod e2e;
 mod fleet;
+mod fleet_trust;
 mod identity;
 mod inputs;
 mod lock_kinds;
@@ -283,6 +284,31 @@ fn declared() -> Vec<Declared> {
         trial!(
             root,
             fleet::a_value_planted_over_the_bound_neither_hides_a_claim_nor_blinds_the_audit,
+            ETCD
+        ),
+        trial!(
+            root,
+            fleet_trust::a_fleet_is_established_once_and_joined_only_by_its_id_under_its_exact_prefix,
+            ETCD
+        ),
+        trial!(
+            root,
+            fleet_trust::a_second_cluster_from_the_same_template_is_refused_although_its_ids_are_the_same,
+            ETCD_IN_NETNS
+        ),
+        trial!(
+            root,
+            fleet_trust::a_members_data_started_alone_is_passed_over_and_never_grants,
+            ETCD
+        ),
+        trial!(
+            root,
+            fleet_trust::a_cluster_rebuilt_from_its_template_refuses_every_recovery_of_the_old_fleet,
+            ETCD
+        ),
+        trial!(
+            root,
+            fleet_trust::a_failed_enrollment_leaves_no_record_in_the_registry,
             ETCD
         ),
         trial!(

@@ -1,0 +1,350 @@
+//! Once per fleet, whatever cluster answers: the attacks of an operator's honest mistake
+//! (a prefix spelt another way, a cluster rebuilt from its template) and of whoever holds
+//! one member's disk (a copy started alone), each against real etcd clusters of the
+//! test's own. Each ends with at most one grant per fleet deployment, the other host
+//! refused before its intent with nothing written (docs/THREAT-MODEL.md, "The fleet
+//! registry").
+
+use repoch_tests_native::*;
+
+use crate::fleet::{
+    daemon_in, enroll_host, epoch_of, granted, prefix, recover, registered, within, Host,
+};
+
+/// Enrolls a new host from `toml` (a `[registry]` table), from network namespace `ns` or
+/// here, without asserting the outcome: (its sandbox, the run).
+fn enroll_toml(ns: Option<&Netns>, toml: &str) -> (Sandbox, Run) {
+    let s = Sandbox::new();
+    let p = s.path("manifest.toml");
+    std::fs::write(&p, s.manifest(toml)).unwrap();
+    let mut c = s.cmd("repoch");
+    c.args(["--json", "enroll", p.to_str().unwrap()]);
+    let r = run(within(ns, c));
+    (s, r)
+}
+
+/// The outcome's detail of a `--json` recovery.
+fn detail(r: &Run) -> String {
+    r.outcome()["detail"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Host `h`'s recovery is refused `registry-mismatch` before its intent: nothing written,
+/// no grant.
+fn assert_mismatch(h: &Host, res: &Run, got: &Run, why: &str) {
+    assert!(
+        !granted(res, got),
+        "a second grant: {}{}",
+        res.stdout,
+        res.stderr
+    );
+    assert_eq!(res.code, Outcome::Refused, "{}{}", res.stdout, res.stderr);
+    assert_eq!(res.reasons(), ["registry-mismatch"], "{}", res.stdout);
+    assert!(
+        detail(res).contains(why),
+        "the refusal says {why:?}: {}",
+        res.stdout
+    );
+    assert_eq!(epoch_of(h), "enrolled", "nothing written");
+    assert!(!h.s.path("grant.cbor").exists());
+}
+
+pub(crate) fn a_fleet_is_established_once_and_joined_only_by_its_id_under_its_exact_prefix() {
+    // Proves: the first enrollment of a fleet establishes it and prints its id; a second
+    // host without the id is refused naming it; a host whose prefix differs by one
+    // letter's case, or that names another id, is refused at enrollment (nothing kept);
+    // the host that names the id under the same prefix joins and pins the same fleet.
+    require_root!();
+    let sb = Sandbox::new();
+    let etcd = Etcd::start(&sb.path("etcd"));
+    let px = format!("{}/prod", prefix(&sb));
+    let (_a, first) = enroll_host(&etcd, &px, "billing", "host-a");
+    let fleet = &first.json()["fleet"];
+    assert_eq!(fleet["established"], true, "{}", first.stdout);
+    let id = fleet["id"].as_str().unwrap().to_owned();
+    assert_eq!(etcd.fleet_id(&px, "billing").as_deref(), Some(id.as_str()));
+
+    // Without the id: refused, naming the id to join with.
+    let (s, r) = enroll_toml(None, &etcd.registry_toml_as("billing", "host-b", &px, None));
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout
+            .contains(&format!("registry.fleet_id = \\\"{id}\\\"")),
+        "{}",
+        r.stdout
+    );
+    assert!(std::fs::read_dir(s.root.join("var/lib/repoch/deployments"))
+        .map_or(true, |mut d| d.next().is_none()));
+
+    // Another spelling of the prefix, with the right id: no such fleet there.
+    let typo = px.replace("/prod", "/Prod");
+    let (_, r) = enroll_toml(
+        None,
+        &etcd.registry_toml_as("billing", "host-b", &typo, Some(&id)),
+    );
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("no fleet record at"), "{}", r.stdout);
+    assert!(
+        etcd.get(&format!("{typo}/hosts/billing/host-b")).is_none(),
+        "nothing kept"
+    );
+
+    // Another id under the right prefix.
+    let other = "0".repeat(32);
+    let (_, r) = enroll_toml(
+        None,
+        &etcd.registry_toml_as("billing", "host-b", &px, Some(&other)),
+    );
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains(&format!("fleet id {id}")), "{}", r.stdout);
+    // Not an id at all.
+    let (_, r) = enroll_toml(
+        None,
+        &etcd.registry_toml_as("billing", "host-b", &px, Some("abc")),
+    );
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("registry.fleet_id"), "{}", r.stdout);
+
+    // The id, exactly: joined, the same fleet.
+    let (_, joined) = enroll_host(&etcd, &px, "billing", "host-b");
+    assert_eq!(joined.json()["fleet"]["established"], false);
+    assert_eq!(joined.json()["fleet"]["id"], id.as_str());
+}
+
+pub(crate) fn a_second_cluster_from_the_same_template_is_refused_although_its_ids_are_the_same() {
+    // Proves: a second cluster started from the first one's template (member names, ports,
+    // token, certificates) answers with the same cluster id and member ids; a host whose
+    // repochd reaches it instead of the fleet's cluster is refused registry-mismatch (no
+    // fleet record there) before its intent, while the host that reaches the fleet's
+    // cluster is granted: one grant.
+    require_root!();
+    let sb = Sandbox::new();
+    let etcd = Etcd::start(&sb.path("etcd"));
+    let px = prefix(&sb);
+    let (a, _) = enroll_host(&etcd, &px, "billing", "host-a");
+    let (b, _) = enroll_host(&etcd, &px, "billing", "host-b");
+    let ns = Netns::new(&sb.tag);
+    let twin = etcd.start_twin(&sb.path("twin"), &ns.name);
+    assert_eq!(
+        twin.cluster_id(0),
+        etcd.cluster_id(0),
+        "the premise: one cluster id"
+    );
+
+    {
+        let _db = daemon_in(&b, &ns, None);
+        let (res, got) = recover(&b);
+        assert_mismatch(&b, &res, &got, "no fleet record at");
+    }
+    let _da = a.s.daemon();
+    let (res, got) = recover(&a);
+    assert!(granted(&res, &got), "{}{}", res.stdout, res.stderr);
+    assert_eq!(registered(&etcd, &px, "billing").unwrap().1, "host-a");
+    drop(twin);
+}
+
+pub(crate) fn a_members_data_started_alone_is_passed_over_and_never_grants() {
+    // Proves: a copy of one member's data started with --force-new-cluster answers with
+    // the cluster's id, that member's id and the fleet record; listed first in a host's
+    // endpoints, it is passed over (its member list holds no majority of the pinned
+    // members) and the claim is made in the fleet's cluster, so the two hosts together get
+    // one grant. With only the fork answering, a recovery is refused before its intent,
+    // nothing written.
+    require_root!();
+    let sb = Sandbox::new();
+    let mut etcd = Etcd::start(&sb.path("etcd"));
+    let px = prefix(&sb);
+    let (a, _) = enroll_host(&etcd, &px, "billing", "host-a");
+    // Hosts b (fleet billing) and d (fleet billing-2) list a port first where the fork
+    // will answer, then the fleet's members; enrolled before it does.
+    let port = free_port(false);
+    let listing_fork_first = |fleet: &str, host: &str| {
+        let toml = etcd.registry_toml(fleet, host, &px);
+        let first = etcd.members[0].endpoint();
+        let toml = toml.replacen(
+            &format!("[{first:?}"),
+            &format!("[\"https://127.0.0.1:{port}\", {first:?}"),
+            1,
+        );
+        let (s, r) = enroll_toml(None, &toml);
+        assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
+        let id = r.json()["deployment"].as_str().unwrap().to_owned();
+        Host { s, id }
+    };
+    let b = listing_fork_first("billing", "host-b");
+    let d = listing_fork_first("billing-2", "host-d");
+    let fork = etcd.fork_member(0, &sb.path("fork"), port);
+    assert_eq!(
+        fork.cluster_id(0),
+        etcd.cluster_id(0),
+        "the premise: one cluster id"
+    );
+    assert!(
+        fork.fleet_id(&px, "billing").is_some(),
+        "the premise: the record copied"
+    );
+
+    let _db = b.s.daemon();
+    let (rb, gb) = recover(&b);
+    let _da = a.s.daemon();
+    let (ra, ga) = recover(&a);
+    assert_eq!(
+        [granted(&rb, &gb), granted(&ra, &ga)],
+        [true, false],
+        "b (the fork first): {}{}; a: {}{}",
+        rb.stdout,
+        rb.stderr,
+        ra.stdout,
+        ra.stderr
+    );
+    assert_eq!(ra.reasons(), ["epoch-consumed"]);
+    assert_eq!(registered(&etcd, &px, "billing").unwrap().1, "host-b");
+    assert!(
+        fork.get(&format!("{px}/epochs/billing")).is_none(),
+        "nothing claimed in the fork"
+    );
+
+    // Only the fork answers: no grant, nothing written.
+    let members: Vec<usize> = (0..etcd.members.len()).collect();
+    for &i in &members {
+        etcd.kill(i);
+    }
+    let _dd = d.s.daemon();
+    let (rd, gd) = recover(&d);
+    assert!(!granted(&rd, &gd), "{}{}", rd.stdout, rd.stderr);
+    assert_eq!(rd.code, Outcome::Refused, "{}{}", rd.stdout, rd.stderr);
+    assert!(
+        detail(&rd).contains("no majority of the pinned"),
+        "the fork is named: {}",
+        rd.stdout
+    );
+    assert_eq!(epoch_of(&d), "enrolled", "nothing written");
+    assert!(fork.get(&format!("{px}/epochs/billing-2")).is_none());
+}
+
+pub(crate) fn a_cluster_rebuilt_from_its_template_refuses_every_recovery_of_the_old_fleet() {
+    // Proves: after host a's grant, the cluster is wiped and rebuilt from its template (the
+    // same cluster id, revisions from the start); host b of the same fleet is refused
+    // registry-mismatch (the fleet record is gone) before its intent, not granted with a
+    // smaller token.
+    require_root!();
+    let sb = Sandbox::new();
+    let mut etcd = Etcd::start(&sb.path("etcd"));
+    let px = prefix(&sb);
+    let (a, _) = enroll_host(&etcd, &px, "billing", "host-a");
+    let (b, _) = enroll_host(&etcd, &px, "billing", "host-b");
+    let before = etcd.cluster_id(0);
+    {
+        let _da = a.s.daemon();
+        let (res, got) = recover(&a);
+        assert!(granted(&res, &got), "{}{}", res.stdout, res.stderr);
+    }
+    etcd.rebuild();
+    assert_eq!(
+        etcd.cluster_id(0),
+        before,
+        "the premise: the same cluster id"
+    );
+    let _db = b.s.daemon();
+    let (res, got) = recover(&b);
+    assert_mismatch(&b, &res, &got, "no fleet record at");
+}
+
+/// A tmpfs of one page mounted over a directory: the first file written fills it (the
+/// manifest), the next write (the genesis) meets `ENOSPC`. Unmounted on drop.
+struct OnePage(std::path::PathBuf);
+
+impl OnePage {
+    fn over(dir: &std::path::Path) -> OnePage {
+        std::fs::create_dir_all(dir).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=4k,mode=0755", "tmpfs"])
+            .arg(dir)
+            .status()
+            .unwrap();
+        assert!(ok.success(), "mount tmpfs over {}", dir.display());
+        OnePage(dir.to_path_buf())
+    }
+}
+
+impl Drop for OnePage {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+pub(crate) fn a_failed_enrollment_leaves_no_record_in_the_registry() {
+    // Proves: an enrollment that fails after it wrote its registry keys (its state
+    // directory full when the genesis is appended) removes them: establishing, the fleet
+    // record and the host record; joining, its host record (the fleet's record stays).
+    // Each retry once the disk has room enrolls.
+    require_root!();
+    let sb = Sandbox::new();
+    let etcd = Etcd::start(&sb.path("etcd"));
+    let px = prefix(&sb);
+    // Host `host` enrolled on a full state directory: refused enroll-failed. Then the
+    // retry, once it has room.
+    let enroll_full = |host: &str| {
+        let toml = etcd.registry_toml("billing", host, &px);
+        let s = Sandbox::new();
+        let p = s.path("manifest.toml");
+        std::fs::write(&p, s.manifest(&toml)).unwrap();
+        let full = OnePage::over(&s.root.join("var/lib/repoch/deployments"));
+        let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
+        drop(full);
+        assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
+        assert_eq!(
+            r.json()["refusals"][0]["reason"],
+            "enroll-failed",
+            "{}",
+            r.stdout
+        );
+        move || s.repoch(&["--json", "enroll", p.to_str().unwrap()])
+    };
+    let (fleet_key, host_a) = (
+        format!("{px}/fleets/billing"),
+        format!("{px}/hosts/billing/host-a"),
+    );
+    let retry = enroll_full("host-a");
+    assert!(etcd.get(&fleet_key).is_none(), "the fleet record removed");
+    assert!(etcd.get(&host_a).is_none(), "the host record removed");
+    let again = retry();
+    assert_eq!(
+        again.code,
+        Outcome::Success,
+        "{}{}",
+        again.stdout,
+        again.stderr
+    );
+    assert_eq!(
+        again.json()["fleet"]["established"],
+        true,
+        "the retry establishes it"
+    );
+    let id = etcd.fleet_id(&px, "billing").unwrap();
+
+    // Joining: only the host record was this enrollment's.
+    let host_b = format!("{px}/hosts/billing/host-b");
+    let retry = enroll_full("host-b");
+    assert!(etcd.get(&host_b).is_none(), "the host record removed");
+    assert_eq!(
+        etcd.fleet_id(&px, "billing"),
+        Some(id.clone()),
+        "the fleet's stays"
+    );
+    let again = retry();
+    assert_eq!(
+        again.code,
+        Outcome::Success,
+        "{}{}",
+        again.stdout,
+        again.stderr
+    );
+    assert_eq!(again.json()["fleet"]["id"], id.as_str());
+    assert!(etcd.get(&host_b).is_some());
+}
