@@ -123,7 +123,10 @@ pub fn audit(
 /// One fleet epoch as the registry holds it (`PREFIX/epochs/FLEET`).
 #[derive(Debug, Clone)]
 pub struct FleetEpoch {
+    /// The key, escaped (docs/PROTOCOL.md, "Text").
     pub key: String,
+    /// The key's bytes, in hex: exact.
+    pub key_hex: String,
     /// The claim, or why its value is no claim.
     pub claim: Result<repoch_protocol::fleet::FleetClaim, String>,
     pub cluster: u64,

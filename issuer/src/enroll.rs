@@ -716,14 +716,16 @@ fn register_host(
     };
     // The candidates first (a read): the host record is the last thing asked, so a
     // registry that stops answering leaves no record of an enrollment that failed.
-    let (_, listed) = f
-        .client
-        .list(r.hosts_prefix().as_bytes())
+    // Shown, not judged: the first HOSTS_SHOWN_MAX records that parse, however many keys
+    // (planted or not) are there.
+    let mut hosts: Vec<FleetHost> = Vec::new();
+    f.client
+        .scan(r.hosts_prefix().as_bytes(), usize::MAX, |e| {
+            if hosts.len() < HOSTS_SHOWN_MAX {
+                hosts.extend(FleetHost::from_bytes(&e.value).ok());
+            }
+        })
         .map_err(unavailable)?;
-    let mut hosts: Vec<FleetHost> = listed
-        .iter()
-        .filter_map(|e| FleetHost::from_bytes(&e.value).ok())
-        .collect();
     let rounds = crate::fleet::CLAIM_ROUNDS_MAX;
     let budget = std::time::Duration::from_secs(crate::fleet::CLAIM_SECONDS_MAX);
     match &f.establish {
@@ -779,6 +781,9 @@ fn register_host(
     hosts.sort_by(|a, b| a.host.cmp(&b.host));
     Ok(hosts)
 }
+
+/// The hosts of a fleet an enrollment shows.
+pub const HOSTS_SHOWN_MAX: usize = 64;
 
 /// After a failed enrollment: removes the registry keys it created (each only if still
 /// the one it created). What could not be removed, and the command that does.

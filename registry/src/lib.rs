@@ -11,14 +11,17 @@
 //! An endpoint that fails is passed over and named; when every endpoint fails so:
 //! [`Error::Foreign`].
 //!
-//! Only three operations, each bounded by the client's deadline per endpoint and tried on
-//! each endpoint at most once per call:
+//! Its operations, each bounded by the client's deadline per endpoint and tried on each
+//! endpoint at most once per call:
 //!
 //! - [`Client::get`]: a linearizable read of one key;
 //! - [`Client::create`]: one transaction, "put only if the key's create revision is 0",
 //!   that answers either [`Created::Won`] or [`Created::Exists`] with the value present;
+//!   [`Client::establish`] the same for two keys at once; [`Client::remove`] deletes a key
+//!   only if it is the one created at a given revision;
 //! - [`Client::list`]: a linearizable read of the keys under a prefix, at most
-//!   [`LIST_MAX`].
+//!   [`LIST_MAX`]; [`Client::scan`] pages through any number at one revision;
+//! - [`Client::members`]: the cluster's voting members.
 //!
 //! etcd's key-value operations are strictly serializable; its lock API alone is not a
 //! fence, and this crate never uses it (docs/THREAT-MODEL.md, "The fleet registry").
@@ -517,6 +520,61 @@ impl Client {
         }
         let entries = r.kvs.into_iter().map(entry).collect::<Result<_, _>>()?;
         Ok((Header::from(r.header), entries))
+    }
+
+    /// Every key under `prefix`, read page by page ([`LIST_MAX`] keys a page) at the
+    /// revision of the first page's answer, so that the keys are one snapshot however
+    /// many there are; at most `max` keys (more is an [`Error::Answer`], never a
+    /// truncation). Each entry is handed to `each` as it is read.
+    pub fn scan(
+        &mut self,
+        prefix: &[u8],
+        max: usize,
+        mut each: impl FnMut(Entry),
+    ) -> Result<Header, Error> {
+        let end = prefix_end(prefix);
+        let mut from = prefix.to_vec();
+        let mut first: Option<Header> = None;
+        let mut seen = 0usize;
+        loop {
+            let req = RangeRequest {
+                key: from.clone(),
+                range_end: end.clone(),
+                limit: LIST_MAX as i64,
+                revision: first.map_or(0, |h| h.revision),
+                ..Default::default()
+            };
+            let r = self.ask("scan", true, |mut kv| {
+                let req = req.clone();
+                async move { kv.range(req).await.map(|r| r.into_inner()) }
+            })?;
+            let header = *first.get_or_insert(Header::from(r.header));
+            if r.kvs.len() > LIST_MAX {
+                return Err(Error::Answer(format!(
+                    "{} keys in a page of {LIST_MAX}",
+                    r.kvs.len()
+                )));
+            }
+            let more = r.more;
+            let Some(last) = r.kvs.last().map(|kv| kv.key.clone()) else {
+                return Ok(header);
+            };
+            for kv in r.kvs {
+                seen = seen.saturating_add(1);
+                if seen > max {
+                    return Err(Error::Answer(format!(
+                        "more than {max} keys under the prefix"
+                    )));
+                }
+                each(entry(kv)?);
+            }
+            if !more {
+                return Ok(header);
+            }
+            // The next page starts right after the last key read.
+            from = last;
+            from.push(0);
+        }
     }
 
     /// One transaction: put `value` at `key` only if the key does not exist (its create

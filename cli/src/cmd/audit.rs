@@ -59,6 +59,10 @@ fn audit_checkpoint(
     Ok((j, refusal))
 }
 
+/// Keys `audit --registry` reads under each of `PREFIX/epochs/` and `PREFIX/hosts/`: each
+/// kept as a few hundred bytes, so about 60 MB at most.
+pub const AUDIT_KEYS_MAX: usize = 200_000;
+
 /// `audit --registry`: every fleet deployment under the registry's prefix, and each log
 /// compared with its claim (crate::audit::compare_fleet).
 fn audit_registry(
@@ -86,34 +90,46 @@ fn audit_registry(
         Reason::RegistryUnprotected => Failure::Usage(e.to_string().into()),
         _ => Failure::refused(e),
     })?;
-    let (_, epochs) = client
-        .list(format!("{}/epochs/", r.prefix).as_bytes())
+    // Page by page, each key read once and kept only as what the audit reports: any
+    // number of keys up to AUDIT_KEYS_MAX per directory, a key that is no record reported
+    // as such beside the others.
+    let mut epochs: Vec<crate::audit::FleetEpoch> = Vec::new();
+    let header = client
+        .scan(
+            format!("{}/epochs/", r.prefix).as_bytes(),
+            AUDIT_KEYS_MAX,
+            |e| {
+                epochs.push(crate::audit::FleetEpoch {
+                    // Keys are anyone's with write access to etcd: escaped once, here, for
+                    // every sink (a terminal, a log line, the refusal); `key_hex` is exact.
+                    key: repoch_protocol::text::escape(&String::from_utf8_lossy(&e.key))
+                        .into_owned(),
+                    key_hex: e.key.iter().map(|b| format!("{b:02x}")).collect(),
+                    claim: FleetClaim::from_bytes(&e.value).map_err(|e| e.to_string()),
+                    cluster: 0,
+                    create_revision: e.create_revision,
+                    mod_revision: e.mod_revision,
+                })
+            },
+        )
         .map_err(|e| unavailable(e.to_string()))?;
-    let (header, hosts) = client
-        .list(format!("{}/hosts/", r.prefix).as_bytes())
+    epochs.iter_mut().for_each(|e| e.cluster = header.cluster);
+    let mut hosts: Vec<FleetHost> = Vec::new();
+    client
+        .scan(
+            format!("{}/hosts/", r.prefix).as_bytes(),
+            AUDIT_KEYS_MAX,
+            |e| hosts.extend(FleetHost::from_bytes(&e.value).ok()),
+        )
         .map_err(|e| unavailable(e.to_string()))?;
-    let epochs: Vec<crate::audit::FleetEpoch> = epochs
-        .into_iter()
-        .map(|e| crate::audit::FleetEpoch {
-            key: String::from_utf8_lossy(&e.key).into_owned(),
-            claim: FleetClaim::from_bytes(&e.value).map_err(|e| e.to_string()),
-            cluster: header.cluster,
-            create_revision: e.create_revision,
-            mod_revision: e.mod_revision,
-        })
-        .collect();
-    let hosts: Vec<FleetHost> = hosts
-        .iter()
-        .filter_map(|e| FleetHost::from_bytes(&e.value).ok())
-        .collect();
     let verdicts = crate::audit::compare_fleet(&epochs, logs);
     let fleets: Vec<serde_json::Value> = epochs
         .iter()
         .map(|e| match &e.claim {
-            Ok(c) => json!({"key": e.key, "fleet": c.fleet, "host": c.host, "deployment": c.deployment.to_hex(),
+            Ok(c) => json!({"key": e.key, "key_hex": e.key_hex, "fleet": c.fleet, "host": c.host, "deployment": c.deployment.to_hex(),
                             "intent": c.intent.to_hex(), "revision": e.create_revision, "modified": e.mod_revision,
                             "hosts": hosts.iter().filter(|h| h.fleet == c.fleet).map(|h| json!({"host": h.host, "deployment": h.deployment.to_hex()})).collect::<Vec<_>>()}),
-            Err(why) => json!({"key": e.key, "error": why, "revision": e.create_revision}),
+            Err(why) => json!({"key": e.key, "key_hex": e.key_hex, "error": repoch_protocol::text::escape(why), "revision": e.create_revision}),
         })
         .collect();
     let mut finding = None;
@@ -245,13 +261,20 @@ pub fn run(
         }
         if let Some((j, _)) = &fleet {
             for f in j["fleets"].as_array().into_iter().flatten() {
-                s.push_str(&format!(
-                    "\nregistry: {} used by host {} (deployment {}) at revision {}",
-                    f["key"].as_str().unwrap_or(""),
-                    f["host"].as_str().unwrap_or("?"),
-                    f["deployment"].as_str().unwrap_or("?"),
-                    f["revision"]
-                ));
+                // Every text here was escaped where it was read (the key, the error).
+                let key = f["key"].as_str().unwrap_or("");
+                s.push_str(&match f["error"].as_str() {
+                    Some(why) => format!(
+                        "\nregistry: {key} holds no fleet claim ({why}) at revision {}",
+                        f["revision"]
+                    ),
+                    None => format!(
+                        "\nregistry: {key} used by host {} (deployment {}) at revision {}",
+                        f["host"].as_str().unwrap_or("?"),
+                        f["deployment"].as_str().unwrap_or("?"),
+                        f["revision"]
+                    ),
+                });
             }
             for l in j["logs"].as_array().into_iter().flatten() {
                 s.push_str(&format!(

@@ -348,3 +348,76 @@ pub(crate) fn a_failed_enrollment_leaves_no_record_in_the_registry() {
     assert_eq!(again.json()["fleet"]["id"], id.as_str());
     assert!(etcd.get(&host_b).is_some());
 }
+
+pub(crate) fn planted_keys_neither_blind_the_audit_nor_block_an_enrollment_and_print_escaped() {
+    // Proves: an etcd writer's 4,097 keys under PREFIX/epochs/ and as many under a fleet's
+    // PREFIX/hosts/FLEET/ (one more than a page) neither turn the audit's finding (a
+    // granted log whose claim was deleted: unregistered, exit 5) into registry-unavailable
+    // nor block that fleet's enrollment; a key holding ESC and newlines is printed escaped
+    // by the audit (no raw control byte on its stdout; --json carries its exact bytes in
+    // hex).
+    require_root!();
+    let sb = Sandbox::new();
+    let etcd = Etcd::start(&sb.path("etcd"));
+    let px = prefix(&sb);
+    let (a, _) = enroll_host(&etcd, &px, "billing", "host-a");
+    {
+        let _d = a.s.daemon();
+        let (res, got) = recover(&a);
+        assert!(granted(&res, &got), "{}{}", res.stdout, res.stderr);
+    }
+    let del = etcd.etcdctl(&[0, 1, 2], &["del", &format!("{px}/epochs/billing")]);
+    assert!(del.status.success());
+    let mut writer =
+        repoch_registry::Client::connect(&etcd.spec(), std::time::Duration::from_secs(5)).unwrap();
+    for i in 0..=repoch_registry::LIST_MAX {
+        for dir in ["epochs", "hosts/billing-2"] {
+            let key = format!("{px}/{dir}/planted-{i:05}");
+            writer.create(key.as_bytes(), b"planted").unwrap();
+        }
+    }
+    let forged = format!("{px}/epochs/x\x1b[8m\naudit: verified\n");
+    writer.create(forged.as_bytes(), b"\x1b[2J").unwrap();
+
+    let r = crate::fleet::audit_registry(&a);
+    assert_eq!(r.code, Outcome::Inconsistent, "{}{}", r.stdout, r.stderr);
+    let j = r.json_lines()[0].clone();
+    assert_eq!(j["registry"]["logs"][0]["verdict"], "unregistered", "{j}");
+    let fleets = j["registry"]["fleets"].as_array().unwrap();
+    assert_eq!(
+        fleets.len(),
+        repoch_registry::LIST_MAX + 2,
+        "every key, none hidden"
+    );
+    let hex: String = forged.bytes().map(|b| format!("{b:02x}")).collect();
+    assert!(fleets.iter().any(|f| f["key_hex"] == hex.as_str()), "exact");
+
+    let mut text = a.s.cmd("repoch");
+    text.args([
+        "audit",
+        "--registry",
+        a.s.path("manifest.toml").to_str().unwrap(),
+        a.s.log(&a.id).to_str().unwrap(),
+    ]);
+    let t = run(text);
+    assert_eq!(t.code, Outcome::Inconsistent, "{}{}", t.stdout, t.stderr);
+    assert!(
+        !t.stdout.contains('\x1b') && !t.stderr.contains('\x1b'),
+        "{}",
+        t.stdout
+    );
+    assert!(
+        t.stdout
+            .contains("x\\u{001b}[8m\\u{000a}audit: verified\\u{000a} holds no fleet claim"),
+        "{}",
+        t.stdout
+    );
+    assert!(
+        t.stdout.trim_end().ends_with("audit: FAILED"),
+        "{}",
+        t.stdout
+    );
+
+    let (_, enrolled) = enroll_host(&etcd, &px, "billing-2", "host-b");
+    assert_eq!(enrolled.json()["fleet"]["established"], true);
+}

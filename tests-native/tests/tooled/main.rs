@@ -313,6 +313,11 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            fleet_trust::planted_keys_neither_blind_the_audit_nor_block_an_enrollment_and_print_escaped,
+            ETCD
+        ),
+        trial!(
+            root,
             lock_kinds::a_lock_of_every_kind_on_a_fence_is_fence_busy_naming_its_holder,
             &[PYTHON3]
         ),
