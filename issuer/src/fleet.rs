@@ -36,6 +36,10 @@ pub trait Fleet: Send {
     fn get(&mut self, key: &[u8]) -> Result<(u64, Option<Entry>), Error>;
     /// Create-if-absent with read-back ([`Client::claim`]).
     fn claim(&mut self, key: &[u8], value: &[u8]) -> Result<Claimed, Error>;
+    /// Whether the registry would take a write of `key` now, without writing it
+    /// ([`Client::probe_write`]): no alarm (a full cluster, a corrupt one), and this host
+    /// allowed to write it.
+    fn writable(&mut self, key: &[u8]) -> Result<(), Error>;
 }
 
 impl Fleet for Client {
@@ -50,6 +54,9 @@ impl Fleet for Client {
             CLAIM_ROUNDS_MAX,
             Duration::from_secs(CLAIM_SECONDS_MAX),
         )
+    }
+    fn writable(&mut self, key: &[u8]) -> Result<(), Error> {
+        Client::probe_write(self, key)
     }
 }
 
@@ -212,10 +219,14 @@ pub fn holder(e: &Entry) -> String {
     }
 }
 
-/// Right before the intent: the fleet epoch is unclaimed and the registry answers.
+/// Right before the intent: the fleet epoch is unclaimed, the registry answers, and it
+/// would take the claim (a cluster out of space refuses every write: found after the
+/// intent, it would burn the epoch).
 pub fn look(fleet: &mut dyn Fleet, r: &Registry) -> Result<(), Refusal> {
     match fleet.get(r.epoch_key().as_bytes()) {
-        Ok((_, None)) => Ok(()),
+        Ok((_, None)) => fleet
+            .writable(r.epoch_key().as_bytes())
+            .map_err(|e| unavailable(r, "a registry that takes the claim", e)),
         Ok((_, Some(e))) => Err(Refusal::new(
             Reason::EpochConsumed,
             format!("fleet epoch {}", r.epoch_key()),
@@ -313,6 +324,8 @@ mod tests {
     struct Script {
         gets: Vec<Result<(u64, Option<Entry>), Error>>,
         claims: Vec<Result<Claimed, Error>>,
+        /// The probes' answers; none scripted: every probe passes.
+        writables: Vec<Result<(), Error>>,
     }
 
     impl Fleet for Script {
@@ -324,6 +337,13 @@ mod tests {
             assert_eq!(key, reg().epoch_key().as_bytes());
             assert_eq!(value, ours().to_bytes());
             self.claims.remove(0)
+        }
+        fn writable(&mut self, key: &[u8]) -> Result<(), Error> {
+            assert_eq!(key, reg().epoch_key().as_bytes());
+            match self.writables.is_empty() {
+                true => Ok(()),
+                false => self.writables.remove(0),
+            }
         }
     }
 
@@ -504,6 +524,36 @@ mod tests {
             3,
         )));
         assert!(e.unwrap_err().contains("under prefix \"/other\""));
+    }
+
+    #[test]
+    fn look_refuses_a_registry_that_would_not_take_the_claim() {
+        let full =
+            Error::Refused("ResourceExhausted: etcdserver: mvcc: database space exceeded".into());
+        let mut f = Script {
+            gets: vec![Ok((CLUSTER, None))],
+            writables: vec![Err(full)],
+            ..Script::default()
+        };
+        let r = look(&mut f, &reg()).unwrap_err();
+        assert_eq!(r.reason, Reason::RegistryUnavailable);
+        assert_eq!(r.expected, "a registry that takes the claim");
+        assert!(
+            r.observed.contains("database space exceeded"),
+            "{}",
+            r.observed
+        );
+        // A claimed epoch is refused as such, whatever the probe would say.
+        let held = entry(claim_of("b").to_bytes(), 9, 9);
+        let mut f = Script {
+            gets: vec![Ok((CLUSTER, Some(held)))],
+            writables: vec![Err(no_answer())],
+            ..Script::default()
+        };
+        assert_eq!(
+            look(&mut f, &reg()).unwrap_err().reason,
+            Reason::EpochConsumed
+        );
     }
 
     #[test]

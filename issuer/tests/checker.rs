@@ -352,6 +352,8 @@ struct Run {
     /// The fleet world: the fleet epoch's key as this run's last read of it found it
     /// (none before its first read).
     looked: Option<Option<Entry>>,
+    /// The fleet world: the registry answered this run's probe of the claim's write.
+    writable: bool,
 }
 
 impl Run {
@@ -371,6 +373,7 @@ impl Run {
             acknowledged: None,
             told_granted: None,
             looked: None,
+            writable: false,
             operator: true,
             asked_operator: false,
         }
@@ -1087,6 +1090,19 @@ impl Fleet for SimFleet {
         st.runs[self.me].looked = Some(epoch.clone());
         Ok((CLUSTER, epoch))
     }
+    fn writable(&mut self, key: &[u8]) -> Result<(), RegistryError> {
+        assert_eq!(key, registry().epoch_key().as_bytes());
+        // No answer stands for every refusal too (an alarm, no permission): either way the
+        // claim could not be made now.
+        let (mut st, unanswered) =
+            self.shared
+                .point(self.me, "probe the claim's write", Op::Registry);
+        if unanswered {
+            return Err(no_answer());
+        }
+        st.runs[self.me].writable = true;
+        Ok(())
+    }
     fn claim(&mut self, key: &[u8], value: &[u8]) -> Result<Claimed, RegistryError> {
         assert_eq!(key, registry().epoch_key().as_bytes());
         let (mut st, unanswered) =
@@ -1225,6 +1241,13 @@ fn progress(shared: Arc<Shared>, me: usize) -> issuance::Progress {
                 if kind == "intent" && st.registry.is_some() && st.runs[me].looked != Some(None) {
                     st.violation.get_or_insert(format!(
                         "{} appends its intent without having found the fleet epoch unclaimed",
+                        name(me)
+                    ));
+                }
+                // ... and only once the registry said it would take the claim.
+                if kind == "intent" && st.registry.is_some() && !st.runs[me].writable {
+                    st.violation.get_or_insert(format!(
+                        "{} appends its intent before the registry said it would take the claim",
                         name(me)
                     ));
                 }

@@ -804,6 +804,32 @@ impl Client {
         Err(Error::Unanswered(last.unwrap_or_default()))
     }
 
+    /// Whether a write of `key` would be taken now, without writing it: one transaction
+    /// whose compare never holds (`create_revision(key) < 0`) and whose success branch
+    /// puts the key. etcd refuses such a transaction whole when an alarm is raised (the
+    /// space quota exceeded: `NOSPACE`; `CORRUPT`) or when this client may not write the
+    /// key, and otherwise applies nothing (no revision is used).
+    pub fn probe_write(&mut self, key: &[u8]) -> Result<(), Error> {
+        let req = TxnRequest {
+            compare: vec![Compare {
+                result: compare::CompareResult::Less as i32,
+                ..absent(key)
+            }],
+            success: vec![put(key, b"")],
+            failure: Vec::new(),
+        };
+        let r = self.ask("probe", true, |mut kv| {
+            let req = req.clone();
+            async move { kv.txn(req).await.map(|r| r.into_inner()) }
+        })?;
+        if r.succeeded {
+            return Err(Error::Answer(
+                "a compare that cannot hold held: the probe wrote the key".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// One transaction: delete `key` only if it was created at `create_revision` (the
     /// record this caller made, not a later one of the same name). Whether it was.
     pub fn remove(&mut self, key: &[u8], create_revision: i64) -> Result<bool, Error> {

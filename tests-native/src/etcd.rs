@@ -57,6 +57,8 @@ pub struct Etcd {
     token: String,
     /// The network namespace etcdctl runs in (one that reaches every member).
     ctl_netns: Option<String>,
+    /// More flags for every member (`--quota-backend-bytes`, ...).
+    extra: Vec<String>,
 }
 
 impl Drop for Etcd {
@@ -171,6 +173,17 @@ impl Etcd {
         Etcd::start_n(dir, 3)
     }
 
+    /// Every member with `flags` too: all of them restarted with these.
+    pub fn with_flags(mut self, flags: &[&str]) -> Etcd {
+        self.extra = flags.iter().map(|f| (*f).to_owned()).collect();
+        let all: Vec<usize> = (0..self.members.len()).collect();
+        for &i in &all {
+            self.restart(i);
+        }
+        self.wait_ready(&all);
+        self
+    }
+
     pub fn start_n(dir: &Path, n: usize) -> Etcd {
         Etcd::start_placed(dir, &vec![("127.0.0.1", None); n], None)
     }
@@ -203,6 +216,7 @@ impl Etcd {
             members,
             token,
             ctl_netns: ctl_netns.map(str::to_owned),
+            extra: Vec::new(),
         };
         for i in 0..n {
             etcd.spawn(i, Spawn::New);
@@ -239,6 +253,7 @@ impl Etcd {
             members,
             token: self.token.clone(),
             ctl_netns: Some(ns.to_owned()),
+            extra: self.extra.clone(),
         };
         let all: Vec<usize> = (0..twin.members.len()).collect();
         for &i in &all {
@@ -274,6 +289,7 @@ impl Etcd {
             }],
             token: self.token.clone(),
             ctl_netns: self.ctl_netns.clone(),
+            extra: self.extra.clone(),
         };
         fork.spawn(0, Spawn::ForceNewCluster);
         fork.wait_ready(&[0]);
@@ -435,6 +451,7 @@ impl Etcd {
         if how == Spawn::ForceNewCluster {
             cmd.arg("--force-new-cluster");
         }
+        cmd.args(&self.extra);
         let child = cmd.spawn().expect("etcd (Debian package etcd-server)");
         self.members[i].child = Some(child);
     }

@@ -421,3 +421,85 @@ pub(crate) fn planted_keys_neither_blind_the_audit_nor_block_an_enrollment_and_p
     let (_, enrolled) = enroll_host(&etcd, &px, "billing-2", "host-b");
     assert_eq!(enrolled.json()["fleet"]["established"], true);
 }
+
+pub(crate) fn a_full_cluster_refuses_the_recovery_before_its_intent_and_it_is_granted_once_cleared()
+{
+    // Proves: with etcd's space quota exceeded (the NOSPACE alarm raised by a writer
+    // filling a small --quota-backend-bytes), a recovery is refused registry-unavailable
+    // before its intent, nothing written and nothing claimed (it used to pass the look,
+    // fail the claim and burn the epoch: withheld); once the operator frees space and
+    // disarms the alarm, the same deployment is granted.
+    require_root!();
+    let sb = Sandbox::new();
+    let etcd = Etcd::start(&sb.path("etcd")).with_flags(&["--quota-backend-bytes", "4194304"]);
+    let px = prefix(&sb);
+    let all = [0, 1, 2];
+    let (a, _) = enroll_host(&etcd, &px, "billing", "host-a");
+    let filler = sb.path("filler");
+    std::fs::write(&filler, vec![b'f'; 512 * 1024]).unwrap();
+    let put = |key: &str| {
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "etcdctl --endpoints={} --cacert={} --cert={} --key={} put {key} < {}",
+                etcd.endpoints().join(","),
+                etcd.ca().display(),
+                etcd.client_cert().display(),
+                etcd.client_key().display(),
+                filler.display()
+            ))
+            .env("ETCDCTL_API", "3")
+            .output()
+            .unwrap()
+    };
+    let alarmed = || {
+        let o = etcd.etcdctl(&all, &["alarm", "list"]);
+        String::from_utf8_lossy(&o.stdout).contains("NOSPACE")
+    };
+    for i in 0..64 {
+        let o = put(&format!("/filler-{}/{i}", sb.tag));
+        if !o.status.success() {
+            assert!(
+                String::from_utf8_lossy(&o.stderr).contains("space exceeded"),
+                "{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            break;
+        }
+    }
+    assert!(alarmed(), "the premise: the NOSPACE alarm is raised");
+
+    let _d = a.s.daemon();
+    let (res, got) = recover(&a);
+    assert!(!granted(&res, &got));
+    assert_eq!(res.code, Outcome::Refused, "{}{}", res.stdout, res.stderr);
+    assert_eq!(res.reasons(), ["registry-unavailable"], "{}", res.stdout);
+    assert!(res.stdout.contains("space exceeded"), "{}", res.stdout);
+    assert_eq!(epoch_of(&a), "enrolled", "nothing written");
+    assert!(
+        registered(&etcd, &px, "billing").is_none(),
+        "nothing claimed"
+    );
+
+    // The operator frees space: deletes, compacts, defragments, disarms.
+    let ok = |o: std::process::Output| {
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        o
+    };
+    ok(etcd.etcdctl(&all, &["del", "--prefix", &format!("/filler-{}/", sb.tag)]));
+    let status = ok(etcd.etcdctl(&[0], &["endpoint", "status", "-w", "json"]));
+    let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let rev = v[0]["Status"]["header"]["revision"]
+        .as_u64()
+        .unwrap()
+        .to_string();
+    ok(etcd.etcdctl(&all, &["compact", &rev]));
+    for i in all {
+        ok(etcd.etcdctl(&[i], &["defrag"]));
+    }
+    ok(etcd.etcdctl(&all, &["alarm", "disarm"]));
+    assert!(!alarmed());
+    let (res, got) = recover(&a);
+    assert!(granted(&res, &got), "{}{}", res.stdout, res.stderr);
+    assert_eq!(registered(&etcd, &px, "billing").unwrap().1, "host-a");
+}

@@ -313,6 +313,11 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            fleet_trust::a_full_cluster_refuses_the_recovery_before_its_intent_and_it_is_granted_once_cleared,
+            ETCD
+        ),
+        trial!(
+            root,
             fleet_trust::planted_keys_neither_blind_the_audit_nor_block_an_enrollment_and_print_escaped,
             ETCD
         ),
