@@ -573,13 +573,13 @@ fn join_fleet(
     let unavailable = |e: repoch_registry::Error| {
         EnrollError::Registry(format!("registry {}: {e}", r.fleet_key()))
     };
-    // Credentials only root can write, or no enrollment (registry-unprotected at recovery).
-    let mut client = crate::fleet::connect(r, true).map_err(|e| match e.reason {
-        repoch_protocol::Reason::RegistryUnprotected => {
-            field(e.subject.clone(), e.observed.clone())
-        }
-        _ => EnrollError::Registry(e.to_string()),
-    })?;
+    // Credentials only root can write, each usable, or no enrollment: the field named
+    // (registry-unprotected or registry-unavailable at recovery).
+    let mut client =
+        crate::fleet::connect(r, true).map_err(|e| match e.subject.strip_prefix("registry.") {
+            Some(_) => field(e.subject.clone(), e.observed.clone()),
+            None => EnrollError::Registry(e.to_string()),
+        })?;
     let (header, mut voting) = client.members().map_err(unavailable)?;
     voting.sort_unstable();
     let (_, entry) = client.get(r.fleet_key().as_bytes()).map_err(unavailable)?;

@@ -90,11 +90,25 @@ pub fn credentials(r: &Registry, protected: bool) -> Result<Credentials, Refusal
             )
         })
     };
-    Ok((
+    let (ca, cert, key) = (
         read("ca", &r.ca, false)?,
         read("cert", &r.cert, false)?,
         read("key", &r.key, true)?,
-    ))
+    );
+    repoch_registry::check_credentials(&ca, &cert, &key).map_err(|(which, why)| {
+        let (what, p) = match which {
+            repoch_registry::Credential::Ca => ("ca", &r.ca),
+            repoch_registry::Credential::Cert => ("cert", &r.cert),
+            repoch_registry::Credential::Key => ("key", &r.key),
+        };
+        Refusal::new(
+            Reason::RegistryUnavailable,
+            format!("registry.{what} {p}"),
+            "a usable PEM file",
+            why,
+        )
+    })?;
+    Ok((ca, cert, key))
 }
 
 /// The registry's client for a deployment's `[registry]`: credentials read (protected,
@@ -688,6 +702,12 @@ mod tests {
         assert_eq!(r.reason, Reason::RegistryUnavailable);
     }
 
+    /// The test credentials of the registry crate (a CA, a client certificate and its key).
+    fn fixture(name: &str) -> Vec<u8> {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../registry/tests/fixtures");
+        std::fs::read(format!("{dir}/{name}")).unwrap()
+    }
+
     /// An auditor's credentials (any regular file it can read): read whole up to 64 KiB
     /// each; one byte more is refused naming the field and its path.
     #[test]
@@ -696,18 +716,50 @@ mod tests {
         let path = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
         let mut r = reg();
         (r.ca, r.cert, r.key) = (path("ca"), path("cert"), path("key"));
-        std::fs::write(&r.ca, b"ca").unwrap();
-        std::fs::write(&r.cert, vec![b'c'; 65_536]).unwrap();
-        std::fs::write(&r.key, b"key").unwrap();
+        let mut padded = fixture("client.pem");
+        padded.resize(65_536, b'\n');
+        std::fs::write(&r.ca, fixture("ca.pem")).unwrap();
+        std::fs::write(&r.cert, &padded).unwrap();
+        std::fs::write(&r.key, fixture("client.key")).unwrap();
         let (ca, cert, key) = credentials(&r, false).unwrap();
         assert_eq!(
-            (&ca[..], cert.len(), &key[..]),
-            (&b"ca"[..], 65_536, &b"key"[..])
+            (ca, cert.len(), key),
+            (fixture("ca.pem"), 65_536, fixture("client.key"))
         );
-        std::fs::write(&r.cert, vec![b'c'; 65_537]).unwrap();
+        padded.push(b'\n');
+        std::fs::write(&r.cert, &padded).unwrap();
         let e = credentials(&r, false).unwrap_err();
         assert_eq!(e.reason, Reason::RegistryUnprotected);
         assert_eq!(e.subject, format!("registry.cert {}", r.cert));
         assert!(e.observed.contains("65537 bytes"), "{}", e.observed);
+    }
+
+    /// Read, but unusable: refused naming the field and its path, with why.
+    #[test]
+    fn unusable_credentials_are_refused_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
+        let mut r = reg();
+        (r.ca, r.cert, r.key) = (path("ca"), path("cert"), path("key"));
+        let write = |ca: &[u8], cert: &[u8], key: &[u8]| {
+            std::fs::write(path("ca"), ca).unwrap();
+            std::fs::write(path("cert"), cert).unwrap();
+            std::fs::write(path("key"), key).unwrap();
+        };
+        let (ca, cert, key) = (
+            fixture("ca.pem"),
+            fixture("client.pem"),
+            fixture("client.key"),
+        );
+        for (which, file, bad) in [("ca", &r.ca, 0), ("cert", &r.cert, 1), ("key", &r.key, 2)] {
+            let mut files = [ca.clone(), cert.clone(), key.clone()];
+            files[bad] = b"garbage".to_vec();
+            write(&files[0], &files[1], &files[2]);
+            let e = credentials(&r, false).unwrap_err();
+            assert_eq!(e.reason, Reason::RegistryUnavailable, "{which}");
+            assert_eq!(e.subject, format!("registry.{which} {file}"));
+            assert_eq!(e.expected, "a usable PEM file");
+            assert!(e.observed.starts_with("no PEM"), "{which}: {}", e.observed);
+        }
     }
 }

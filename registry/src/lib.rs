@@ -85,6 +85,58 @@ impl std::fmt::Debug for Spec {
     }
 }
 
+/// Which credential [`check_credentials`] found unusable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Credential {
+    Ca,
+    Cert,
+    Key,
+}
+
+/// Whether the PEM bytes of a CA bundle, a client certificate (chain) and its key make a
+/// usable client configuration: each parses, the CA holds at least one certificate a
+/// trust anchor can be made of, and the key is the certificate's. Which one is not, and
+/// why.
+pub fn check_credentials(ca: &[u8], cert: &[u8], key: &[u8]) -> Result<(), (Credential, String)> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer};
+    let certs =
+        |which, bytes: &[u8]| -> Result<Vec<CertificateDer<'static>>, (Credential, String)> {
+            let all = CertificateDer::pem_slice_iter(bytes)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| (which, format!("not PEM certificates: {e}")))?;
+            match all.is_empty() {
+                true => Err((which, "no PEM certificate in it".into())),
+                false => Ok(all),
+            }
+        };
+    let mut roots = rustls::RootCertStore::empty();
+    for c in certs(Credential::Ca, ca)? {
+        roots.add(c).map_err(|e| {
+            (
+                Credential::Ca,
+                format!("a certificate that is no trust anchor: {e}"),
+            )
+        })?;
+    }
+    let chain = certs(Credential::Cert, cert)?;
+    let key = PrivateKeyDer::from_pem_slice(key)
+        .map_err(|e| (Credential::Key, format!("no PEM private key: {e}")))?;
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| (Credential::Cert, e.to_string()))?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .map_err(|e| match e {
+            rustls::Error::InconsistentKeys(_) => (
+                Credential::Key,
+                "not the key of the certificate (registry.cert)".to_owned(),
+            ),
+            e => (Credential::Cert, format!("unusable with its key: {e}")),
+        })?;
+    Ok(())
+}
+
 /// Why a call has no answer.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

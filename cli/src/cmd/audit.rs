@@ -86,9 +86,12 @@ fn audit_registry(
         ))
     };
     // The auditor's own credentials: readable regular files (a usage error otherwise).
-    let mut client = repoch_issuer::fleet::connect(&r, false).map_err(|e| match e.reason {
-        Reason::RegistryUnprotected => Failure::Usage(e.to_string().into()),
-        _ => Failure::refused(e),
+    // A credential's refusal names it (`registry.ca PATH`): the auditor's file to fix.
+    let mut client = repoch_issuer::fleet::connect(&r, false).map_err(|e| {
+        match e.subject.starts_with("registry.") {
+            true => Failure::Usage(e.to_string().into()),
+            false => Failure::refused(e),
+        }
     })?;
     // Page by page, each key read once and kept only as what the audit reports: any
     // number of keys up to AUDIT_KEYS_MAX per directory, a key that is no record reported

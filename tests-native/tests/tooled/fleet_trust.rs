@@ -503,3 +503,72 @@ pub(crate) fn a_full_cluster_refuses_the_recovery_before_its_intent_and_it_is_gr
     assert!(granted(&res, &got), "{}{}", res.stdout, res.stderr);
     assert_eq!(registered(&etcd, &px, "billing").unwrap().1, "host-a");
 }
+
+pub(crate) fn unusable_registry_credentials_are_named_at_enrollment_and_at_recovery() {
+    // Proves: a CA, certificate or key file that is no PEM of its kind, and a key that is
+    // not the certificate's, are refused at enrollment naming the field and the file
+    // (exit 64), not reported as a TLS transport error; a CA replaced by garbage after
+    // enrollment refuses the recovery registry-unavailable naming the file, before its
+    // intent.
+    require_root!();
+    let sb = Sandbox::new();
+    let etcd = Etcd::start(&sb.path("etcd"));
+    let px = prefix(&sb);
+    let toml = etcd.registry_toml("billing", "host-a", &px);
+    let member_key = std::fs::read(etcd.dir.join("tls/member.key")).unwrap();
+    let cases: [(&str, std::path::PathBuf, &[u8], &str); 4] = [
+        ("ca", etcd.ca(), b"garbage", "no PEM certificate"),
+        ("cert", etcd.client_cert(), b"garbage", "no PEM certificate"),
+        ("key", etcd.client_key(), b"garbage", "no PEM private key"),
+        (
+            "key",
+            etcd.client_key(),
+            &member_key,
+            "not the key of the certificate",
+        ),
+    ];
+    for (i, (field, real, bytes, why)) in cases.iter().enumerate() {
+        let bad = sb.path(&format!("bad-{i}.pem"));
+        std::fs::write(&bad, bytes).unwrap();
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&bad, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let t = toml.replace(
+            &format!("{:?}", real.display().to_string()),
+            &format!("{:?}", bad.display().to_string()),
+        );
+        let (_, r) = enroll_toml(None, &t);
+        assert_eq!(r.code, Outcome::Usage, "{field}: {}{}", r.stdout, r.stderr);
+        let named = format!("registry.{field} {}", bad.display());
+        assert!(r.stdout.contains(&named), "{named}: {}", r.stdout);
+        assert!(r.stdout.contains(why), "{why}: {}", r.stdout);
+    }
+
+    // A copy of the CA, enrolled, then replaced by garbage.
+    let ca = sb.path("ca-copy.pem");
+    std::fs::copy(etcd.ca(), &ca).unwrap();
+    let t = toml.replace(
+        &format!("{:?}", etcd.ca().display().to_string()),
+        &format!("{:?}", ca.display().to_string()),
+    );
+    let (s, r) = enroll_toml(None, &t);
+    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
+    let a = Host {
+        id: r.json()["deployment"].as_str().unwrap().to_owned(),
+        s,
+    };
+    std::fs::write(
+        &ca,
+        b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    let _d = a.s.daemon();
+    let (res, got) = recover(&a);
+    assert!(!granted(&res, &got));
+    assert_eq!(res.reasons(), ["registry-unavailable"], "{}", res.stdout);
+    assert!(
+        detail(&res).contains(&format!("registry.ca {}", ca.display())),
+        "{}",
+        res.stdout
+    );
+    assert_eq!(epoch_of(&a), "enrolled", "nothing written");
+}

@@ -313,6 +313,11 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            fleet_trust::unusable_registry_credentials_are_named_at_enrollment_and_at_recovery,
+            ETCD
+        ),
+        trial!(
+            root,
             fleet_trust::a_full_cluster_refuses_the_recovery_before_its_intent_and_it_is_granted_once_cleared,
             ETCD
         ),
