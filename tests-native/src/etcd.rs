@@ -311,6 +311,66 @@ impl Etcd {
         self.wait_ready(&all);
     }
 
+    /// Puts values of 512 KiB under `prefix` until etcd refuses one for its space quota
+    /// (a cluster started with a small `--quota-backend-bytes`), so that the `NOSPACE`
+    /// alarm is raised; at most 64 puts.
+    pub fn fill_until_nospace(&self, prefix: &str) {
+        let filler = self.dir.join("filler");
+        std::fs::write(&filler, vec![b'f'; 512 * 1024]).unwrap();
+        let live: Vec<usize> = (0..self.members.len())
+            .filter(|&i| self.members[i].child.is_some())
+            .collect();
+        for i in 0..64 {
+            let eps: Vec<String> = live.iter().map(|&i| self.members[i].endpoint()).collect();
+            let o = Command::new("sh")
+                .arg("-c")
+                .arg(format!(
+                    "etcdctl --endpoints={} --cacert={} --cert={} --key={} put {prefix}{i} < {}",
+                    eps.join(","),
+                    self.ca().display(),
+                    self.client_cert().display(),
+                    self.client_key().display(),
+                    filler.display()
+                ))
+                .env("ETCDCTL_API", "3")
+                .output()
+                .unwrap();
+            if !o.status.success() {
+                let why = String::from_utf8_lossy(&o.stderr);
+                assert!(why.contains("space exceeded"), "{why}");
+                break;
+            }
+        }
+        assert!(self.alarmed(), "the NOSPACE alarm is raised");
+    }
+
+    /// Whether the `NOSPACE` alarm is raised.
+    pub fn alarmed(&self) -> bool {
+        let all: Vec<usize> = (0..self.members.len()).collect();
+        let o = self.etcdctl(&all, &["alarm", "list"]);
+        String::from_utf8_lossy(&o.stdout).contains("NOSPACE")
+    }
+
+    /// What an operator does for a full cluster: deletes what `prefix` holds, compacts,
+    /// defragments every member, disarms the alarm.
+    pub fn clear_nospace(&self, prefix: &str) {
+        let all: Vec<usize> = (0..self.members.len()).collect();
+        let ok = |o: std::process::Output| {
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            o
+        };
+        ok(self.etcdctl(&all, &["del", "--prefix", prefix]));
+        let status = ok(self.etcdctl(&[0], &["endpoint", "status", "-w", "json"]));
+        let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+        let rev = v[0]["Status"]["header"]["revision"].as_u64().unwrap();
+        ok(self.etcdctl(&all, &["compact", &rev.to_string()]));
+        for i in all.iter().copied() {
+            ok(self.etcdctl(&[i], &["defrag"]));
+        }
+        ok(self.etcdctl(&all, &["alarm", "disarm"]));
+        assert!(!self.alarmed());
+    }
+
     /// The cluster id that member `i` answers with (`endpoint status`).
     pub fn cluster_id(&self, i: usize) -> u64 {
         let out = self.etcdctl(&[i], &["endpoint", "status", "-w", "json"]);

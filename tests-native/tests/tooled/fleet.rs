@@ -787,21 +787,28 @@ pub(crate) fn a_partition_between_repochd_and_the_majority_never_grants_without_
 /// Recoveries in the history checker (`REPOCH_FLEET_RUNS` overrides).
 const HISTORY_RUNS: usize = 200;
 
-/// A new local deployment in `s` for fleet `fleet` as host `host`, its journal of its own.
+/// A new local deployment in `s` for fleet `fleet` as host `host`, its journal of its own;
+/// `https://127.0.0.1:FIRST` listed before the members when `first` is given.
 fn enroll_again(
     s: &Sandbox,
     etcd: &Etcd,
-    prefix: &str,
-    fleet: &str,
-    host: &str,
+    (prefix, fleet, host): (&str, &str, &str),
     n: usize,
+    first: Option<u16>,
 ) -> String {
-    let m = s
-        .manifest(&etcd.registry_toml(fleet, host, prefix))
-        .replace(
-            &format!("{}/journal", s.srv.display()),
-            &format!("{}/journal-{n}", s.srv.display()),
+    let mut toml = etcd.registry_toml(fleet, host, prefix);
+    if let Some(port) = first {
+        let m0 = etcd.members[0].endpoint();
+        toml = toml.replacen(
+            &format!("[{m0:?}"),
+            &format!("[\"https://127.0.0.1:{port}\", {m0:?}"),
+            1,
         );
+    }
+    let m = s.manifest(&toml).replace(
+        &format!("{}/journal", s.srv.display()),
+        &format!("{}/journal-{n}", s.srv.display()),
+    );
     let p = s.path(&format!("manifest-{n}.toml"));
     std::fs::write(&p, &m).unwrap();
     let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
@@ -829,6 +836,10 @@ enum Fault {
     StopLeader,
     KillTwo,
     RevertWinner,
+    /// One member's data copied and started alone where host a looks first.
+    Fork,
+    /// The cluster's space quota exceeded (NOSPACE) before the recoveries start.
+    Alarm,
 }
 
 pub(crate) fn a_history_of_recoveries_with_random_faults_grants_at_most_once_per_fleet_deployment()
@@ -836,9 +847,11 @@ pub(crate) fn a_history_of_recoveries_with_random_faults_grants_at_most_once_per
     // Proves, over 200 fleet deployments (REPOCH_FLEET_RUNS), each recovered by two hosts
     // at once while a fault chosen at random (REPOCH_FLEET_SEED replays it) strikes the
     // cluster at a random moment (none; one member killed; the leader stopped for up to
-    // 1.5 s; two members killed; the winner's log reverted and recovered again): at most one
-    // grant per fleet deployment, every grant's token the registered create revision of the
-    // key naming the granted host, and no token given twice.
+    // 1.5 s; two members killed; the winner's log reverted and recovered again) or before
+    // the recoveries start (one member's data started alone where host a looks first; the
+    // space quota exceeded): at most one grant per fleet deployment, every grant's token
+    // the registered create revision of the key naming the granted host, no token given
+    // twice, and with the cluster full nothing written on either host.
     require_root!();
     let seed = std::env::var("REPOCH_FLEET_SEED")
         .ok()
@@ -851,8 +864,9 @@ pub(crate) fn a_history_of_recoveries_with_random_faults_grants_at_most_once_per
     eprintln!("fleet history: {runs} runs, REPOCH_FLEET_SEED={seed}");
     let mut rng = fastrand::Rng::with_seed(seed);
     let sb = Sandbox::new();
-    let mut etcd = Etcd::start(&sb.path("etcd"));
+    let mut etcd = Etcd::start(&sb.path("etcd")).with_flags(&["--quota-backend-bytes", "4194304"]);
     let px = prefix(&sb);
+    let fork_port = free_port(false);
     let (ha, hb) = (Sandbox::new(), Sandbox::new());
     let (mut da, _db) = (Some(ha.daemon()), hb.daemon());
     let all = [0, 1, 2];
@@ -860,15 +874,25 @@ pub(crate) fn a_history_of_recoveries_with_random_faults_grants_at_most_once_per
     let mut counts = std::collections::BTreeMap::<String, usize>::new();
     for n in 0..runs {
         let fleet = format!("f{n}");
-        let ida = enroll_again(&ha, &etcd, &px, &fleet, "host-a", n);
-        let idb = enroll_again(&hb, &etcd, &px, &fleet, "host-b", n);
-        let fault = match rng.u32(0..10) {
+        let ida = enroll_again(&ha, &etcd, (&px, &fleet, "host-a"), n, Some(fork_port));
+        let idb = enroll_again(&hb, &etcd, (&px, &fleet, "host-b"), n, None);
+        let fault = match rng.u32(0..12) {
             0..=2 => Fault::None,
             3 | 4 => Fault::KillOne,
             5 | 6 => Fault::StopLeader,
             7 => Fault::KillTwo,
-            _ => Fault::RevertWinner,
+            8 => Fault::RevertWinner,
+            9 | 10 => Fault::Fork,
+            _ => Fault::Alarm,
         };
+        // Started before the recoveries: a copy of one member's data answering alone where
+        // host a looks first; the cluster out of space.
+        let fork = (fault == Fault::Fork)
+            .then(|| etcd.fork_member(rng.usize(0..3), &sb.path(&format!("fork-{n}")), fork_port));
+        let filler = format!("/filler-{n}/");
+        if fault == Fault::Alarm {
+            etcd.fill_until_nospace(&filler);
+        }
         let what = format!("run {n} (seed {seed}), {fault:?}");
         let log_a = ha.log(&ida);
         let before_a = std::fs::read(&log_a).unwrap();
@@ -898,11 +922,26 @@ pub(crate) fn a_history_of_recoveries_with_random_faults_grants_at_most_once_per
                 std::thread::sleep(std::time::Duration::from_millis(rng.u64(200..1500)));
                 etcd.signal(l, rustix::process::Signal::CONT);
             }
-            Fault::None | Fault::RevertWinner => {}
+            Fault::None | Fault::RevertWinner | Fault::Fork | Fault::Alarm => {}
         }
         let (ra, ca, rb, cb) = (ra.finish(), ca.finish(), rb.finish(), cb.finish());
+        drop(fork);
         for i in killed {
             etcd.restart(i);
+        }
+        if fault == Fault::Alarm {
+            // Refused before the intent on both hosts: nothing written, nothing claimed.
+            for (s, id, r) in [(&ha, &ida, &ra), (&hb, &idb, &rb)] {
+                assert_eq!(
+                    s.status(id).json()["epoch"],
+                    "enrolled",
+                    "{what}: {}{}",
+                    r.stdout,
+                    r.stderr
+                );
+            }
+            assert!(registered(&etcd, &px, &fleet).is_none(), "{what}");
+            etcd.clear_nospace(&filler);
         }
         let _ = stopped;
         etcd.wait_ready(&all);

@@ -433,41 +433,9 @@ pub(crate) fn a_full_cluster_refuses_the_recovery_before_its_intent_and_it_is_gr
     let sb = Sandbox::new();
     let etcd = Etcd::start(&sb.path("etcd")).with_flags(&["--quota-backend-bytes", "4194304"]);
     let px = prefix(&sb);
-    let all = [0, 1, 2];
     let (a, _) = enroll_host(&etcd, &px, "billing", "host-a");
-    let filler = sb.path("filler");
-    std::fs::write(&filler, vec![b'f'; 512 * 1024]).unwrap();
-    let put = |key: &str| {
-        std::process::Command::new("sh")
-            .arg("-c")
-            .arg(format!(
-                "etcdctl --endpoints={} --cacert={} --cert={} --key={} put {key} < {}",
-                etcd.endpoints().join(","),
-                etcd.ca().display(),
-                etcd.client_cert().display(),
-                etcd.client_key().display(),
-                filler.display()
-            ))
-            .env("ETCDCTL_API", "3")
-            .output()
-            .unwrap()
-    };
-    let alarmed = || {
-        let o = etcd.etcdctl(&all, &["alarm", "list"]);
-        String::from_utf8_lossy(&o.stdout).contains("NOSPACE")
-    };
-    for i in 0..64 {
-        let o = put(&format!("/filler-{}/{i}", sb.tag));
-        if !o.status.success() {
-            assert!(
-                String::from_utf8_lossy(&o.stderr).contains("space exceeded"),
-                "{}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-            break;
-        }
-    }
-    assert!(alarmed(), "the premise: the NOSPACE alarm is raised");
+    let filler = format!("/filler-{}/", sb.tag);
+    etcd.fill_until_nospace(&filler);
 
     let _d = a.s.daemon();
     let (res, got) = recover(&a);
@@ -482,23 +450,7 @@ pub(crate) fn a_full_cluster_refuses_the_recovery_before_its_intent_and_it_is_gr
     );
 
     // The operator frees space: deletes, compacts, defragments, disarms.
-    let ok = |o: std::process::Output| {
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        o
-    };
-    ok(etcd.etcdctl(&all, &["del", "--prefix", &format!("/filler-{}/", sb.tag)]));
-    let status = ok(etcd.etcdctl(&[0], &["endpoint", "status", "-w", "json"]));
-    let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
-    let rev = v[0]["Status"]["header"]["revision"]
-        .as_u64()
-        .unwrap()
-        .to_string();
-    ok(etcd.etcdctl(&all, &["compact", &rev]));
-    for i in all {
-        ok(etcd.etcdctl(&[i], &["defrag"]));
-    }
-    ok(etcd.etcdctl(&all, &["alarm", "disarm"]));
-    assert!(!alarmed());
+    etcd.clear_nospace(&filler);
     let (res, got) = recover(&a);
     assert!(granted(&res, &got), "{}{}", res.stdout, res.stderr);
     assert_eq!(registered(&etcd, &px, "billing").unwrap().1, "host-a");
