@@ -150,10 +150,18 @@ pub enum FleetVerdict {
     /// The log consumed with a fencing token the registry does not hold (the key deleted,
     /// rewritten, or the cluster restored from an older snapshot).
     Unregistered { log: String, registry: String },
+    /// A claim names this log's deployment, and this log's issuer key did not sign it: an
+    /// etcd writer's claim, not this host's (whatever the log holds).
+    Forged { registry: String, log: String },
 }
 
-/// Compares each verified log with the claims the registry holds.
-pub fn compare_fleet(epochs: &[FleetEpoch], logs: &[Audited]) -> Vec<FleetVerdict> {
+/// Compares each verified log (its records verified with `issuer`) with the claims the
+/// registry holds.
+pub fn compare_fleet(
+    epochs: &[FleetEpoch],
+    logs: &[Audited],
+    issuer: &repoch_protocol::PublicKey,
+) -> Vec<FleetVerdict> {
     use repoch_protocol::epoch::EpochBody;
     logs.iter()
         .map(|a| {
@@ -174,11 +182,25 @@ pub fn compare_fleet(epochs: &[FleetEpoch], logs: &[Audited]) -> Vec<FleetVerdic
                 r.records.len(),
                 r.last_hash().map_or("-".into(), |h| h.to_hex())
             );
-            let ours = epochs.iter().find(|e| {
+            let naming = |e: &&FleetEpoch| {
                 e.claim
                     .as_ref()
                     .is_ok_and(|c| Some(c.deployment) == deployment)
-            });
+            };
+            // A claim this host signed is its own; one naming it that it did not sign is
+            // only a writer's.
+            let signed = |e: &&FleetEpoch| e.claim.as_ref().is_ok_and(|c| c.signed_by(issuer));
+            let ours = epochs.iter().filter(naming).find(signed);
+            if let (None, Some(forged)) = (ours, epochs.iter().find(naming)) {
+                let c = forged.claim.as_ref().expect("a claim");
+                return FleetVerdict::Forged {
+                    registry: format!(
+                        "{}: intent {} in a claim naming host {}",
+                        forged.key, c.intent, c.host
+                    ),
+                    log: format!("its issuer key signed no such claim: {summary}"),
+                };
+            }
             match (ours, token) {
                 (Some(e), _) => {
                     let c = e.claim.as_ref().unwrap();

@@ -1093,6 +1093,7 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
                 deployment: id,
                 manifest: manifest_hash,
                 label: v.label.clone(),
+                issuer_key: issuer,
             };
             fleet_hosts = register_host(f, &host, &mut recorded).map_err(|e| {
                 registry_error = Some(e.clone());

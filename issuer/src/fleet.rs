@@ -382,6 +382,7 @@ mod tests {
             intent: Hash([2; 32]),
             evidence: Hash([3; 32]),
             nonce: [4; 32],
+            signature: [5; 64],
         }
     }
 

@@ -838,7 +838,9 @@ impl<C: ConsumerLink, W: World> Verified1<C, W> {
             intent: self.intent,
             evidence: self.s.first.digest,
             nonce: self.proof.challenge.nonce,
-        };
+            signature: [0; repoch_protocol::limits::SIGNATURE_BYTES],
+        }
+        .signed(&self.s.c.key);
         let won = crate::fleet::claim(fleet.as_mut(), r, &claim);
         let key = r.epoch_key();
         crate::barrier::reach("after-claim");

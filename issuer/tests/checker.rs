@@ -435,6 +435,7 @@ fn rival_claim() -> Vec<u8> {
         intent: Hash([0x77; 32]),
         evidence: Hash([0x78; 32]),
         nonce: [0x79; 32],
+        signature: [0x7a; 64],
     }
     .to_bytes()
 }

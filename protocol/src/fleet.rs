@@ -16,8 +16,8 @@
 use ciborium::value::Value;
 
 use crate::cbor::{self, Canonical, DecodeError, Fields};
-use crate::limits::{NONCE_BYTES, PATH_BYTES_MAX, TEXT_BYTES_MAX};
-use crate::types::{check_abs_path, DeploymentId, Hash};
+use crate::limits::{NONCE_BYTES, PATH_BYTES_MAX, SIGNATURE_BYTES, TEXT_BYTES_MAX};
+use crate::types::{check_abs_path, DeploymentId, Hash, PublicKey};
 
 /// Endpoints a `[registry]` may name (an etcd cluster of 1, 3, 5 or 7 members).
 pub const REGISTRY_ENDPOINTS_MAX: usize = 7;
@@ -364,6 +364,9 @@ impl Canonical for FencingToken {
 }
 
 pub const FLEET_RECORD_VERSION: u64 = 1;
+/// Claims and host records are signed and carry the host's key: version 2 (a version 1
+/// value reads as no claim, no host record).
+pub const FLEET_CLAIM_VERSION: u64 = 2;
 
 /// The value of `PREFIX/epochs/FLEET`: which host's intent used the fleet epoch.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -378,23 +381,57 @@ pub struct FleetClaim {
     /// issuances write the same claim, not even two clones of one memory snapshot, so a
     /// claim read back as "ours" is this issuance's alone.
     pub nonce: [u8; NONCE_BYTES],
+    /// The host's issuer key's signature over the claim's other fields
+    /// ([`FleetClaim::body`], context `repoch/v1/fleet-claim`): a claim no enrolled host
+    /// signed is an etcd writer's, not a host's.
+    pub signature: [u8; SIGNATURE_BYTES],
 }
 
-impl Canonical for FleetClaim {
-    fn to_value(&self) -> Value {
-        cbor::array(vec![
-            cbor::uint(FLEET_RECORD_VERSION),
+impl FleetClaim {
+    /// The signed part: the claim's fields but the signature, in order.
+    fn body(&self) -> Vec<Value> {
+        vec![
+            cbor::uint(FLEET_CLAIM_VERSION),
             cbor::text(&self.fleet),
             cbor::text(&self.host),
             cbor::bytes(&self.deployment.0),
             cbor::bytes(&self.intent.0),
             cbor::bytes(&self.evidence.0),
             cbor::bytes(&self.nonce),
-        ])
+        ]
+    }
+
+    fn body_bytes(&self) -> Vec<u8> {
+        cbor::encode(&cbor::array(self.body()))
+    }
+
+    /// This claim signed by `key` (the host's issuer key).
+    pub fn signed(mut self, key: &ed25519_dalek::SigningKey) -> FleetClaim {
+        self.signature =
+            crate::sign::sign(key, crate::sign::Context::FleetClaim, &self.body_bytes());
+        self
+    }
+
+    /// Whether `key` signed this claim.
+    pub fn signed_by(&self, key: &PublicKey) -> bool {
+        crate::sign::verify(
+            key,
+            crate::sign::Context::FleetClaim,
+            &self.body_bytes(),
+            &self.signature,
+        )
+    }
+}
+
+impl Canonical for FleetClaim {
+    fn to_value(&self) -> Value {
+        let mut fields = self.body();
+        fields.push(cbor::bytes(&self.signature));
+        cbor::array(fields)
     }
     fn from_value(v: Value) -> Result<Self, DecodeError> {
-        let mut f = Fields::open(v, "fleet-claim", 7)?;
-        if f.uint()? != FLEET_RECORD_VERSION {
+        let mut f = Fields::open(v, "fleet-claim", 8)?;
+        if f.uint()? != FLEET_CLAIM_VERSION {
             return Err(DecodeError::schema("fleet-claim", "unsupported version"));
         }
         let c = FleetClaim {
@@ -404,6 +441,7 @@ impl Canonical for FleetClaim {
             intent: Hash(f.bytes()?),
             evidence: Hash(f.bytes()?),
             nonce: f.bytes()?,
+            signature: f.bytes()?,
         };
         // Names an operator reads and types back: one key segment each, never raw text.
         check_name("fleet", &c.fleet)
@@ -493,22 +531,25 @@ pub struct FleetHost {
     /// sha256 of the host's signed manifest file.
     pub manifest: Hash,
     pub label: String,
+    /// The host's issuer key: what its claims are signed with.
+    pub issuer_key: PublicKey,
 }
 
 impl Canonical for FleetHost {
     fn to_value(&self) -> Value {
         cbor::array(vec![
-            cbor::uint(FLEET_RECORD_VERSION),
+            cbor::uint(FLEET_CLAIM_VERSION),
             cbor::text(&self.fleet),
             cbor::text(&self.host),
             cbor::bytes(&self.deployment.0),
             cbor::bytes(&self.manifest.0),
             cbor::text(&self.label),
+            cbor::bytes(&self.issuer_key.0),
         ])
     }
     fn from_value(v: Value) -> Result<Self, DecodeError> {
-        let mut f = Fields::open(v, "fleet-host", 6)?;
-        if f.uint()? != FLEET_RECORD_VERSION {
+        let mut f = Fields::open(v, "fleet-host", 7)?;
+        if f.uint()? != FLEET_CLAIM_VERSION {
             return Err(DecodeError::schema("fleet-host", "unsupported version"));
         }
         let h = FleetHost {
@@ -517,6 +558,7 @@ impl Canonical for FleetHost {
             deployment: DeploymentId(f.bytes()?),
             manifest: Hash(f.bytes()?),
             label: f.text(TEXT_BYTES_MAX)?,
+            issuer_key: PublicKey(f.bytes()?),
         };
         check_name("fleet", &h.fleet)
             .and_then(|()| check_name("host", &h.host))
@@ -614,6 +656,38 @@ mod tests {
         ] {
             assert!(bad.parse::<FleetId>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_claim_verifies_only_under_its_hosts_key_and_only_as_signed() {
+        let key = ed25519_dalek::SigningKey::from_bytes(&[3; 32]);
+        let other = ed25519_dalek::SigningKey::from_bytes(&[4; 32]);
+        let pk = |k: &ed25519_dalek::SigningKey| PublicKey(k.verifying_key().to_bytes());
+        let c = FleetClaim {
+            fleet: "billing".into(),
+            host: "host-a".into(),
+            deployment: DeploymentId([1; 16]),
+            intent: Hash([2; 32]),
+            evidence: Hash([3; 32]),
+            nonce: [4; 32],
+            signature: [0; 64],
+        }
+        .signed(&key);
+        assert!(c.signed_by(&pk(&key)));
+        assert!(!c.signed_by(&pk(&other)));
+        assert_eq!(FleetClaim::from_bytes(&c.to_bytes()).unwrap(), c);
+        let moved = FleetClaim {
+            host: "host-b".into(),
+            ..c.clone()
+        };
+        assert!(!moved.signed_by(&pk(&key)), "a field changed after signing");
+        // Not a signature under another context.
+        let under_grant = crate::sign::sign(&key, crate::sign::Context::Grant, &c.body_bytes());
+        assert!(!FleetClaim {
+            signature: under_grant,
+            ..c.clone()
+        }
+        .signed_by(&pk(&key)));
     }
 
     #[test]

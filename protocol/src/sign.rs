@@ -32,6 +32,8 @@ pub enum Context {
     KeyProof,
     /// C2SP checkpoints are signed over their note text (their own format, no prefix).
     Checkpoint,
+    /// A fleet registry claim, signed by the claiming host's issuer key.
+    FleetClaim,
 }
 
 impl Context {
@@ -45,6 +47,7 @@ impl Context {
             Context::Custody => "repoch/v1/custody",
             Context::KeyProof => "repoch/v1/key-proof",
             Context::Checkpoint => "repoch/v1/checkpoint",
+            Context::FleetClaim => "repoch/v1/fleet-claim",
         }
     }
 }

@@ -68,6 +68,7 @@ pub const AUDIT_KEYS_MAX: usize = 200_000;
 fn audit_registry(
     file: &Path,
     logs: &[crate::audit::Audited],
+    issuer: &repoch_protocol::PublicKey,
 ) -> Result<(serde_json::Value, Option<Refusal>), Failure> {
     use repoch_protocol::cbor::Canonical;
     use repoch_protocol::fleet::{FleetClaim, FleetHost};
@@ -125,11 +126,13 @@ fn audit_registry(
             |e| hosts.extend(FleetHost::from_bytes(&e.value).ok()),
         )
         .map_err(|e| unavailable(e.to_string()))?;
-    let verdicts = crate::audit::compare_fleet(&epochs, logs);
+    let verdicts = crate::audit::compare_fleet(&epochs, logs, issuer);
     let fleets: Vec<serde_json::Value> = epochs
         .iter()
         .map(|e| match &e.claim {
-            Ok(c) => json!({"key": e.key, "key_hex": e.key_hex, "fleet": c.fleet, "host": c.host, "deployment": c.deployment.to_hex(),
+            Ok(c) => json!({"key": e.key, "key_hex": e.key_hex, "fleet": c.fleet,
+                            // Signed by the key of the host record naming it (null: none does).
+                            "signed": hosts.iter().find(|h| (&h.fleet, &h.host, h.deployment) == (&c.fleet, &c.host, c.deployment)).map(|h| c.signed_by(&h.issuer_key)), "host": c.host, "deployment": c.deployment.to_hex(),
                             "intent": c.intent.to_hex(), "revision": e.create_revision, "modified": e.mod_revision,
                             "hosts": hosts.iter().filter(|h| h.fleet == c.fleet).map(|h| json!({"host": h.host, "deployment": h.deployment.to_hex()})).collect::<Vec<_>>()}),
             Err(why) => json!({"key": e.key, "key_hex": e.key_hex, "error": repoch_protocol::text::escape(why), "revision": e.create_revision}),
@@ -144,16 +147,15 @@ fn audit_registry(
             let (verdict, evidence) = match v {
                 V::Consistent { key } => ("consistent", json!({"key": key})),
                 V::Unclaimed => ("unclaimed", json!(null)),
-                V::Rollback { registry, log } | V::Unregistered { registry, log } => {
+                V::Rollback { registry, log } | V::Unregistered { registry, log } | V::Forged { registry, log } => {
+                    let (name, reason) = match v {
+                        V::Rollback { .. } => ("rollback", Reason::RegistryRollback),
+                        V::Unregistered { .. } => ("unregistered", Reason::RegistryRollback),
+                        _ => ("forged", Reason::RegistryForged),
+                    };
                     finding.get_or_insert_with(|| {
-                        Refusal::new(
-                            Reason::RegistryRollback,
-                            a.path.display().to_string(),
-                            registry.clone(),
-                            log.clone(),
-                        )
+                        Refusal::new(reason, a.path.display().to_string(), registry.clone(), log.clone())
                     });
-                    let name = if matches!(v, V::Rollback { .. }) { "rollback" } else { "unregistered" };
                     (name, json!({"registry": registry, "log": log}))
                 }
             };
@@ -203,7 +205,7 @@ pub fn run(
         None => None,
     };
     let fleet = match registry {
-        Some(f) => Some(audit_registry(f, &logs)?),
+        Some(f) => Some(audit_registry(f, &logs, &issuer)?),
         None => None,
     };
     let inconsistent = cp

@@ -533,7 +533,9 @@ pub fn samples() -> Vec<(&'static str, Vec<u8>)> {
                 intent: Hash([6; 32]),
                 evidence: Hash([12; 32]),
                 nonce: [8; 32],
+                signature: [0; 64],
             }
+            .signed(&issuer())
             .to_bytes(),
         ),
         (
@@ -544,6 +546,7 @@ pub fn samples() -> Vec<(&'static str, Vec<u8>)> {
                 deployment: DEP,
                 manifest: Hash([15; 32]),
                 label: "billing-root".into(),
+                issuer_key: pk(&issuer()),
             }
             .to_bytes(),
         ),

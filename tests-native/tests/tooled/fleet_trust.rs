@@ -524,3 +524,50 @@ pub(crate) fn unusable_registry_credentials_are_named_at_enrollment_and_at_recov
     );
     assert_eq!(epoch_of(&a), "enrolled", "nothing written");
 }
+
+pub(crate) fn a_claim_an_etcd_writer_planted_naming_a_host_is_reported_forged_not_a_rollback() {
+    // Proves: a claim naming host a's deployment, written by someone with etcd write access
+    // but without host a's issuer key, blocks the fleet epoch (host a is refused
+    // epoch-consumed, nothing written), and the audit of host a's untouched log says
+    // forged (registry-forged, exit 5) with the claim unsigned by its host, where it used
+    // to report a rollback of an intent host a never wrote.
+    require_root!();
+    let sb = Sandbox::new();
+    let etcd = Etcd::start(&sb.path("etcd"));
+    let px = prefix(&sb);
+    let (a, _) = enroll_host(&etcd, &px, "billing", "host-a");
+    let forger = ed25519_dalek::SigningKey::from_bytes(&[9; 32]);
+    let claim = repoch_protocol::fleet::FleetClaim {
+        fleet: "billing".into(),
+        host: "host-a".into(),
+        deployment: repoch_protocol::DeploymentId::from_hex(&a.id).unwrap(),
+        intent: repoch_protocol::Hash([1; 32]),
+        evidence: repoch_protocol::Hash([2; 32]),
+        nonce: [3; 32],
+        signature: [0; 64],
+    }
+    .signed(&forger);
+    let mut writer =
+        repoch_registry::Client::connect(&etcd.spec(), std::time::Duration::from_secs(5)).unwrap();
+    use repoch_protocol::Canonical as _;
+    let key = format!("{px}/epochs/billing");
+    writer.create(key.as_bytes(), &claim.to_bytes()).unwrap();
+
+    let _d = a.s.daemon();
+    let (res, got) = recover(&a);
+    assert!(!granted(&res, &got));
+    assert_eq!(res.reasons(), ["epoch-consumed"], "{}", res.stdout);
+    assert_eq!(epoch_of(&a), "enrolled");
+
+    let r = crate::fleet::audit_registry(&a);
+    assert_eq!(r.code, Outcome::Inconsistent, "{}{}", r.stdout, r.stderr);
+    let j = r.json_lines()[0].clone();
+    assert_eq!(j["registry"]["logs"][0]["verdict"], "forged", "{j}");
+    assert_eq!(j["registry"]["fleets"][0]["signed"], false, "{j}");
+    assert_eq!(
+        r.json()["refusals"][0]["reason"],
+        "registry-forged",
+        "{}",
+        r.stdout
+    );
+}

@@ -313,6 +313,11 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            fleet_trust::a_claim_an_etcd_writer_planted_naming_a_host_is_reported_forged_not_a_rollback,
+            ETCD
+        ),
+        trial!(
+            root,
             fleet_trust::unusable_registry_credentials_are_named_at_enrollment_and_at_recovery,
             ETCD
         ),
