@@ -440,6 +440,7 @@ fn registry_field(r: RegistryToml) -> Result<repoch_protocol::fleet::Registry, E
         fleet: r.fleet,
         host,
         pin: None,
+        record_revision: 0,
     };
     // What the fields alone cannot say (an endpoint listed twice).
     r.check().map_err(|w| field("registry.endpoints", w))?;
@@ -549,15 +550,16 @@ pub struct Enrolled {
     pub fleet: Option<(repoch_protocol::fleet::FleetId, bool)>,
 }
 
-/// A fleet as an enrollment found it, before anything is written: the connected client,
-/// the `[registry]` with its pin, and the record to create when this enrollment
-/// establishes the fleet.
+/// A fleet as an enrollment found it, or made it: the connected client, the `[registry]`
+/// with its pin, whether this enrollment established the fleet, and each registry key it
+/// created with its create revision (removed if the enrollment fails).
 #[derive(Debug)]
 struct FleetJoin {
     client: repoch_registry::Client,
     registry: repoch_protocol::fleet::Registry,
     pin: repoch_protocol::fleet::FleetPin,
-    establish: Option<repoch_protocol::fleet::FleetRecord>,
+    established: bool,
+    recorded: Vec<(String, i64)>,
 }
 
 /// Reads the fleet `r` names (docs/OPERATOR.md, "A fleet registry"). With `join` (the
@@ -569,7 +571,7 @@ fn join_fleet(
     r: &repoch_protocol::fleet::Registry,
     join: Option<repoch_protocol::fleet::FleetId>,
 ) -> Result<FleetJoin, EnrollError> {
-    use repoch_protocol::fleet::{FleetId, FleetPin, FleetRecord, MEMBERS_MAX};
+    use repoch_protocol::fleet::FleetRecord;
     let unavailable = |e: repoch_registry::Error| {
         EnrollError::Registry(format!("registry {}: {e}", r.fleet_key()))
     };
@@ -594,7 +596,7 @@ fn join_fleet(
             })
         })
         .transpose()?;
-    let (pin, establish) = match (join, record) {
+    let (pin, record_revision, established) = match (join, record) {
         (None, Some(rec)) => {
             return Err(field(
                 "registry.fleet_id",
@@ -615,107 +617,203 @@ fn join_fleet(
             ))
         }
         (Some(id), Some(rec)) => {
-            let pin = rec.pin.clone();
-            let vouch = crate::fleet::Pinned {
-                r: r.clone(),
-                pin: FleetPin { id, ..pin.clone() },
-            };
-            use repoch_registry::Vouch as _;
-            let e = rec.host.clone();
-            vouch
-                .record(entry.as_ref())
-                .and_then(|()| vouch.header(&header))
-                .and_then(|()| vouch.members(&header, &voting))
-                .map_err(|why| {
-                    field(
-                        "registry.fleet_id",
-                        format!("fleet {id} (established by host {e}): {why}"),
-                    )
-                })?;
-            (pin, None)
+            let read = entry.as_ref().expect("a record read");
+            let pin = check_join(r, id, &rec, read, (&header, &voting))?;
+            (pin, read.create_revision, false)
         }
         (None, None) => {
-            if voting.is_empty() || voting.len() > MEMBERS_MAX || header.cluster == 0 {
-                return Err(EnrollError::Registry(format!(
-                    "registry {}: cluster {:016x} lists {} voting members: 1 to {MEMBERS_MAX} can be pinned",
-                    r.fleet_key(),
-                    header.cluster,
-                    voting.len()
-                )));
-            }
-            let id = FleetId(
-                crate::keys::random::<16>()
-                    .map_err(|e| EnrollError::Io(format!("getrandom: {e}")))?,
-            );
-            let pin = FleetPin {
-                id,
-                cluster: header.cluster,
-                members: voting,
-            };
-            let record = FleetRecord {
-                fleet: r.fleet.clone(),
-                prefix: r.prefix.clone(),
-                pin: pin.clone(),
-                host: r.host.clone(),
-            };
-            (pin, Some(record))
+            let (pin, record) = new_fleet(r, &header, voting)?;
+            unused_epoch(&mut client, r)?;
+            let revision = establish(&mut client, r, &record)?;
+            (pin, revision, true)
         }
     };
-    let (_, epoch) = client.get(r.epoch_key().as_bytes()).map_err(unavailable)?;
-    if let Some(e) = epoch {
+    let mut recorded = Vec::new();
+    if established {
+        recorded.push((r.fleet_key(), record_revision));
+    }
+    let mut join = FleetJoin {
+        client,
+        registry: repoch_protocol::fleet::Registry {
+            pin: Some(pin.clone()),
+            record_revision: u64::try_from(record_revision).unwrap_or(0),
+            ..r.clone()
+        },
+        pin,
+        established,
+        recorded,
+    };
+    if !established {
+        unused_epoch(&mut join.client, r)?;
+    }
+    Ok(join)
+}
+
+/// Whether this host may join fleet `id` whose record `rec` (as `read`) the cluster
+/// answering (`header`, its voting members) holds: the record never modified, its members
+/// a majority of the cluster's and the cluster's a majority of its, the pinned cluster and
+/// a pinned member answering. The pin to enroll.
+fn check_join(
+    r: &repoch_protocol::fleet::Registry,
+    id: repoch_protocol::fleet::FleetId,
+    rec: &repoch_protocol::fleet::FleetRecord,
+    read: &repoch_registry::Entry,
+    (header, voting): (&repoch_registry::Header, &[u64]),
+) -> Result<repoch_protocol::fleet::FleetPin, EnrollError> {
+    use repoch_protocol::fleet::FleetPin;
+    let pin = rec.pin.clone();
+    if read.mod_revision != read.create_revision {
         return Err(field(
+            "registry.fleet_id",
+            format!(
+                "the fleet record at {} was modified (created at revision {}, modified at {}): it is never rewritten; re-establish the fleet",
+                r.fleet_key(),
+                read.create_revision,
+                read.mod_revision
+            ),
+        ));
+    }
+    // The record's members a majority of the cluster's too: a record planted with
+    // fewer members would pin a fleet that one member's copy could answer for.
+    let live = FleetPin {
+        members: voting.to_vec(),
+        ..pin.clone()
+    };
+    if !live.majority_of(&pin.members) {
+        return Err(field(
+            "registry.fleet_id",
+            format!(
+                "the fleet record at {} pins the members {:x?}, no majority of the cluster's voting members {voting:x?}",
+                r.fleet_key(),
+                pin.members
+            ),
+        ));
+    }
+    let vouch = crate::fleet::Pinned {
+        r: r.clone(),
+        pin: FleetPin { id, ..pin.clone() },
+    };
+    use repoch_registry::Vouch as _;
+    let e = rec.host.clone();
+    vouch
+        .record(Some(read))
+        .and_then(|()| vouch.header(header))
+        .and_then(|()| vouch.members(header, voting))
+        .map_err(|why| {
+            field(
+                "registry.fleet_id",
+                format!("fleet {id} (established by host {e}): {why}"),
+            )
+        })?;
+    Ok(pin)
+}
+
+/// A new fleet's pin and record: a random id, the answering cluster and its voting
+/// members.
+fn new_fleet(
+    r: &repoch_protocol::fleet::Registry,
+    header: &repoch_registry::Header,
+    voting: Vec<u64>,
+) -> Result<
+    (
+        repoch_protocol::fleet::FleetPin,
+        repoch_protocol::fleet::FleetRecord,
+    ),
+    EnrollError,
+> {
+    use repoch_protocol::fleet::{FleetId, FleetPin, FleetRecord, MEMBERS_MAX};
+    if voting.is_empty() || voting.len() > MEMBERS_MAX || header.cluster == 0 {
+        return Err(EnrollError::Registry(format!(
+            "registry {}: cluster {:016x} lists {} voting members: 1 to {MEMBERS_MAX} can be pinned",
+            r.fleet_key(),
+            header.cluster,
+            voting.len()
+        )));
+    }
+    let id = FleetId(
+        crate::keys::random::<16>().map_err(|e| EnrollError::Io(format!("getrandom: {e}")))?,
+    );
+    let pin = FleetPin {
+        id,
+        cluster: header.cluster,
+        members: voting,
+    };
+    let record = FleetRecord {
+        fleet: r.fleet.clone(),
+        prefix: r.prefix.clone(),
+        pin: pin.clone(),
+        host: r.host.clone(),
+    };
+    Ok((pin, record))
+}
+
+/// The fleet epoch must be unused: a successor deployment takes a new fleet name.
+fn unused_epoch(
+    client: &mut repoch_registry::Client,
+    r: &repoch_protocol::fleet::Registry,
+) -> Result<(), EnrollError> {
+    let (_, epoch) = client
+        .get(r.epoch_key().as_bytes())
+        .map_err(|e| EnrollError::Registry(format!("registry {}: {e}", r.epoch_key())))?;
+    match epoch {
+        None => Ok(()),
+        Some(e) => Err(field(
             "registry.fleet",
             format!(
                 "the fleet epoch {} is used ({}); a successor deployment takes a new fleet name",
                 r.epoch_key(),
                 crate::fleet::holder(&e)
             ),
-        ));
+        )),
     }
-    let registry = repoch_protocol::fleet::Registry {
-        pin: Some(pin.clone()),
-        ..r.clone()
-    };
-    Ok(FleetJoin {
-        client,
-        registry,
-        pin,
-        establish,
-    })
+}
+
+/// Creates the fleet record (create-if-absent, a lost answer read back): its create
+/// revision. Refused when another enrollment established the fleet meanwhile.
+fn establish(
+    client: &mut repoch_registry::Client,
+    r: &repoch_protocol::fleet::Registry,
+    record: &repoch_protocol::fleet::FleetRecord,
+) -> Result<i64, EnrollError> {
+    use repoch_protocol::fleet::FleetRecord;
+    let claimed = client
+        .claim(
+            r.fleet_key().as_bytes(),
+            &record.to_bytes(),
+            crate::fleet::CLAIM_ROUNDS_MAX,
+            std::time::Duration::from_secs(crate::fleet::CLAIM_SECONDS_MAX),
+        )
+        .map_err(|e| EnrollError::Registry(format!("registry {}: {e}", r.fleet_key())))?;
+    match claimed {
+        repoch_registry::Claimed::Ours { entry, .. } => Ok(entry.create_revision),
+        repoch_registry::Claimed::Theirs { entry, .. } => Err(field(
+            "registry.fleet_id",
+            format!(
+                "fleet {} was established under {} meanwhile ({}): enroll again to join it",
+                r.fleet,
+                r.prefix,
+                FleetRecord::from_bytes(&entry.value)
+                    .map(|x| format!("id {}, by host {}", x.pin.id, x.host))
+                    .unwrap_or_else(|e| format!("no fleet record: {e}"))
+            ),
+        )),
+    }
 }
 
 /// Records this host under its fleet deployment's name (`PREFIX/hosts/FLEET/HOST`,
-/// created only if absent; with the fleet's record, in one transaction, when this
-/// enrollment establishes it) and lists the hosts enrolled for it. Each key created is
-/// pushed to `recorded` with its create revision. Refused: this host is already enrolled
-/// for the fleet as another deployment, or the fleet was established meanwhile.
+/// created only if absent) and lists the hosts enrolled for it; the key created is pushed
+/// to the fleet's `recorded`. Refused: this host is already enrolled for the fleet as
+/// another deployment.
 fn register_host(
     f: &mut FleetJoin,
     host: &repoch_protocol::fleet::FleetHost,
-    recorded: &mut Vec<(String, i64)>,
 ) -> Result<Vec<repoch_protocol::fleet::FleetHost>, EnrollError> {
-    use repoch_protocol::fleet::{FleetHost, FleetRecord};
-    use repoch_registry::{Claimed, Established};
+    use repoch_protocol::fleet::FleetHost;
+    use repoch_registry::Claimed;
     let r = f.registry.clone();
     let unavailable = |e: repoch_registry::Error| {
         EnrollError::Registry(format!("registry {}: {e}", r.host_key()))
     };
-    let taken = |entry: &repoch_registry::Entry| {
-        let was = FleetHost::from_bytes(&entry.value)
-            .map(|h| format!("deployment {}", h.deployment))
-            .unwrap_or_else(|e| format!("a value that is no host record ({e})"));
-        field(
-            "registry.host",
-            format!(
-                "{} is already enrolled for fleet {} as {was} ({}): one deployment per host and fleet name",
-                r.host,
-                r.fleet,
-                r.host_key()
-            ),
-        )
-    };
-    // The candidates first (a read): the host record is the last thing asked, so a
-    // registry that stops answering leaves no record of an enrollment that failed.
     // Shown, not judged: the first HOSTS_SHOWN_MAX records that parse, however many keys
     // (planted or not) are there.
     let mut hosts: Vec<FleetHost> = Vec::new();
@@ -726,55 +824,31 @@ fn register_host(
             }
         })
         .map_err(unavailable)?;
-    let rounds = crate::fleet::CLAIM_ROUNDS_MAX;
-    let budget = std::time::Duration::from_secs(crate::fleet::CLAIM_SECONDS_MAX);
-    match &f.establish {
-        Some(record) => match f
-            .client
-            .establish(
-                (r.fleet_key().as_bytes(), &record.to_bytes()),
-                (r.host_key().as_bytes(), &host.to_bytes()),
-                rounds,
-                budget,
-            )
-            .map_err(unavailable)?
-        {
-            Established::Ours { revision, .. } => {
-                recorded.push((r.host_key(), revision));
-                recorded.push((r.fleet_key(), revision));
-            }
-            Established::Exists {
-                first: Some(rec), ..
-            } => {
-                return Err(field(
-                    "registry.fleet_id",
-                    format!(
-                        "fleet {} was established under {} meanwhile ({}): enroll again to join it",
-                        r.fleet,
-                        r.prefix,
-                        FleetRecord::from_bytes(&rec.value)
-                            .map(|x| format!("id {}, by host {}", x.pin.id, x.host))
-                            .unwrap_or_else(|e| format!("no fleet record: {e}"))
-                    ),
-                ))
-            }
-            Established::Exists {
-                second: Some(h), ..
-            } => return Err(taken(&h)),
-            Established::Exists { .. } => {
-                return Err(unavailable(repoch_registry::Error::Answer(
-                    "an establish refused with neither key present".into(),
-                )))
-            }
-        },
-        None => match f
-            .client
-            .claim(r.host_key().as_bytes(), &host.to_bytes(), rounds, budget)
-            .map_err(unavailable)?
-        {
-            Claimed::Ours { entry, .. } => recorded.push((r.host_key(), entry.create_revision)),
-            Claimed::Theirs { entry, .. } => return Err(taken(&entry)),
-        },
+    let claimed = f
+        .client
+        .claim(
+            r.host_key().as_bytes(),
+            &host.to_bytes(),
+            crate::fleet::CLAIM_ROUNDS_MAX,
+            std::time::Duration::from_secs(crate::fleet::CLAIM_SECONDS_MAX),
+        )
+        .map_err(unavailable)?;
+    match claimed {
+        Claimed::Ours { entry, .. } => f.recorded.push((r.host_key(), entry.create_revision)),
+        Claimed::Theirs { entry, .. } => {
+            let was = FleetHost::from_bytes(&entry.value)
+                .map(|h| format!("deployment {}", h.deployment))
+                .unwrap_or_else(|e| format!("a value that is no host record ({e})"));
+            return Err(field(
+                "registry.host",
+                format!(
+                    "{} is already enrolled for fleet {} as {was} ({}): one deployment per host and fleet name",
+                    r.host,
+                    r.fleet,
+                    r.host_key()
+                ),
+            ));
+        }
     }
     hosts.retain(|h| h.host != r.host);
     hosts.push(host.clone());
@@ -955,8 +1029,44 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
     let issuer = PublicKey::from(&key.verifying_key());
     // One enrollment at a time, from the successor check until the deployment exists.
     let _enrolling = lock_enrollments(layout)?;
-    // Predecessor: an enrolled deployment whose epoch is used (never a live `enrolled` one).
-    let predecessor = match &v.predecessor {
+    let predecessor = predecessor_of(layout, v, &issuer)?;
+    let inventory = existing_inventory(v)?;
+    // The fleet, before anything is written here: joined (its record read and this
+    // cluster checked against it) or established (its record made now).
+    let mut fleet = match &v.registry {
+        Some(r) => Some(join_fleet(r, v.fleet_id)?),
+        None => None,
+    };
+    let done = enroll_with(
+        layout,
+        v,
+        now,
+        (&key, predecessor, inventory),
+        fleet.as_mut(),
+    );
+    match (done, fleet) {
+        (Err(e), Some(mut f)) => {
+            // Nothing local was kept: neither is anything this enrollment wrote to the
+            // registry (each key only if it is still the one it created).
+            let keys = std::mem::take(&mut f.recorded);
+            match unregister(&mut f, &keys) {
+                Ok(()) => Err(e),
+                Err(left) => Err(EnrollError::Io(format!("{e}; {left}"))),
+            }
+        }
+        (done, _) => done,
+    }
+}
+
+/// The predecessor named by the manifest: an enrolled deployment whose epoch is used (never
+/// a live `enrolled` one) and that has no successor yet.
+fn predecessor_of(
+    layout: &Layout,
+    v: &Validated,
+    issuer: &PublicKey,
+) -> Result<Option<Predecessor>, EnrollError> {
+    let issuer = *issuer;
+    Ok(match &v.predecessor {
         None => None,
         Some(p) => {
             let pid = store::resolve(layout, p).map_err(|r| field("predecessor", r.to_string()))?;
@@ -985,8 +1095,11 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
                 final_hash: rep.last_hash().expect("a verified log has a genesis"),
             })
         }
-    };
-    // Every inventory object that must already exist, by identity.
+    })
+}
+
+/// Every inventory object that must already exist (fences, stores), by identity.
+fn existing_inventory(v: &Validated) -> Result<Vec<InventoryEntry>, EnrollError> {
     let mut inventory = Vec::new();
     for (i, f) in v.fences.iter().enumerate() {
         let identity = fence_at(&format!("fences[{i}]"), f)?;
@@ -1003,19 +1116,26 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
             identity: identity_at("store", s)?,
         });
     }
-    // The fleet, before anything is written here: joined (its record read and this
-    // cluster checked against it) or established (the record made with the host's).
-    let mut fleet = match &v.registry {
-        Some(r) => Some(join_fleet(r, v.fleet_id)?),
-        None => None,
-    };
+    Ok(inventory)
+}
+
+/// Enrolls once the fleet (if any) is known: the journal, the state directory, the signed
+/// manifest and the genesis, and this host's record in the registry.
+fn enroll_with(
+    layout: &Layout,
+    v: &Validated,
+    now: u64,
+    (key, predecessor, mut inventory): (&SigningKey, Option<Predecessor>, Vec<InventoryEntry>),
+    mut fleet: Option<&mut FleetJoin>,
+) -> Result<Enrolled, EnrollError> {
+    let issuer = PublicKey::from(&key.verifying_key());
     let id = DeploymentId(
         crate::keys::random().map_err(|e| EnrollError::Io(format!("getrandom: {e}")))?,
     );
     let deployments = layout.deployments();
     std::fs::create_dir_all(&deployments)
         .map_err(|e| EnrollError::Io(format!("{}: {e}", deployments.display())))?;
-    let (journal_id, journal_genesis, append_only) = create_journal(v, id, &key)?;
+    let (journal_id, journal_genesis, append_only) = create_journal(v, id, key)?;
     inventory.push(InventoryEntry {
         role: Role::Journal,
         path: v.journal_path.clone(),
@@ -1027,7 +1147,6 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
     let mut manifest_hash = Hash::ZERO;
     let mut fleet_hosts = Vec::new();
     let mut registry_error = None;
-    let mut recorded = Vec::new();
     let result = enroll_sequence(&mut Real, &dfd, &id, issuer, |_, staged| {
         let ident = |fd| match fstat_identity(fd) {
             Ok(id) if id.birth.is_none() => Err(format!("state directory: {NO_BIRTH_TIME}")),
@@ -1072,7 +1191,7 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
             },
             registry: fleet.as_ref().map(|f| f.registry.clone()),
         };
-        let bytes = SignedManifest::sign(manifest, &key).to_bytes();
+        let bytes = SignedManifest::sign(manifest, key).to_bytes();
         manifest_hash = Hash::of(&bytes);
         let genesis = EpochRecord {
             deployment: id,
@@ -1095,23 +1214,17 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
                 label: v.label.clone(),
                 issuer_key: issuer,
             };
-            fleet_hosts = register_host(f, &host, &mut recorded).map_err(|e| {
+            fleet_hosts = register_host(f, &host).map_err(|e| {
                 registry_error = Some(e.clone());
                 e.to_string()
             })?;
         }
-        Ok((bytes, SignedEpochRecord::sign(genesis, &key)))
+        Ok((bytes, SignedEpochRecord::sign(genesis, key)))
     });
     if let Err(e) = result {
         // Leave nothing a later enrollment or issuance could take for a deployment.
         let _ = std::fs::remove_dir_all(deployments.join(staging_name(&id)));
         remove_journal(&v.journal_path);
-        let unrecorded = fleet.as_mut().map(|f| unregister(f, &recorded));
-        if let Some(Err(left)) = unrecorded {
-            return Err(EnrollError::Io(format!(
-                "enrollment failed ({e}), nothing kept on this host; {left}"
-            )));
-        }
         if let Some(e) = registry_error {
             return Err(e);
         }
@@ -1130,7 +1243,7 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
         log_append_only,
         manifest_hash,
         fleet_hosts,
-        fleet: fleet.map(|f| (f.pin.id, f.establish.is_some())),
+        fleet: fleet.map(|f| (f.pin.id, f.established)),
     })
 }
 

@@ -183,6 +183,10 @@ impl Vouch for Pinned {
             .matches(&self.r, &self.pin)
             .map_err(|other| format!("{key} holds {other}, not fleet id {}", self.pin.id))
     }
+    fn guard(&self) -> (Vec<u8>, i64) {
+        let revision = i64::try_from(self.r.record_revision).unwrap_or(i64::MAX);
+        (self.r.fleet_key().into_bytes(), revision)
+    }
     fn header(&self, h: &Header) -> Result<(), String> {
         if h.cluster != self.pin.cluster {
             return Err(format!(
@@ -371,6 +375,7 @@ mod tests {
             fleet: "billing".into(),
             host: "a".into(),
             pin: None,
+            record_revision: 0,
         }
     }
 
@@ -493,6 +498,11 @@ mod tests {
             "member 0000000000000001 lists the members [0000000000000001]: no majority of the pinned [0000000000000001, 0000000000000002, 0000000000000003]"
         );
         assert_eq!(p.record_key(), b"/repoch/fleets/billing".to_vec());
+        let mut p = pinned();
+        p.r.record_revision = 9;
+        assert_eq!(p.guard(), (b"/repoch/fleets/billing".to_vec(), 9));
+        p.r.record_revision = u64::MAX;
+        assert_eq!(p.guard().1, i64::MAX, "never a negative revision");
     }
 
     #[test]

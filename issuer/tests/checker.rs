@@ -136,6 +136,7 @@ fn registry() -> Registry {
         fleet: "billing".into(),
         host: "this".into(),
         pin: None,
+        record_revision: 0,
     }
 }
 

@@ -138,6 +138,11 @@ pub struct Registry {
     /// The fleet as enrollment pinned it; `None` only in a manifest enrolled before fleets
     /// had records (its recovery is refused `registry-mismatch`) or in an auditor's table.
     pub pin: Option<FleetPin>,
+    /// With a pin: the create revision of the fleet record the enrollment found (or made).
+    /// Every call of a recovery holds only while the record is still there, created and
+    /// last modified at this revision, in the cluster that answers (a cluster started from
+    /// the same template answers with the same ids, and has no such record). 0 without.
+    pub record_revision: u64,
 }
 
 /// A name that is one key segment: 1 to [`FLEET_NAME_BYTES_MAX`] bytes of
@@ -300,11 +305,14 @@ impl Canonical for Registry {
             cbor::text(&self.fleet),
             cbor::text(&self.host),
         ];
-        fields.extend(self.pin.as_ref().map(FleetPin::to_value));
+        if let Some(p) = &self.pin {
+            fields.push(p.to_value());
+            fields.push(cbor::uint(self.record_revision));
+        }
         cbor::array(fields)
     }
     fn from_value(v: Value) -> Result<Self, DecodeError> {
-        let mut f = Fields::open_between(v, "registry", 7, 8)?;
+        let mut f = Fields::open_between(v, "registry", 7, 9)?;
         let r = Registry {
             endpoints: f.list(REGISTRY_ENDPOINTS_MAX, |v| {
                 cbor::as_text(v, "registry", ENDPOINT_BYTES_MAX)
@@ -319,7 +327,17 @@ impl Canonical for Registry {
                 true => Some(FleetPin::from_value(f.field()?)?),
                 false => None,
             },
+            record_revision: match f.more() {
+                true => f.uint()?,
+                false => 0,
+            },
         };
+        if r.pin.is_some() != (r.record_revision > 0) {
+            return Err(DecodeError::schema(
+                "registry",
+                "a fleet pin comes with its record's create revision (above 0), and only with it",
+            ));
+        }
         r.check().map_err(|e| DecodeError::schema("registry", e))?;
         Ok(r)
     }
@@ -584,6 +602,7 @@ mod tests {
             fleet: "billing".into(),
             host: "host-a".into(),
             pin: Some(pin()),
+            record_revision: 5,
         }
     }
 
@@ -599,7 +618,19 @@ mod tests {
     fn a_pinned_registry_and_an_unpinned_one_round_trip_and_a_bad_pin_is_refused() {
         let mut r = registry();
         assert_eq!(Registry::from_bytes(&r.to_bytes()).unwrap(), r);
+        // A pin without its record's revision, or a revision without a pin.
+        r.record_revision = 0;
+        assert!(Registry::from_bytes(&r.to_bytes()).is_err());
         r.pin = None;
+        r.record_revision = 5;
+        let mut fields = match r.to_value() {
+            ciborium::value::Value::Array(a) => a,
+            _ => unreachable!(),
+        };
+        fields.push(crate::cbor::uint(5));
+        let bytes = crate::cbor::encode(&crate::cbor::array(fields));
+        assert!(Registry::from_bytes(&bytes).is_err());
+        r.record_revision = 0;
         assert_eq!(Registry::from_bytes(&r.to_bytes()).unwrap(), r);
         for (bad, why) in [
             (vec![], "0 members"),

@@ -8,6 +8,8 @@
 //! answer is taken before that endpoint, on the same call, named the pinned cluster and one
 //! of its members and listed the cluster's members for the vouch to judge (and, once per
 //! endpoint, answered with the fleet's record), and every answer's header is judged again.
+//! Every read and write is one transaction that holds only while the vouch's guard key (the
+//! fleet record) exists at its pinned revision: a cluster that lacks it applies nothing.
 //! An endpoint that fails is passed over and named; when every endpoint fails so:
 //! [`Error::Foreign`].
 //!
@@ -17,8 +19,8 @@
 //! - [`Client::get`]: a linearizable read of one key;
 //! - [`Client::create`]: one transaction, "put only if the key's create revision is 0",
 //!   that answers either [`Created::Won`] or [`Created::Exists`] with the value present;
-//!   [`Client::establish`] the same for two keys at once; [`Client::remove`] deletes a key
-//!   only if it is the one created at a given revision;
+//!   [`Client::remove`] deletes a key only if it is the one created at a given revision;
+//!   [`Client::probe_write`] asks whether a write would be taken, writing nothing;
 //! - [`Client::list`]: a linearizable read of the keys under a prefix, at most
 //!   [`LIST_MAX`]; [`Client::scan`] pages through any number at one revision;
 //! - [`Client::members`]: the cluster's voting members.
@@ -171,6 +173,10 @@ pub trait Vouch: Send {
     fn record(&self, entry: Option<&Entry>) -> Result<(), String>;
     /// The header of any answer.
     fn header(&self, header: &Header) -> Result<(), String>;
+    /// A key every request holds to, in the same transaction: it must exist, created and
+    /// last modified at this revision, or the request applies nothing and the endpoint is
+    /// passed over (the fleet record, which a cluster of the same template lacks).
+    fn guard(&self) -> (Vec<u8>, i64);
 }
 
 /// Member lists a [`Vouch`] judges: etcd advises at most 7 members; one list longer than
@@ -360,7 +366,24 @@ impl Client {
     /// error status that says the request did not apply ends the call. A missing answer
     /// tries the next endpoint only if `resend` (a read) or if the request never left (no
     /// connection): a write whose answer was lost is the caller's to resolve first.
-    fn ask<T: Headed, F, Fut>(&mut self, what: &str, resend: bool, mut call: F) -> Result<T, Error>
+    fn ask<T: Headed, F, Fut>(&mut self, what: &str, resend: bool, call: F) -> Result<T, Error>
+    where
+        F: FnMut(KvClient<Channel>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+    {
+        self.ask_judged(what, resend, call, |_| Ok(()))
+    }
+
+    /// [`Client::ask`], with `judge` saying of an answer that its endpoint is not the
+    /// pinned fleet's (a guarded transaction that applied nothing): that endpoint is passed
+    /// over like one that failed the vouch.
+    fn ask_judged<T: Headed, F, Fut>(
+        &mut self,
+        what: &str,
+        resend: bool,
+        mut call: F,
+        judge: impl Fn(&T) -> Result<(), String>,
+    ) -> Result<T, Error>
     where
         F: FnMut(KvClient<Channel>) -> Fut,
         Fut: std::future::Future<Output = Result<T, tonic::Status>>,
@@ -391,6 +414,11 @@ impl Client {
                 .block_on(async { tokio::time::timeout(deadline, fut).await });
             let why = match answer {
                 Ok(Ok(v)) => {
+                    if let Err(why) = judge(&v) {
+                        foreign.push(format!("{url}: {why}"));
+                        self.preferred = (i + 1) % n;
+                        continue;
+                    }
                     self.preferred = i;
                     if let Some(pin) = &self.pin {
                         // Vouched for on this call: an answer from elsewhere now is no
@@ -432,6 +460,11 @@ impl Client {
         }
         missed.extend(foreign);
         Err(Error::Unanswered(format!("{what}: {}", missed.join("; "))))
+    }
+
+    /// The pin's guard, if pinned.
+    fn guard(&self) -> Option<(Vec<u8>, i64)> {
+        self.pin.as_ref().map(|p| p.guard())
     }
 
     /// Pins this client: from now on every call is vouched for ([`Vouch`]).
@@ -538,6 +571,33 @@ impl Client {
 
     /// A linearizable read of `key`.
     pub fn get(&mut self, key: &[u8]) -> Result<(Header, Option<Entry>), Error> {
+        if let Some((gk, rev)) = self.guard() {
+            let req = TxnRequest {
+                compare: guarded(&gk, rev),
+                success: vec![read(key)],
+                failure: vec![read(&gk)],
+            };
+            let r = self.ask_judged(
+                "get",
+                true,
+                |mut kv| {
+                    let req = req.clone();
+                    async move { kv.txn(req).await.map(|r| r.into_inner()) }
+                },
+                |r| broken(r, 0, &gk, rev),
+            )?;
+            if !r.succeeded {
+                return Err(Error::Answer(
+                    "a guarded read whose guard both failed and held".into(),
+                ));
+            }
+            let header = Header::from(r.header);
+            let kvs = ranges(r.responses).next().unwrap_or_default();
+            if kvs.len() > 1 {
+                return Err(Error::Answer(format!("{} values for one key", kvs.len())));
+            }
+            return Ok((header, kvs.into_iter().next().map(entry).transpose()?));
+        }
         let req = RangeRequest {
             key: key.to_vec(),
             ..Default::default()
@@ -639,33 +699,30 @@ impl Client {
                 value.len()
             )));
         }
-        let req = TxnRequest {
-            compare: vec![Compare {
-                result: compare::CompareResult::Equal as i32,
-                target: compare::CompareTarget::Create as i32,
-                key: key.to_vec(),
-                range_end: Vec::new(),
-                target_union: Some(compare::TargetUnion::CreateRevision(0)),
-            }],
-            success: vec![RequestOp {
-                request: Some(request_op::Request::RequestPut(PutRequest {
-                    key: key.to_vec(),
-                    value: value.to_vec(),
-                    ..Default::default()
-                })),
-            }],
-            failure: vec![RequestOp {
-                request: Some(request_op::Request::RequestRange(RangeRequest {
-                    key: key.to_vec(),
-                    ..Default::default()
-                })),
-            }],
+        let guard = self.guard();
+        let mut req = TxnRequest {
+            compare: vec![absent(key)],
+            success: vec![put(key, value)],
+            failure: vec![read(key)],
         };
-        // One endpoint only: a lost answer is the caller's to resolve (by reading back).
-        let r = self.ask("create", false, |mut kv| {
-            let req = req.clone();
-            async move { kv.txn(req).await.map(|r| r.into_inner()) }
-        })?;
+        if let Some((gk, rev)) = &guard {
+            req.compare.extend(guarded(gk, *rev));
+            req.failure.push(read(gk));
+        }
+        // One endpoint only: a lost answer is the caller's to resolve (by reading back). A
+        // guard that failed applied nothing: the next endpoint is asked.
+        let r = self.ask_judged(
+            "create",
+            false,
+            |mut kv| {
+                let req = req.clone();
+                async move { kv.txn(req).await.map(|r| r.into_inner()) }
+            },
+            |r| match &guard {
+                Some((gk, rev)) if !r.succeeded => broken(r, 1, gk, *rev),
+                _ => Ok(()),
+            },
+        )?;
         let header = Header::from(r.header);
         if r.succeeded {
             return Ok(Created::Won { header });
@@ -752,19 +809,6 @@ enum Vouched {
     Foreign(String),
 }
 
-/// What [`Client::establish`] found.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Established {
-    /// Both keys were absent and now hold our values (created by this call, or by an
-    /// earlier attempt whose answer was lost): `revision` is their create revision.
-    Ours { header: Header, revision: i64 },
-    /// One of them (or both) existed: nothing was written. Each as read.
-    Exists {
-        first: Option<Entry>,
-        second: Option<Entry>,
-    },
-}
-
 fn absent(key: &[u8]) -> Compare {
     Compare {
         result: compare::CompareResult::Equal as i32,
@@ -795,74 +839,14 @@ fn read(key: &[u8]) -> RequestOp {
 }
 
 impl Client {
-    /// One transaction: put both pairs only if both keys are absent; otherwise read both.
-    /// A lost answer is resolved as [`Client::claim`] resolves one: by reading the first
-    /// key back (its value must be unique to this call: ours there means both are ours,
-    /// the transaction being atomic); `tries` and `budget` bound the rounds.
-    pub fn establish(
-        &mut self,
-        first: (&[u8], &[u8]),
-        second: (&[u8], &[u8]),
-        tries: u32,
-        budget: Duration,
-    ) -> Result<Established, Error> {
-        for (_, value) in [first, second] {
-            if value.len() > VALUE_BYTES_MAX {
-                return Err(Error::Config(format!(
-                    "a value of {} bytes, over its bound of {VALUE_BYTES_MAX} bytes",
-                    value.len()
-                )));
-            }
-        }
-        let req = TxnRequest {
-            compare: vec![absent(first.0), absent(second.0)],
-            success: vec![put(first.0, first.1), put(second.0, second.1)],
-            failure: vec![read(first.0), read(second.0)],
-        };
-        let start = std::time::Instant::now();
-        let mut last = None;
-        for round in 0..tries.max(1) {
-            if round > 0 && start.elapsed() >= budget {
-                break;
-            }
-            match self.ask("establish", false, |mut kv| {
-                let req = req.clone();
-                async move { kv.txn(req).await.map(|r| r.into_inner()) }
-            }) {
-                Ok(r) => return established(r),
-                Err(Error::Unanswered(why)) => last = Some(why),
-                Err(e) => return Err(e),
-            }
-            match self.get(first.0) {
-                Ok((header, Some(e))) if e.value == first.1 && e.value_bytes == first.1.len() => {
-                    return Ok(Established::Ours {
-                        header,
-                        revision: e.create_revision,
-                    })
-                }
-                Ok((_, None)) => continue,
-                Ok((_, Some(e))) => {
-                    let (_, second) = self
-                        .get(second.0)
-                        .map_err(|e| Error::Unanswered(format!("after a lost answer: {e}")))?;
-                    return Ok(Established::Exists {
-                        first: Some(e),
-                        second,
-                    });
-                }
-                Err(e) => last = Some(e.to_string()),
-            }
-        }
-        Err(Error::Unanswered(last.unwrap_or_default()))
-    }
-
     /// Whether a write of `key` would be taken now, without writing it: one transaction
     /// whose compare never holds (`create_revision(key) < 0`) and whose success branch
     /// puts the key. etcd refuses such a transaction whole when an alarm is raised (the
     /// space quota exceeded: `NOSPACE`; `CORRUPT`) or when this client may not write the
     /// key, and otherwise applies nothing (no revision is used).
     pub fn probe_write(&mut self, key: &[u8]) -> Result<(), Error> {
-        let req = TxnRequest {
+        let guard = self.guard();
+        let mut req = TxnRequest {
             compare: vec![Compare {
                 result: compare::CompareResult::Less as i32,
                 ..absent(key)
@@ -870,10 +854,21 @@ impl Client {
             success: vec![put(key, b"")],
             failure: Vec::new(),
         };
-        let r = self.ask("probe", true, |mut kv| {
-            let req = req.clone();
-            async move { kv.txn(req).await.map(|r| r.into_inner()) }
-        })?;
+        if let Some((gk, _)) = &guard {
+            req.failure.push(read(gk));
+        }
+        let r = self.ask_judged(
+            "probe",
+            true,
+            |mut kv| {
+                let req = req.clone();
+                async move { kv.txn(req).await.map(|r| r.into_inner()) }
+            },
+            |r| match &guard {
+                Some((gk, rev)) => broken(r, 0, gk, *rev),
+                None => Ok(()),
+            },
+        )?;
         if r.succeeded {
             return Err(Error::Answer(
                 "a compare that cannot hold held: the probe wrote the key".into(),
@@ -908,29 +903,49 @@ impl Client {
     }
 }
 
-fn established(r: TxnResponse) -> Result<Established, Error> {
-    let header = Header::from(r.header);
+/// The compares that hold a request to the guard: `key` created and last modified at
+/// `revision`.
+fn guarded(key: &[u8], revision: i64) -> Vec<Compare> {
+    vec![
+        Compare {
+            target_union: Some(compare::TargetUnion::CreateRevision(revision)),
+            ..absent(key)
+        },
+        Compare {
+            target: compare::CompareTarget::Mod as i32,
+            target_union: Some(compare::TargetUnion::ModRevision(revision)),
+            ..absent(key)
+        },
+    ]
+}
+
+/// The range answers of a transaction, in order.
+fn ranges(
+    responses: Vec<gen::etcdserverpb::ResponseOp>,
+) -> impl Iterator<Item = Vec<gen::mvccpb::KeyValue>> {
+    responses.into_iter().filter_map(|op| match op.response {
+        Some(response_op::Response::ResponseRange(range)) => Some(range.kvs),
+        _ => None,
+    })
+}
+
+/// Whether a guarded transaction's read of the guard key (its `at`-th range answer, read
+/// when the transaction did not succeed) shows the guard broken: the endpoint answers for
+/// a cluster without the fleet's record at its revision.
+fn broken(r: &TxnResponse, at: usize, key: &[u8], revision: i64) -> Result<(), String> {
     if r.succeeded {
-        return Ok(Established::Ours {
-            header,
-            revision: header.revision,
-        });
+        return Ok(());
     }
-    let missing = || Error::Answer("a failed establish without its reads".into());
-    let mut reads = r.responses.into_iter().map(|op| match op.response {
-        Some(response_op::Response::ResponseRange(range)) => {
-            range.kvs.into_iter().next().map(entry).transpose()
-        }
-        _ => Err(missing()),
-    });
-    let first = reads.next().unwrap_or_else(|| Err(missing()))?;
-    let second = reads.next().unwrap_or_else(|| Err(missing()))?;
-    if first.is_none() && second.is_none() {
-        return Err(Error::Answer(
-            "the establish failed, yet neither key exists".into(),
-        ));
+    let kvs = ranges(r.responses.clone()).nth(at).unwrap_or_default();
+    let name = String::from_utf8_lossy(key);
+    match kvs.first() {
+        None => Err(format!("no fleet record at {name}")),
+        Some(kv) if kv.create_revision != revision || kv.mod_revision != revision => Err(format!(
+            "the fleet record at {name} created at revision {}, modified at {}, not the pinned {revision}",
+            kv.create_revision, kv.mod_revision
+        )),
+        Some(_) => Ok(()),
     }
-    Ok(Established::Exists { first, second })
 }
 
 fn decide(cluster: u64, entry: Entry, value: &[u8]) -> Claimed {

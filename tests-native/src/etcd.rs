@@ -21,6 +21,9 @@ pub struct Member {
     pub addr: String,
     /// The network namespace it runs in (`ip netns exec`), if not this one.
     pub netns: Option<String>,
+    /// Another address it serves clients on, beside `addr` (its certificate still names
+    /// `addr`: a client reaching it there through a relay checks the name it dialled).
+    pub client_addr: Option<String>,
     pub client_port: u16,
     pub peer_port: u16,
     pub child: Option<Child>,
@@ -29,6 +32,13 @@ pub struct Member {
 impl Member {
     pub fn endpoint(&self) -> String {
         format!("https://{}:{}", self.addr, self.client_port)
+    }
+    /// Every client URL it listens on.
+    fn listen_urls(&self) -> String {
+        match &self.client_addr {
+            Some(a) => format!("{},https://{a}:{}", self.endpoint(), self.client_port),
+            None => self.endpoint(),
+        }
     }
     fn peer_url(&self) -> String {
         format!("https://{}:{}", self.addr, self.peer_port)
@@ -206,6 +216,7 @@ impl Etcd {
                 name: format!("m{i}"),
                 addr: (*addr).to_owned(),
                 netns: netns.map(str::to_owned),
+                client_addr: None,
                 client_port: free_port(false),
                 peer_port: free_port(false),
                 child: None,
@@ -231,6 +242,12 @@ impl Etcd {
     /// (where the same addresses and ports are free). etcd derives the cluster and member
     /// ids from these, so the twin answers with this cluster's ids.
     pub fn start_twin(&self, dir: &Path, ns: &str) -> Etcd {
+        self.start_twin_serving(dir, ns, None)
+    }
+
+    /// [`Etcd::start_twin`], its members serving clients on `client_addr` too (an address
+    /// of `ns` reachable from here).
+    pub fn start_twin_serving(&self, dir: &Path, ns: &str, client_addr: Option<&str>) -> Etcd {
         std::fs::create_dir_all(dir.join("tls")).unwrap();
         for e in std::fs::read_dir(self.dir.join("tls")).unwrap() {
             let e = e.unwrap();
@@ -243,6 +260,7 @@ impl Etcd {
                 name: m.name.clone(),
                 addr: m.addr.clone(),
                 netns: Some(ns.to_owned()),
+                client_addr: client_addr.map(str::to_owned),
                 client_port: m.client_port,
                 peer_port: m.peer_port,
                 child: None,
@@ -283,6 +301,7 @@ impl Etcd {
                 name: m.name.clone(),
                 addr: m.addr.clone(),
                 netns: m.netns.clone(),
+                client_addr: None,
                 client_port,
                 peer_port: free_port(false),
                 child: None,
@@ -468,7 +487,7 @@ impl Etcd {
             "--data-dir",
             &data.display().to_string(),
             "--listen-client-urls",
-            &m.endpoint(),
+            &m.listen_urls(),
             "--advertise-client-urls",
             &m.endpoint(),
             "--listen-peer-urls",

@@ -67,7 +67,7 @@ pub(crate) fn enroll_host(etcd: &Etcd, prefix: &str, fleet: &str, host: &str) ->
 pub(crate) struct Bg(Option<std::process::Child>);
 
 impl Bg {
-    fn spawn(mut c: std::process::Command) -> Bg {
+    pub(crate) fn spawn(mut c: std::process::Command) -> Bg {
         Bg(Some(
             c.stdin(std::process::Stdio::null())
                 .stdout(std::process::Stdio::piped())
@@ -76,7 +76,7 @@ impl Bg {
                 .expect("spawn"),
         ))
     }
-    fn finish(mut self) -> Run {
+    pub(crate) fn finish(mut self) -> Run {
         self.0.take().unwrap().wait_with_output().unwrap().into()
     }
 }

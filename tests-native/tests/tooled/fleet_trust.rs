@@ -571,3 +571,242 @@ pub(crate) fn a_claim_an_etcd_writer_planted_naming_a_host_is_reported_forged_no
         r.stdout
     );
 }
+
+/// A TCP relay on 127.0.0.1: every connection to `first` until [`Relay::switch`], which
+/// cuts those and sends every later one to `then`. Bytes are copied, never read: TLS runs
+/// end to end. Stops accepting when dropped.
+struct Relay {
+    port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    switched: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    live: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl Relay {
+    fn start(first: String, then: String) -> Relay {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let switched = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let live = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (stopping, to_then, open) = (stop.clone(), switched.clone(), live.clone());
+        std::thread::spawn(move || {
+            while !stopping.load(Ordering::Relaxed) {
+                let Ok((client, _)) = listener.accept() else {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                    continue;
+                };
+                client.set_nonblocking(false).unwrap();
+                let to = if to_then.load(Ordering::Relaxed) {
+                    &then
+                } else {
+                    &first
+                };
+                let Ok(server) = std::net::TcpStream::connect(to) else {
+                    continue;
+                };
+                let pipe = |mut a: std::net::TcpStream, mut b: std::net::TcpStream| {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut a, &mut b);
+                        let _ = b.shutdown(std::net::Shutdown::Both);
+                    })
+                };
+                pipe(client.try_clone().unwrap(), server.try_clone().unwrap());
+                pipe(server.try_clone().unwrap(), client.try_clone().unwrap());
+                open.lock().unwrap().extend([client, server]);
+            }
+        });
+        Relay {
+            port,
+            stop,
+            switched,
+            live,
+        }
+    }
+
+    /// Cuts every connection made so far; the next ones go to `then`.
+    fn switch(&self) {
+        self.switched
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        for c in self.live.lock().unwrap().drain(..) {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.switch();
+    }
+}
+
+/// repochd of `h`, here, stopped at `barrier` when it reaches it.
+fn daemon_stopping_at(h: &Host, barrier: &str) -> Daemon {
+    let log = h.s.path("repochd.log");
+    let mut c = h.s.cmd("repochd");
+    c.env("REPOCH_BARRIER", barrier);
+    let child = c
+        .stderr(std::fs::File::create(&log).unwrap())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("repochd");
+    let d = Daemon { child, log };
+    d.wait_log("repochd ready");
+    d
+}
+
+/// A veth pair between this network namespace (`here`) and `ns` (`there`), addresses
+/// `HERE/24` and `THERE/24`; gone with `ns`.
+fn veth_into(ns: &Netns, tag: &str, here: &str, there: &str) {
+    let (a, b) = (format!("vh{tag}"), format!("vn{tag}"));
+    let ip = |args: &[&str]| {
+        let o = std::process::Command::new("ip")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "ip {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    ip(&["link", "add", &a, "type", "veth", "peer", "name", &b]);
+    ip(&["link", "set", &b, "netns", &ns.name]);
+    ip(&["addr", "add", &format!("{here}/24"), "dev", &a]);
+    ip(&["link", "set", &a, "up"]);
+    ip(&[
+        "-n",
+        &ns.name,
+        "addr",
+        "add",
+        &format!("{there}/24"),
+        "dev",
+        &b,
+    ]);
+    ip(&["-n", &ns.name, "link", "set", &b, "up"]);
+}
+
+pub(crate) fn a_relay_switched_to_a_twin_mid_recovery_never_grants() {
+    // Proves: host b's one endpoint is a relay that copies bytes to a member of the fleet's
+    // cluster; with b's recovery stopped right after its intent (barrier after-final-1),
+    // the relay cuts its connections and sends every later one to a cluster started from
+    // the same template (same cluster and member ids, same certificates). Every write of a
+    // recovery is guarded in its own transaction by the fleet record at its pinned
+    // revision, which the twin lacks: b's claim applies nothing there, b is withheld
+    // registry-mismatch and never granted, and host a, on the fleet's cluster, is granted.
+    // Found by attacking the release binaries: the record was checked once per endpoint,
+    // and b was granted from the twin beside a.
+    require_root!();
+    let sb = Sandbox::new();
+    let etcd = Etcd::start(&sb.path("etcd"));
+    let px = prefix(&sb);
+    let (a, _) = enroll_host(&etcd, &px, "billing", "host-a");
+    let ns = Netns::new(&sb.tag);
+    let short: String = sb
+        .tag
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(8)
+        .collect();
+    veth_into(&ns, &short, "10.213.0.1", "10.213.0.2");
+    let twin = etcd.start_twin_serving(&sb.path("twin"), &ns.name, Some("10.213.0.2"));
+    assert_eq!(
+        twin.cluster_id(0),
+        etcd.cluster_id(0),
+        "the premise: one cluster id"
+    );
+    let relay = Relay::start(
+        format!("127.0.0.1:{}", etcd.members[0].client_port),
+        format!("10.213.0.2:{}", twin.members[0].client_port),
+    );
+    // b's one endpoint is the relay.
+    let toml = etcd.registry_toml("billing", "host-b", &px);
+    let start = toml.find("endpoints = [").unwrap() + "endpoints = ".len();
+    let end = start + toml[start..].find(']').unwrap() + 1;
+    let one = format!("[\"https://127.0.0.1:{}\"]", relay.port);
+    let (s, r) = enroll_toml(None, &format!("{}{one}{}", &toml[..start], &toml[end..]));
+    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
+    let b = Host {
+        id: r.json()["deployment"].as_str().unwrap().to_owned(),
+        s,
+    };
+    {
+        let barrier = "after-final-1";
+        let d = daemon_stopping_at(&b, barrier);
+        let c = crate::fleet::consumer_writing_token(&b);
+        let rec = crate::fleet::Bg::spawn(b.s.recover(&b.id, 60, &[]));
+        stopped_at(&d.log, d.child.id(), barrier, "repochd");
+        relay.switch();
+        let pid = rustix::process::Pid::from_raw(d.child.id() as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
+        let (rb, gb) = (rec.finish(), c.finish());
+        assert!(
+            !granted(&rb, &gb),
+            "b granted from the twin: {}{}",
+            rb.stdout,
+            rb.stderr
+        );
+        assert_eq!(rb.reasons(), ["registry-mismatch"], "{}", rb.stdout);
+        assert_eq!(epoch_of(&b), "withheld");
+    }
+    assert!(
+        twin.get(&format!("{px}/epochs/billing")).is_none(),
+        "nothing claimed in the twin"
+    );
+    let _da = a.s.daemon();
+    let (ra, ga) = recover(&a);
+    assert!(granted(&ra, &ga), "{}{}", ra.stdout, ra.stderr);
+    drop(relay);
+}
+
+pub(crate) fn a_fleet_record_planted_with_a_minority_of_the_members_cannot_be_joined() {
+    // Proves: an etcd writer who plants a fleet record before the first enrollment, pinning
+    // one member of three, steers the operator to its id, but no host can join it: the
+    // record's members hold no majority of the cluster's voting members (a fleet pinned so
+    // would let one member's copy answer for it alone). Found by attacking the release
+    // binaries: two hosts joined, and a fork of that member granted beside the cluster,
+    // with the same fencing token.
+    require_root!();
+    let sb = Sandbox::new();
+    let etcd = Etcd::start(&sb.path("etcd"));
+    let px = prefix(&sb);
+    // The member a host's first endpoint answers as.
+    let status = etcd.etcdctl(&[0], &["endpoint", "status", "-w", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let one = v[0]["Status"]["header"]["member_id"].as_u64().unwrap();
+    let planted = repoch_protocol::fleet::FleetRecord {
+        fleet: "pay".into(),
+        prefix: px.clone(),
+        pin: repoch_protocol::fleet::FleetPin {
+            id: repoch_protocol::fleet::FleetId([0x11; 16]),
+            cluster: etcd.cluster_id(0),
+            members: vec![one],
+        },
+        host: "ghost".into(),
+    };
+    let mut writer =
+        repoch_registry::Client::connect(&etcd.spec(), std::time::Duration::from_secs(5)).unwrap();
+    use repoch_protocol::Canonical as _;
+    writer
+        .create(format!("{px}/fleets/pay").as_bytes(), &planted.to_bytes())
+        .unwrap();
+    let id = "11".repeat(16);
+    let (_, r) = enroll_toml(
+        None,
+        &etcd.registry_toml_as("pay", "host-c", &px, Some(&id)),
+    );
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout
+            .contains("no majority of the cluster's voting members"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        etcd.get(&format!("{px}/hosts/pay/host-c")).is_none(),
+        "nothing kept"
+    );
+}

@@ -313,6 +313,16 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            fleet_trust::a_relay_switched_to_a_twin_mid_recovery_never_grants,
+            ETCD_IN_NETNS
+        ),
+        trial!(
+            root,
+            fleet_trust::a_fleet_record_planted_with_a_minority_of_the_members_cannot_be_joined,
+            ETCD
+        ),
+        trial!(
+            root,
             fleet_trust::a_claim_an_etcd_writer_planted_naming_a_host_is_reported_forged_not_a_rollback,
             ETCD
         ),
