@@ -392,12 +392,26 @@ impl Client {
         let mut missed = Vec::new();
         let mut foreign = Vec::new();
         let first = self.preferred;
-        for i in (0..n).map(|k| (first + k) % n) {
+        // Each endpoint once, from the preferred one; an endpoint whose attempt failed
+        // fast (a connection found broken, not a deadline) once more at the end: its
+        // channel dials again, and a dropped connection must not read as no answer.
+        let mut order: std::collections::VecDeque<usize> =
+            (0..n).map(|k| (first + k) % n).collect();
+        let mut again = vec![true; n];
+        let fast = self.deadline / 2;
+        while let Some(i) = order.pop_front() {
+            let started = std::time::Instant::now();
+            let mut retry = |i: usize, order: &mut std::collections::VecDeque<usize>| {
+                if std::mem::take(&mut again[i]) && started.elapsed() < fast {
+                    order.push_back(i);
+                }
+            };
             match self.vouched(i) {
                 Ok(()) => {}
                 Err(Vouched::Missed(why)) => {
                     missed.push(format!("{}: {why}", self.endpoints[i].0));
                     self.preferred = (i + 1) % n;
+                    retry(i, &mut order);
                     continue;
                 }
                 Err(Vouched::Foreign(why)) => {
@@ -454,6 +468,7 @@ impl Client {
             missed.push(format!("{url}: {why}"));
             // The next call starts elsewhere.
             self.preferred = (i + 1) % n;
+            retry(i, &mut order);
         }
         if missed.is_empty() {
             return Err(Error::Foreign(format!("{what}: {}", foreign.join("; "))));

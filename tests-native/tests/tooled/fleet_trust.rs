@@ -810,3 +810,40 @@ pub(crate) fn a_fleet_record_planted_with_a_minority_of_the_members_cannot_be_jo
         "nothing kept"
     );
 }
+
+pub(crate) fn a_connection_dropped_after_the_claim_is_dialled_again_and_granted() {
+    // Proves: a host whose one endpoint's connection drops after its claim (a relay to a
+    // member of the fleet's cluster cutting every connection while repochd is stopped
+    // right after the claim) dials again within the call and is granted: a dropped
+    // connection is not "no answer". Found by attacking the release binaries: the check
+    // before the dispatch read the broken connection as no answer, withheld the recovery
+    // after the claim had applied, and the fleet deployment could never be recovered.
+    require_root!();
+    let sb = Sandbox::new();
+    let etcd = Etcd::start(&sb.path("etcd"));
+    let px = prefix(&sb);
+    let member = format!("127.0.0.1:{}", etcd.members[0].client_port);
+    let relay = Relay::start(member.clone(), member);
+    let toml = etcd.registry_toml("billing", "host-a", &px);
+    let start = toml.find("endpoints = [").unwrap() + "endpoints = ".len();
+    let end = start + toml[start..].find(']').unwrap() + 1;
+    let one = format!("[\"https://127.0.0.1:{}\"]", relay.port);
+    let (s, r) = enroll_toml(None, &format!("{}{one}{}", &toml[..start], &toml[end..]));
+    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
+    let a = Host {
+        id: r.json()["deployment"].as_str().unwrap().to_owned(),
+        s,
+    };
+    let barrier = "after-claim";
+    let d = daemon_stopping_at(&a, barrier);
+    let c = crate::fleet::consumer_writing_token(&a);
+    let rec = crate::fleet::Bg::spawn(a.s.recover(&a.id, 60, &[]));
+    stopped_at(&d.log, d.child.id(), barrier, "repochd");
+    relay.switch();
+    let pid = rustix::process::Pid::from_raw(d.child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
+    let (ra, ga) = (rec.finish(), c.finish());
+    assert!(granted(&ra, &ga), "{}{}", ra.stdout, ra.stderr);
+    assert_eq!(registered(&etcd, &px, "billing").unwrap().1, "host-a");
+    drop(relay);
+}

@@ -313,6 +313,11 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            fleet_trust::a_connection_dropped_after_the_claim_is_dialled_again_and_granted,
+            ETCD
+        ),
+        trial!(
+            root,
             fleet_trust::a_relay_switched_to_a_twin_mid_recovery_never_grants,
             ETCD_IN_NETNS
         ),
