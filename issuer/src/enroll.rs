@@ -1121,6 +1121,67 @@ fn existing_inventory(v: &Validated) -> Result<Vec<InventoryEntry>, EnrollError>
 
 /// Enrolls once the fleet (if any) is known: the journal, the state directory, the signed
 /// manifest and the genesis, and this host's record in the registry.
+/// The staged state directory's own entries (the directory, its log and its lock), each
+/// by identity with its birth time.
+fn staged_inventory(
+    state_dir: &Path,
+    staged: &crate::log::Staged<std::os::fd::OwnedFd, std::os::fd::OwnedFd>,
+) -> Result<Vec<InventoryEntry>, String> {
+    let ident = |fd| match fstat_identity(fd) {
+        Ok(id) if id.birth.is_none() => Err(format!("state directory: {NO_BIRTH_TIME}")),
+        Ok(id) => Ok(id),
+        Err(e) => Err(e.to_string()),
+    };
+    let path = |n: &str| state_dir.join(n).display().to_string();
+    Ok(vec![
+        InventoryEntry {
+            role: Role::StateDir,
+            path: state_dir.display().to_string(),
+            identity: ident(&staged.dir)?,
+        },
+        InventoryEntry {
+            role: Role::EpochLog,
+            path: path(crate::layout::LOG_FILE),
+            identity: ident(&staged.log)?,
+        },
+        InventoryEntry {
+            role: Role::IssuerLock,
+            path: path(crate::layout::LOCK_FILE),
+            identity: ident(&staged.lock)?,
+        },
+    ])
+}
+
+/// The manifest of deployment `id` enrolled at `now` under `issuer`: the validated
+/// manifest as written, the inventory by identity, the lineage and the pinned fleet.
+fn manifest_of(
+    v: &Validated,
+    (id, now, issuer): (DeploymentId, u64, PublicKey),
+    inventory: Vec<InventoryEntry>,
+    (predecessor, journal_genesis): (Option<Predecessor>, Hash),
+    registry: Option<repoch_protocol::fleet::Registry>,
+) -> Manifest {
+    Manifest {
+        deployment: id,
+        label: v.label.clone(),
+        enrolled_at: now,
+        issuer_key: issuer,
+        inventory,
+        target: Target {
+            ready_path: v.ready.clone(),
+        },
+        containment: v.containment.clone(),
+        consumer: v.consumer.clone(),
+        lineage: Lineage {
+            predecessor,
+            journal_path: v.journal_path.clone(),
+            journal_genesis,
+            producer_key: v.producer_key,
+        },
+        registry,
+    }
+}
+
 fn enroll_with(
     layout: &Layout,
     v: &Validated,
@@ -1148,49 +1209,15 @@ fn enroll_with(
     let mut fleet_hosts = Vec::new();
     let mut registry_error = None;
     let result = enroll_sequence(&mut Real, &dfd, &id, issuer, |_, staged| {
-        let ident = |fd| match fstat_identity(fd) {
-            Ok(id) if id.birth.is_none() => Err(format!("state directory: {NO_BIRTH_TIME}")),
-            Ok(id) => Ok(id),
-            Err(e) => Err(e.to_string()),
-        };
-        let path = |n: &str| state_dir.join(n).display().to_string();
-        let mut inv = vec![
-            InventoryEntry {
-                role: Role::StateDir,
-                path: state_dir.display().to_string(),
-                identity: ident(&staged.dir)?,
-            },
-            InventoryEntry {
-                role: Role::EpochLog,
-                path: path(crate::layout::LOG_FILE),
-                identity: ident(&staged.log)?,
-            },
-            InventoryEntry {
-                role: Role::IssuerLock,
-                path: path(crate::layout::LOCK_FILE),
-                identity: ident(&staged.lock)?,
-            },
-        ];
+        let mut inv = staged_inventory(&state_dir, staged)?;
         inv.extend(inventory.iter().cloned());
-        let manifest = Manifest {
-            deployment: id,
-            label: v.label.clone(),
-            enrolled_at: now,
-            issuer_key: issuer,
-            inventory: inv,
-            target: Target {
-                ready_path: v.ready.clone(),
-            },
-            containment: v.containment.clone(),
-            consumer: v.consumer.clone(),
-            lineage: Lineage {
-                predecessor,
-                journal_path: v.journal_path.clone(),
-                journal_genesis,
-                producer_key: v.producer_key,
-            },
-            registry: fleet.as_ref().map(|f| f.registry.clone()),
-        };
+        let manifest = manifest_of(
+            v,
+            (id, now, issuer),
+            inv,
+            (predecessor, journal_genesis),
+            fleet.as_ref().map(|f| f.registry.clone()),
+        );
         let bytes = SignedManifest::sign(manifest, key).to_bytes();
         manifest_hash = Hash::of(&bytes);
         let genesis = EpochRecord {
@@ -1214,10 +1241,11 @@ fn enroll_with(
                 label: v.label.clone(),
                 issuer_key: issuer,
             };
-            fleet_hosts = register_host(f, &host).map_err(|e| {
-                registry_error = Some(e.clone());
-                e.to_string()
-            })?;
+            fleet_hosts = register_host(f, &host)
+                .inspect_err(|e| {
+                    registry_error = Some(e.clone());
+                })
+                .map_err(|e| e.to_string())?;
         }
         Ok((bytes, SignedEpochRecord::sign(genesis, key)))
     });
