@@ -132,6 +132,8 @@ pub struct FleetEpoch {
     pub cluster: u64,
     pub create_revision: i64,
     pub mod_revision: i64,
+    /// The token floor of the claim's fleet (its record's; 0 when none).
+    pub floor: u64,
 }
 
 /// What the registry and one host's log say together (docs/AUDITOR.md, "The fleet
@@ -204,10 +206,12 @@ pub fn compare_fleet(
             match (ours, token) {
                 (Some(e), _) => {
                     let c = e.claim.as_ref().unwrap();
-                    let registered = repoch_protocol::fleet::FencingToken {
-                        cluster: e.cluster,
-                        revision: e.create_revision.max(0) as u64,
-                    };
+                    let registered =
+                        repoch_protocol::fleet::token_above(e.floor, e.cluster, e.create_revision)
+                            .unwrap_or(repoch_protocol::fleet::FencingToken {
+                                cluster: e.cluster,
+                                revision: 0,
+                            });
                     let said = format!("{}: intent {} at {registered}", e.key, c.intent);
                     if !intents.contains(&c.intent) {
                         FleetVerdict::Rollback {

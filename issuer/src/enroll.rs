@@ -55,6 +55,10 @@ pub struct RegistryToml {
     /// The id of the established fleet this host joins (32 hex digits, printed by the
     /// enrollment that established it); absent: this enrollment establishes the fleet.
     pub fleet_id: Option<String>,
+    /// Establishing only: added to every fencing token of the fleet (docs/OPERATOR.md,
+    /// "Fencing tokens"): at least the largest token of the fleets before it, for a fleet
+    /// on a cluster rebuilt from nothing. Default 0.
+    pub token_floor: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -215,6 +219,8 @@ pub struct Validated {
     pub registry: Option<repoch_protocol::fleet::Registry>,
     /// `registry.fleet_id`: the fleet this host joins; `None`: it establishes one.
     pub fleet_id: Option<repoch_protocol::fleet::FleetId>,
+    /// `registry.token_floor`: the floor of the fleet this enrollment establishes.
+    pub token_floor: u64,
 }
 
 /// Parses and validates a TOML manifest: every path absolute and canonical, every list
@@ -342,9 +348,26 @@ pub fn validate(text: &str) -> Result<Validated, EnrollError> {
         Some(id) => Some(id.parse().map_err(|w| field("registry.fleet_id", w))?),
         None => None,
     };
+    let token_floor = match m.registry.as_ref().map(|r| (r.token_floor, r.fleet_id.is_some())) {
+        Some((Some(_), true)) => {
+            return Err(field(
+                "registry.token_floor",
+                "only the enrollment that establishes a fleet sets its floor (this one names registry.fleet_id: the fleet's record holds its floor)",
+            ))
+        }
+        Some((Some(f), false)) if f > repoch_protocol::fleet::FLOOR_MAX => {
+            return Err(field(
+                "registry.token_floor",
+                format!("{f}: at most {}", repoch_protocol::fleet::FLOOR_MAX),
+            ))
+        }
+        Some((floor, _)) => floor.unwrap_or(0),
+        None => 0,
+    };
     let registry = m.registry.map(registry_field).transpose()?;
     Ok(Validated {
         fleet_id,
+        token_floor,
         label: m.label,
         fences: m.fences,
         stores: m.stores,
@@ -570,6 +593,7 @@ struct FleetJoin {
 fn join_fleet(
     r: &repoch_protocol::fleet::Registry,
     join: Option<repoch_protocol::fleet::FleetId>,
+    floor: u64,
 ) -> Result<FleetJoin, EnrollError> {
     use repoch_protocol::fleet::FleetRecord;
     let unavailable = |e: repoch_registry::Error| {
@@ -622,7 +646,7 @@ fn join_fleet(
             (pin, read.create_revision, false)
         }
         (None, None) => {
-            let (pin, record) = new_fleet(r, &header, voting)?;
+            let (pin, record) = new_fleet(r, &header, voting, floor)?;
             unused_epoch(&mut client, r)?;
             let revision = establish(&mut client, r, &record)?;
             (pin, revision, true)
@@ -714,6 +738,7 @@ fn new_fleet(
     r: &repoch_protocol::fleet::Registry,
     header: &repoch_registry::Header,
     voting: Vec<u64>,
+    floor: u64,
 ) -> Result<
     (
         repoch_protocol::fleet::FleetPin,
@@ -737,6 +762,7 @@ fn new_fleet(
         id,
         cluster: header.cluster,
         members: voting,
+        floor,
     };
     let record = FleetRecord {
         fleet: r.fleet.clone(),
@@ -1034,7 +1060,7 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
     // The fleet, before anything is written here: joined (its record read and this
     // cluster checked against it) or established (its record made now).
     let mut fleet = match &v.registry {
-        Some(r) => Some(join_fleet(r, v.fleet_id)?),
+        Some(r) => Some(join_fleet(r, v.fleet_id, v.token_floor)?),
         None => None,
     };
     let done = enroll_with(

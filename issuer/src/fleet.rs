@@ -15,7 +15,9 @@
 use std::time::Duration;
 
 use repoch_protocol::cbor::Canonical;
-use repoch_protocol::fleet::{FencingToken, FleetClaim, FleetPin, FleetRecord, Registry};
+use repoch_protocol::fleet::{
+    token_above, FencingToken, FleetClaim, FleetPin, FleetRecord, Registry,
+};
 use repoch_protocol::Reason;
 use repoch_registry::{Claimed, Client, Entry, Error, Header, Vouch};
 
@@ -273,15 +275,20 @@ pub fn claim(
 ) -> Result<FencingToken, Lost> {
     let subject = format!("fleet epoch {}", r.epoch_key());
     match fleet.claim(r.epoch_key().as_bytes(), &claim.to_bytes()) {
-        Ok(Claimed::Ours { cluster, entry }) => match u64::try_from(entry.create_revision) {
-            Ok(revision) if revision > 0 => Ok(FencingToken { cluster, revision }),
-            _ => Err(Lost::Unknown(Refusal::new(
-                Reason::RegistryUnavailable,
-                subject,
-                "a create revision above 0",
-                format!("revision {}", entry.create_revision),
-            ))),
-        },
+        Ok(Claimed::Ours { cluster, entry }) => {
+            match token_above(r.floor(), cluster, entry.create_revision) {
+                Some(token) => Ok(token),
+                None => Err(Lost::Unknown(Refusal::new(
+                    Reason::RegistryUnavailable,
+                    subject,
+                    format!(
+                        "a create revision above 0, below {}",
+                        u64::MAX.saturating_sub(r.floor())
+                    ),
+                    format!("revision {}", entry.create_revision),
+                ))),
+            }
+        }
         Ok(Claimed::Theirs { entry, .. }) => Err(Lost::Refused(Refusal::new(
             Reason::EpochConsumed,
             subject,
@@ -319,7 +326,9 @@ pub fn still_ours(
     if e.value != claim.to_bytes() || e.value_bytes != e.value.len() {
         return Err(changed(holder(&e)));
     }
-    if e.create_revision != token.revision as i64 || e.mod_revision != e.create_revision {
+    if token_above(r.floor(), token.cluster, e.create_revision) != Some(*token)
+        || e.mod_revision != e.create_revision
+    {
         return Err(changed(format!(
             "created at revision {}, modified at {}",
             e.create_revision, e.mod_revision
@@ -468,6 +477,7 @@ mod tests {
                 id: repoch_protocol::fleet::FleetId([5; 16]),
                 cluster: CLUSTER,
                 members: vec![1, 2, 3],
+                floor: 0,
             },
         }
     }
@@ -623,6 +633,53 @@ mod tests {
             claim(&mut claims(Ok(won)), &reg(), &ours()).unwrap(),
             token(44)
         );
+    }
+
+    /// The registry of a fleet established with a token floor of 44.
+    fn floored() -> Registry {
+        Registry {
+            pin: Some(FleetPin {
+                id: repoch_protocol::fleet::FleetId([5; 16]),
+                cluster: CLUSTER,
+                members: vec![1],
+                floor: 44,
+            }),
+            record_revision: 2,
+            ..reg()
+        }
+    }
+
+    #[test]
+    fn a_fleet_with_a_floor_gives_tokens_above_it_and_checks_them_so() {
+        let won = Claimed::Ours {
+            cluster: CLUSTER,
+            entry: entry(ours().to_bytes(), 3, 3),
+        };
+        let t = claim(&mut claims(Ok(won)), &floored(), &ours()).unwrap();
+        assert_eq!(t, token(47), "the create revision 3 above the floor 44");
+        let check = |created: i64| {
+            let e = entry(ours().to_bytes(), created, created);
+            still_ours(&mut gets(Ok((CLUSTER, Some(e)))), &floored(), &ours(), &t)
+        };
+        assert_eq!(check(3), Ok(()));
+        let r = check(47).unwrap_err();
+        assert_eq!(r.reason, Reason::RegistryChanged);
+        assert_eq!(r.observed, "created at revision 47, modified at 47");
+        let huge = Registry {
+            pin: floored().pin.map(|p| FleetPin {
+                floor: u64::MAX,
+                ..p
+            }),
+            ..floored()
+        };
+        let won = Claimed::Ours {
+            cluster: CLUSTER,
+            entry: entry(ours().to_bytes(), 3, 3),
+        };
+        match claim(&mut claims(Ok(won)), &huge, &ours()) {
+            Err(Lost::Unknown(r)) => assert_eq!(r.expected, "a create revision above 0, below 0"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -69,9 +69,40 @@ pub struct FleetPin {
     pub cluster: u64,
     /// The voting members' ids, ascending, each once.
     pub members: Vec<u64>,
+    /// Added to every fencing token's revision: 0, or, for a fleet established on a
+    /// cluster rebuilt from nothing (its revisions start again), at least the largest
+    /// token any host of the fleets before it recorded, so that tokens never go back.
+    pub floor: u64,
+}
+
+/// The largest floor a fleet may take: room for any etcd revision above it.
+pub const FLOOR_MAX: u64 = 1 << 62;
+
+/// The fencing token of a claim created at `create_revision` in `cluster`, above `floor`
+/// ([`FleetPin::token`]; a registry without a pin has the floor 0).
+pub fn token_above(floor: u64, cluster: u64, create_revision: i64) -> Option<FencingToken> {
+    let created = u64::try_from(create_revision).ok().filter(|r| *r > 0)?;
+    Some(FencingToken {
+        cluster,
+        revision: floor.checked_add(created)?,
+    })
+}
+
+impl Registry {
+    /// The pinned fleet's token floor (0 without a pin).
+    pub fn floor(&self) -> u64 {
+        self.pin.as_ref().map_or(0, |p| p.floor)
+    }
 }
 
 impl FleetPin {
+    /// The fencing token of a claim created at `create_revision` in `cluster`: the revision
+    /// above this fleet's floor. None for a revision that is no create revision (0 or
+    /// less) or one whose sum with the floor leaves `u64`.
+    pub fn token(&self, cluster: u64, create_revision: i64) -> Option<FencingToken> {
+        token_above(self.floor, cluster, create_revision)
+    }
+
     /// A cluster id and 1 to [`MEMBERS_MAX`] member ids, none 0, ascending.
     pub fn check(&self) -> Result<(), String> {
         if self.cluster == 0 {
@@ -85,6 +116,9 @@ impl FleetPin {
         }
         if self.members[0] == 0 || self.members.windows(2).any(|w| w[0] >= w[1]) {
             return Err("member ids: none 0, ascending, each once".into());
+        }
+        if self.floor > FLOOR_MAX {
+            return Err(format!("token floor {} over {FLOOR_MAX}", self.floor));
         }
         Ok(())
     }
@@ -104,14 +138,16 @@ impl Canonical for FleetPin {
             cbor::bytes(&self.id.0),
             cbor::uint(self.cluster),
             cbor::array(self.members.iter().map(|m| cbor::uint(*m)).collect()),
+            cbor::uint(self.floor),
         ])
     }
     fn from_value(v: Value) -> Result<Self, DecodeError> {
-        let mut f = Fields::open(v, "fleet-pin", 3)?;
+        let mut f = Fields::open(v, "fleet-pin", 4)?;
         let p = FleetPin {
             id: FleetId(f.bytes()?),
             cluster: f.uint()?,
             members: f.list(MEMBERS_MAX, |v| cbor::as_uint(v, "fleet-pin"))?,
+            floor: f.uint()?,
         };
         p.check().map_err(|e| DecodeError::schema("fleet-pin", e))?;
         Ok(p)
@@ -611,7 +647,39 @@ mod tests {
             id: FleetId([7; FLEET_ID_BYTES]),
             cluster: 0xc1,
             members: vec![1, 2, 3],
+            floor: 0,
         }
+    }
+
+    #[test]
+    fn a_token_is_the_create_revision_above_the_floor_and_never_wraps() {
+        let t = |floor: u64, created: i64| FleetPin { floor, ..pin() }.token(0xc1, created);
+        assert_eq!(
+            t(0, 7),
+            Some(FencingToken {
+                cluster: 0xc1,
+                revision: 7
+            })
+        );
+        assert_eq!(
+            t(44, 3).map(|t| t.revision),
+            Some(47),
+            "above the predecessor's 44"
+        );
+        assert_eq!(t(44, 0), None);
+        assert_eq!(t(44, -1), None);
+        assert_eq!(t(u64::MAX, 1), None);
+        let over = FleetPin {
+            floor: FLOOR_MAX + 1,
+            ..pin()
+        };
+        assert!(over.check().unwrap_err().contains("token floor"));
+        assert!(FleetPin::from_bytes(&over.to_bytes()).is_err());
+        let at = FleetPin {
+            floor: FLOOR_MAX,
+            ..pin()
+        };
+        assert_eq!(FleetPin::from_bytes(&at.to_bytes()).unwrap(), at);
     }
 
     #[test]

@@ -113,11 +113,31 @@ fn audit_registry(
                     cluster: 0,
                     create_revision: e.create_revision,
                     mod_revision: e.mod_revision,
+                    floor: 0,
                 })
             },
         )
         .map_err(|e| unavailable(e.to_string()))?;
-    epochs.iter_mut().for_each(|e| e.cluster = header.cluster);
+    // The fleets' records: each claim's token is its create revision above its fleet's
+    // floor.
+    let mut floors = std::collections::BTreeMap::new();
+    client
+        .scan(
+            format!("{}/fleets/", r.prefix).as_bytes(),
+            AUDIT_KEYS_MAX,
+            |e| {
+                if let Ok(rec) = repoch_protocol::fleet::FleetRecord::from_bytes(&e.value) {
+                    floors.insert(rec.fleet, rec.pin.floor);
+                }
+            },
+        )
+        .map_err(|e| unavailable(e.to_string()))?;
+    for e in &mut epochs {
+        e.cluster = header.cluster;
+        if let Ok(c) = &e.claim {
+            e.floor = floors.get(&c.fleet).copied().unwrap_or(0);
+        }
+    }
     let mut hosts: Vec<FleetHost> = Vec::new();
     client
         .scan(
@@ -194,7 +214,14 @@ pub fn run(
         .iter()
         .map(|a| {
             let r = &a.report;
+            // The fencing token it consumed with (a fleet's): what a fleet established after
+            // a rebuild takes as its floor (docs/OPERATOR.md, "Fencing tokens").
+            let fencing = r.records.iter().find_map(|v| match &v.record.record.body {
+                repoch_protocol::epoch::EpochBody::Consume { fencing, .. } => *fencing,
+                _ => None,
+            });
             json!({"path": a.path, "deployment": r.deployment().map(|d| d.to_hex()), "epoch": r.classification.as_str(),
+                   "fencing": fencing.map(|t| json!({"cluster": format!("{:016x}", t.cluster), "revision": t.revision})),
                    "records": r.records.len(), "head": r.last_hash().map(|h| h.to_hex()),
                    "predecessor": r.genesis().and_then(|(_, p)| p).map(|p| p.deployment.to_hex()),
                    "problem": r.problem.as_ref().map(|(at, why)| json!({"offset": at, "reason": why}))})

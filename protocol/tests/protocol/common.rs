@@ -293,6 +293,7 @@ pub fn registry() -> Registry {
             id: repoch_protocol::fleet::FleetId(*b"fleet-id-sample!"),
             cluster: 0x5a2b_c3d4_e5f6_0718,
             members: vec![0x1111, 0x2222, 0x3333],
+            floor: 0,
         }),
         record_revision: 7,
     }

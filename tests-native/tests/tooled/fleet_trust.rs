@@ -784,6 +784,7 @@ pub(crate) fn a_fleet_record_planted_with_a_minority_of_the_members_cannot_be_jo
             id: repoch_protocol::fleet::FleetId([0x11; 16]),
             cluster: etcd.cluster_id(0),
             members: vec![one],
+            floor: 0,
         },
         host: "ghost".into(),
     };
@@ -846,4 +847,71 @@ pub(crate) fn a_connection_dropped_after_the_claim_is_dialled_again_and_granted(
     assert!(granted(&ra, &ga), "{}{}", ra.stdout, ra.stderr);
     assert_eq!(registered(&etcd, &px, "billing").unwrap().1, "host-a");
     drop(relay);
+}
+
+pub(crate) fn a_fleet_established_after_a_rebuild_with_a_floor_gives_a_larger_token() {
+    // Proves: host a of fleet billing is granted with token T; the cluster is wiped and
+    // rebuilt from its template (its revisions start again); the operator reads T from a's
+    // log (`repoch audit --json`: logs[].fencing) and establishes the successor fleet
+    // billing-2 with registry.token_floor = T; its grant's token is above T (without the
+    // floor it was below: a storage fence keeping the largest token would refuse the
+    // legitimate new root). A joining host cannot set a floor.
+    require_root!();
+    let sb = Sandbox::new();
+    let mut etcd = Etcd::start(&sb.path("etcd"));
+    let px = prefix(&sb);
+    let (a, _) = enroll_host(&etcd, &px, "billing", "host-a");
+    {
+        let _d = a.s.daemon();
+        let (r, got) = recover(&a);
+        assert!(granted(&r, &got), "{}{}", r.stdout, r.stderr);
+    }
+    let audit =
+        a.s.repoch(&["--json", "audit", a.s.log(&a.id).to_str().unwrap()]);
+    assert_eq!(
+        audit.code,
+        Outcome::Success,
+        "{}{}",
+        audit.stdout,
+        audit.stderr
+    );
+    let before = audit.json()["logs"][0]["fencing"]["revision"]
+        .as_u64()
+        .unwrap();
+    etcd.rebuild();
+
+    // A joining host may not set a floor: the record holds it.
+    let floor = format!("token_floor = {before}\n");
+    let toml = etcd.registry_toml_as("billing-2", "host-d", &px, Some(&"ab".repeat(16)));
+    let (_, r) = enroll_toml(None, &format!("{toml}{floor}"));
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("registry.token_floor"), "{}", r.stdout);
+
+    let toml = etcd.registry_toml("billing-2", "host-c", &px);
+    let (s, r) = enroll_toml(None, &format!("{toml}{floor}"));
+    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
+    let c = Host {
+        id: r.json()["deployment"].as_str().unwrap().to_owned(),
+        s,
+    };
+    let _d = c.s.daemon();
+    let (r, got) = recover(&c);
+    assert!(granted(&r, &got), "{}{}", r.stdout, r.stderr);
+    let after = got.json()["grant"]["fencing"]["revision"].as_u64().unwrap();
+    assert!(
+        after > before,
+        "the successor's token {after} is above {before}"
+    );
+    let (created, _) = registered(&etcd, &px, "billing-2").unwrap();
+    assert_eq!(
+        after,
+        before + created as u64,
+        "the create revision above the floor"
+    );
+    let told = std::fs::read_to_string(c.s.path("token.txt")).unwrap();
+    assert!(told.starts_with(&format!("{after} ")), "{told}");
+    // The audit of c's log against the registry agrees: the floor is the record's.
+    let r = crate::fleet::audit_registry(&c);
+    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.json()["registry"]["logs"][0]["verdict"], "consistent");
 }

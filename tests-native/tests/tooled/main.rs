@@ -313,6 +313,11 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            fleet_trust::a_fleet_established_after_a_rebuild_with_a_floor_gives_a_larger_token,
+            ETCD
+        ),
+        trial!(
+            root,
             fleet_trust::a_connection_dropped_after_the_claim_is_dialled_again_and_granted,
             ETCD
         ),
