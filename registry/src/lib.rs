@@ -482,6 +482,25 @@ impl Client {
         self.pin.as_ref().map(|p| p.guard())
     }
 
+    /// One transaction, asked as [`Client::ask_judged`] asks.
+    fn txn(
+        &mut self,
+        what: &str,
+        resend: bool,
+        req: &TxnRequest,
+        judge: impl Fn(&TxnResponse) -> Result<(), String>,
+    ) -> Result<TxnResponse, Error> {
+        self.ask_judged(
+            what,
+            resend,
+            |mut kv| {
+                let req = req.clone();
+                async move { kv.txn(req).await.map(|r| r.into_inner()) }
+            },
+            judge,
+        )
+    }
+
     /// Pins this client: from now on every call is vouched for ([`Vouch`]).
     pub fn pin(&mut self, vouch: Box<dyn Vouch>) {
         self.pin = Some(vouch);
@@ -592,15 +611,7 @@ impl Client {
                 success: vec![read(key)],
                 failure: vec![read(&gk)],
             };
-            let r = self.ask_judged(
-                "get",
-                true,
-                |mut kv| {
-                    let req = req.clone();
-                    async move { kv.txn(req).await.map(|r| r.into_inner()) }
-                },
-                |r| broken(r, 0, &gk, rev),
-            )?;
+            let r = self.txn("get", true, &req, |r| broken(r, 0, &gk, rev))?;
             if !r.succeeded {
                 return Err(Error::Answer(
                     "a guarded read whose guard both failed and held".into(),
@@ -726,18 +737,10 @@ impl Client {
         }
         // One endpoint only: a lost answer is the caller's to resolve (by reading back). A
         // guard that failed applied nothing: the next endpoint is asked.
-        let r = self.ask_judged(
-            "create",
-            false,
-            |mut kv| {
-                let req = req.clone();
-                async move { kv.txn(req).await.map(|r| r.into_inner()) }
-            },
-            |r| match &guard {
-                Some((gk, rev)) if !r.succeeded => broken(r, 1, gk, *rev),
-                _ => Ok(()),
-            },
-        )?;
+        let r = self.txn("create", false, &req, |r| match &guard {
+            Some((gk, rev)) if !r.succeeded => broken(r, 1, gk, *rev),
+            _ => Ok(()),
+        })?;
         let header = Header::from(r.header);
         if r.succeeded {
             return Ok(Created::Won { header });
@@ -872,18 +875,10 @@ impl Client {
         if let Some((gk, _)) = &guard {
             req.failure.push(read(gk));
         }
-        let r = self.ask_judged(
-            "probe",
-            true,
-            |mut kv| {
-                let req = req.clone();
-                async move { kv.txn(req).await.map(|r| r.into_inner()) }
-            },
-            |r| match &guard {
-                Some((gk, rev)) => broken(r, 0, gk, *rev),
-                None => Ok(()),
-            },
-        )?;
+        let r = self.txn("probe", true, &req, |r| match &guard {
+            Some((gk, rev)) => broken(r, 0, gk, *rev),
+            None => Ok(()),
+        })?;
         if r.succeeded {
             return Err(Error::Answer(
                 "a compare that cannot hold held: the probe wrote the key".into(),
@@ -910,11 +905,7 @@ impl Client {
             }],
             failure: Vec::new(),
         };
-        let r = self.ask("remove", false, |mut kv| {
-            let req = req.clone();
-            async move { kv.txn(req).await.map(|r| r.into_inner()) }
-        })?;
-        Ok(r.succeeded)
+        Ok(self.txn("remove", false, &req, |_| Ok(()))?.succeeded)
     }
 }
 

@@ -336,24 +336,8 @@ impl Etcd {
     pub fn fill_until_nospace(&self, prefix: &str) {
         let filler = self.dir.join("filler");
         std::fs::write(&filler, vec![b'f'; 512 * 1024]).unwrap();
-        let live: Vec<usize> = (0..self.members.len())
-            .filter(|&i| self.members[i].child.is_some())
-            .collect();
         for i in 0..64 {
-            let eps: Vec<String> = live.iter().map(|&i| self.members[i].endpoint()).collect();
-            let o = Command::new("sh")
-                .arg("-c")
-                .arg(format!(
-                    "etcdctl --endpoints={} --cacert={} --cert={} --key={} put {prefix}{i} < {}",
-                    eps.join(","),
-                    self.ca().display(),
-                    self.client_cert().display(),
-                    self.client_key().display(),
-                    filler.display()
-                ))
-                .env("ETCDCTL_API", "3")
-                .output()
-                .unwrap();
+            let o = self.put_file(&format!("{prefix}{i}"), &filler);
             if !o.status.success() {
                 let why = String::from_utf8_lossy(&o.stderr);
                 assert!(why.contains("space exceeded"), "{why}");
@@ -537,20 +521,37 @@ impl Etcd {
 
     /// `etcdctl` against the members named by index, with this cluster's credentials.
     pub fn etcdctl(&self, members: &[usize], args: &[&str]) -> std::process::Output {
+        self.etcdctl_cmd(members, args)
+            .output()
+            .expect("etcdctl (Debian package etcd-client)")
+    }
+
+    /// `etcdctl put KEY` of the bytes of `file` (read on its standard input, as etcdctl
+    /// takes a value of any size), against every member that runs.
+    pub fn put_file(&self, key: &str, file: &Path) -> std::process::Output {
+        let live: Vec<usize> = (0..self.members.len())
+            .filter(|&i| self.members[i].child.is_some())
+            .collect();
+        self.etcdctl_cmd(&live, &["put", key])
+            .stdin(std::fs::File::open(file).unwrap())
+            .output()
+            .expect("etcdctl (Debian package etcd-client)")
+    }
+
+    fn etcdctl_cmd(&self, members: &[usize], args: &[&str]) -> Command {
         let eps: Vec<String> = members
             .iter()
             .map(|&i| self.members[i].endpoint())
             .collect();
-        in_netns(self.ctl_netns.as_deref(), "etcdctl")
-            .env("ETCDCTL_API", "3")
+        let mut c = in_netns(self.ctl_netns.as_deref(), "etcdctl");
+        c.env("ETCDCTL_API", "3")
             .arg(format!("--endpoints={}", eps.join(",")))
             .arg(format!("--cacert={}", self.ca().display()))
             .arg(format!("--cert={}", self.client_cert().display()))
             .arg(format!("--key={}", self.client_key().display()))
             .arg("--command-timeout=3s")
-            .args(args)
-            .output()
-            .expect("etcdctl (Debian package etcd-client)")
+            .args(args);
+        c
     }
 
     /// Waits until every member named answers `endpoint health`.

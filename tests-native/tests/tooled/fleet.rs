@@ -787,6 +787,17 @@ pub(crate) fn a_partition_between_repochd_and_the_majority_never_grants_without_
 /// Recoveries in the history checker (`REPOCH_FLEET_RUNS` overrides).
 const HISTORY_RUNS: usize = 200;
 
+/// `toml` (a `[registry]` table of `etcd`) with `https://127.0.0.1:PORT` listed before the
+/// members.
+pub(crate) fn listing_first(etcd: &Etcd, toml: &str, port: u16) -> String {
+    let m0 = etcd.members[0].endpoint();
+    toml.replacen(
+        &format!("[{m0:?}"),
+        &format!("[\"https://127.0.0.1:{port}\", {m0:?}"),
+        1,
+    )
+}
+
 /// A new local deployment in `s` for fleet `fleet` as host `host`, its journal of its own;
 /// `https://127.0.0.1:FIRST` listed before the members when `first` is given.
 fn enroll_again(
@@ -798,12 +809,7 @@ fn enroll_again(
 ) -> String {
     let mut toml = etcd.registry_toml(fleet, host, prefix);
     if let Some(port) = first {
-        let m0 = etcd.members[0].endpoint();
-        toml = toml.replacen(
-            &format!("[{m0:?}"),
-            &format!("[\"https://127.0.0.1:{port}\", {m0:?}"),
-            1,
-        );
+        toml = listing_first(etcd, &toml, port);
     }
     let m = s.manifest(&toml).replace(
         &format!("{}/journal", s.srv.display()),
@@ -1168,19 +1174,7 @@ pub(crate) fn a_value_planted_over_the_bound_neither_hides_a_claim_nor_blinds_th
     let big = sb.path("big");
     std::fs::write(&big, vec![b'x'; 5000]).unwrap();
     let put_big = |key: &str| {
-        let o = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(format!(
-                "etcdctl --endpoints={} --cacert={} --cert={} --key={} put {key} < {}",
-                etcd.endpoints().join(","),
-                etcd.ca().display(),
-                etcd.client_cert().display(),
-                etcd.client_key().display(),
-                big.display()
-            ))
-            .env("ETCDCTL_API", "3")
-            .output()
-            .unwrap();
+        let o = etcd.put_file(key, &big);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     };
     let (a, _) = enroll_host(&etcd, &px, "billing", "host-a");

@@ -8,7 +8,8 @@
 use repoch_tests_native::*;
 
 use crate::fleet::{
-    daemon_in, enroll_host, epoch_of, granted, prefix, recover, registered, within, Host,
+    daemon_in, enroll_host, epoch_of, granted, listing_first, prefix, recover, registered, within,
+    Host,
 };
 
 /// Enrolls a new host from `toml` (a `[registry]` table), from network namespace `ns` or
@@ -21,6 +22,16 @@ fn enroll_toml(ns: Option<&Netns>, toml: &str) -> (Sandbox, Run) {
     c.args(["--json", "enroll", p.to_str().unwrap()]);
     let r = run(within(ns, c));
     (s, r)
+}
+
+/// A new host enrolled from `toml`, which must enroll.
+fn enrolled(toml: &str) -> Host {
+    let (s, r) = enroll_toml(None, toml);
+    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
+    Host {
+        id: r.json()["deployment"].as_str().unwrap().to_owned(),
+        s,
+    }
 }
 
 /// The outcome's detail of a `--json` recovery.
@@ -161,17 +172,11 @@ pub(crate) fn a_members_data_started_alone_is_passed_over_and_never_grants() {
     // will answer, then the fleet's members; enrolled before it does.
     let port = free_port(false);
     let listing_fork_first = |fleet: &str, host: &str| {
-        let toml = etcd.registry_toml(fleet, host, &px);
-        let first = etcd.members[0].endpoint();
-        let toml = toml.replacen(
-            &format!("[{first:?}"),
-            &format!("[\"https://127.0.0.1:{port}\", {first:?}"),
-            1,
-        );
-        let (s, r) = enroll_toml(None, &toml);
-        assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
-        let id = r.json()["deployment"].as_str().unwrap().to_owned();
-        Host { s, id }
+        enrolled(&listing_first(
+            &etcd,
+            &etcd.registry_toml(fleet, host, &px),
+            port,
+        ))
     };
     let b = listing_fork_first("billing", "host-b");
     let d = listing_fork_first("billing-2", "host-d");
@@ -502,12 +507,7 @@ pub(crate) fn unusable_registry_credentials_are_named_at_enrollment_and_at_recov
         &format!("{:?}", etcd.ca().display().to_string()),
         &format!("{:?}", ca.display().to_string()),
     );
-    let (s, r) = enroll_toml(None, &t);
-    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
-    let a = Host {
-        id: r.json()["deployment"].as_str().unwrap().to_owned(),
-        s,
-    };
+    let a = enrolled(&t);
     std::fs::write(
         &ca,
         b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
@@ -643,19 +643,27 @@ impl Drop for Relay {
     }
 }
 
-/// repochd of `h`, here, stopped at `barrier` when it reaches it.
-fn daemon_stopping_at(h: &Host, barrier: &str) -> Daemon {
-    let log = h.s.path("repochd.log");
-    let mut c = h.s.cmd("repochd");
-    c.env("REPOCH_BARRIER", barrier);
-    let child = c
-        .stderr(std::fs::File::create(&log).unwrap())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("repochd");
-    let d = Daemon { child, log };
-    d.wait_log("repochd ready");
-    d
+/// `toml` (a `[registry]` table) with `https://127.0.0.1:PORT` as its one endpoint.
+fn through(port: u16, toml: &str) -> String {
+    let start = toml.find("endpoints = [").unwrap() + "endpoints = ".len();
+    let end = start + toml[start..].find(']').unwrap() + 1;
+    format!(
+        "{}[\"https://127.0.0.1:{port}\"]{}",
+        &toml[..start],
+        &toml[end..]
+    )
+}
+
+/// Host `h`'s recovery with repochd stopped at `barrier`, `relay` switched there, and
+/// repochd continued: (recover, consumer).
+fn recover_switching_at(h: &Host, relay: &Relay, barrier: &str) -> (Run, Run) {
+    let d = AtBarrier::start(&h.s, barrier);
+    let c = crate::fleet::consumer_writing_token(h);
+    let rec = crate::fleet::Bg::spawn(h.s.recover(&h.id, 60, &[]));
+    d.reached();
+    relay.switch();
+    d.signal(rustix::process::Signal::CONT);
+    (rec.finish(), c.finish())
 }
 
 /// A veth pair between this network namespace (`here`) and `ns` (`there`), addresses
@@ -723,26 +731,12 @@ pub(crate) fn a_relay_switched_to_a_twin_mid_recovery_never_grants() {
         format!("10.213.0.2:{}", twin.members[0].client_port),
     );
     // b's one endpoint is the relay.
-    let toml = etcd.registry_toml("billing", "host-b", &px);
-    let start = toml.find("endpoints = [").unwrap() + "endpoints = ".len();
-    let end = start + toml[start..].find(']').unwrap() + 1;
-    let one = format!("[\"https://127.0.0.1:{}\"]", relay.port);
-    let (s, r) = enroll_toml(None, &format!("{}{one}{}", &toml[..start], &toml[end..]));
-    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
-    let b = Host {
-        id: r.json()["deployment"].as_str().unwrap().to_owned(),
-        s,
-    };
+    let b = enrolled(&through(
+        relay.port,
+        &etcd.registry_toml("billing", "host-b", &px),
+    ));
     {
-        let barrier = "after-final-1";
-        let d = daemon_stopping_at(&b, barrier);
-        let c = crate::fleet::consumer_writing_token(&b);
-        let rec = crate::fleet::Bg::spawn(b.s.recover(&b.id, 60, &[]));
-        stopped_at(&d.log, d.child.id(), barrier, "repochd");
-        relay.switch();
-        let pid = rustix::process::Pid::from_raw(d.child.id() as i32).unwrap();
-        rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
-        let (rb, gb) = (rec.finish(), c.finish());
+        let (rb, gb) = recover_switching_at(&b, &relay, "after-final-1");
         assert!(
             !granted(&rb, &gb),
             "b granted from the twin: {}{}",
@@ -825,25 +819,11 @@ pub(crate) fn a_connection_dropped_after_the_claim_is_dialled_again_and_granted(
     let px = prefix(&sb);
     let member = format!("127.0.0.1:{}", etcd.members[0].client_port);
     let relay = Relay::start(member.clone(), member);
-    let toml = etcd.registry_toml("billing", "host-a", &px);
-    let start = toml.find("endpoints = [").unwrap() + "endpoints = ".len();
-    let end = start + toml[start..].find(']').unwrap() + 1;
-    let one = format!("[\"https://127.0.0.1:{}\"]", relay.port);
-    let (s, r) = enroll_toml(None, &format!("{}{one}{}", &toml[..start], &toml[end..]));
-    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
-    let a = Host {
-        id: r.json()["deployment"].as_str().unwrap().to_owned(),
-        s,
-    };
-    let barrier = "after-claim";
-    let d = daemon_stopping_at(&a, barrier);
-    let c = crate::fleet::consumer_writing_token(&a);
-    let rec = crate::fleet::Bg::spawn(a.s.recover(&a.id, 60, &[]));
-    stopped_at(&d.log, d.child.id(), barrier, "repochd");
-    relay.switch();
-    let pid = rustix::process::Pid::from_raw(d.child.id() as i32).unwrap();
-    rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
-    let (ra, ga) = (rec.finish(), c.finish());
+    let a = enrolled(&through(
+        relay.port,
+        &etcd.registry_toml("billing", "host-a", &px),
+    ));
+    let (ra, ga) = recover_switching_at(&a, &relay, "after-claim");
     assert!(granted(&ra, &ga), "{}{}", ra.stdout, ra.stderr);
     assert_eq!(registered(&etcd, &px, "billing").unwrap().1, "host-a");
     drop(relay);
@@ -888,12 +868,7 @@ pub(crate) fn a_fleet_established_after_a_rebuild_with_a_floor_gives_a_larger_to
     assert!(r.stdout.contains("registry.token_floor"), "{}", r.stdout);
 
     let toml = etcd.registry_toml("billing-2", "host-c", &px);
-    let (s, r) = enroll_toml(None, &format!("{toml}{floor}"));
-    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
-    let c = Host {
-        id: r.json()["deployment"].as_str().unwrap().to_owned(),
-        s,
-    };
+    let c = enrolled(&format!("{toml}{floor}"));
     let _d = c.s.daemon();
     let (r, got) = recover(&c);
     assert!(granted(&r, &got), "{}{}", r.stdout, r.stderr);
