@@ -147,21 +147,7 @@ fn enrollable_path(p: &str) -> Result<(), String> {
     if p.chars().any(char::is_control) {
         return Err("path contains a control character".into());
     }
-    no_format_characters(p)
-}
-
-/// Refuses the characters that change how a line reads without being control characters:
-/// bidirectional overrides and isolates, zero-width characters, line and paragraph
-/// separators, the byte-order mark. A path or label holding one could pass for another.
-fn no_format_characters(s: &str) -> Result<(), String> {
-    let forges = |c: char| matches!(c, '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}');
-    match s.chars().find(|c| forges(*c)) {
-        Some(c) => Err(format!(
-            "contains the format character U+{:04X}, which changes how the text reads",
-            u32::from(c)
-        )),
-        None => Ok(()),
-    }
+    repoch_protocol::text::check(p)
 }
 
 fn key_field(
@@ -234,9 +220,7 @@ pub fn validate(text: &str) -> Result<Validated, EnrollError> {
             e.message().to_owned(),
         )
     })?;
-    check_text(&m.label)
-        .and_then(|()| no_format_characters(&m.label))
-        .map_err(|w| field("label", w))?;
+    check_text(&m.label).map_err(|w| field("label", w))?;
     if m.label.is_empty() {
         return Err(field("label", "must not be empty"));
     }

@@ -8,11 +8,21 @@
 
 use std::borrow::Cow;
 
-/// Whether `c` changes how a line reads.
+/// Whether `c` changes how a line reads: a control character (general category Cc), a
+/// format character (Cf: bidi marks, embeddings, overrides and isolates, zero-width
+/// characters, the soft hyphen, the byte-order mark, prepended concatenation marks,
+/// interlinear annotations, tag characters), or a line or paragraph separator (Zl, Zp).
+/// The list is docs/PROTOCOL.md's, written out so that no reader depends on a Unicode
+/// table's version; a test checks it against the Unicode 16 tables.
 pub fn forges(c: char) -> bool {
     c.is_control()
         || matches!(c,
-            '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
+            '\u{00AD}' | '\u{0600}'..='\u{0605}' | '\u{061C}' | '\u{06DD}' | '\u{070F}'
+            | '\u{0890}'..='\u{0891}' | '\u{08E2}' | '\u{180E}' | '\u{200B}'..='\u{200F}'
+            | '\u{2028}'..='\u{202E}' | '\u{2060}'..='\u{206F}' | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}' | '\u{110BD}' | '\u{110CD}' | '\u{13430}'..='\u{1343F}'
+            | '\u{1BCA0}'..='\u{1BCA3}' | '\u{1D173}'..='\u{1D17A}' | '\u{E0001}'
+            | '\u{E0020}'..='\u{E007F}')
 }
 
 /// `s` with each forging character written as `\u{XXXX}` and each backslash doubled (so

@@ -4,6 +4,8 @@ use std::path::Path;
 
 use repoch_issuer::Refusal;
 use repoch_protocol::{Outcome, Reason};
+// Host names and labels read from the registry are outside text (docs/PROTOCOL.md, "Text").
+use repoch_protocol::text::escape;
 use serde_json::json;
 
 use super::common::{now, require_root, warn, Ctx};
@@ -56,7 +58,7 @@ pub fn run(ctx: &Ctx, manifest: &Path) -> CmdResult {
     let fleet = v.registry.as_ref().map(|r| {
         let (id, established) = e.fleet.expect("a [registry] enrolls a fleet");
         json!({"name": r.fleet, "id": id.to_string(), "established": established, "prefix": r.prefix, "host": r.host, "epoch_key": r.epoch_key(),
-               "hosts": e.fleet_hosts.iter().map(|h| json!({"host": h.host, "deployment": h.deployment.to_hex(), "label": h.label})).collect::<Vec<_>>()})
+               "hosts": e.fleet_hosts.iter().map(|h| json!({"host": escape(&h.host), "deployment": h.deployment.to_hex(), "label": escape(&h.label)})).collect::<Vec<_>>()})
     });
     let absent = absent_now(&v.containment);
     let journal_err = e.journal_append_only.clone().err();
@@ -81,7 +83,7 @@ pub fn run(ctx: &Ctx, manifest: &Path) -> CmdResult {
             let hosts: Vec<String> = e
                 .fleet_hosts
                 .iter()
-                .map(|h| format!("{} (deployment {})", h.host, h.deployment))
+                .map(|h| format!("{} (deployment {})", escape(&h.host), h.deployment))
                 .collect();
             let (id, established) = e.fleet.expect("a [registry] enrolls a fleet");
             let how = match established {

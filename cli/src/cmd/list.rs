@@ -28,7 +28,7 @@ pub fn run(ctx: &Ctx) -> CmdResult {
             Ok(d) => {
                 let refusal = integrity_refusal(&d);
                 unverified = unverified.saturating_add(usize::from(refusal.is_some()));
-                json!({"deployment": id.to_hex(), "label": d.manifest.label, "epoch": d.classification().as_str(),
+                json!({"deployment": id.to_hex(), "label": repoch_protocol::text::escape(&d.manifest.label), "epoch": d.classification().as_str(),
                        "refusal": refusal.as_ref().map(crate::exit::refusal_json)})
             }
             Err(r) => {

@@ -2,6 +2,9 @@
 
 use repoch_issuer::store::Deployment;
 use repoch_protocol::epoch::EpochBody;
+// A label from an enrollment made before the text rule grew, a withheld record's detail:
+// escaped at the sink whatever the enrollment checked (docs/PROTOCOL.md, "Text").
+use repoch_protocol::text::escape;
 use repoch_protocol::Outcome;
 use serde_json::json;
 
@@ -12,7 +15,7 @@ fn status_json(d: &Deployment) -> serde_json::Value {
     let rep = d.report();
     json!({
         "deployment": d.id.to_hex(),
-        "label": d.manifest.label,
+        "label": escape(&d.manifest.label),
         "epoch": rep.classification.as_str(),
         "records": rep.records.iter().map(|r| json!({
             "seq": r.record.record.seq, "kind": r.record.record.body.kind().as_str(), "hash": r.hash.to_hex(), "offset": r.offset,
@@ -31,7 +34,7 @@ pub fn run(ctx: &Ctx, prefix: &str) -> CmdResult {
         let mut s = format!(
             "deployment {}  ({})\nepoch      {}\n",
             d.id,
-            d.manifest.label,
+            escape(&d.manifest.label),
             rep.classification.as_str()
         );
         for r in &rep.records {
@@ -43,7 +46,7 @@ pub fn run(ctx: &Ctx, prefix: &str) -> CmdResult {
                 r.hash
             ));
             if let EpochBody::Withheld { reason, detail } = &rec.body {
-                s.push_str(&format!("  {reason}: {detail}"));
+                s.push_str(&format!("  {reason}: {}", escape(detail)));
             }
             s.push('\n');
         }

@@ -240,3 +240,28 @@ fn a_text_is_within_its_bound_and_has_no_control_character() {
         );
     }
 }
+
+/// The text rule's list (docs/PROTOCOL.md, "Text") is every control, format, line and
+/// paragraph separator character of the Unicode tables, and nothing a person reads as a
+/// letter, digit, mark or space.
+#[test]
+fn the_forging_characters_are_exactly_unicodes_controls_formats_and_separators() {
+    use unicode_general_category::{get_general_category, GeneralCategory as G};
+    for c in (0..=0x10FFFFu32).filter_map(char::from_u32) {
+        let cat = get_general_category(c);
+        let listed = matches!(
+            cat,
+            G::Control | G::Format | G::LineSeparator | G::ParagraphSeparator
+        );
+        let forges = repoch_protocol::text::forges(c);
+        // U+2065 is unassigned inside the invisible operators' block; the rule keeps the
+        // block whole.
+        let unassigned_in_block = c == '\u{2065}' && cat == G::Unassigned;
+        assert_eq!(
+            forges,
+            listed || unassigned_in_block,
+            "U+{:04X} ({cat:?})",
+            u32::from(c)
+        );
+    }
+}

@@ -434,6 +434,12 @@ fn enroll_refuses_a_path_with_control_characters() {
             "/system.slice/da\\u200bta.service",
         ),
         ("[containment]\nexecutables", "/usr/local/bin/old\\u2028x"),
+        // A unit name and a path holding the Arabic letter mark or a tag character.
+        ("[containment]\nunits", "old\\u061c.service"),
+        (
+            "[containment]\nexecutables",
+            "/usr/local/bin/old\\U000E0041",
+        ),
     ] {
         let s = Sandbox::new();
         let m = s.manifest(&format!("{section} = [\"{entry}\"]\n"));
@@ -447,17 +453,29 @@ fn enroll_refuses_a_path_with_control_characters() {
             "{entry}: {msg}"
         );
     }
-    // The label too.
-    let s = Sandbox::new();
-    let m = s.manifest("").replace(
-        &format!("label = \"test-{}\"", s.tag),
-        "label = \"billing\\u202e\"",
-    );
-    let p = s.path("manifest.toml");
-    std::fs::write(&p, &m).unwrap();
-    let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
-    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
-    assert!(r.stdout.contains("format character"), "{}", r.stdout);
+    // The label too: every format character of the text rule (docs/PROTOCOL.md, "Text"),
+    // a bidi override as well as the Arabic letter mark, a tag character, a soft hyphen.
+    for (label, named) in [
+        ("billing\\u202e", "U+202E"),
+        ("billing\\u061c", "U+061C"),
+        ("billing\\U000E0041", "U+E0041"),
+        ("bill\\u00ading", "U+00AD"),
+    ] {
+        let s = Sandbox::new();
+        let m = s.manifest("").replace(
+            &format!("label = \"test-{}\"", s.tag),
+            &format!("label = \"{label}\""),
+        );
+        let p = s.path("manifest.toml");
+        std::fs::write(&p, &m).unwrap();
+        let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
+        assert_eq!(r.code, Outcome::Usage, "{label}: {}{}", r.stdout, r.stderr);
+        let msg = r.json()["message"].as_str().unwrap_or_default().to_owned();
+        assert!(
+            msg.contains("label") && msg.contains(&format!("format character {named}")),
+            "{label}: {msg}"
+        );
+    }
 }
 
 #[test]
