@@ -395,6 +395,22 @@ fn audit_with_a_checkpoint_that_does_not_verify_is_checkpoint_invalid() {
         (Some(Outcome::Refused), "checkpoint-invalid"),
         "{j}"
     );
+    // One bound for every reader (docs/AUDITOR.md, "Checkpoints"): a note one byte over
+    // CHECKPOINT_BYTES_MAX, or far over it, is an invalid checkpoint (its size is judged
+    // before its signature), not a usage error; at the bound it is read.
+    let signed = c.sign(KEY_NAME, &key);
+    let (text, sigs) = signed.split_once("\n\n").unwrap();
+    for over in [1025, 20_000] {
+        let pad = over - signed.len() - "x\n".len();
+        let note = format!("{text}\nx{}\n\n{sigs}", "d".repeat(pad));
+        assert_eq!(note.len(), over);
+        let (code, reason, j) = audit_checkpoint(&key, &log, &note);
+        assert_eq!(
+            (code, reason.as_str()),
+            (Some(Outcome::Refused), "checkpoint-invalid"),
+            "{over}: {j}"
+        );
+    }
     let (_d, mut args) = audit_dir(&key, &[("epoch.log", &log)]);
     args.insert(4, "--checkpoint".into());
     args.insert(5, "/nonexistent/old.note".into());

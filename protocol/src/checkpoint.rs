@@ -11,12 +11,10 @@ use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use ed25519_dalek::{Signature, Signer as _};
 
+use crate::limits::CHECKPOINT_BYTES_MAX;
 use crate::types::{Hash, PublicKey};
 
 const DASH: &str = "\u{2014}";
-
-/// Signature lines a note may have (Go's note.Open stops at the same count).
-pub const SIGNATURE_LINES_MAX: usize = 100;
 
 /// Standard base64 with padding, as Go's `base64.StdEncoding` decodes a signature line:
 /// bits past the last byte need not be zero.
@@ -83,9 +81,21 @@ impl Checkpoint {
     /// - a line by this `name` and key id whose signature does not verify rejects the note
     ///   (a known signer never signed it); lines by other keys are ignored; at least one by
     ///   this key must verify.
+    ///
+    /// Two rules are repoch's own, stricter than Go's note layer (docs/AUDITOR.md,
+    /// "Checkpoints"): a note is at most [`CHECKPOINT_BYTES_MAX`] bytes, the bound of every
+    /// reader (the wire, the consumer's files, `repoch audit --checkpoint`), which also keeps
+    /// it under Go's 100 signature lines; and it holds no forging character of the text
+    /// rule (docs/PROTOCOL.md, "Text") but newline: DEL, C1 controls, bidi and other format
+    /// characters too, where Go refuses only the C0 controls.
     pub fn verify(note: &str, name: &str, key: &PublicKey) -> Result<Checkpoint, CheckpointError> {
-        if note.chars().any(|c| c < ' ' && c != '\n') {
-            return Err(CheckpointError::Malformed("a control character"));
+        if note.len() > CHECKPOINT_BYTES_MAX {
+            return Err(CheckpointError::Malformed(
+                "over CHECKPOINT_BYTES_MAX (1024) bytes",
+            ));
+        }
+        if note.chars().any(|c| crate::text::forges(c) && c != '\n') {
+            return Err(CheckpointError::Malformed("a forging character"));
         }
         if !note.ends_with('\n') {
             return Err(CheckpointError::Malformed("no final newline"));
@@ -120,10 +130,7 @@ impl Checkpoint {
             .ok_or(CheckpointError::Unverified(name.into()))?;
         let want = key_id(name, key);
         let mut verified = false;
-        for (n, line) in sigs.split_terminator('\n').enumerate() {
-            if n >= SIGNATURE_LINES_MAX {
-                return Err(CheckpointError::Malformed("over 100 signature lines"));
-            }
+        for line in sigs.split_terminator('\n') {
             let rest = line
                 .strip_prefix(DASH)
                 .and_then(|r| r.strip_prefix(' '))

@@ -20,8 +20,6 @@ fn audit_checkpoint(
     logs: &[crate::audit::Audited],
 ) -> Result<(serde_json::Value, Option<Refusal>), Failure> {
     use repoch_protocol::checkpoint::{origin, Checkpoint, KEY_NAME};
-    let bytes = crate::audit::read_bounded(note, repoch_protocol::limits::CHECKPOINT_BYTES_MAX)
-        .map_err(|e| Failure::Usage(e.into()))?;
     let invalid = |observed: String| {
         Failure::refused(Refusal::new(
             Reason::CheckpointInvalid,
@@ -30,6 +28,15 @@ fn audit_checkpoint(
             observed,
         ))
     };
+    // A note over the bound is an invalid checkpoint, as every reader judges it
+    // (`Checkpoint::verify`); a path that cannot be read is a usage error.
+    let max = repoch_protocol::limits::CHECKPOINT_BYTES_MAX;
+    let bytes = repoch_sys::fs::read_regular(note, max, repoch_sys::fs::Links::Refuse).map_err(
+        |e| match e.kind() {
+            std::io::ErrorKind::FileTooLarge => invalid(format!("{e}")),
+            _ => Failure::Usage(format!("{}: {e}", note.display()).into()),
+        },
+    )?;
     let text = String::from_utf8(bytes).map_err(|_| invalid("not UTF-8".into()))?;
     let c = Checkpoint::verify(&text, KEY_NAME, issuer).map_err(|e| invalid(e.to_string()))?;
     let Some(a) = logs

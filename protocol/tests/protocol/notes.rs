@@ -68,6 +68,16 @@ pub fn note_cases(key: &SigningKey) -> Vec<NoteCase> {
     let hundred: Vec<String> = (0..100).map(|_| theirs(&good)).collect();
     let mut too_many = hundred.clone();
     too_many.push(ours(&good));
+    // `good` with one more extension line, signed.
+    let with_line = |line: &str| {
+        let t = format!("{good}{line}\n");
+        note(&t, &[ours(&t)])
+    };
+    // A signed note of exactly `len` bytes: its extension line is as long as it must be.
+    let padded = |len: usize| {
+        let bare = with_line("").len();
+        with_line(&"p".repeat(len - bare))
+    };
     vec![
         case(
             "a signed checkpoint",
@@ -101,9 +111,9 @@ pub fn note_cases(key: &SigningKey) -> Vec<NoteCase> {
             true,
         ),
         case(
-            "100 other keys' lines, then ours",
+            "100 other keys' lines, then ours (over CHECKPOINT_BYTES_MAX)",
             note(&good, &[hundred[..99].to_vec(), vec![ours(&good)]].concat()),
-            true,
+            false,
             true,
         ),
         // tlog-checkpoint's body rules, which Go's note layer does not read.
@@ -217,6 +227,50 @@ pub fn note_cases(key: &SigningKey) -> Vec<NoteCase> {
             false,
         ),
         case("101 signature lines", note(&good, &too_many), false, false),
+        // repoch's size bound, at it and one byte over (an extension line pads the text).
+        case("exactly 1024 bytes", padded(1024), true, true),
+        case("1025 bytes", padded(1025), false, true),
+        // The text rule (docs/PROTOCOL.md, "Text"), which Go's note layer applies to C0
+        // controls only.
+        case(
+            "DEL in an extension line",
+            with_line("a\u{7f}b"),
+            false,
+            true,
+        ),
+        case(
+            "a C1 control (NEL) in an extension line",
+            with_line("a\u{85}b"),
+            false,
+            true,
+        ),
+        case(
+            "a right-to-left override in an extension line",
+            with_line("a\u{202e}b"),
+            false,
+            true,
+        ),
+        case(
+            "the Arabic letter mark in an extension line",
+            with_line("a\u{61c}b"),
+            false,
+            true,
+        ),
+        case(
+            "a tag character in an extension line",
+            with_line("a\u{e0041}b"),
+            false,
+            true,
+        ),
+        case(
+            "a right-to-left override in a signature name",
+            note(
+                &good,
+                &[signature_line("x\u{202e}y", &stranger, &good), ours(&good)],
+            ),
+            false,
+            true,
+        ),
     ]
 }
 
