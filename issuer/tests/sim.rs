@@ -44,6 +44,36 @@ fn peer() -> ConsumerPeer {
     }
 }
 
+fn consumer_key() -> SigningKey {
+    SigningKey::from_bytes(&[8; 32])
+}
+
+/// A receipt whose grant names the intent and consume records by their hashes, as every
+/// receipt must (docs/PROTOCOL.md, "The epoch log").
+fn receipt(intent: Hash, consume: Hash) -> EpochBody {
+    use repoch_protocol::cbor::Canonical as _;
+    use repoch_protocol::grant::{Grant, SignedGrant};
+    let g = Grant {
+        deployment: DEP,
+        intent,
+        consume,
+        evidence: Hash([4; 32]),
+        consumer_key: PublicKey::from(&consumer_key().verifying_key()),
+        ready_path: "/srv/READY".into(),
+        ready_sha256: Hash([6; 32]),
+        fences: Vec::new(),
+        frontier_seq: 0,
+        frontier_hash: Hash::ZERO,
+        unknown_ops: Vec::new(),
+        issued_at: 1,
+        listeners: Vec::new(),
+        fencing: None,
+    };
+    EpochBody::Receipt {
+        grant: SignedGrant::sign(g, &key()).to_bytes(),
+    }
+}
+
 /// A manifest large enough to span several sectors, so tearing has something to tear.
 fn manifest_bytes() -> Vec<u8> {
     (0..1500u32).map(|i| (i % 251) as u8).collect()
@@ -68,13 +98,12 @@ fn bodies(withheld_at: Option<usize>) -> Vec<EpochBody> {
         },
         EpochBody::Consume {
             consumer: peer(),
+            custody: c.answer(&consumer_key()),
             challenge: c,
-            custody: [5; 64],
             fencing: None,
         },
-        EpochBody::Receipt {
-            grant: vec![6; 900],
-        },
+        // Its grant is made in `run`, from the hashes of the records it follows.
+        EpochBody::Receipt { grant: Vec::new() },
     ];
     if let Some(at) = withheld_at {
         v.truncate(at);
@@ -123,7 +152,11 @@ fn run(sim: &mut Sim, deps: usize, withheld_at: Option<usize>) -> Acked {
         panic!("no log after enrollment")
     };
     let mut log = EpochLog::open(sim, f, issuer(), DEP).unwrap();
-    for body in bodies(withheld_at) {
+    let mut hashes = vec![log.last_hash()];
+    for mut body in bodies(withheld_at) {
+        if let EpochBody::Receipt { .. } = body {
+            body = receipt(hashes[1], hashes[2]);
+        }
         let rec = SignedEpochRecord::sign(
             EpochRecord {
                 deployment: DEP,
@@ -141,6 +174,7 @@ fn run(sim: &mut Sim, deps: usize, withheld_at: Option<usize>) -> Acked {
             return acked;
         }
         acked.records += 1;
+        hashes.push(log.last_hash());
     }
     acked
 }

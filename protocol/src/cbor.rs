@@ -181,6 +181,14 @@ impl Fields {
         as_text(self.field()?, self.what, max)
     }
 
+    /// A text a key signs as its own, which holds no forging character of the text rule
+    /// (docs/PROTOCOL.md, "Text"): producers escape outside text before they sign it.
+    pub fn plain_text(&mut self, max: usize) -> Result<String, DecodeError> {
+        let s = self.text(max)?;
+        crate::text::check(&s).map_err(|why| DecodeError::schema(self.what, why))?;
+        Ok(s)
+    }
+
     /// `null` or a value.
     pub fn opt<T>(
         &mut self,

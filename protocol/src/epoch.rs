@@ -43,7 +43,7 @@ impl Canonical for Contender {
             pid: u32::try_from(f.uint()?)
                 .map_err(|_| DecodeError::schema("contender", "pid over 32 bits"))?,
             start_ticks: f.uint()?,
-            boot_id: f.text(64)?,
+            boot_id: f.plain_text(64)?,
         })
     }
 }
@@ -224,7 +224,7 @@ impl EpochBody {
                 f.expect_text("withheld")?;
                 EpochBody::Withheld {
                     reason: Reason::from_value(f.field()?)?,
-                    detail: f.text(TEXT_BYTES_MAX)?,
+                    detail: f.plain_text(TEXT_BYTES_MAX)?,
                 }
             }
             k => {
@@ -615,7 +615,10 @@ fn check_record(
     }
     let rec = match SignedEpochRecord::from_bytes(payload) {
         Ok(r) => r,
-        Err(e) => return fail(Problem::Undecodable, e.to_string()),
+        Err(e) => {
+            let (kind, why) = judge_undecodable(payload, issuer, e);
+            return fail(kind, why);
+        }
     };
     let hash = Hash::of(payload);
     if !proven.contains(&hash) && !rec.verify(issuer) {
@@ -653,11 +656,103 @@ fn check_record(
             return fail(Problem::Corrupt, "genesis names another issuer key".into());
         }
     }
+    if let EpochBody::Receipt { grant } = &r.body {
+        if let Err(why) = receipt_binds(records, grant, issuer) {
+            return fail(Problem::Corrupt, format!("the receipt's grant {why}"));
+        }
+    }
     Ok(VerifiedRecord {
         offset: at,
         hash,
         record: rec,
     })
+}
+
+/// A whole frame whose payload is not a strictly encoded signed record: is it at least a
+/// signed-record envelope, `[record, signature]` in strict CBOR with a 64-byte signature?
+/// Then its signature decides, as for a record that decodes: one that does not verify
+/// under the issuer key is `forged` (a record altered after signing, a reason code changed
+/// among them); one that verifies is `corrupt` (the issuer key signed what no valid record
+/// is). Only a payload that is not even an envelope is judged by the crash rules
+/// (undecodable).
+fn judge_undecodable(payload: &[u8], issuer: &PublicKey, e: DecodeError) -> (Problem, String) {
+    let envelope = cbor::decode_strict(payload, RECORD_BYTES_MAX)
+        .ok()
+        .and_then(|v| match v {
+            Value::Array(mut items) if items.len() == 2 => {
+                let signature = match items.pop() {
+                    Some(Value::Bytes(b)) => <[u8; SIGNATURE_BYTES]>::try_from(b).ok(),
+                    _ => None,
+                }?;
+                Some((cbor::encode(&items.pop()?), signature))
+            }
+            _ => None,
+        });
+    match envelope {
+        None => (Problem::Undecodable, e.to_string()),
+        Some((record, sig)) if sign::verify(issuer, Context::EpochRecord, &record, &sig) => (
+            Problem::Corrupt,
+            format!("signed by the issuer key, but not a valid record: {e}"),
+        ),
+        Some(_) => (
+            Problem::Forged,
+            format!("bad issuer signature over a record that does not decode: {e}"),
+        ),
+    }
+}
+
+/// A receipt's grant, checked against the records it follows (docs/PROTOCOL.md, "The epoch
+/// log"): a grant strictly encoded and signed by the issuer key, for this deployment, naming
+/// the intent and consume records before it by hash, the intent's evidence, the key that
+/// answered the consume's custody challenge, and the consume's fencing token.
+fn receipt_binds(
+    records: &[VerifiedRecord],
+    bytes: &[u8],
+    issuer: &PublicKey,
+) -> Result<(), String> {
+    let g = crate::grant::SignedGrant::from_bytes(bytes)
+        .map_err(|e| format!("does not decode: {e}"))?;
+    if !g.verify(issuer) {
+        return Err("is not signed by the issuer key".into());
+    }
+    let g = g.grant;
+    let at = |i: usize| records.get(i).map(|r| (r.hash, &r.record.record));
+    let (Some((intent, i)), Some((consume, c))) = (at(1), at(2)) else {
+        return Err("follows no intent and consume".into());
+    };
+    let mut wrong = Vec::new();
+    if g.deployment != i.deployment {
+        wrong.push("deployment");
+    }
+    if g.intent != intent {
+        wrong.push("intent");
+    }
+    if g.consume != consume {
+        wrong.push("consume");
+    }
+    if !matches!(&i.body, EpochBody::Intent { evidence, .. } if *evidence == g.evidence) {
+        wrong.push("evidence");
+    }
+    match &c.body {
+        EpochBody::Consume {
+            challenge,
+            custody,
+            fencing,
+            ..
+        } => {
+            if !challenge.check(&g.consumer_key, custody) {
+                wrong.push("consumer key (not the one that answered the custody challenge)");
+            }
+            if *fencing != g.fencing {
+                wrong.push("fencing token");
+            }
+        }
+        _ => wrong.push("consume"),
+    }
+    match wrong.is_empty() {
+        true => Ok(()),
+        false => Err(format!("names another {}", wrong.join(", "))),
+    }
 }
 
 /// The payload hashes of the records in `logs` whose issuer signature a batch verification

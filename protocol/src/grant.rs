@@ -44,7 +44,7 @@ impl Canonical for ConsumerPeer {
             gid: n(&mut f)?,
             exe: Identity::from_value(f.field()?)?,
             exe_sha256: Hash(f.bytes()?),
-            cgroup: f.text(PATH_BYTES_MAX)?,
+            cgroup: f.plain_text(PATH_BYTES_MAX)?,
         })
     }
 }

@@ -283,10 +283,10 @@ impl Canonical for Fact {
     fn from_value(v: Value) -> Result<Self, DecodeError> {
         let mut f = Fields::open(v, "fact", 5)?;
         Ok(Fact {
-            kind: f.text(32)?,
-            subject: f.text(PATH_BYTES_MAX)?,
-            expected: f.text(FACT_TEXT_BYTES_MAX)?,
-            observed: f.text(FACT_TEXT_BYTES_MAX)?,
+            kind: f.plain_text(32)?,
+            subject: f.plain_text(PATH_BYTES_MAX)?,
+            expected: f.plain_text(FACT_TEXT_BYTES_MAX)?,
+            observed: f.plain_text(FACT_TEXT_BYTES_MAX)?,
             reason: f.opt(Reason::from_value)?,
         })
     }

@@ -34,6 +34,14 @@ pub fn describe(pid: u32, uid: u32, gid: u32, pidfd: &OwnedFd) -> Result<Consume
             cgroup.len()
         )));
     }
+    // The intent and consume records are signed text that holds no forging character
+    // (docs/PROTOCOL.md, "Text"): a peer in a cgroup whose name has one is refused here.
+    if let Err(why) = repoch_protocol::text::check(&cgroup) {
+        return Err(Error::Found(format!(
+            "cgroup path {}: {why}",
+            repoch_protocol::text::escape(&cgroup)
+        )));
+    }
     // Re-check after reading /proc: the pidfd still refers to a live process.
     alive(pidfd)?;
     Ok(ConsumerPeer {

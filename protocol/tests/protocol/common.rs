@@ -159,9 +159,9 @@ pub fn facts() -> Vec<Fact> {
     ]
 }
 
-/// The full epoch log of a granted recovery, signed with the fixed issuer key.
-pub fn epoch_records() -> Vec<SignedEpochRecord> {
-    let bodies = vec![
+/// The records of a granted recovery before its receipt: genesis, intent, consume.
+fn bodies_before_the_receipt() -> Vec<EpochBody> {
+    vec![
         EpochBody::Genesis {
             manifest: Hash([15; 32]),
             issuer_key: pk(&issuer()),
@@ -183,10 +183,30 @@ pub fn epoch_records() -> Vec<SignedEpochRecord> {
             custody: challenge().answer(&consumer()),
             fencing: None,
         },
-        EpochBody::Receipt {
-            grant: SignedGrant::sign(grant(), &issuer()).to_bytes(),
-        },
-    ];
+    ]
+}
+
+/// The full epoch log of a granted recovery, signed with the fixed issuer key: its
+/// receipt's grant names the intent and consume records before it, the intent's evidence,
+/// and the key that answered the custody challenge.
+pub fn epoch_records() -> Vec<SignedEpochRecord> {
+    let mut bodies = bodies_before_the_receipt();
+    let before = chain(bodies.clone());
+    let g = Grant {
+        intent: Hash::of(&before[1].to_bytes()),
+        consume: Hash::of(&before[2].to_bytes()),
+        ..grant()
+    };
+    bodies.push(EpochBody::Receipt {
+        grant: SignedGrant::sign(g, &issuer()).to_bytes(),
+    });
+    chain(bodies)
+}
+
+/// [`epoch_records`] with `grant` as its receipt's grant bytes.
+pub fn epoch_records_receipting(grant: Vec<u8>) -> Vec<SignedEpochRecord> {
+    let mut bodies = bodies_before_the_receipt();
+    bodies.push(EpochBody::Receipt { grant });
     chain(bodies)
 }
 
@@ -452,30 +472,35 @@ pub fn samples() -> Vec<(&'static str, Vec<u8>)> {
             .to_bytes(),
         ),
     ];
-    for r in epoch_records().iter().chain(
-        chain(vec![
-            EpochBody::Genesis {
-                manifest: Hash([15; 32]),
-                issuer_key: pk(&issuer()),
-                predecessor: Some(Predecessor {
-                    deployment: DeploymentId([0xaa; 16]),
-                    final_hash: Hash([9; 32]),
-                }),
-            },
-            EpochBody::Intent {
-                evidence: Hash([1; 32]),
-                facts: vec![],
-                contender: Contender {
-                    pid: 1,
-                    start_ticks: 1,
-                    boot_id: "x".into(),
+    // The records as first committed (their receipt's grant names no record of the log:
+    // each record decodes and verifies on its own, which is what a sample checks).
+    for r in epoch_records_receipting(SignedGrant::sign(grant(), &issuer()).to_bytes())
+        .iter()
+        .chain(
+            chain(vec![
+                EpochBody::Genesis {
+                    manifest: Hash([15; 32]),
+                    issuer_key: pk(&issuer()),
+                    predecessor: Some(Predecessor {
+                        deployment: DeploymentId([0xaa; 16]),
+                        final_hash: Hash([9; 32]),
+                    }),
                 },
-                consumer: peer(),
-            },
-            withheld(),
-        ])
-        .iter(),
-    ) {
+                EpochBody::Intent {
+                    evidence: Hash([1; 32]),
+                    facts: vec![],
+                    contender: Contender {
+                        pid: 1,
+                        start_ticks: 1,
+                        boot_id: "x".into(),
+                    },
+                    consumer: peer(),
+                },
+                withheld(),
+            ])
+            .iter(),
+        )
+    {
         v.push(("signed-epoch-record", r.to_bytes()));
     }
     for r in journal_records() {
@@ -588,5 +613,8 @@ pub fn samples() -> Vec<(&'static str, Vec<u8>)> {
     ]) {
         v.push(("signed-epoch-record", r.to_bytes()));
     }
+    // A receipt whose grant is bound to the records before it (docs/PROTOCOL.md, "The
+    // epoch log"): what every receipted log's last record is.
+    v.push(("signed-epoch-record", epoch_records()[3].to_bytes()));
     v
 }

@@ -170,6 +170,143 @@ fn golden_logs() -> Vec<(&'static str, Vec<u8>)> {
             .concat(),
         ),
     ]
+    .into_iter()
+    .chain(altered_logs())
+    .collect()
+}
+
+/// A log's records, each frame whole, with `f` applied to the last one's payload.
+fn with_last_payload(recs: &[SignedEpochRecord], f: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let (last, before) = recs.split_last().unwrap();
+    let mut payload = last.to_bytes();
+    f(&mut payload);
+    [log_bytes(before), repoch_protocol::wire::frame(&payload)].concat()
+}
+
+/// `payload` with the first `from` replaced by `to`, a text of the same length.
+fn replace_in(payload: &mut [u8], from: &[u8], to: &[u8]) {
+    assert_eq!(from.len(), to.len());
+    let at = payload
+        .windows(from.len())
+        .position(|w| w == from)
+        .unwrap_or_else(|| panic!("{:?} not in the record", String::from_utf8_lossy(from)));
+    payload[at..at + to.len()].copy_from_slice(to);
+}
+
+/// The grant a receipt carries.
+fn bound_grant(
+    receipt: &repoch_protocol::epoch::SignedEpochRecord,
+) -> repoch_protocol::grant::Grant {
+    let repoch_protocol::epoch::EpochBody::Receipt { grant } = &receipt.record.body else {
+        panic!("not a receipt");
+    };
+    repoch_protocol::grant::SignedGrant::from_bytes(grant)
+        .unwrap()
+        .grant
+}
+
+/// A record value signed by the issuer key as it stands: what no valid record is.
+fn signed_value(record: ciborium::value::Value) -> Vec<u8> {
+    use repoch_protocol::cbor::encode;
+    use repoch_protocol::sign::{sign, Context};
+    let sig = sign(&issuer(), Context::EpochRecord, &encode(&record));
+    let signed =
+        ciborium::value::Value::Array(vec![record, ciborium::value::Value::Bytes(sig.to_vec())]);
+    repoch_protocol::wire::frame(&encode(&signed))
+}
+
+/// Complete, length-consistent last records altered after signing, or signed by the issuer
+/// key though invalid (docs/PROTOCOL.md, "The epoch log": a frame that is a signed-record
+/// envelope is judged by its signature, never as a crash tail). Added after the first
+/// thirteen vectors, whose lines stay as they were.
+fn altered_logs() -> Vec<(&'static str, Vec<u8>)> {
+    use ciborium::value::Value;
+    use repoch_protocol::epoch::{EpochBody, SignedEpochRecord};
+    let recs = epoch_records();
+    let withheld_log = chain(vec![
+        recs[0].record.body.clone(),
+        recs[1].record.body.clone(),
+        withheld(),
+    ]);
+    let flip = |at_end: usize| {
+        move |p: &mut Vec<u8>| {
+            let n = p.len();
+            p[n - at_end] ^= 0x01;
+        }
+    };
+    // The withheld record's value with its reason code replaced by `code`.
+    let withheld_value = |code: &str| {
+        let mut v = withheld_log[2].record.to_value();
+        if let Value::Array(items) = &mut v {
+            if let Some(Value::Array(body)) = items.last_mut() {
+                body[1] = Value::Text(code.into());
+            }
+        }
+        v
+    };
+    let mut forging_fact = recs[1].record.clone();
+    if let EpochBody::Intent { facts, .. } = &mut forging_fact.body {
+        facts[0].observed = "held\u{1b}[8m".into();
+    }
+    let stranger = ed25519_dalek::SigningKey::from_bytes(&[0x77; 32]);
+    let receipting = |grant: Vec<u8>| log_bytes(&epoch_records_receipting(grant));
+    vec![
+        (
+            "a-withheld-reason-altered-to-no-reason",
+            with_last_payload(&withheld_log, |p| {
+                replace_in(p, b"evidence-changed", b"evidence-chang3d")
+            }),
+        ),
+        (
+            "a-withheld-reason-altered-to-another-reason",
+            with_last_payload(&withheld_log, |p| {
+                replace_in(p, b"evidence-changed", b"registry-foreign")
+            }),
+        ),
+        (
+            "a-withheld-detail-altered",
+            with_last_payload(&withheld_log, |p| replace_in(p, b"fence", b"fancy")),
+        ),
+        ("a-genesis-altered", with_last_payload(&recs[..1], flip(70))),
+        ("an-intent-altered", with_last_payload(&recs[..2], flip(70))),
+        ("a-consume-altered", with_last_payload(&recs[..3], flip(70))),
+        ("a-receipt-altered", with_last_payload(&recs, flip(70))),
+        (
+            "a-record-kind-altered",
+            with_last_payload(&recs[..3], |p| replace_in(p, b"consume", b"consumf")),
+        ),
+        (
+            "a-record-signed-with-an-unknown-reason",
+            [
+                log_bytes(&withheld_log[..2]),
+                signed_value(withheld_value("no-such-reason")),
+            ]
+            .concat(),
+        ),
+        (
+            "a-record-signed-with-a-forging-character",
+            [
+                log_bytes(&recs[..1]),
+                SignedEpochRecord::sign(forging_fact, &issuer()).to_frame(),
+            ]
+            .concat(),
+        ),
+        (
+            "a-receipt-whose-grant-names-no-record-of-the-log",
+            receipting(repoch_protocol::grant::SignedGrant::sign(grant(), &issuer()).to_bytes()),
+        ),
+        (
+            "a-receipt-whose-grant-another-key-signed",
+            receipting(
+                repoch_protocol::grant::SignedGrant::sign(bound_grant(&recs[3]), &stranger)
+                    .to_bytes(),
+            ),
+        ),
+        (
+            "a-receipt-holding-no-grant",
+            receipting(b"not a grant".to_vec()),
+        ),
+    ]
 }
 
 #[test]
@@ -199,6 +336,17 @@ fn golden_logs_classify_as_committed() {
         assert_eq!(*hexbytes, hex::encode(bytes), "{name}: the bytes changed");
         let c = verify_log(bytes, &pk(&issuer()), Some(DEP)).classification;
         assert_eq!(c.as_str(), *class, "{name}");
+    }
+    // The altered records: each forged, or corrupt where the issuer key signed it.
+    for (name, class, _) in &committed[13..] {
+        let signed_by_the_issuer = name.starts_with("a-record-signed")
+            || (name.starts_with("a-receipt-") && *name != "a-receipt-altered");
+        let want = if signed_by_the_issuer {
+            "corrupt"
+        } else {
+            "forged"
+        };
+        assert_eq!(*class, want, "{name}");
     }
     // The classes the vectors cover, each at least once.
     for class in [

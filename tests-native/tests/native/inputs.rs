@@ -41,6 +41,29 @@ fn run_within(mut c: std::process::Command, seconds: u64) -> Run {
     finish(child)
 }
 
+/// A consumer run in cgroup `cg` (a shell writes itself into it, then execs the consumer)
+/// against a recovery of `id`; both outcomes, then the log's records.
+fn consume_from_cgroup(s: &Sandbox, id: &str, cg: &Cgroup) -> (Run, Run) {
+    let rec = recover_bg(s, &id[..6], 3);
+    let mut c = std::process::Command::new("sh");
+    c.arg("-c")
+        .arg("echo $$ > \"$1/cgroup.procs\" && shift && exec \"$0\" \"$@\"")
+        .arg(bin("repoch-consume"))
+        .arg(cg.path())
+        .env("REPOCH_ROOT", &s.root)
+        .args(["--json", "receive", "--deployment", &id[..6], "--key"])
+        .arg(s.path("consumer.key"))
+        .arg("--issuer-key")
+        .arg(s.issuer_pub())
+        .arg("--out")
+        .arg(s.path("grant.cbor"))
+        .arg("--socket")
+        .arg(s.grant_socket())
+        .args(["--wait", "10"]);
+    let consumer = c.stdout(Stdio::piped()).spawn().unwrap();
+    (finish(rec), finish(consumer))
+}
+
 #[test]
 #[ignore = "needs root"]
 fn a_consumer_in_a_cgroup_path_over_the_bound_is_rejected_and_nothing_is_written() {
@@ -57,35 +80,38 @@ fn a_consumer_in_a_cgroup_path_over_the_bound_is_rejected_and_nothing_is_written
     let cg1 = cg0.child(&"a".repeat(100));
     let cg2 = cg1.child(&"b".repeat(100));
     let cg = cg2.child(&"c".repeat(100));
-    let rec = recover_bg(&s, &id[..6], 3);
-    let mut c = std::process::Command::new("sh");
-    c.arg("-c")
-        .arg(format!(
-            "echo $$ > '{}/cgroup.procs' && exec \"$0\" \"$@\"",
-            cg.path().display()
-        ))
-        .arg(bin("repoch-consume"))
-        .env("REPOCH_ROOT", &s.root)
-        .args(["--json", "receive", "--deployment", &id[..6], "--key"])
-        .arg(s.path("consumer.key"))
-        .arg("--issuer-key")
-        .arg(s.issuer_pub())
-        .arg("--out")
-        .arg(s.path("grant.cbor"))
-        .arg("--socket")
-        .arg(s.grant_socket())
-        .args(["--wait", "10"]);
-    let consumer = c.stdout(Stdio::piped()).spawn().unwrap();
-    let r = finish(rec);
+    let (r, c) = consume_from_cgroup(&s, &id, &cg);
     assert_eq!(r.reasons(), ["consumer-absent"], "{}{}", r.stdout, r.stderr);
     assert_eq!(r.code, Outcome::Refused);
-    let c = finish(consumer);
     assert_eq!(c.code, Outcome::Refused, "{}", c.stdout);
     assert!(c.stdout.contains("consumer-rejected"), "{}", c.stdout);
     assert!(c.stdout.contains("cgroup"), "{}", c.stdout);
     assert_eq!(records(&s, &id), ["genesis"]);
     drop(d);
     assert!(!s.path("grant.cbor").exists());
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_consumer_in_a_cgroup_whose_name_forges_a_line_is_rejected_and_the_log_stays_valid() {
+    // The texts of an epoch record hold no forging character (docs/PROTOCOL.md, "The epoch
+    // log"): a log holding one is corrupt. A consumer in a cgroup whose name holds ESC
+    // must be rejected before the intent, the log holding only its genesis, still
+    // `enrolled`; written raw, that intent would have made the deployment's own log corrupt.
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let d = s.daemon();
+    let cg = Cgroup::new(&format!("repoch-esc-{}\u{1b}[8m", s.tag));
+    let (r, c) = consume_from_cgroup(&s, &id, &cg);
+    assert_eq!(r.reasons(), ["consumer-absent"], "{}{}", r.stdout, r.stderr);
+    assert_eq!(c.code, Outcome::Refused, "{}", c.stdout);
+    assert!(c.stdout.contains("consumer-rejected"), "{}", c.stdout);
+    assert!(c.stdout.contains("U+001B"), "{}", c.stdout);
+    assert!(!c.stdout.contains('\u{1b}'), "{}", c.stdout);
+    assert_eq!(records(&s, &id), ["genesis"]);
+    assert_eq!(s.status(&id).json()["epoch"], "enrolled");
+    drop(d);
 }
 
 #[test]
