@@ -30,7 +30,8 @@ fn exit_code_meaning(o: Outcome) -> Option<&'static str> {
         ),
         Outcome::Inconsistent => Some(
             "(verify --log): the epoch log does not extend the checkpoint kept
-        beside the grant (rollback, fork or truncation; the evidence pair printed)",
+        beside the grant (rollback, fork or truncation; the evidence pair printed),
+        or its receipt carries another grant than this one",
         ),
         Outcome::Usage => Some(
             "bad arguments or key files, or --out exists or its directory cannot be
@@ -169,6 +170,19 @@ fn fail_with(json: bool, e: &Error, outcome: Outcome) -> Outcome {
                 "rewritten_from_record": from,
             });
         }
+        if let Error::NotThisGrant {
+            grant_sha256,
+            log,
+            from,
+        } = e
+        {
+            j["reason"] = json!(repoch_protocol::Reason::CheckpointFork.as_str());
+            j["evidence"] = json!({
+                "grant": {"sha256": grant_sha256.to_hex()},
+                "log": {"size": log.0, "head": log.1.to_hex()},
+                "rewritten_from_record": from,
+            });
+        }
         say(&j.to_string());
     } else {
         warn(&format!("repoch-consume: {e}"));
@@ -249,7 +263,7 @@ pub fn run(args: Args) -> Outcome {
                     .map_err(|e| Error::Usage(format!("{}: {e}", grant.display())))?;
                 let g = crate::verify(&bytes, &k, None)?;
                 let ext = match &log {
-                    Some(l) => Some(crate::verify_log_against(&g, &grant, l, &k)?),
+                    Some(l) => Some(crate::verify_log_against(&g, &bytes, &grant, l, &k)?),
                     None => None,
                 };
                 Ok((g, bytes, ext))

@@ -55,6 +55,15 @@ pub enum Error {
     Io(String),
     #[error("the log does not extend the checkpoint kept with the grant ({reason}): {0}{from}", reason = .0.reason, from = rewritten(.1))]
     Inconsistent(checkpoint::Inconsistency, Option<u64>),
+    /// The log extends the checkpoint kept beside the grant, yet its receipt does not carry
+    /// this grant: the checkpoint is another issuance's, and the log was rewritten since
+    /// this grant (docs/AUDITOR.md, "Checkpoints").
+    #[error("the log does not hold this grant (sha256 {grant_sha256}): its receipt carries another grant, so the checkpoint kept beside the grant is another issuance's{from}", from = rewritten(.from))]
+    NotThisGrant {
+        grant_sha256: repoch_protocol::Hash,
+        log: (u64, repoch_protocol::Hash),
+        from: Option<u64>,
+    },
     #[error("the grant was received and verified but could not be persisted: {0}")]
     Persist(String),
     #[error("the grant is persisted at {out}, but repochd did not confirm the acknowledgement ({why}): repochd reports the outcome uncertain; the new root was not started")]
@@ -69,7 +78,7 @@ impl Error {
             Error::Usage(_) => Outcome::Usage,
             Error::Refused { .. } | Error::BadGrant(_) => Outcome::Refused,
             Error::Io(_) | Error::Persist(_) | Error::Unacknowledged { .. } => Outcome::Uncertain,
-            Error::Inconsistent(..) => Outcome::Inconsistent,
+            Error::Inconsistent(..) | Error::NotThisGrant { .. } => Outcome::Inconsistent,
         }
     }
 }

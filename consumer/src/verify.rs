@@ -7,6 +7,7 @@ use std::path::Path;
 
 use repoch_protocol::cbor::Canonical;
 use repoch_protocol::checkpoint;
+use repoch_protocol::epoch::EpochBody;
 use repoch_protocol::grant::{Grant, SignedGrant};
 use repoch_protocol::PublicKey;
 
@@ -66,11 +67,15 @@ pub fn check_checkpoint(
     Ok(c)
 }
 
-/// `verify --log`: the checkpoint kept beside the grant, and whether the epoch log at `log`
-/// extends it (docs/AUDITOR.md, "Checkpoints"). A log that does not is
-/// [`Error::Inconsistent`] with the evidence pair.
+/// `verify --log`: the checkpoint kept beside the grant, whether the epoch log at `log`
+/// extends it (docs/AUDITOR.md, "Checkpoints"), and whether the log's receipt carries this
+/// very grant (`grant_bytes`, as read from the grant file). A log that does not extend the
+/// checkpoint is [`Error::Inconsistent`] with the evidence pair; one whose receipt carries
+/// another grant is [`Error::NotThisGrant`], so a grant kept beside another issuance's
+/// checkpoint never verifies against that issuance's log.
 pub fn verify_log_against(
     g: &Grant,
+    grant_bytes: &[u8],
     grant_path: &Path,
     log: &Path,
     issuer: &PublicKey,
@@ -84,10 +89,21 @@ pub fn verify_log_against(
     let bytes = read_bounded(log, repoch_protocol::limits::LOG_BYTES_MAX)
         .map_err(|e| Error::Usage(format!("{}: {e}", log.display())))?;
     let report = repoch_protocol::epoch::verify_log(&bytes, issuer, Some(g.deployment));
-    match c.extended_by(&report) {
-        Ok(x) => Ok((c, x)),
-        Err(i) => Err(Error::Inconsistent(i, rewritten_from(g, &report))),
+    let x = c
+        .extended_by(&report)
+        .map_err(|i| Error::Inconsistent(i, rewritten_from(g, &report)))?;
+    let receipt = usize::try_from(RECEIPTED_RECORDS - 1).unwrap_or(usize::MAX);
+    let holds = report.records.get(receipt).is_some_and(
+        |r| matches!(&r.record.record.body, EpochBody::Receipt { grant } if grant == grant_bytes),
+    );
+    if !holds {
+        return Err(Error::NotThisGrant {
+            grant_sha256: repoch_protocol::Hash::of(grant_bytes),
+            log: x.current,
+            from: rewritten_from(g, &report),
+        });
     }
+    Ok((c, x))
 }
 
 /// The first record of the log that is not the one the grant names (its intent is record

@@ -153,6 +153,32 @@ fn a_root_rollback_of_a_granted_log_is_caught_by_audit_and_by_the_consumer() {
         (4, new_head),
         Some(1),
     );
+    // The first grant kept beside the second issuance's checkpoint: the log extends that
+    // checkpoint, but its receipt carries another grant. `verify --log` compares the log
+    // with the grant itself, not only with the checkpoint beside it: a fork, naming the
+    // grant and record #1 as the first rewritten (before, it printed "verified", exit 0).
+    std::fs::copy(s.path("grant2.cbor.checkpoint"), &kept).unwrap();
+    let a = audit_checkpoint(&s, &id, &kept);
+    assert_eq!(a.code, Outcome::Success, "{}\n{}", a.stdout, a.stderr);
+    let v = consume_verify(&s, &id, &grant);
+    assert_eq!(v.code, Outcome::Inconsistent, "{}\n{}", v.stdout, v.stderr);
+    let j = v.json();
+    assert_eq!(
+        (&j["outcome"], &j["reason"]),
+        (&"inconsistent".into(), &"checkpoint-fork".into()),
+        "{j}"
+    );
+    let sha = repoch_protocol::Hash::of(&std::fs::read(&grant).unwrap()).to_hex();
+    assert_eq!(j["evidence"]["grant"]["sha256"], sha, "{j}");
+    assert_eq!(
+        (&j["evidence"]["log"]["size"], &j["evidence"]["log"]["head"]),
+        (&4.into(), &new_head.into()),
+        "{j}"
+    );
+    assert_eq!(j["evidence"]["rewritten_from_record"], 1, "{j}");
+    // The second grant with its own checkpoint verifies against the same log.
+    let v = consume_verify(&s, &id, &s.path("grant2.cbor"));
+    assert_eq!(v.code, Outcome::Success, "{}\n{}", v.stdout, v.stderr);
 }
 
 /// `audit --checkpoint NOTE` and `repoch-consume verify --log` both exit 5 with `reason`
