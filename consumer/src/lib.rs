@@ -184,11 +184,7 @@ fn receive_on(
         },
     );
     if let Err(e) = sent {
-        // repochd may refuse a peer at once and close: its refusal is still there to read.
-        return match recv_msg(&s, Instant::now() + o.wait) {
-            Ok((GrantMsg::Refused { reason, detail }, _)) => Err(Error::Refused { reason, detail }),
-            _ => Err(Error::Io(format!("hello: {e}"))),
-        };
+        return Err(queued_refusal(&s, o, "hello", e));
     }
     barrier::reach("after-hello");
     progress("waiting");
@@ -207,7 +203,8 @@ fn receive_on(
                         p.deployment
                     )));
                 }
-                write_msg(&mut s, &GrantMsg::Proof(p.answer(&o.key))).map_err(io("key proof"))?;
+                write_msg(&mut s, &GrantMsg::Proof(p.answer(&o.key)))
+                    .map_err(|e| queued_refusal(&s, o, "key proof", e))?;
                 full = Some(p.deployment);
                 barrier::reach("after-key-proof");
                 progress("proven");
@@ -222,7 +219,8 @@ fn receive_on(
                     )));
                 }
                 progress("challenge");
-                write_msg(&mut s, &GrantMsg::Custody(c.answer(&o.key))).map_err(io("custody"))?;
+                write_msg(&mut s, &GrantMsg::Custody(c.answer(&o.key)))
+                    .map_err(|e| queued_refusal(&s, o, "custody", e))?;
                 barrier::reach("after-custody");
                 challenged = Some(c);
             }
@@ -274,6 +272,18 @@ fn receive_on(
                 return Err(Error::Io("unexpected message from repochd".into()))
             }
         }
+    }
+}
+
+/// A message to repochd could not be written: repochd may have refused and stopped
+/// reading (at once after `hello`, or after the challenge when the recovery was withheld
+/// before any grant was signed). Its refusal is still there to read, and it is the
+/// outcome (refused, exit 2: repochd refuses only what it will not sign). With none, the
+/// failed write itself (`what: error`; after the challenge, uncertain).
+fn queued_refusal(s: &UnixStream, o: &Options, what: &str, e: impl std::fmt::Display) -> Error {
+    match recv_msg(s, Instant::now() + o.wait) {
+        Ok((GrantMsg::Refused { reason, detail }, _)) => Error::Refused { reason, detail },
+        _ => Error::Io(format!("{what}: {e}")),
     }
 }
 

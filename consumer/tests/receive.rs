@@ -799,6 +799,62 @@ fn a_connection_reset_by_repochd_is_reported_as_a_read_error() {
 }
 
 #[test]
+fn a_refusal_queued_when_the_custody_answer_cannot_be_written_is_the_outcome() {
+    // repochd challenges, then refuses (the recovery withheld before it signs a grant) and
+    // stops reading: the custody answer fails (EPIPE), and the refusal already sent is read
+    // and reported as such: refused, exit 2, not the uncertain failed write (exit 3).
+    // (The fake shuts its reading side before the challenge, so the write fails every
+    // time; a unix stream writer gets EPIPE from a peer that shut down reading.)
+    let fake = Fake::new();
+    let (r, seen, _fake) = fake.run(|mut c| {
+        admit(&mut c);
+        c.shutdown(std::net::Shutdown::Read).unwrap();
+        let ch = Challenge {
+            deployment: DEP,
+            intent: INTENT,
+            nonce: [2; 32],
+        };
+        write_msg(&mut c, &GrantMsg::Challenge(ch)).unwrap();
+        let m = GrantMsg::Refused {
+            reason: Reason::EvidenceChanged,
+            detail: "withheld before the grant".into(),
+        };
+        write_msg(&mut c, &m).unwrap();
+    });
+    assert!(seen.iter().any(|s| s == "challenge"), "{seen:?}");
+    match r {
+        Err(e @ Error::Refused { .. }) => {
+            assert_eq!(e.outcome(), repoch_protocol::Outcome::Refused);
+            let Error::Refused { reason, detail } = e else {
+                unreachable!()
+            };
+            assert_eq!(reason, Reason::EvidenceChanged);
+            assert_eq!(detail, "withheld before the grant");
+        }
+        other => panic!("expected the queued refusal, got {other:?}"),
+    }
+    // Nothing queued: the failed answer itself (uncertain: a grant may have been signed).
+    let fake = Fake::new();
+    let (r, _, _fake) = fake.run(|mut c| {
+        admit(&mut c);
+        c.shutdown(std::net::Shutdown::Read).unwrap();
+        let ch = Challenge {
+            deployment: DEP,
+            intent: INTENT,
+            nonce: [2; 32],
+        };
+        write_msg(&mut c, &GrantMsg::Challenge(ch)).unwrap();
+    });
+    match r {
+        Err(e @ Error::Io(_)) => {
+            assert!(e.to_string().starts_with("custody: "), "{e}");
+            assert_eq!(e.outcome(), repoch_protocol::Outcome::Uncertain);
+        }
+        other => panic!("expected a failed custody answer, got {other:?}"),
+    }
+}
+
+#[test]
 fn a_refusal_sent_before_the_hello_could_be_written_is_still_read() {
     // repochd refuses a peer at once and closes before the consumer's hello is written: the
     // hello fails (EPIPE), and the refusal already sent is read and reported as such.
