@@ -444,8 +444,8 @@ fn handoff_fds(
 fn fd_name(l: &repoch_protocol::manifest::Listener) -> String {
     use repoch_protocol::manifest::Listener;
     let mut s = match l {
-        Listener::Tcp(p) => format!("tcp-{p}"),
-        Listener::Udp(p) => format!("udp-{p}"),
+        Listener::Tcp(i) => format!("tcp-{}", i.port),
+        Listener::Udp(i) => format!("udp-{}", i.port),
         Listener::Unix(p) => {
             let name = std::path::Path::new(p)
                 .file_name()
@@ -476,8 +476,10 @@ mod tests {
     /// The names docs/OPERATOR.md ("What the new root receives") promises a supervisor.
     #[test]
     fn listener_names_are_systemds_descriptor_names() {
-        assert_eq!(fd_name(&Listener::Tcp(7070)), "tcp-7070");
-        assert_eq!(fd_name(&Listener::Udp(53)), "udp-53");
+        use repoch_protocol::manifest::Inet;
+        assert_eq!(fd_name(&Listener::Tcp(Inet::any(7070))), "tcp-7070");
+        let lo = std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
+        assert_eq!(fd_name(&Listener::Udp(Inet::at(lo, 53))), "udp-53");
         let unix = |p: &str| fd_name(&Listener::Unix(p.into()));
         assert_eq!(unix("/run/billing/api.sock"), "unix-api.sock");
         // One `_` per character outside [A-Za-z0-9._-], a 2-byte one included.

@@ -135,8 +135,8 @@ pub(crate) fn check_fds(g: &Grant, fds: &mut Vec<OwnedFd>) -> Result<Vec<OwnedFd
     Ok(listeners)
 }
 
-/// Whether `fd` is the endpoint `l`: a socket of its kind bound to its port (any
-/// address) or its path, listening unless it is UDP.
+/// Whether `fd` is the endpoint `l`: a socket of its kind bound to its port on its
+/// address (on a wildcard for `*`) or to its path, listening unless it is UDP.
 pub(crate) fn check_listener(
     fd: &OwnedFd,
     l: &repoch_protocol::manifest::Listener,
@@ -153,9 +153,16 @@ pub(crate) fn check_listener(
         return Err(format!("a socket of type {kind:?}, not {want_kind:?}"));
     }
     let bound = match l {
-        Listener::Tcp(p) | Listener::Udp(p) => std::net::SocketAddr::try_from(name.clone())
+        // On its enrolled address, or on the IPv6 wildcard for every address (`*`).
+        Listener::Tcp(i) | Listener::Udp(i) => std::net::SocketAddr::try_from(name.clone())
             .ok()
-            .filter(|a| a.port() == *p && a.ip().is_unspecified())
+            .filter(|a| {
+                a.port() == i.port
+                    && match i.addr {
+                        Some(want) => a.ip() == want,
+                        None => a.ip().is_unspecified(),
+                    }
+            })
             .is_some(),
         // repochd binds the name relative to the path's directory (docs/PROTOCOL.md,
         // "Grant socket"): the socket's address is that name.

@@ -467,7 +467,7 @@ fn a_listener_fd_that_is_not_its_listener_is_refused_and_nothing_persisted() {
     // The grant names one listener after its fence; the fd sent for it is, in turn, a
     // file, a socket of another type, on another port, on a single address, bound but not
     // listening, at another path: each refused, naming the listener. The right ones pass.
-    use repoch_protocol::manifest::Listener;
+    use repoch_protocol::manifest::{Inet, Listener};
     use std::os::fd::OwnedFd;
     let port = |l: &std::net::TcpListener| l.local_addr().unwrap().port();
     let right = std::net::TcpListener::bind("[::]:0").unwrap();
@@ -508,32 +508,50 @@ fn a_listener_fd_that_is_not_its_listener_is_refused_and_nothing_persisted() {
         rustix::net::bind(fd, &c_addr).unwrap();
     });
     let p = port(&right);
+    let any = Inet::any;
+    let lo = std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
     let cases: Vec<(Listener, OwnedFd, &str)> = vec![
         (
-            Listener::Tcp(p),
+            Listener::Tcp(any(p)),
             std::fs::File::open("/dev/null").unwrap().into(),
             "not a socket",
         ),
         (
-            Listener::Tcp(udp_port),
+            Listener::Tcp(any(udp_port)),
             udp.try_clone().unwrap().into(),
             "a socket of type",
         ),
         (
-            Listener::Tcp(p),
+            Listener::Tcp(any(p)),
             other.try_clone().unwrap().into(),
             "bound to",
         ),
+        // Enrolled for every address, sent bound to loopback only; enrolled for loopback,
+        // sent bound to every address.
         (
-            Listener::Tcp(port(&loopback)),
+            Listener::Tcp(any(port(&loopback))),
             loopback.try_clone().unwrap().into(),
             "bound to",
         ),
-        (Listener::Tcp(idle_port), idle, "not listening"),
+        (
+            Listener::Tcp(Inet::at(lo, p)),
+            right.try_clone().unwrap().into(),
+            "bound to",
+        ),
+        (Listener::Tcp(any(idle_port)), idle, "not listening"),
         (unix(&a), at_b.try_clone().unwrap().into(), "bound to"),
         (unix(&c), idle_unix, "not listening"),
-        (Listener::Tcp(p), right.try_clone().unwrap().into(), ""),
-        (Listener::Udp(udp_port), udp.try_clone().unwrap().into(), ""),
+        (Listener::Tcp(any(p)), right.try_clone().unwrap().into(), ""),
+        (
+            Listener::Tcp(Inet::at(lo, port(&loopback))),
+            loopback.try_clone().unwrap().into(),
+            "",
+        ),
+        (
+            Listener::Udp(any(udp_port)),
+            udp.try_clone().unwrap().into(),
+            "",
+        ),
         (unix(&a), at_a.try_clone().unwrap().into(), ""),
     ];
     for (want, fd, why) in cases {

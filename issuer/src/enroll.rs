@@ -167,24 +167,53 @@ fn key_field(
     }
 }
 
-/// Parses `unix:/path`, `tcp:PORT`, `udp:PORT`.
+/// Parses `unix:/PATH`, `tcp:ADDRESS:PORT`, `udp:ADDRESS:PORT` (ADDRESS: an IPv4 address,
+/// an IPv6 address in brackets, or `*` for every address of both families).
 pub fn parse_listener(s: &str) -> Result<Listener, String> {
-    let (kind, rest) = s
-        .split_once(':')
-        .ok_or("expected unix:/PATH, tcp:PORT or udp:PORT")?;
-    // Port 0 names no port: a socket bound "to port 0" gets another, and asked about port
-    // 0 the kernel lists every socket.
-    let port = || match rest.parse::<u16>() {
-        Ok(0) | Err(_) => Err(format!("{rest:?} is not a port (1..65535)")),
-        Ok(p) => Ok(p),
-    };
+    const EXPECTED: &str = "expected unix:/PATH, tcp:ADDRESS:PORT or udp:ADDRESS:PORT";
+    let (kind, rest) = s.split_once(':').ok_or(EXPECTED)?;
     match kind {
         "unix" => enrollable_path(rest).map(|_| Listener::Unix(rest.into())),
-        "tcp" => port().map(Listener::Tcp),
-        "udp" => port().map(Listener::Udp),
-        _ => Err(format!(
-            "unknown listener kind {kind:?}; expected unix, tcp or udp"
+        "tcp" => parse_inet(kind, rest).map(Listener::Tcp),
+        "udp" => parse_inet(kind, rest).map(Listener::Udp),
+        _ => Err(format!("unknown listener kind {kind:?}; {EXPECTED}")),
+    }
+}
+
+/// `ADDRESS:PORT` of a TCP or UDP listener: the address it is held on, never guessed (a
+/// port alone would be held on every address, exposing a service its old root bound to
+/// loopback only).
+fn parse_inet(kind: &str, rest: &str) -> Result<Inet, String> {
+    use std::net::{IpAddr, SocketAddr};
+    // Port 0 names no port: a socket bound "to port 0" gets another, and asked about port
+    // 0 the kernel lists every socket.
+    let port = |p: &str| match p.parse::<u16>() {
+        Ok(0) | Err(_) => Err(format!("{p:?} is not a port (1..65535)")),
+        Ok(p) => Ok(p),
+    };
+    if let Some(p) = rest.strip_prefix("*:") {
+        return port(p).map(Inet::any);
+    }
+    if rest.parse::<u16>().is_ok() {
+        return Err(format!(
+            "{kind}:{rest} names no address: write {kind}:127.0.0.1:{rest} (or another address) to hold the port on that address only, or {kind}:*:{rest} to hold it on every address"
+        ));
+    }
+    let (addr, p) = rest
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{rest:?} is not ADDRESS:PORT"))?;
+    let p = port(p)?;
+    let a: SocketAddr = rest.parse().map_err(|_| {
+        format!("{addr:?} is not an IPv4 address, an IPv6 address in brackets, or *")
+    })?;
+    match a.ip() {
+        IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some() => Err(format!(
+            "{addr} is an IPv4-mapped address: write the IPv4 address"
         )),
+        IpAddr::V6(v6) if v6.is_unicast_link_local() => Err(format!(
+            "{addr} is link-local: it needs an interface, which a listener cannot name"
+        )),
+        ip => Ok(Inet::at(ip, p)),
     }
 }
 
@@ -1367,14 +1396,59 @@ mod tests {
 
     #[test]
     fn listeners_parse_or_say_why() {
-        assert_eq!(parse_listener("tcp:7070"), Ok(Listener::Tcp(7070)));
-        assert_eq!(parse_listener("udp:53"), Ok(Listener::Udp(53)));
+        use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        assert_eq!(
+            parse_listener("tcp:127.0.0.1:7070"),
+            Ok(Listener::Tcp(Inet::at(lo, 7070)))
+        );
+        assert_eq!(
+            parse_listener("udp:[::1]:53"),
+            Ok(Listener::Udp(Inet::at(IpAddr::V6(Ipv6Addr::LOCALHOST), 53)))
+        );
+        assert_eq!(
+            parse_listener("tcp:*:7070"),
+            Ok(Listener::Tcp(Inet::any(7070)))
+        );
+        assert_eq!(
+            parse_listener("udp:0.0.0.0:53"),
+            Ok(Listener::Udp(Inet::at(
+                IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                53
+            )))
+        );
+        // What is printed is what is typed back in.
+        for l in [
+            "tcp:127.0.0.1:7070",
+            "udp:[::1]:53",
+            "tcp:*:7070",
+            "tcp:[::]:80",
+        ] {
+            assert_eq!(parse_listener(l).unwrap().to_string(), l);
+        }
+        // A port alone names no address: refused, saying how to write one.
+        let e = parse_listener("tcp:7070").unwrap_err();
+        assert!(
+            e.contains("tcp:127.0.0.1:7070") && e.contains("tcp:*:7070"),
+            "{e}"
+        );
+        for bad in [
+            "tcp:[::ffff:127.0.0.1]:7070",
+            "tcp:[fe80::1]:7070",
+            "tcp:localhost:7070",
+            "tcp:127.0.0.1",
+            "tcp:127.0.0.1:0",
+            "udp:*:0",
+            "tcp:::1:7070",
+        ] {
+            assert!(parse_listener(bad).is_err(), "{bad}");
+        }
         assert_eq!(
             parse_listener("unix:/run/x.sock"),
             Ok(Listener::Unix("/run/x.sock".into()))
         );
         assert!(parse_listener("tcp:70000").is_err());
-        for zero in ["tcp:0", "udp:0"] {
+        for zero in ["tcp:*:0", "udp:127.0.0.1:0"] {
             assert_eq!(
                 parse_listener(zero),
                 Err("\"0\" is not a port (1..65535)".into())

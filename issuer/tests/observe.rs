@@ -21,7 +21,8 @@ use repoch_issuer::Layout;
 use repoch_protocol::grant::GrantFence;
 use repoch_protocol::journal::{next_frame, JournalBody};
 use repoch_protocol::manifest::{
-    Consumer, Containment, InventoryEntry, Lineage, Listener, Manifest, Predecessor, Role, Target,
+    Consumer, Containment, Inet, InventoryEntry, Lineage, Listener, Manifest, Predecessor, Role,
+    Target,
 };
 use repoch_protocol::{DeploymentId, Fact, Hash, Identity, PublicKey, Reason};
 use repoch_sys::fs::fstat_identity;
@@ -656,12 +657,12 @@ fn bound_tcp_udp_and_unix_listeners_are_present_free_ones_hold() {
     let unix_path = d.path().join("bound.sock");
     let _unix = std::os::unix::net::UnixListener::bind(&unix_path).unwrap();
     let bound = [
-        Listener::Tcp(tcp.local_addr().unwrap().port()),
-        Listener::Udp(udp.local_addr().unwrap().port()),
+        Listener::Tcp(Inet::any(tcp.local_addr().unwrap().port())),
+        Listener::Udp(Inet::any(udp.local_addr().unwrap().port())),
         Listener::Unix(s(&unix_path)),
-        Listener::Tcp(tcp6.local_addr().unwrap().port()),
-        Listener::Udp(udp6.local_addr().unwrap().port()),
-        Listener::Tcp(dual.local_addr().unwrap().port()),
+        Listener::Tcp(Inet::any(tcp6.local_addr().unwrap().port())),
+        Listener::Udp(Inet::any(udp6.local_addr().unwrap().port())),
+        Listener::Tcp(Inet::any(dual.local_addr().unwrap().port())),
     ];
     // A TCP socket bound but not listening, and a client connected from a port: neither
     // accepts anything on it.
@@ -672,11 +673,14 @@ fn bound_tcp_udp_and_unix_listeners_are_present_free_ones_hold() {
     let client = std::net::TcpStream::connect(tcp.local_addr().unwrap()).unwrap();
     let client_port = client.local_addr().unwrap().port();
     let free = [
-        Listener::Tcp(free_port(false)),
-        Listener::Udp(free_port(true)),
+        Listener::Tcp(Inet::any(free_port(false))),
+        Listener::Udp(Inet::any(free_port(true))),
     ];
     // Neither accepts anything, but each keeps repochd from holding the port: in use.
-    let in_use = [Listener::Tcp(unlistened_port), Listener::Tcp(client_port)];
+    let in_use = [
+        Listener::Tcp(Inet::any(unlistened_port)),
+        Listener::Tcp(Inet::any(client_port)),
+    ];
     let unbound_path = d.path().join("none.sock");
     let mut m = manifest(d.path());
     m.containment.listeners = bound.to_vec();
@@ -726,9 +730,9 @@ fn bound_tcp_udp_and_unix_listeners_are_present_free_ones_hold() {
 fn a_listener_on_port_0_is_not_read_as_free() {
     let d = tempfile::tempdir().unwrap();
     let mut m = manifest(d.path());
-    m.containment.listeners = vec![Listener::Tcp(0), Listener::Udp(0)];
+    m.containment.listeners = vec![Listener::Tcp(Inet::any(0)), Listener::Udp(Inet::any(0))];
     let o = observe(d.path(), m);
-    for l in ["tcp:0", "udp:0"] {
+    for l in ["tcp:*:0", "udp:*:0"] {
         let f = fact(&o, "listener", l);
         assert_eq!(f.reason, Some(Reason::ObserveFailed), "{f:?}");
         assert!(f.observed.ends_with("port 0 names no port"), "{f:?}");
@@ -901,18 +905,21 @@ fn a_flood_of_unrelated_udp_sockets_neither_hides_a_bound_port_nor_fails_a_free_
         let _held = std::net::UdpSocket::bind(("0.0.0.0", bound)).unwrap();
         let mut m = manifest(&dir);
         m.containment.listeners = vec![
-            Listener::Udp(bound),
-            Listener::Udp(free_udp),
-            Listener::Tcp(free_tcp),
+            Listener::Udp(Inet::any(bound)),
+            Listener::Udp(Inet::any(free_udp)),
+            Listener::Tcp(Inet::any(free_tcp)),
         ];
         observe(&dir, m)
     })
     .join()
     .unwrap();
     drop(flood);
-    let f = fact(&o, "listener", &Listener::Udp(bound).to_string());
+    let f = fact(&o, "listener", &Listener::Udp(Inet::any(bound)).to_string());
     assert_eq!(f.reason, Some(Reason::ListenerPresent), "{f:?}");
-    for l in [Listener::Udp(free_udp), Listener::Tcp(free_tcp)] {
+    for l in [
+        Listener::Udp(Inet::any(free_udp)),
+        Listener::Tcp(Inet::any(free_tcp)),
+    ] {
         let f = fact(&o, "listener", &l.to_string());
         assert!(f.holds(), "{f:?}");
         assert_eq!(f.observed, "held");

@@ -71,31 +71,110 @@ impl Canonical for InventoryEntry {
     }
 }
 
-/// A listener that must not exist.
+/// A listener endpoint repochd holds (docs/OPERATOR.md, `containment.listeners`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Listener {
     Unix(String),
-    Tcp(u16),
-    Udp(u16),
+    Tcp(Inet),
+    Udp(Inet),
+}
+
+/// Where a TCP or UDP endpoint is bound: a port on one address, or on every address of
+/// both families (`*`, which is also what a listener enrolled as a port alone, before
+/// addresses were enrolled, means).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Inet {
+    /// `None`: every address. An IPv4 address is never written IPv4-mapped.
+    pub addr: Option<std::net::IpAddr>,
+    pub port: u16,
+}
+
+impl Inet {
+    /// The port on every address of both families.
+    pub const fn any(port: u16) -> Inet {
+        Inet { addr: None, port }
+    }
+    /// The port on `addr` only.
+    pub const fn at(addr: std::net::IpAddr, port: u16) -> Inet {
+        Inet {
+            addr: Some(addr),
+            port,
+        }
+    }
+}
+
+/// `*:PORT`, `A.B.C.D:PORT`, `[IPV6]:PORT`: what enrollment reads back.
+impl std::fmt::Display for Inet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.addr {
+            None => write!(f, "*:{}", self.port),
+            Some(a) => write!(f, "{}", std::net::SocketAddr::new(a, self.port)),
+        }
+    }
+}
+
+impl Inet {
+    fn to_fields(self, kind: &str) -> Value {
+        let mut fields = vec![cbor::text(kind), cbor::uint(self.port.into())];
+        match self.addr {
+            None => {}
+            Some(std::net::IpAddr::V4(a)) => fields.push(cbor::bytes(&a.octets())),
+            Some(std::net::IpAddr::V6(a)) => fields.push(cbor::bytes(&a.octets())),
+        }
+        cbor::array(fields)
+    }
+    fn from_fields(f: &mut Fields) -> Result<Inet, DecodeError> {
+        let port = u16::try_from(f.uint()?)
+            .map_err(|_| DecodeError::schema("listener", "port over 65535"))?;
+        if !f.more() {
+            return Ok(Inet::any(port));
+        }
+        let addr = match f.bstr(16)? {
+            b if b.len() == 4 => {
+                std::net::IpAddr::from(<[u8; 4]>::try_from(b.as_slice()).unwrap_or_default())
+            }
+            b if b.len() == 16 => {
+                let a = std::net::Ipv6Addr::from(
+                    <[u8; 16]>::try_from(b.as_slice()).unwrap_or_default(),
+                );
+                // One encoding per value: an IPv4 address is its 4 bytes.
+                if a.to_ipv4_mapped().is_some() {
+                    return Err(DecodeError::schema(
+                        "listener",
+                        "an IPv4-mapped IPv6 address",
+                    ));
+                }
+                std::net::IpAddr::V6(a)
+            }
+            _ => {
+                return Err(DecodeError::schema(
+                    "listener",
+                    "an address of 4 or 16 bytes",
+                ))
+            }
+        };
+        Ok(Inet::at(addr, port))
+    }
 }
 
 impl Canonical for Listener {
     fn to_value(&self) -> Value {
         match self {
             Listener::Unix(p) => cbor::array(vec![cbor::text("unix"), cbor::text(p)]),
-            Listener::Tcp(p) => cbor::array(vec![cbor::text("tcp"), cbor::uint((*p).into())]),
-            Listener::Udp(p) => cbor::array(vec![cbor::text("udp"), cbor::uint((*p).into())]),
+            Listener::Tcp(i) => i.to_fields("tcp"),
+            Listener::Udp(i) => i.to_fields("udp"),
         }
     }
     fn from_value(v: Value) -> Result<Self, DecodeError> {
-        let mut f = Fields::open(v, "listener", 2)?;
-        let port = |f: &mut Fields| {
-            u16::try_from(f.uint()?).map_err(|_| DecodeError::schema("listener", "port over 65535"))
-        };
+        let unix = matches!(&v, Value::Array(items)
+            if matches!(items.first(), Some(Value::Text(k)) if k == "unix"));
+        // `["unix", path]`; `["tcp" / "udp", port]` (every address) or with the address's
+        // 4 or 16 bytes after the port.
+        let mut f = Fields::open_between(v, "listener", 2, if unix { 2 } else { 3 })?;
         match f.text(8)?.as_str() {
             "unix" => Ok(Listener::Unix(f.text(PATH_BYTES_MAX)?)),
-            "tcp" => Ok(Listener::Tcp(port(&mut f)?)),
-            "udp" => Ok(Listener::Udp(port(&mut f)?)),
+            "tcp" => Ok(Listener::Tcp(Inet::from_fields(&mut f)?)),
+            "udp" => Ok(Listener::Udp(Inet::from_fields(&mut f)?)),
             k => Err(DecodeError::schema(
                 "listener",
                 format!("unknown kind {k:?}"),
@@ -108,8 +187,8 @@ impl std::fmt::Display for Listener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Listener::Unix(p) => write!(f, "unix:{p}"),
-            Listener::Tcp(p) => write!(f, "tcp:{p}"),
-            Listener::Udp(p) => write!(f, "udp:{p}"),
+            Listener::Tcp(i) => write!(f, "tcp:{i}"),
+            Listener::Udp(i) => write!(f, "udp:{i}"),
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Listener endpoints held by repochd (docs/THREAT-MODEL.md, "Who can change a fact"):
-//! an enrolled TCP or UDP port is bound (and a TCP one listened on) by repochd itself, on
-//! the IPv6 wildcard with `IPV6_V6ONLY` off, so that no other socket can bind it on any
-//! IPv4 or IPv6 address, in the network namespace clients reach it in (the host's, where
+//! an enrolled TCP or UDP endpoint is bound (and a TCP one listened on) by repochd itself,
+//! on exactly its enrolled address (an IPv6 one with `IPV6_V6ONLY` on), or, enrolled as
+//! `*`, on the IPv6 wildcard with `IPV6_V6ONLY` off, so that no other socket can bind it on
+//! any IPv4 or IPv6 address; in the network namespace clients reach it in (the host's, where
 //! repochd's own sockets are: `sockdiag::in_host_netns`, else this one); an enrolled unix
 //! path is bound by repochd as a listening stream socket, through its directory's fd
 //! (opened without following a symlink in any component), from a thread of its own file
@@ -12,7 +13,7 @@
 use crate::error::Error;
 use std::os::fd::{AsFd, OwnedFd};
 
-use repoch_protocol::manifest::Listener;
+use repoch_protocol::manifest::{Inet, Listener};
 use rustix::fs::{AtFlags, OFlags};
 use rustix::io::Errno;
 use rustix::net::{AddressFamily, SocketAddrV6, SocketFlags, SocketType};
@@ -96,20 +97,20 @@ pub enum NotTaken {
 /// Takes the endpoint `l`. `principals`: the uids that may own a unix path's directory.
 pub fn take(l: &Listener, principals: &[u32]) -> Result<Held, NotTaken> {
     match l {
-        Listener::Tcp(p) => take_port(false, *p),
-        Listener::Udp(p) => take_port(true, *p),
+        Listener::Tcp(i) => take_port(false, *i),
+        Listener::Udp(i) => take_port(true, *i),
         Listener::Unix(path) => take_unix(path, principals),
     }
 }
 
-fn take_port(udp: bool, port: u16) -> Result<Held, NotTaken> {
-    if port == 0 {
+fn take_port(udp: bool, at: Inet) -> Result<Held, NotTaken> {
+    if at.port == 0 {
         return Err(NotTaken::Failed("port 0 names no port".into()));
     }
-    let bind = move || -> Result<Result<OwnedFd, NotTaken>, Error> { Ok(bind_port(udp, port)) };
+    let bind = move || -> Result<Result<OwnedFd, NotTaken>, Error> { Ok(bind_port(udp, at)) };
     let fd = match sockdiag::in_host_netns(bind) {
         Ok(Some((_, r))) => r?,
-        Ok(None) => bind_port(udp, port)?,
+        Ok(None) => bind_port(udp, at)?,
         Err(e) => {
             return Err(NotTaken::Failed(format!(
                 "the host's network namespace: {e}"
@@ -119,8 +120,9 @@ fn take_port(udp: bool, port: u16) -> Result<Held, NotTaken> {
     Ok(Held { fd, file: None })
 }
 
-/// Binds `port` in this thread's network namespace on every address of both families.
-fn bind_port(udp: bool, port: u16) -> Result<OwnedFd, NotTaken> {
+/// Binds the endpoint in this thread's network namespace: on its one address, or on every
+/// address of both families.
+fn bind_port(udp: bool, at: Inet) -> Result<OwnedFd, NotTaken> {
     let kind = if udp {
         SocketType::DGRAM
     } else {
@@ -134,6 +136,53 @@ fn bind_port(udp: bool, port: u16) -> Result<OwnedFd, NotTaken> {
             failed("bind", e)
         }
     };
+    let port = at.port;
+    let fd = match at.addr {
+        Some(addr) => bind_one(kind, std::net::SocketAddr::new(addr, port), in_use)?,
+        None => bind_every(kind, port, in_use)?,
+    };
+    if !udp {
+        rustix::net::listen(&fd, HELD_BACKLOG).map_err(|e| failed("listen", e))?;
+    }
+    Ok(fd)
+}
+
+/// A socket bound to exactly `addr`: an IPv6 one with `IPV6_V6ONLY` on, so that `[::]`
+/// is the IPv6 wildcard alone, as written.
+fn bind_one(
+    kind: SocketType,
+    addr: std::net::SocketAddr,
+    in_use: impl Fn(Errno) -> NotTaken,
+) -> Result<OwnedFd, NotTaken> {
+    let failed = |what: &str, e: Errno| NotTaken::Failed(format!("{what}: {e}"));
+    let family = match addr {
+        std::net::SocketAddr::V4(_) => AddressFamily::INET,
+        std::net::SocketAddr::V6(_) => AddressFamily::INET6,
+    };
+    let fd = rustix::net::socket_with(family, kind, SocketFlags::CLOEXEC, None)
+        .map_err(|e| failed("socket", e))?;
+    if addr.is_ipv6() {
+        rustix::net::sockopt::set_ipv6_v6only(&fd, true).map_err(|e| failed("IPV6_V6ONLY", e))?;
+    }
+    if kind == SocketType::STREAM {
+        reuse_addr(&fd).map_err(|e| failed("SO_REUSEADDR", e))?;
+    }
+    rustix::net::bind(&fd, &addr).map_err(|e| match e {
+        // An address this host does not have cannot be held: say so, not "in use".
+        Errno::ADDRNOTAVAIL => failed(&format!("bind {addr}"), e),
+        e => in_use(e),
+    })?;
+    Ok(fd)
+}
+
+/// A socket bound to `port` on every address of both families.
+fn bind_every(
+    kind: SocketType,
+    port: u16,
+    in_use: impl Fn(Errno) -> NotTaken,
+) -> Result<OwnedFd, NotTaken> {
+    let failed = |what: &str, e: Errno| NotTaken::Failed(format!("{what}: {e}"));
+    let udp = kind == SocketType::DGRAM;
     let fd = match rustix::net::socket_with(AddressFamily::INET6, kind, SocketFlags::CLOEXEC, None)
     {
         Ok(fd) => {
@@ -160,9 +209,6 @@ fn bind_port(udp: bool, port: u16) -> Result<OwnedFd, NotTaken> {
         }
         Err(e) => return Err(failed("socket", e)),
     };
-    if !udp {
-        rustix::net::listen(&fd, HELD_BACKLOG).map_err(|e| failed("listen", e))?;
-    }
     Ok(fd)
 }
 
@@ -259,9 +305,9 @@ mod tests {
         for udp in [false, true] {
             let port = free_port(udp);
             let l = if udp {
-                Listener::Udp(port)
+                Listener::Udp(Inet::any(port))
             } else {
-                Listener::Tcp(port)
+                Listener::Tcp(Inet::any(port))
             };
             let held = take(&l, &[0]).unwrap();
             assert_eq!(listening(&held.fd), !udp);
@@ -282,6 +328,40 @@ mod tests {
             drop(held);
             assert!(take(&l, &[0]).is_ok(), "{l} not freed");
         }
+    }
+
+    #[test]
+    fn a_port_held_on_one_address_is_bound_there_only() {
+        use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+        for udp in [false, true] {
+            let port = free_port(udp);
+            for addr in [
+                IpAddr::V4(Ipv4Addr::LOCALHOST),
+                IpAddr::V6(Ipv6Addr::LOCALHOST),
+            ] {
+                let at = Inet::at(addr, port);
+                let l = if udp {
+                    Listener::Udp(at)
+                } else {
+                    Listener::Tcp(at)
+                };
+                let held = take(&l, &[0]).unwrap();
+                let name = rustix::net::getsockname(&held.fd).unwrap();
+                assert_eq!(
+                    SocketAddr::try_from(name).unwrap(),
+                    SocketAddr::new(addr, port),
+                    "{l}"
+                );
+                assert_eq!(take(&l, &[0]).unwrap_err(), NotTaken::InUse, "{l}");
+                drop(held);
+            }
+        }
+        // An address this host does not have is a failure that names it, not "in use".
+        let l = Listener::Tcp(Inet::at(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)), 7070));
+        assert!(
+            matches!(take(&l, &[0]), Err(NotTaken::Failed(e)) if e.contains("192.0.2.1")),
+            "{l}"
+        );
     }
 
     #[test]

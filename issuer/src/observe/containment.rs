@@ -195,8 +195,10 @@ fn in_use(l: &Listener) -> Fact {
                 ),
             };
         }
-        Listener::Tcp(p) => (false, *p),
-        Listener::Udp(p) => (true, *p),
+        // Whoever holds the port, on whatever address: a socket on the enrolled address,
+        // or on a wildcard covering it, is what kept it from being held.
+        Listener::Tcp(i) => (false, i.port),
+        Listener::Udp(i) => (true, i.port),
     };
     let bound = net::inet_bound_all(&[port])
         .into_iter()

@@ -75,8 +75,8 @@ pub fn manifest() -> Manifest {
             cgroups: vec!["/system.slice/billing-root.service".into()],
             listeners: vec![
                 Listener::Unix("/run/billing.sock".into()),
-                Listener::Tcp(7070),
-                Listener::Udp(53),
+                Listener::Tcp(Inet::any(7070)),
+                Listener::Udp(Inet::any(53)),
             ],
             executables: vec!["/usr/bin/billing-root".into()],
             old_root_uids: vec![],
@@ -616,5 +616,31 @@ pub fn samples() -> Vec<(&'static str, Vec<u8>)> {
     // A receipt whose grant is bound to the records before it (docs/PROTOCOL.md, "The
     // epoch log"): what every receipted log's last record is.
     v.push(("signed-epoch-record", epoch_records()[3].to_bytes()));
+    // Listeners enrolled with their address (docs/OPERATOR.md, `containment.listeners`),
+    // in a manifest and in the grant that hands them over.
+    let lo4 = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+    let lo6 = std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
+    let addressed = vec![
+        Listener::Tcp(Inet::at(lo4, 7070)),
+        Listener::Udp(Inet::at(lo6, 53)),
+        Listener::Tcp(Inet::any(8080)),
+    ];
+    let mut m = manifest();
+    m.containment.listeners = addressed.clone();
+    v.push((
+        "signed-manifest",
+        SignedManifest::sign(m, &issuer()).to_bytes(),
+    ));
+    v.push((
+        "signed-grant",
+        SignedGrant::sign(
+            Grant {
+                listeners: addressed,
+                ..grant()
+            },
+            &issuer(),
+        )
+        .to_bytes(),
+    ));
     v
 }

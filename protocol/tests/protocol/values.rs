@@ -113,8 +113,65 @@ fn listeners_print_as_kind_and_address() {
         Listener::Unix("/run/x.sock".into()).to_string(),
         "unix:/run/x.sock"
     );
-    assert_eq!(Listener::Tcp(7070).to_string(), "tcp:7070");
-    assert_eq!(Listener::Udp(53).to_string(), "udp:53");
+    use repoch_protocol::manifest::Inet;
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    assert_eq!(Listener::Tcp(Inet::any(7070)).to_string(), "tcp:*:7070");
+    let lo4 = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let lo6 = IpAddr::V6(Ipv6Addr::LOCALHOST);
+    assert_eq!(
+        Listener::Udp(Inet::at(lo4, 53)).to_string(),
+        "udp:127.0.0.1:53"
+    );
+    assert_eq!(Listener::Tcp(Inet::at(lo6, 80)).to_string(), "tcp:[::1]:80");
+}
+
+#[test]
+fn a_listeners_address_has_one_encoding() {
+    // `["tcp", port]` is every address (the form of a port enrolled alone); one address is
+    // its 4 or 16 bytes after the port; an IPv4-mapped IPv6 address, another length, or
+    // an address after a unix path does not decode.
+    use ciborium::value::Value;
+    use repoch_protocol::cbor::{encode, Canonical as _};
+    use repoch_protocol::manifest::Inet;
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    let lo4 = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let lo6 = IpAddr::V6(Ipv6Addr::LOCALHOST);
+    for l in [
+        Listener::Tcp(Inet::any(7070)),
+        Listener::Udp(Inet::at(lo4, 53)),
+        Listener::Tcp(Inet::at(lo6, 80)),
+        Listener::Tcp(Inet::at(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 80)),
+    ] {
+        assert_eq!(Listener::from_bytes(&l.to_bytes()).unwrap(), l);
+    }
+    assert_eq!(
+        Listener::Tcp(Inet::any(7070)).to_bytes(),
+        encode(&Value::Array(vec![
+            Value::Text("tcp".into()),
+            Value::Integer(7070.into())
+        ]))
+    );
+    let with = |kind: &str, last: Value| {
+        encode(&Value::Array(vec![
+            Value::Text(kind.into()),
+            if kind == "unix" {
+                Value::Text("/run/x".into())
+            } else {
+                Value::Integer(7070.into())
+            },
+            last,
+        ]))
+    };
+    let mapped = Ipv4Addr::LOCALHOST.to_ipv6_mapped().octets().to_vec();
+    for bad in [
+        with("tcp", Value::Bytes(mapped)),
+        with("udp", Value::Bytes(vec![127, 0, 0])),
+        with("tcp", Value::Bytes(vec![0; 17])),
+        with("tcp", Value::Text("127.0.0.1".into())),
+        with("unix", Value::Bytes(vec![127, 0, 0, 1])),
+    ] {
+        assert!(Listener::from_bytes(&bad).is_err(), "{}", hex::encode(&bad));
+    }
 }
 
 const ROLES: [Role; 6] = [

@@ -256,8 +256,8 @@ impl World {
             (0..p.listeners)
                 .map(|i| match i % 3 {
                     0 => format!("unix:{srv}/listener-{idx}-{i}.sock"),
-                    1 => format!("tcp:{}", 47000 + i),
-                    _ => format!("udp:{}", 47000 + i),
+                    1 => format!("tcp:*:{}", 47000 + i),
+                    _ => format!("udp:*:{}", 47000 + i),
                 })
                 .collect(),
         );

@@ -16,7 +16,7 @@ use repoch_tests_native::*;
 fn enroll_listeners(s: &Sandbox) -> (String, u16, u16, std::path::PathBuf) {
     let (tcp, udp, unix) = (free_port(false), free_port(true), s.path("control.sock"));
     let id = s.enroll_with(&s.manifest(&format!(
-        "[containment]\nlisteners = [\"tcp:{tcp}\", \"udp:{udp}\", \"unix:{}\"]",
+        "[containment]\nlisteners = [\"tcp:*:{tcp}\", \"udp:*:{udp}\", \"unix:{}\"]",
         unix.display()
     )));
     (id, tcp, udp, unix)
@@ -100,16 +100,10 @@ fn a_recovery_that_ends_without_a_grant_frees_every_port_and_leaves_no_socket_fi
     assert_eq!(r.reasons(), ["consumer-absent"], "{}", r.stdout);
 }
 
-#[test]
-#[ignore = "needs root"]
-fn the_new_root_accepts_on_every_handed_over_listener_right_after_the_grant() {
-    // `repoch-consume -- repoch-test-helper serve-activated` after the grant: the new root
-    // finds the listeners at 3, 4, 5 (LISTEN_FDS, LISTEN_FDNAMES, LISTEN_PID its own pid)
-    // and answers a TCP connection, a UDP datagram and a unix connection on them.
-    require_root!();
-    let s = Sandbox::new();
-    let (id, tcp, udp, unix) = enroll_listeners(&s);
-    let _d = s.daemon();
+/// Recovers `id` with `repoch-consume -- repoch-test-helper serve-activated` as the new
+/// root; once granted, the new root's report (its first line: what it was handed) and the
+/// consumer, still running.
+fn activated_new_root(s: &Sandbox, id: &str) -> (serde_json::Value, std::process::Child) {
     let report = s.path("activated.json");
     let helper_bin = bin("repoch-test-helper");
     let consumer = s
@@ -136,7 +130,7 @@ fn the_new_root_accepts_on_every_handed_over_listener_right_after_the_grant() {
         );
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    let j: serde_json::Value = serde_json::from_str(
+    let j = serde_json::from_str(
         std::fs::read_to_string(&report)
             .unwrap()
             .lines()
@@ -144,6 +138,20 @@ fn the_new_root_accepts_on_every_handed_over_listener_right_after_the_grant() {
             .unwrap(),
     )
     .unwrap();
+    (j, consumer)
+}
+
+#[test]
+#[ignore = "needs root"]
+fn the_new_root_accepts_on_every_handed_over_listener_right_after_the_grant() {
+    // `repoch-consume -- repoch-test-helper serve-activated` after the grant: the new root
+    // finds the listeners at 3, 4, 5 (LISTEN_FDS, LISTEN_FDNAMES, LISTEN_PID its own pid)
+    // and answers a TCP connection, a UDP datagram and a unix connection on them.
+    require_root!();
+    let s = Sandbox::new();
+    let (id, tcp, udp, unix) = enroll_listeners(&s);
+    let _d = s.daemon();
+    let (j, consumer) = activated_new_root(&s, &id);
     let names = [
         format!("tcp-{tcp}"),
         format!("udp-{udp}"),
@@ -170,4 +178,45 @@ fn the_new_root_accepts_on_every_handed_over_listener_right_after_the_grant() {
     assert_eq!(got, format!("{} ok\n", names[2]));
     let c = finish(consumer);
     assert_eq!(c.code, Outcome::Success, "{}", c.stdout);
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_port_enrolled_on_loopback_is_handed_over_on_loopback_only() {
+    // An old root that served 127.0.0.1:P only: enrolled as tcp:127.0.0.1:P, it is held
+    // and handed over bound there, not on every address. After the grant the new root
+    // answers on 127.0.0.1:P, and a connection to another address of the host (127.0.0.2,
+    // ::1) is refused; the same port enrolled as tcp:*:P answers on each (what every port
+    // was before addresses were enrolled: a loopback-only service exposed everywhere).
+    require_root!();
+    for (written, exposed) in [("127.0.0.1", false), ("*", true)] {
+        let s = Sandbox::new();
+        let tcp = free_port(false);
+        let id = s.enroll_with(&s.manifest(&format!(
+            "[containment]\nlisteners = [\"tcp:{written}:{tcp}\"]"
+        )));
+        let _d = s.daemon();
+        let (j, consumer) = activated_new_root(&s, &id);
+        assert_eq!(j["names"], serde_json::json!([format!("tcp-{tcp}")]), "{j}");
+        let mut t = std::net::TcpStream::connect(("127.0.0.1", tcp)).unwrap();
+        let mut l = String::new();
+        std::io::BufReader::new(&mut t).read_line(&mut l).unwrap();
+        assert_eq!(l, format!("tcp-{tcp} ok\n"));
+        for other in ["127.0.0.2", "::1"] {
+            let got = std::net::TcpStream::connect((other, tcp)).map(|_| ());
+            assert_eq!(
+                got.is_ok(),
+                exposed,
+                "tcp:{written}:{tcp} from {other}: {got:?}"
+            );
+            if !exposed {
+                assert_eq!(
+                    got.unwrap_err().kind(),
+                    std::io::ErrorKind::ConnectionRefused
+                );
+            }
+        }
+        let c = finish(consumer);
+        assert_eq!(c.code, Outcome::Success, "{}", c.stdout);
+    }
 }

@@ -155,7 +155,7 @@ pub(crate) fn another_user_acting_at_random_moments_of_many_recoveries_never_den
         let unix = s.path("control.sock");
         let ports = (free_port(false), free_port(true));
         let id = s.enroll_with(&s.manifest(&format!(
-            "[containment]\nexecutables = [\"{}\"]\nlisteners = [\"tcp:{}\", \"udp:{}\", \"unix:{}\"]",
+            "[containment]\nexecutables = [\"{}\"]\nlisteners = [\"tcp:*:{}\", \"udp:*:{}\", \"unix:{}\"]",
             exe.display(),
             ports.0,
             ports.1,

@@ -11,7 +11,8 @@ pub(crate) fn tcp_and_udp_ports_bound_in_a_network_namespace_are_listener_presen
     require_root!();
     let s = Sandbox::new();
     let ns = Netns::new(&s.tag);
-    let id = s.enroll_with(&s.manifest("[containment]\nlisteners = [\"tcp:7070\", \"udp:5353\"]"));
+    let id =
+        s.enroll_with(&s.manifest("[containment]\nlisteners = [\"tcp:*:7070\", \"udp:*:5353\"]"));
     let obs = || -> Run { ns.wrap(&s.observe_cmd(&id, &[])).output().unwrap().into() };
     assert_holds(&obs());
     let t = spawn_ready(ns.wrap(&helper(&["listen-tcp", "7070"])));
@@ -48,7 +49,7 @@ pub(crate) fn of_several_enrolled_ports_only_the_bound_one_is_listener_present()
     let s = Sandbox::new();
     let ns = Netns::new(&s.tag);
     let id = s.enroll_with(&s.manifest(
-        "[containment]\nlisteners = [\"tcp:7070\", \"udp:7071\", \"tcp:7071\", \"udp:5353\"]",
+        "[containment]\nlisteners = [\"tcp:*:7070\", \"udp:*:7071\", \"tcp:*:7071\", \"udp:*:5353\"]",
     ));
     let obs = || -> Run { ns.wrap(&s.observe_cmd(&id, &[])).output().unwrap().into() };
     assert_holds(&obs());
@@ -57,7 +58,7 @@ pub(crate) fn of_several_enrolled_ports_only_the_bound_one_is_listener_present()
     assert_refused(&r, "listener-present");
     assert_eq!(
         failed_subjects(&r, "listener"),
-        ["tcp:7071"],
+        ["tcp:*:7071"],
         "{}",
         r.stdout
     );
@@ -72,7 +73,7 @@ pub(crate) fn of_several_enrolled_ports_only_the_bound_one_is_listener_present()
     assert_refused(&r, "listener-present");
     assert_eq!(
         failed_subjects(&r, "listener"),
-        ["udp:5353"],
+        ["udp:*:5353"],
         "{}",
         r.stdout
     );

@@ -88,7 +88,7 @@ pub(crate) fn recover_under_systemd(c: &Container) {
     let manifest = format!(
         "label = \"billing\"\nfences = [\"/srv/billing/lock\"]\nstores = [\"/srv/billing/data\"]\n\
          ready = \"/srv/billing/READY\"\n\n[containment]\nunits = [\"billing-old.service\"]\n\
-         listeners = [\"tcp:7071\", \"unix:/run/billing/old.sock\"]\n\n\
+         listeners = [\"tcp:*:7071\", \"unix:/run/billing/old.sock\"]\n\n\
          [journal]\npath = \"/srv/billing/journal\"\nproducer_key_file = \"/etc/billing/producer.key.pub\"\n\n\
          [consumer]\nuid = {uid}\ngid = {gid}\nexecutable = \"/usr/bin/repoch-consume\"\n\
          key_file = \"/etc/billing/consumer.key.pub\"\n"
