@@ -90,6 +90,20 @@ pub struct ContainmentToml {
     /// field").
     #[serde(default)]
     pub old_root_uids: Vec<u32>,
+    /// How each held unix listener's socket file is made, by path (docs/OPERATOR.md,
+    /// `containment.socket_files`).
+    #[serde(default)]
+    pub socket_files: std::collections::BTreeMap<String, SocketFileToml>,
+}
+
+/// `[containment.socket_files."/PATH"]`: the mode (`0o660`), and optionally the owner
+/// and group, of the socket file repochd makes for that unix listener.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SocketFileToml {
+    pub mode: u32,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -165,6 +179,71 @@ fn key_field(
             format!("give exactly one of `{name}` and `{name}_file`"),
         )),
     }
+}
+
+/// systemd's `SocketMode=` default: every user may connect.
+pub const SOCKET_MODE_DEFAULT: u32 = 0o666;
+
+/// How each unix listener's socket file is made: as `named` in the manifest; else with the
+/// mode of the socket file at its path now (the old root's, which its clients reach), its
+/// owner and group kept as repochd's; else systemd's default mode (0666). Every unix
+/// listener gets one, sorted by path.
+fn socket_files(
+    listeners: &[Listener],
+    named: &std::collections::BTreeMap<String, SocketFileToml>,
+) -> Result<Vec<SocketFile>, EnrollError> {
+    let unix: Vec<&str> = listeners
+        .iter()
+        .filter_map(|l| match l {
+            Listener::Unix(p) => Some(p.as_str()),
+            _ => None,
+        })
+        .collect();
+    for (path, f) in named {
+        let name = format!("containment.socket_files.{path:?}");
+        if !unix.contains(&path.as_str()) {
+            return Err(field(
+                name,
+                "names no unix listener of containment.listeners",
+            ));
+        }
+        if f.mode > SOCKET_MODE_MAX {
+            return Err(field(
+                name,
+                format!("mode 0o{:o}: permission bits only, at most 0o777", f.mode),
+            ));
+        }
+    }
+    let mut files: Vec<SocketFile> = unix
+        .iter()
+        .map(|p| match named.get(*p) {
+            Some(f) => SocketFile {
+                path: (*p).into(),
+                mode: f.mode,
+                uid: f.uid,
+                gid: f.gid,
+            },
+            None => SocketFile {
+                path: (*p).into(),
+                mode: socket_mode_now(p).unwrap_or(SOCKET_MODE_DEFAULT),
+                uid: None,
+                gid: None,
+            },
+        })
+        .collect();
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    files.dedup_by(|a, b| a.path == b.path);
+    Ok(files)
+}
+
+/// The permission bits of the socket file at `path` now, if one is there (not followed
+/// through a symlink).
+fn socket_mode_now(path: &str) -> Option<u32> {
+    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+    std::fs::symlink_metadata(path)
+        .ok()
+        .filter(|m| m.file_type().is_socket())
+        .map(|m| m.mode() & SOCKET_MODE_MAX)
 }
 
 /// Parses `unix:/PATH`, `tcp:ADDRESS:PORT`, `udp:ADDRESS:PORT` (ADDRESS: an IPv4 address,
@@ -335,6 +414,7 @@ pub fn validate(text: &str) -> Result<Validated, EnrollError> {
     for (i, e) in m.containment.executables.iter().enumerate() {
         path_field(&format!("containment.executables[{i}]"), e)?;
     }
+    let socket_files = socket_files(&listeners, &m.containment.socket_files)?;
     // Root is always a principal; the rest are kept sorted and distinct (one encoding).
     let mut old_root_uids = m.containment.old_root_uids.clone();
     old_root_uids.sort_unstable();
@@ -395,6 +475,7 @@ pub fn validate(text: &str) -> Result<Validated, EnrollError> {
             listeners,
             executables: m.containment.executables,
             old_root_uids,
+            socket_files,
         },
         consumer: Consumer {
             uid: m.consumer.uid,

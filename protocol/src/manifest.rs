@@ -208,6 +208,57 @@ pub struct Containment {
     /// Sorted, without duplicates, without 0; encoded only when not empty (an older
     /// four-field containment decodes as root alone).
     pub old_root_uids: Vec<u32>,
+    /// How repochd makes each held unix listener's socket file: one per unix listener,
+    /// sorted by path (docs/OPERATOR.md, `containment.socket_files`). Encoded only when not
+    /// empty (then after `old_root_uids`, even an empty one); a deployment enrolled before
+    /// has none, and its socket files are made as repochd's umask makes them.
+    pub socket_files: Vec<SocketFile>,
+}
+
+/// The owner, group and mode a held unix listener's socket file is given, as systemd's
+/// `SocketUser=`, `SocketGroup=` and `SocketMode=` give them: what the new root's clients
+/// rely on to connect.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SocketFile {
+    pub path: String,
+    /// Permission bits only (at most `0o777`).
+    pub mode: u32,
+    /// `None`: repochd's own.
+    pub uid: Option<u32>,
+    /// `None`: repochd's own.
+    pub gid: Option<u32>,
+}
+
+/// The largest mode a socket file is given: permission bits, no set-id or sticky bit.
+pub const SOCKET_MODE_MAX: u32 = 0o777;
+
+impl Canonical for SocketFile {
+    fn to_value(&self) -> Value {
+        cbor::array(vec![
+            cbor::text(&self.path),
+            cbor::uint(self.mode.into()),
+            cbor::opt(&self.uid, |u| cbor::uint((*u).into())),
+            cbor::opt(&self.gid, |g| cbor::uint((*g).into())),
+        ])
+    }
+    fn from_value(v: Value) -> Result<Self, DecodeError> {
+        let mut f = Fields::open(v, "socket-file", 4)?;
+        let id = |v: Value| {
+            u32::try_from(as_uint(v, "socket-file")?)
+                .map_err(|_| DecodeError::schema("socket-file", "an id over 32 bits"))
+        };
+        let path = f.text(PATH_BYTES_MAX)?;
+        let mode = f.uint()?;
+        if mode > u64::from(SOCKET_MODE_MAX) {
+            return Err(DecodeError::schema("socket-file", "a mode over 0o777"));
+        }
+        Ok(SocketFile {
+            path,
+            mode: mode as u32,
+            uid: f.opt(id)?,
+            gid: f.opt(id)?,
+        })
+    }
 }
 
 impl Containment {
@@ -216,6 +267,10 @@ impl Containment {
         let mut p = vec![0];
         p.extend(self.old_root_uids.iter().copied().filter(|u| *u != 0));
         p
+    }
+    /// How the socket file of the held unix listener at `path` is made, if enrolled.
+    pub fn socket_file(&self, path: &str) -> Option<&SocketFile> {
+        self.socket_files.iter().find(|f| f.path == path)
     }
 }
 
@@ -231,7 +286,7 @@ impl Canonical for Containment {
             cbor::list(&self.listeners),
             texts(&self.executables),
         ];
-        if !self.old_root_uids.is_empty() {
+        if !self.old_root_uids.is_empty() || !self.socket_files.is_empty() {
             fields.push(cbor::array(
                 self.old_root_uids
                     .iter()
@@ -239,11 +294,14 @@ impl Canonical for Containment {
                     .collect(),
             ));
         }
+        if !self.socket_files.is_empty() {
+            fields.push(cbor::list(&self.socket_files));
+        }
         cbor::array(fields)
     }
     fn from_value(v: Value) -> Result<Self, DecodeError> {
         let arity = match &v {
-            Value::Array(items) if items.len() == 5 => 5,
+            Value::Array(items) if (5..=6).contains(&items.len()) => items.len(),
             _ => 4,
         };
         let mut f = Fields::open(v, "containment", arity)?;
@@ -255,21 +313,40 @@ impl Canonical for Containment {
                 as_text(v, "executable", PATH_BYTES_MAX)
             })?,
             old_root_uids: Vec::new(),
+            socket_files: Vec::new(),
         };
-        if arity == 5 {
+        if arity >= 5 {
             c.old_root_uids = f.list(OLD_ROOT_UIDS_MAX, |v| {
                 u32::try_from(as_uint(v, "old-root-uid")?)
                     .map_err(|_| DecodeError::schema("containment", "uid over 32 bits"))
             })?;
             // One encoding per value: an empty list is the four-field form; the list is
             // sorted, without duplicates and without root (always a principal).
-            let canonical = !c.old_root_uids.is_empty()
+            let canonical = (arity == 6 || !c.old_root_uids.is_empty())
                 && c.old_root_uids.windows(2).all(|w| w[0] < w[1])
                 && !c.old_root_uids.contains(&0);
             if !canonical {
                 return Err(DecodeError::schema(
                     "containment",
                     "old-root uids must be sorted, distinct, not 0, and present only when not empty",
+                ));
+            }
+        }
+        if arity == 6 {
+            c.socket_files = f.list(LISTENERS_MAX, SocketFile::from_value)?;
+            // One encoding per value: present only when not empty, sorted and distinct by
+            // path, each the file of a unix listener.
+            let canonical = !c.socket_files.is_empty()
+                && c.socket_files.windows(2).all(|w| w[0].path < w[1].path)
+                && c.socket_files.iter().all(|f| {
+                    c.listeners
+                        .iter()
+                        .any(|l| matches!(l, Listener::Unix(p) if *p == f.path))
+                });
+            if !canonical {
+                return Err(DecodeError::schema(
+                    "containment",
+                    "socket files must be sorted and distinct by path, each a unix listener's, and present only when not empty",
                 ));
             }
         }

@@ -13,7 +13,7 @@
 use crate::error::Error;
 use std::os::fd::{AsFd, OwnedFd};
 
-use repoch_protocol::manifest::{Inet, Listener};
+use repoch_protocol::manifest::{Inet, Listener, SocketFile as EnrolledSocketFile};
 use rustix::fs::{AtFlags, OFlags};
 use rustix::io::Errno;
 use rustix::net::{AddressFamily, SocketAddrV6, SocketFlags, SocketType};
@@ -94,12 +94,18 @@ pub enum NotTaken {
     Failed(String),
 }
 
-/// Takes the endpoint `l`. `principals`: the uids that may own a unix path's directory.
-pub fn take(l: &Listener, principals: &[u32]) -> Result<Held, NotTaken> {
+/// Takes the endpoint `l`. `principals`: the uids that may own a unix path's directory;
+/// `file`: how a unix listener's socket file is made (its mode, owner and group), if
+/// enrolled.
+pub fn take(
+    l: &Listener,
+    principals: &[u32],
+    file: Option<&EnrolledSocketFile>,
+) -> Result<Held, NotTaken> {
     match l {
         Listener::Tcp(i) => take_port(false, *i),
         Listener::Udp(i) => take_port(true, *i),
-        Listener::Unix(path) => take_unix(path, principals),
+        Listener::Unix(path) => take_unix(path, principals, file),
     }
 }
 
@@ -220,7 +226,11 @@ fn reuse_addr(fd: &OwnedFd) -> rustix::io::Result<()> {
     rustix::net::sockopt::set_socket_reuseaddr(fd, true)
 }
 
-fn take_unix(path: &str, principals: &[u32]) -> Result<Held, NotTaken> {
+fn take_unix(
+    path: &str,
+    principals: &[u32],
+    file: Option<&EnrolledSocketFile>,
+) -> Result<Held, NotTaken> {
     let p = std::path::Path::new(path);
     let (Some(parent), Some(name)) = (p.parent(), p.file_name().and_then(|n| n.to_str())) else {
         return Err(NotTaken::Failed(format!("{path}: no directory and name")));
@@ -236,14 +246,46 @@ fn take_unix(path: &str, principals: &[u32]) -> Result<Held, NotTaken> {
             st.st_mode & 0o7777
         )));
     }
-    // Bound by its name relative to the directory, in a thread whose working directory is
-    // its own (unshare CLONE_FS): no path walk, no length limit but the name's.
-    let fd = std::thread::scope(|s| {
+    let fd = bind_unix(&dir, name, file)?;
+    let id = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)
+        .map(|st| (st.st_dev, st.st_ino))
+        .map_err(|e| NotTaken::Failed(format!("{name}: {e}")))?;
+    let held = Held {
+        fd,
+        file: Some(SocketFile {
+            dir,
+            name: name.to_owned(),
+            id,
+            handed_over: false,
+        }),
+    };
+    if let Some(f) = file.filter(|f| f.uid.is_some() || f.gid.is_some()) {
+        give_owner(&held, f)?;
+    }
+    rustix::net::listen(&held.fd, HELD_BACKLOG)
+        .map_err(|e| NotTaken::Failed(format!("listen: {e}")))?;
+    Ok(held)
+}
+
+/// A unix stream socket bound to `name` in `dir`: by its name relative to the directory,
+/// in a thread whose working directory is its own (unshare CLONE_FS): no path walk, no
+/// length limit but the name's.
+fn bind_unix(
+    dir: &OwnedFd,
+    name: &str,
+    file: Option<&EnrolledSocketFile>,
+) -> Result<OwnedFd, NotTaken> {
+    std::thread::scope(|s| {
         s.spawn(|| -> Result<OwnedFd, NotTaken> {
             let failed = |what: &str, e: Errno| NotTaken::Failed(format!("{what}: {e}"));
             nix::sched::unshare(nix::sched::CloneFlags::CLONE_FS)
                 .map_err(|e| NotTaken::Failed(format!("unshare: {e}")))?;
-            rustix::process::fchdir(&dir).map_err(|e| failed("fchdir", e))?;
+            rustix::process::fchdir(dir).map_err(|e| failed("fchdir", e))?;
+            // The umask is this thread's alone (CLONE_FS): the socket file is made with
+            // exactly the enrolled mode, never with a looser one first.
+            if let Some(f) = file {
+                rustix::process::umask(rustix::fs::Mode::from_raw_mode(!f.mode & 0o777));
+            }
             let fd = rustix::net::socket_with(
                 AddressFamily::UNIX,
                 SocketType::STREAM,
@@ -264,22 +306,48 @@ fn take_unix(path: &str, principals: &[u32]) -> Result<Held, NotTaken> {
         })
         .join()
         .map_err(|_| NotTaken::Failed("the binding thread panicked".into()))?
-    })?;
-    let id = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW)
-        .map(|st| (st.st_dev, st.st_ino))
-        .map_err(|e| NotTaken::Failed(format!("{name}: {e}")))?;
-    let held = Held {
-        fd,
-        file: Some(SocketFile {
-            dir,
-            name: name.to_owned(),
-            id,
-            handed_over: false,
-        }),
+    })
+}
+
+/// Gives the socket file just bound its enrolled owner and group (by its name in its
+/// directory, never through a symlink), then checks the name is still that file. Only
+/// root and the old root's uids can write the directory. Without `CAP_CHOWN` (the shipped
+/// unit has none) another owner or group is refused: the endpoint is not taken, nothing
+/// written, and the failure says what repochd lacks (docs/OPERATOR.md).
+fn give_owner(held: &Held, f: &EnrolledSocketFile) -> Result<(), NotTaken> {
+    let Some(sf) = &held.file else {
+        return Ok(());
     };
-    rustix::net::listen(&held.fd, HELD_BACKLOG)
-        .map_err(|e| NotTaken::Failed(format!("listen: {e}")))?;
-    Ok(held)
+    let uid = f.uid.map(rustix::process::Uid::from_raw);
+    let gid = f.gid.map(rustix::process::Gid::from_raw);
+    rustix::fs::chownat(
+        &sf.dir,
+        sf.name.as_str(),
+        uid,
+        gid,
+        AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .map_err(|e| {
+        NotTaken::Failed(format!(
+            "chown {} to uid {} gid {}: {e}{}",
+            sf.name,
+            f.uid.map_or("(kept)".into(), |u| u.to_string()),
+            f.gid.map_or("(kept)".into(), |g| g.to_string()),
+            if e == Errno::PERM {
+                " (repochd needs CAP_CHOWN to give a socket file another owner or group)"
+            } else {
+                ""
+            }
+        ))
+    })?;
+    match held.still_ours() {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(NotTaken::Failed(format!(
+            "{}: replaced while its owner was set",
+            sf.name
+        ))),
+        Err(e) => Err(NotTaken::Failed(e.to_string())),
+    }
 }
 
 /// The fd's socket, for tests and checks: whether it listens.
@@ -309,7 +377,7 @@ mod tests {
             } else {
                 Listener::Tcp(Inet::any(port))
             };
-            let held = take(&l, &[0]).unwrap();
+            let held = take(&l, &[0], None).unwrap();
             assert_eq!(listening(&held.fd), !udp);
             for addr in [
                 format!("0.0.0.0:{port}"),
@@ -324,9 +392,9 @@ mod tests {
                 };
                 assert!(!bound, "{l}: {addr} was bound while held");
             }
-            assert_eq!(take(&l, &[0]).unwrap_err(), NotTaken::InUse);
+            assert_eq!(take(&l, &[0], None).unwrap_err(), NotTaken::InUse);
             drop(held);
-            assert!(take(&l, &[0]).is_ok(), "{l} not freed");
+            assert!(take(&l, &[0], None).is_ok(), "{l} not freed");
         }
     }
 
@@ -345,21 +413,21 @@ mod tests {
                 } else {
                     Listener::Tcp(at)
                 };
-                let held = take(&l, &[0]).unwrap();
+                let held = take(&l, &[0], None).unwrap();
                 let name = rustix::net::getsockname(&held.fd).unwrap();
                 assert_eq!(
                     SocketAddr::try_from(name).unwrap(),
                     SocketAddr::new(addr, port),
                     "{l}"
                 );
-                assert_eq!(take(&l, &[0]).unwrap_err(), NotTaken::InUse, "{l}");
+                assert_eq!(take(&l, &[0], None).unwrap_err(), NotTaken::InUse, "{l}");
                 drop(held);
             }
         }
         // An address this host does not have is a failure that names it, not "in use".
         let l = Listener::Tcp(Inet::at(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)), 7070));
         assert!(
-            matches!(take(&l, &[0]), Err(NotTaken::Failed(e)) if e.contains("192.0.2.1")),
+            matches!(take(&l, &[0], None), Err(NotTaken::Failed(e)) if e.contains("192.0.2.1")),
             "{l}"
         );
     }
@@ -370,25 +438,69 @@ mod tests {
         let path = d.path().join("s.sock");
         let l = Listener::Unix(path.to_str().unwrap().into());
         let me = rustix::process::getuid().as_raw();
-        let held = take(&l, &[me]).unwrap();
+        let held = take(&l, &[me], None).unwrap();
         assert!(listening(&held.fd));
         assert!(held.still_ours().unwrap());
         assert!(std::os::unix::net::UnixStream::connect(&path).is_ok());
-        assert_eq!(take(&l, &[me]).unwrap_err(), NotTaken::InUse);
+        assert_eq!(take(&l, &[me], None).unwrap_err(), NotTaken::InUse);
         drop(held);
         assert!(!path.exists(), "the socket file stayed");
-        let mut held = take(&l, &[me]).unwrap();
+        let mut held = take(&l, &[me], None).unwrap();
         held.hand_over();
         drop(held);
         assert!(path.exists(), "a handed-over socket file was removed");
         // A name put in its place is not ours, and is never removed.
         std::fs::remove_file(&path).unwrap();
-        let held = take(&l, &[me]).unwrap();
+        let held = take(&l, &[me], None).unwrap();
         std::fs::remove_file(&path).unwrap();
         std::fs::write(&path, b"theirs").unwrap();
         assert!(!held.still_ours().unwrap());
         drop(held);
         assert_eq!(std::fs::read(&path).unwrap(), b"theirs");
+    }
+
+    #[test]
+    fn a_held_unix_socket_file_has_its_enrolled_mode_and_owner() {
+        use std::os::unix::fs::MetadataExt as _;
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("s.sock");
+        let p = path.to_str().unwrap();
+        let l = Listener::Unix(p.into());
+        let me = rustix::process::getuid().as_raw();
+        for mode in [0o666, 0o600, 0o660] {
+            let f = EnrolledSocketFile {
+                path: p.into(),
+                mode,
+                uid: None,
+                gid: None,
+            };
+            let held = take(&l, &[me], Some(&f)).unwrap();
+            let m = std::fs::symlink_metadata(&path).unwrap();
+            assert_eq!(m.mode() & 0o7777, mode, "mode 0o{mode:o}");
+            assert_eq!(m.uid(), me);
+            drop(held);
+        }
+        let f = EnrolledSocketFile {
+            path: p.into(),
+            mode: 0o660,
+            uid: Some(65534),
+            gid: Some(65534),
+        };
+        match take(&l, &[me], Some(&f)) {
+            // As root (CAP_CHOWN): the file is the enrolled owner's.
+            Ok(held) if me == 0 => {
+                let m = std::fs::symlink_metadata(&path).unwrap();
+                assert_eq!((m.uid(), m.gid(), m.mode() & 0o7777), (65534, 65534, 0o660));
+                assert!(listening(&held.fd));
+                drop(held);
+                assert!(!path.exists());
+            }
+            Err(NotTaken::Failed(e)) if me != 0 => {
+                assert!(e.contains("CAP_CHOWN"), "{e}");
+                assert!(!path.exists(), "a socket file not taken stayed");
+            }
+            other => panic!("as uid {me}: {other:?}"),
+        }
     }
 
     #[test]
@@ -398,9 +510,15 @@ mod tests {
         std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
         let l = Listener::Unix(d.path().join("s.sock").to_str().unwrap().into());
         let me = rustix::process::getuid().as_raw();
-        assert!(matches!(take(&l, &[me]), Err(NotTaken::Unprotected(_))));
+        assert!(matches!(
+            take(&l, &[me], None),
+            Err(NotTaken::Unprotected(_))
+        ));
         std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        assert!(matches!(take(&l, &[me + 1]), Err(NotTaken::Unprotected(_))));
-        assert!(take(&l, &[me]).is_ok());
+        assert!(matches!(
+            take(&l, &[me + 1], None),
+            Err(NotTaken::Unprotected(_))
+        ));
+        assert!(take(&l, &[me], None).is_ok());
     }
 }

@@ -69,6 +69,7 @@ pub fn run(ctx: &Ctx, manifest: &Path) -> CmdResult {
                "journal_append_only": journal_err.is_none(), "journal_append_only_error": journal_err,
                "log_append_only": log_err.is_none(), "log_append_only_error": log_err,
                "absent_at_enrollment": absent.iter().map(|(k, p, w)| json!({"kind": k, "path": p, "observed": w})).collect::<Vec<_>>(),
+               "socket_files": v.containment.socket_files.iter().map(|f| json!({"path": f.path, "mode": format!("0o{:o}", f.mode), "uid": f.uid, "gid": f.gid})).collect::<Vec<_>>(),
                "fleet": fleet}),
         || e.id.to_hex(),
     );

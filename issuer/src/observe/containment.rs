@@ -95,7 +95,11 @@ pub(super) fn listeners(m: &Manifest, held: &mut Fences, facts: &mut Vec<Fact>) 
         let mut taken = Vec::with_capacity(ls.len());
         for l in ls {
             let subject = l.to_string();
-            match hold::take(l, &principals) {
+            let file = match l {
+                Listener::Unix(p) => m.containment.socket_file(p),
+                _ => None,
+            };
+            match hold::take(l, &principals, file) {
                 Ok(h) => {
                     facts.push(Fact::ok("listener", &subject, WANT, "held"));
                     taken.push((l.clone(), h));

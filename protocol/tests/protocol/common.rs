@@ -80,6 +80,7 @@ pub fn manifest() -> Manifest {
             ],
             executables: vec!["/usr/bin/billing-root".into()],
             old_root_uids: vec![],
+            socket_files: vec![],
         },
         consumer: Consumer {
             uid: 990,
@@ -627,6 +628,19 @@ pub fn samples() -> Vec<(&'static str, Vec<u8>)> {
     ];
     let mut m = manifest();
     m.containment.listeners = addressed.clone();
+    v.push((
+        "signed-manifest",
+        SignedManifest::sign(m, &issuer()).to_bytes(),
+    ));
+    // Socket files: the unix listener's mode, owner and group (no old-root uids: the list
+    // before them is empty).
+    let mut m = manifest();
+    m.containment.socket_files = vec![SocketFile {
+        path: "/run/billing.sock".into(),
+        mode: 0o660,
+        uid: Some(990),
+        gid: None,
+    }];
     v.push((
         "signed-manifest",
         SignedManifest::sign(m, &issuer()).to_bytes(),

@@ -322,3 +322,56 @@ fn the_forging_characters_are_exactly_unicodes_controls_formats_and_separators()
         );
     }
 }
+
+#[test]
+fn socket_files_have_one_encoding_and_belong_to_a_unix_listener() {
+    // A containment with socket files is six fields, the old-root uids before them (even
+    // empty); they are sorted and distinct by path, each a unix listener's, a mode of
+    // permission bits only. Anything else does not decode.
+    use repoch_protocol::manifest::{Containment, SocketFile};
+    let file = |path: &str, mode| SocketFile {
+        path: path.into(),
+        mode,
+        uid: None,
+        gid: Some(7),
+    };
+    let base = Containment {
+        listeners: vec![
+            Listener::Unix("/run/a.sock".into()),
+            Listener::Unix("/run/b.sock".into()),
+        ],
+        ..Containment::default()
+    };
+    let good = Containment {
+        socket_files: vec![file("/run/a.sock", 0o666), file("/run/b.sock", 0o600)],
+        ..base.clone()
+    };
+    assert_eq!(Containment::from_bytes(&good.to_bytes()).unwrap(), good);
+    let with_uids = Containment {
+        old_root_uids: vec![5],
+        ..good.clone()
+    };
+    assert_eq!(
+        Containment::from_bytes(&with_uids.to_bytes()).unwrap(),
+        with_uids
+    );
+    for bad in [
+        vec![file("/run/b.sock", 0o600), file("/run/a.sock", 0o666)],
+        vec![file("/run/a.sock", 0o666), file("/run/a.sock", 0o666)],
+        vec![file("/run/c.sock", 0o666)],
+        vec![file("/run/a.sock", 0o1777)],
+    ] {
+        let c = Containment {
+            socket_files: bad.clone(),
+            ..base.clone()
+        };
+        assert!(Containment::from_bytes(&c.to_bytes()).is_err(), "{bad:?}");
+    }
+    // Six fields with no socket file is not the form of "none": that is four fields.
+    let mut v = base.to_value();
+    if let ciborium::value::Value::Array(items) = &mut v {
+        items.push(ciborium::value::Value::Array(vec![]));
+        items.push(ciborium::value::Value::Array(vec![]));
+    }
+    assert!(Containment::from_value(v).is_err());
+}

@@ -885,6 +885,19 @@ fn main() {
                 .unwrap();
             std::thread::sleep(std::time::Duration::from_millis(200));
         }
+        Some("connect-unix") => {
+            // Connects to the unix socket at PATH and prints its first line, or the error
+            // (connect-unix PATH): a client of whatever uid this runs as.
+            use std::io::BufRead as _;
+            match std::os::unix::net::UnixStream::connect(&args[2]) {
+                Ok(c) => {
+                    let mut l = String::new();
+                    std::io::BufReader::new(c).read_line(&mut l).expect("read");
+                    print!("{l}");
+                }
+                Err(e) => println!("error: {e}"),
+            }
+        }
         Some("listen-unix") => {
             let _l = std::os::unix::net::UnixListener::bind(&args[2]).expect("bind");
             ready();
