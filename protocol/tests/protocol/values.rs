@@ -367,6 +367,20 @@ fn socket_files_have_one_encoding_and_belong_to_a_unix_listener() {
         };
         assert!(Containment::from_bytes(&c.to_bytes()).is_err(), "{bad:?}");
     }
+    // The largest mode is 0o777; the file of a path is found by its path.
+    let widest = Containment {
+        socket_files: vec![file("/run/a.sock", 0o777)],
+        ..base.clone()
+    };
+    assert_eq!(Containment::from_bytes(&widest.to_bytes()).unwrap(), widest);
+    assert_eq!(good.socket_file("/run/b.sock").map(|f| f.mode), Some(0o600));
+    assert_eq!(good.socket_file("/run/c.sock"), None);
+    // Seven fields (one more after the socket files) is no containment.
+    let mut v = with_uids.to_value();
+    if let ciborium::value::Value::Array(items) = &mut v {
+        items.push(ciborium::value::Value::Array(vec![]));
+    }
+    assert!(Containment::from_value(v).is_err());
     // Six fields with no socket file is not the form of "none": that is four fields.
     let mut v = base.to_value();
     if let ciborium::value::Value::Array(items) = &mut v {
