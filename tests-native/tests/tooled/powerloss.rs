@@ -67,6 +67,36 @@ fn peer() -> ConsumerPeer {
     }
 }
 
+fn consumer_key() -> ed25519_dalek::SigningKey {
+    ed25519_dalek::SigningKey::from_bytes(&[8; 32])
+}
+
+/// The receipt of a recovery whose intent and consume are `hashes[1]` and `hashes[2]`: its
+/// grant bound to them, as every receipt must be (docs/PROTOCOL.md, "The epoch log").
+fn receipt(dep: DeploymentId, hashes: &[Hash], key: &ed25519_dalek::SigningKey) -> EpochBody {
+    use repoch_protocol::cbor::Canonical as _;
+    use repoch_protocol::grant::{Grant, SignedGrant};
+    let g = Grant {
+        deployment: dep,
+        intent: hashes[1],
+        consume: hashes[2],
+        evidence: Hash([2; 32]),
+        consumer_key: repoch_protocol::PublicKey::from(&consumer_key().verifying_key()),
+        ready_path: "/srv/READY".into(),
+        ready_sha256: Hash([6; 32]),
+        fences: vec![],
+        frontier_seq: 0,
+        frontier_hash: Hash([7; 32]),
+        unknown_ops: vec![],
+        issued_at: 1,
+        listeners: vec![],
+        fencing: None,
+    };
+    EpochBody::Receipt {
+        grant: SignedGrant::sign(g, key).to_bytes(),
+    }
+}
+
 fn body(phase: usize, dep: DeploymentId) -> EpochBody {
     match phase {
         1 => EpochBody::Intent {
@@ -86,29 +116,38 @@ fn body(phase: usize, dep: DeploymentId) -> EpochBody {
                 intent: Hash([3; 32]),
                 nonce: [4; 32],
             },
-            custody: [5; 64],
+            custody: Challenge {
+                deployment: dep,
+                intent: Hash([3; 32]),
+                nonce: [4; 32],
+            }
+            .answer(&consumer_key()),
             fencing: None,
         },
-        _ => EpochBody::Receipt {
-            grant: vec![6; 300],
-        },
+        _ => unreachable!("the receipt is made by `receipt`"),
     }
 }
 
 const PHASES: [&str; 4] = ["enrolled", "intended", "consumed", "receipted"];
 
+/// The record of `phase` after those whose hashes are `hashes` (genesis first).
 fn record(
     log: &EpochLog<std::os::fd::OwnedFd>,
     phase: usize,
+    hashes: &[Hash],
     key: &ed25519_dalek::SigningKey,
 ) -> SignedEpochRecord {
     let dep = log.deployment;
+    let body = match phase {
+        3 => receipt(dep, hashes, key),
+        p => body(p, dep),
+    };
     SignedEpochRecord::sign(
         EpochRecord {
             deployment: dep,
             seq: log.next_seq(),
             prev: log.last_hash(),
-            body: body(phase, dep),
+            body,
         },
         key,
     )
@@ -124,11 +163,13 @@ fn power_loss_at(phase: usize, before_sync: bool) {
     let issuer = repoch_issuer::store::issuer_public(&layout).unwrap();
     let dep = DeploymentId::from_hex(&id).unwrap();
     let mut d = Deployment::open(&layout, &issuer, dep).unwrap();
+    let mut hashes = vec![d.log.last_hash()];
     for p in 1..phase {
-        let r = record(&d.log, p, &key);
+        let r = record(&d.log, p, &hashes, &key);
         d.log.append(&mut Real, &r).unwrap();
+        hashes.push(d.log.last_hash());
     }
-    let r = record(&d.log, phase, &key);
+    let r = record(&d.log, phase, &hashes, &key);
     if before_sync {
         let err = d
             .log
