@@ -207,6 +207,13 @@ fn socket_files(
                 "names no unix listener of containment.listeners",
             ));
         }
+        // -1 is chown's "leave unchanged": an owner that would silently not be given.
+        if f.uid == Some(u32::MAX) || f.gid == Some(u32::MAX) {
+            return Err(field(
+                name,
+                "uid and gid 4294967295 (-1) name no user or group",
+            ));
+        }
         if f.mode > SOCKET_MODE_MAX {
             return Err(field(
                 name,
@@ -270,8 +277,14 @@ fn parse_inet(kind: &str, rest: &str) -> Result<Inet, String> {
         Ok(0) | Err(_) => Err(format!("{p:?} is not a port (1..65535)")),
         Ok(p) => Ok(p),
     };
+    // One spelling: what is printed back is what was written (no leading zero or sign in
+    // the port, no scope id, the IPv6 address in its canonical form).
+    let canonical = |at: Inet| match at.to_string() == rest {
+        true => Ok(at),
+        false => Err(format!("{rest:?} is written {at}: write it so")),
+    };
     if let Some(p) = rest.strip_prefix("*:") {
-        return port(p).map(Inet::any);
+        return port(p).map(Inet::any).and_then(canonical);
     }
     if rest.parse::<u16>().is_ok() {
         return Err(format!(
@@ -285,15 +298,40 @@ fn parse_inet(kind: &str, rest: &str) -> Result<Inet, String> {
     let a: SocketAddr = rest.parse().map_err(|_| {
         format!("{addr:?} is not an IPv4 address, an IPv6 address in brackets, or *")
     })?;
-    match a.ip() {
-        IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some() => Err(format!(
-            "{addr} is an IPv4-mapped address: write the IPv4 address"
-        )),
-        IpAddr::V6(v6) if v6.is_unicast_link_local() => Err(format!(
-            "{addr} is link-local: it needs an interface, which a listener cannot name"
-        )),
-        ip => Ok(Inet::at(ip, p)),
-    }
+    let at = match a.ip() {
+        IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some() => {
+            return Err(format!(
+                "{addr} is an IPv4-mapped address: write the IPv4 address"
+            ))
+        }
+        IpAddr::V6(v6) if v6.is_unicast_link_local() => {
+            return Err(format!(
+                "{addr} is link-local: it needs an interface, which a listener cannot name"
+            ))
+        }
+        ip => Inet::at(ip, p),
+    };
+    canonical(at)
+}
+
+/// Two listeners of one kind on one port where one's address covers the other's (the same
+/// address, or `*`), or one unix path twice: repochd could hold only the first, and every
+/// recovery would find the second in use by repochd itself.
+fn overlapping(ls: &[Listener]) -> Option<(usize, usize)> {
+    let covers = |a: &Inet, b: &Inet| {
+        a.port == b.port && (a.addr.is_none() || b.addr.is_none() || a.addr == b.addr)
+    };
+    (0..ls.len()).find_map(|j| {
+        (0..j)
+            .find(|&i| match (&ls[i], &ls[j]) {
+                (Listener::Tcp(a), Listener::Tcp(b)) | (Listener::Udp(a), Listener::Udp(b)) => {
+                    covers(a, b)
+                }
+                (Listener::Unix(a), Listener::Unix(b)) => a == b,
+                _ => false,
+            })
+            .map(|i| (i, j))
+    })
 }
 
 /// The manifest after validation, before anything is touched on disk.
@@ -411,6 +449,15 @@ pub fn validate(text: &str) -> Result<Validated, EnrollError> {
             parse_listener(l).map_err(|w| field(format!("containment.listeners[{i}]"), w))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    if let Some((i, j)) = overlapping(&listeners) {
+        return Err(field(
+            format!("containment.listeners[{j}]"),
+            format!(
+                "{} overlaps containment.listeners[{i}] ({}): list each endpoint once",
+                listeners[j], listeners[i]
+            ),
+        ));
+    }
     for (i, e) in m.containment.executables.iter().enumerate() {
         path_field(&format!("containment.executables[{i}]"), e)?;
     }
@@ -1476,6 +1523,36 @@ mod tests {
     }
 
     #[test]
+    fn a_socket_file_names_a_listener_a_real_owner_and_permission_bits() {
+        let ls = vec![Listener::Unix("/run/a.sock".into())];
+        let named = |path: &str, mode, uid| {
+            std::collections::BTreeMap::from([(
+                path.to_owned(),
+                SocketFileToml {
+                    mode,
+                    uid,
+                    gid: None,
+                },
+            )])
+        };
+        let f = socket_files(&ls, &named("/run/a.sock", 0o660, Some(7))).unwrap();
+        assert_eq!((f[0].mode, f[0].uid), (0o660, Some(7)));
+        // None named and no socket there: systemd's default mode, repochd's owner.
+        let f = socket_files(&ls, &Default::default()).unwrap();
+        assert_eq!((f[0].mode, f[0].uid), (SOCKET_MODE_DEFAULT, None));
+        for (path, mode, uid) in [
+            ("/run/b.sock", 0o660, None),
+            ("/run/a.sock", 0o1660, None),
+            ("/run/a.sock", 0o660, Some(u32::MAX)),
+        ] {
+            assert!(
+                socket_files(&ls, &named(path, mode, uid)).is_err(),
+                "{path} {mode:o} {uid:?}"
+            );
+        }
+    }
+
+    #[test]
     fn listeners_parse_or_say_why() {
         use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
         let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
@@ -1512,6 +1589,44 @@ mod tests {
         assert!(
             e.contains("tcp:127.0.0.1:7070") && e.contains("tcp:*:7070"),
             "{e}"
+        );
+        // Another spelling of what would be printed is refused, naming the one spelling.
+        for (other, one) in [
+            ("tcp:*:080", "*:80"),
+            ("tcp:*:+80", "*:80"),
+            ("tcp:127.0.0.1:080", "127.0.0.1:80"),
+            ("udp:[::1%1]:53", "[::1]:53"),
+            ("tcp:[::1.2.3.4]:80", "[::102:304]:80"),
+            ("tcp:[0::1]:80", "[::1]:80"),
+        ] {
+            let e = parse_listener(other).unwrap_err();
+            assert!(e.contains(&format!("written {one}")), "{other}: {e}");
+        }
+        let l = |s: &str| parse_listener(s).unwrap();
+        assert_eq!(overlapping(&[l("tcp:*:80"), l("udp:*:80")]), None);
+        assert_eq!(
+            overlapping(&[
+                l("tcp:127.0.0.1:80"),
+                l("tcp:[::1]:80"),
+                l("tcp:127.0.0.1:81")
+            ]),
+            None
+        );
+        assert_eq!(
+            overlapping(&[l("tcp:*:80"), l("tcp:127.0.0.1:80")]),
+            Some((0, 1))
+        );
+        assert_eq!(
+            overlapping(&[l("udp:*:53"), l("tcp:*:53"), l("udp:[::1]:53")]),
+            Some((0, 2))
+        );
+        assert_eq!(
+            overlapping(&[l("tcp:[::1]:80"), l("tcp:[::1]:80")]),
+            Some((0, 1))
+        );
+        assert_eq!(
+            overlapping(&[l("unix:/run/a"), l("unix:/run/a")]),
+            Some((0, 1))
         );
         for bad in [
             "tcp:[::ffff:127.0.0.1]:7070",
