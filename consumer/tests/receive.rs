@@ -816,6 +816,19 @@ fn a_connection_reset_by_repochd_is_reported_as_a_read_error() {
     }
 }
 
+/// `admit`, then the custody challenge, after shutting the reading side: the consumer's
+/// answer fails (a unix stream writer gets EPIPE from a peer that shut down reading).
+fn challenge_unread(c: &mut UnixStream) {
+    admit(c);
+    c.shutdown(std::net::Shutdown::Read).unwrap();
+    let ch = Challenge {
+        deployment: DEP,
+        intent: INTENT,
+        nonce: [2; 32],
+    };
+    write_msg(c, &GrantMsg::Challenge(ch)).unwrap();
+}
+
 #[test]
 fn a_refusal_queued_when_the_custody_answer_cannot_be_written_is_the_outcome() {
     // repochd challenges, then refuses (the recovery withheld before it signs a grant) and
@@ -825,14 +838,7 @@ fn a_refusal_queued_when_the_custody_answer_cannot_be_written_is_the_outcome() {
     // time; a unix stream writer gets EPIPE from a peer that shut down reading.)
     let fake = Fake::new();
     let (r, seen, _fake) = fake.run(|mut c| {
-        admit(&mut c);
-        c.shutdown(std::net::Shutdown::Read).unwrap();
-        let ch = Challenge {
-            deployment: DEP,
-            intent: INTENT,
-            nonce: [2; 32],
-        };
-        write_msg(&mut c, &GrantMsg::Challenge(ch)).unwrap();
+        challenge_unread(&mut c);
         let m = GrantMsg::Refused {
             reason: Reason::EvidenceChanged,
             detail: "withheld before the grant".into(),
@@ -854,14 +860,7 @@ fn a_refusal_queued_when_the_custody_answer_cannot_be_written_is_the_outcome() {
     // Nothing queued: the failed answer itself (uncertain: a grant may have been signed).
     let fake = Fake::new();
     let (r, _, _fake) = fake.run(|mut c| {
-        admit(&mut c);
-        c.shutdown(std::net::Shutdown::Read).unwrap();
-        let ch = Challenge {
-            deployment: DEP,
-            intent: INTENT,
-            nonce: [2; 32],
-        };
-        write_msg(&mut c, &GrantMsg::Challenge(ch)).unwrap();
+        challenge_unread(&mut c);
     });
     match r {
         Err(e @ Error::Io(_)) => {

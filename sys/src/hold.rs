@@ -94,6 +94,11 @@ pub enum NotTaken {
     Failed(String),
 }
 
+/// A system call on the way to taking an endpoint failed: `what: errno`.
+fn failed(what: &str, e: Errno) -> NotTaken {
+    NotTaken::Failed(format!("{what}: {e}"))
+}
+
 /// Takes the endpoint `l`. `principals`: the uids that may own a unix path's directory;
 /// `file`: how a unix listener's socket file is made (its mode, owner and group), if
 /// enrolled.
@@ -134,7 +139,6 @@ fn bind_port(udp: bool, at: Inet) -> Result<OwnedFd, NotTaken> {
     } else {
         SocketType::STREAM
     };
-    let failed = |what: &str, e: Errno| NotTaken::Failed(format!("{what}: {e}"));
     let in_use = |e: Errno| {
         if e == Errno::ADDRINUSE {
             NotTaken::InUse
@@ -160,7 +164,6 @@ fn bind_one(
     addr: std::net::SocketAddr,
     in_use: impl Fn(Errno) -> NotTaken,
 ) -> Result<OwnedFd, NotTaken> {
-    let failed = |what: &str, e: Errno| NotTaken::Failed(format!("{what}: {e}"));
     let family = match addr {
         std::net::SocketAddr::V4(_) => AddressFamily::INET,
         std::net::SocketAddr::V6(_) => AddressFamily::INET6,
@@ -187,7 +190,6 @@ fn bind_every(
     port: u16,
     in_use: impl Fn(Errno) -> NotTaken,
 ) -> Result<OwnedFd, NotTaken> {
-    let failed = |what: &str, e: Errno| NotTaken::Failed(format!("{what}: {e}"));
     let udp = kind == SocketType::DGRAM;
     let fd = match rustix::net::socket_with(AddressFamily::INET6, kind, SocketFlags::CLOEXEC, None)
     {
@@ -277,7 +279,6 @@ fn bind_unix(
 ) -> Result<OwnedFd, NotTaken> {
     std::thread::scope(|s| {
         s.spawn(|| -> Result<OwnedFd, NotTaken> {
-            let failed = |what: &str, e: Errno| NotTaken::Failed(format!("{what}: {e}"));
             nix::sched::unshare(nix::sched::CloneFlags::CLONE_FS)
                 .map_err(|e| NotTaken::Failed(format!("unshare: {e}")))?;
             rustix::process::fchdir(dir).map_err(|e| failed("fchdir", e))?;
