@@ -11,6 +11,7 @@ pub mod hold;
 pub mod net;
 pub mod peer;
 pub mod proc;
+pub mod procevents;
 pub mod procfs;
 pub mod sockdiag;
 pub mod systemd;

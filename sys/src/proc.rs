@@ -22,6 +22,9 @@ use rustix::io::Errno;
 
 use super::procfs::pids;
 
+mod watch;
+pub use watch::{OwnedWanted, Report, Watch, RUNNERS_KEPT_MAX, SETTLE_WAIT_MS, TRACKED_MAX};
+
 /// Threads examined per process: the kernel's `PID_MAX_LIMIT`, which no process's tasks
 /// can exceed (a lower bound would let a principal's process with more threads fail the
 /// scan).
@@ -48,6 +51,9 @@ pub const CHASE_PIDS_PER_ROUND_MAX: usize = 1 << 16;
 pub const MAPPED_FILES_MAX: usize = 1 << 20;
 /// Bytes of a file hashed to compare it with an enrolled executable of the same size.
 pub const CONTENT_BYTES_MAX: u64 = crate::digest::EXE_BYTES_MAX;
+
+/// The process space as a fact's subject: every process of our pid namespace.
+pub const SPACE: &str = "/proc";
 
 /// A task (process or thread) running a contained executable.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -202,7 +208,15 @@ struct Judge<'w, 'a> {
     by_content: HashMap<(u32, u32, u64), u16>,
 }
 
-impl Judge<'_, '_> {
+impl<'w, 'a> Judge<'w, 'a> {
+    fn new(wanted: &'w [Wanted<'a>], fs: &Procfs) -> Self {
+        Judge {
+            wanted,
+            own_mnt: fs.own_mnt,
+            by_content: HashMap::new(),
+        }
+    }
+
     /// The wanted indices (bit set) whose content the open file `fd` has, when it is not
     /// the enrolled file itself: same size first, then the sha256 (cached by its stamp).
     fn content_of(&self, fd: &OwnedFd) -> Result<u16, Error> {
@@ -422,8 +436,9 @@ impl LastPid {
 /// What one visit of a pid found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Visit {
-    /// Examined: a task that cannot be the old root, or one whose files were judged.
-    Seen,
+    /// Examined: a task that cannot be the old root (`principal` false), or one whose files
+    /// were judged.
+    Seen { principal: bool },
     /// Exited before it could be examined (or a principal's task without memory now).
     Gone,
 }
@@ -472,11 +487,11 @@ impl<P: Fn(TaskStatus, &OwnedFd) -> bool> Walk<'_, '_, '_, P> {
             Ok(st) if st.st_dev == self.proc_dev => {}
             Ok(_) => {
                 self.fail(&format!("/proc/{pid}: not procfs (a mount over it)"));
-                return Visit::Seen;
+                return Visit::Seen { principal: true };
             }
             Err(e) => {
                 self.fail(&format!("/proc/{pid}: {e}"));
-                return Visit::Seen;
+                return Visit::Seen { principal: true };
             }
         }
         let Some(status) = task_status(&dir, "status") else {
@@ -485,7 +500,7 @@ impl<P: Fn(TaskStatus, &OwnedFd) -> bool> Walk<'_, '_, '_, P> {
         if status.tgid != pid {
             // A thread (the chase meets thread ids; /proc's listing hides them): its
             // process is visited at its own pid, by the walk or by the chase.
-            return Visit::Seen;
+            return Visit::Seen { principal: false };
         }
         let threads = status.threads;
         let mut is_principal = principal(status, &dir);
@@ -555,133 +570,185 @@ impl<P: Fn(TaskStatus, &OwnedFd) -> bool> Walk<'_, '_, '_, P> {
             Err(_) if pid == 1 && init_hidden() => {}
             Err(e) => self.fail(&format!("/proc/{pid}/{e}")),
         }
-        Visit::Seen
+        Visit::Seen {
+            principal: is_principal,
+        }
     }
+}
+
+/// What every visit needs of `/proc`, opened once: the directory, its device (a pid
+/// directory on another is a mount over it), our user and mount namespaces.
+struct Procfs {
+    dir: OwnedFd,
+    dev: u64,
+    own_userns: Option<u64>,
+    own_mnt: Option<u64>,
+}
+
+impl Procfs {
+    fn open() -> Result<Procfs, Error> {
+        let dir = rustix::fs::open("/proc", OFlags::CLOEXEC | OFlags::DIRECTORY, Mode::empty())
+            .map_err(|e| Error::Found(format!("/proc: {e}")))?;
+        let dev = rustix::fs::fstat(&dir)
+            .map_err(|e| Error::Found(format!("/proc: {e}")))?
+            .st_dev;
+        let ns = |n: &str| rustix::fs::stat(n).ok().map(|st| st.st_ino);
+        Ok(Procfs {
+            dir,
+            dev,
+            own_userns: ns("/proc/self/ns/user"),
+            own_mnt: ns("/proc/self/ns/mnt"),
+        })
+    }
+
+    /// A principal's task: one of its uids is a principal's, or it holds a capability in
+    /// our user namespace (root that gave up its uids but kept its power). Capabilities a
+    /// task holds in a user namespace of its own are that namespace's, not the host's.
+    fn principal<'p>(&self, principals: &'p [u32]) -> impl Fn(TaskStatus, &OwnedFd) -> bool + 'p {
+        let own_userns = self.own_userns;
+        move |t: TaskStatus, dir: &OwnedFd| {
+            t.uids.iter().any(|u| principals.contains(u))
+                || (t.capable
+                    && own_userns.is_some()
+                    && rustix::fs::statat(dir, "ns/user", rustix::fs::AtFlags::empty())
+                        .ok()
+                        .map(|st| st.st_ino)
+                        == own_userns)
+        }
+    }
+}
+
+/// What one walk of `/proc` found.
+#[derive(Debug)]
+pub struct Walked {
+    /// For each wanted executable, in order: every task running it, or why that could not
+    /// be known.
+    pub found: Vec<Result<Vec<Runner>, Error>>,
+    /// The chase ran out of rounds while processes it could not examine were still being
+    /// born (docs/THREAT-MODEL.md, "Who can change a fact"): why.
+    pub unsettled: Option<String>,
 }
 
 /// For each of `wanted`, in order, every task of a principal (`principals`: uids) running
 /// it, as its `exe` or mapped into it, by identity or content; or why that could not be
-/// known. One walk of `/proc` for all of them. A process whose leader has exited (a zombie
-/// leader with live threads) is examined through a live thread; a process is a
+/// known. One walk of `/proc` for all of them; then, with `chase`, the chase of the pids
+/// born since the listing (not needed when the process events are held from before the
+/// listing: they name every process born since). A process whose leader has exited (a
+/// zombie leader with live threads) is examined through a live thread; a process is a
 /// principal's when any of its tasks has a principal's uid. Tasks that exit during the
 /// walk are skipped. An error met for an executable ends its search (its result is that
 /// error); the others go on.
-pub fn running_all(wanted: &[Wanted<'_>], principals: &[u32]) -> Vec<Result<Vec<Runner>, Error>> {
+pub fn walk(wanted: &[Wanted<'_>], principals: &[u32], chase: bool) -> Walked {
     assert!(wanted.len() <= 16, "a u16 bit set per wanted executable");
     let mut out: Vec<Result<Vec<Runner>, Error>> = wanted.iter().map(|_| Ok(Vec::new())).collect();
+    let failed = |e: String| Walked {
+        found: wanted
+            .iter()
+            .map(|_| Err(Error::Found(e.clone())))
+            .collect(),
+        unsettled: None,
+    };
     if wanted.is_empty() {
-        return out;
+        return Walked {
+            found: out,
+            unsettled: None,
+        };
     }
+    let fs = match Procfs::open() {
+        Ok(fs) => fs,
+        Err(e) => return failed(e.to_string()),
+    };
+    let mut judge = Judge::new(wanted, &fs);
+    let principal = fs.principal(principals);
+    // Read before the listing: every pid given out after it is chased.
+    let last_pid = LastPid::open().and_then(|p| p.read().map(|l| (p, l)));
     let all = match pids() {
         Ok(p) => p,
-        Err(e) => {
-            return wanted
-                .iter()
-                .map(|_| Err(Error::Found(format!("/proc: {e}"))))
-                .collect()
-        }
-    };
-    let mut judge = Judge {
-        wanted,
-        own_mnt: rustix::fs::stat("/proc/self/ns/mnt")
-            .ok()
-            .map(|st| st.st_ino),
-        by_content: HashMap::new(),
-    };
-    let proc_dir =
-        match rustix::fs::open("/proc", OFlags::CLOEXEC | OFlags::DIRECTORY, Mode::empty()) {
-            Ok(d) => d,
-            Err(e) => {
-                return wanted
-                    .iter()
-                    .map(|_| Err(Error::Found(format!("/proc: {e}"))))
-                    .collect()
-            }
-        };
-    // A principal's task: one of its uids is a principal's, or it holds a capability in
-    // our user namespace (root that gave up its uids but kept its power). Capabilities a
-    // task holds in a user namespace of its own are that namespace's, not the host's.
-    let own_userns = rustix::fs::stat("/proc/self/ns/user")
-        .ok()
-        .map(|st| st.st_ino);
-    let principal = |t: TaskStatus, dir: &OwnedFd| {
-        t.uids.iter().any(|u| principals.contains(u))
-            || (t.capable
-                && own_userns.is_some()
-                && rustix::fs::statat(dir, "ns/user", rustix::fs::AtFlags::empty())
-                    .ok()
-                    .map(|st| st.st_ino)
-                    == own_userns)
-    };
-    // Read before the listing: every pid given out after it is chased.
-    let last_pid = LastPid::open();
-    let chase_start = last_pid
-        .as_ref()
-        .map_err(|e| Error::Found(e.to_string()))
-        .and_then(LastPid::read);
-    let proc_dev = match rustix::fs::fstat(&proc_dir) {
-        Ok(st) => st.st_dev,
-        Err(e) => {
-            return wanted
-                .iter()
-                .map(|_| Err(Error::Found(format!("/proc: {e}"))))
-                .collect()
-        }
+        Err(e) => return failed(format!("/proc: {e}")),
     };
     let mut walk = Walk {
         judge: &mut judge,
-        proc_dir: &proc_dir,
-        proc_dev,
+        proc_dir: &fs.dir,
+        proc_dev: fs.dev,
         principal: &principal,
         out: &mut out,
     };
-    // The walk of every process listed, then the chase of those born since: the kernel
-    // gives pids out in turn (upwards, wrapping at pid_max), and `ns_last_pid` is the last
-    // one given, so each round examines, newest first, the pids given out since the round
-    // before. A round that meets no birth, or in which every pid born could be examined
-    // alive, ends the chase; a process that exited first may have left a child that runs
-    // on (a chain of short-lived processes, each forking and exiting at once, born after
-    // the listing and gone before a walk reaches it), so the chase goes on, up to
-    // CHASE_ROUNDS_MAX rounds. The newest pid is visited within microseconds of being
-    // read, so a chain must outrun every round's first look.
-    let (last_pid, mut last) = match (last_pid, chase_start) {
-        (Ok(p), Ok(l)) => (p, l),
-        (Err(e), _) | (_, Err(e)) => {
+    let (last_pid, last) = match last_pid {
+        Ok(p) => p,
+        Err(e) => {
             walk.fail(&e.to_string());
-            return out;
+            return Walked {
+                found: out,
+                unsettled: None,
+            };
         }
     };
     for pid in all {
         walk.visit(pid);
     }
-    for _ in 0..CHASE_ROUNDS_MAX {
-        let now = match last_pid.read() {
-            Ok(l) => l,
-            Err(e) => {
-                walk.fail(&e.to_string());
-                break;
-            }
-        };
-        if now == last {
-            break;
-        }
-        let mut missed = false;
-        let (mut pid, mut visited) = (now, 0usize);
-        while pid != last {
-            if visited == CHASE_PIDS_PER_ROUND_MAX {
-                missed = true;
-                break;
-            }
-            missed |= walk.visit(pid) == Visit::Gone;
-            visited += 1;
-            pid = if pid <= 1 { last_pid.max - 1 } else { pid - 1 };
-        }
-        last = now;
-        if !missed || walk.settled() {
-            break;
-        }
+    let unsettled = if chase {
+        walk.chase(&last_pid, last)
+    } else {
+        None
+    };
+    Walked {
+        found: out,
+        unsettled,
     }
-    out
+}
+
+impl<P: Fn(TaskStatus, &OwnedFd) -> bool> Walk<'_, '_, '_, P> {
+    /// The chase of those born since the listing: the kernel gives pids out in turn
+    /// (upwards, wrapping at pid_max), and `ns_last_pid` is the last one given, so each
+    /// round examines, newest first, the pids given out since the round before. A round that
+    /// meets no birth, or in which every pid born could be examined alive, ends the chase;
+    /// a process that exited first may have left a child that runs on (a chain of
+    /// short-lived processes, each forking and exiting at once, born after the listing and
+    /// gone before a walk reaches it), so the chase goes on, up to CHASE_ROUNDS_MAX rounds,
+    /// and says so when they ran out. The newest pid is visited within microseconds of being
+    /// read, so a chain must outrun every round's first look. A pid found without its
+    /// `/proc` entry may be one given out but not yet attached to its process (a fork
+    /// between `alloc_pid` and `attach_pid`), not an exited one: it is looked at once more
+    /// in the next round.
+    fn chase(&mut self, last_pid: &LastPid, mut last: u32) -> Option<String> {
+        let mut again: Vec<u32> = Vec::new();
+        for _ in 0..CHASE_ROUNDS_MAX {
+            let now = match last_pid.read() {
+                Ok(l) => l,
+                Err(e) => {
+                    self.fail(&e.to_string());
+                    return None;
+                }
+            };
+            let mut missed = false;
+            let mut gone: Vec<u32> = Vec::new();
+            for pid in std::mem::take(&mut again) {
+                missed |= self.visit(pid) == Visit::Gone;
+            }
+            let (mut pid, mut visited) = (now, 0usize);
+            while pid != last {
+                if visited == CHASE_PIDS_PER_ROUND_MAX {
+                    missed = true;
+                    break;
+                }
+                if self.visit(pid) == Visit::Gone {
+                    missed = true;
+                    gone.push(pid);
+                }
+                visited += 1;
+                pid = if pid <= 1 { last_pid.max - 1 } else { pid - 1 };
+            }
+            again = gone;
+            if !missed || self.settled() {
+                return None;
+            }
+            last = now;
+        }
+        Some(format!(
+            "the chase of processes born during the walk ran out of its {CHASE_ROUNDS_MAX} \
+             rounds, each meeting a process that exited before it could be examined"
+        ))
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use repoch_protocol::{Fact, Reason};
 
 use super::Fences;
 use repoch_sys::hold::{self, NotTaken};
-use repoch_sys::{cgroup, net, proc, systemd};
+use repoch_sys::{cgroup, net, systemd};
 
 /// The enrolled units: masked, inactive, no main pid, no reload pending.
 pub(super) fn units(m: &Manifest, systemctl: &[String], facts: &mut Vec<Fact>) {
@@ -229,76 +229,6 @@ fn in_use(l: &Listener) -> Fact {
         &observed,
         Reason::ListenerPresent,
     )
-}
-
-/// The enrolled executables: no principal's live task runs them, by identity or content,
-/// as its exe or a mapping (docs/THREAT-MODEL.md, "Who can change a fact").
-pub(super) fn executables(m: &Manifest, facts: &mut Vec<Fact>) {
-    const WANT: &str = "no live task runs it";
-    let exes = &m.containment.executables;
-    // Each enrolled file as it is now: its identity and content. A removed one can still
-    // run: it is then matched by its former path alone.
-    let now: Vec<Result<proc::Wanted<'_>, String>> = exes
-        .iter()
-        .map(|exe| {
-            let f = match std::fs::File::open(exe) {
-                Ok(f) => f,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    return Ok(proc::Wanted {
-                        path: exe,
-                        id: None,
-                        content: None,
-                    })
-                }
-                Err(e) => return Err(format!("{exe}: {e}")),
-            };
-            let st = rustix::fs::fstat(&f).map_err(|e| format!("{exe}: {e}"))?;
-            let digest = repoch_sys::digest::digest(&f, proc::CONTENT_BYTES_MAX)
-                .map_err(|e| format!("{exe}: {e}"))?;
-            Ok(proc::Wanted {
-                path: exe,
-                id: Some((st.st_dev, st.st_ino)),
-                content: Some((st.st_size as u64, digest)),
-            })
-        })
-        .collect();
-    let wanted: Vec<proc::Wanted<'_>> = now.iter().filter_map(|w| w.clone().ok()).collect();
-    // One walk of /proc for every enrolled executable that could be read.
-    let mut running = proc::running_all(&wanted, &m.containment.principals()).into_iter();
-    for (exe, now) in exes.iter().zip(now) {
-        let running = match now {
-            Err(e) => Err(e),
-            Ok(_) => running
-                .next()
-                .unwrap_or_else(|| Err("no walk for it".into()))
-                .map_err(String::from),
-        };
-        facts.push(match running {
-            Err(e) => Fact::failed("process", exe, WANT, &e.to_string(), Reason::ObserveFailed),
-            Ok(r) if r.is_empty() => Fact::ok("process", exe, WANT, "none"),
-            Ok(r) => {
-                let tasks: Vec<String> = r
-                    .iter()
-                    .take(cgroup::TASKS_SHOWN_MAX)
-                    .map(|t| {
-                        let cg = cgroup::of_pid(t.pid).unwrap_or_else(|_| "?".into());
-                        let how = match (t.mapped, t.copy) {
-                            (false, false) => "",
-                            (true, false) => " (mapped, not its exe)",
-                            (false, true) => " (a copy: its content)",
-                            (true, true) => " (a copy mapped, not its exe)",
-                        };
-                        if t.tid == t.pid {
-                            format!("pid {}{how} in {cg}", t.pid)
-                        } else {
-                            format!("pid {} tid {}{how} in {cg}", t.pid, t.tid)
-                        }
-                    })
-                    .collect();
-                Fact::failed("process", exe, WANT, &tasks.join(", "), Reason::EscapedTask)
-            }
-        });
-    }
 }
 
 /// The observed text of a unix path someone is bound to or accepts on: each socket bound

@@ -24,6 +24,7 @@ use repoch_sys::systemd;
 pub mod containment;
 pub mod fences;
 pub mod lineage;
+pub mod processes;
 pub mod targets;
 
 pub use fences::{Fences, HeldFence};
@@ -79,6 +80,8 @@ pub struct Observer {
     pub systemctl: Vec<String>,
     /// What the first observation fixed (READY digest, consumer executable).
     baseline: Baseline,
+    /// The process space, held from the first observation's listing.
+    processes: processes::ProcessSpace,
 }
 
 fn is_eloop(e: &std::io::Error) -> bool {
@@ -92,6 +95,7 @@ impl Observer {
             layout,
             systemctl: systemd::systemctl_command(),
             baseline: Baseline::new(approved_ready),
+            processes: processes::ProcessSpace::default(),
         }
     }
 
@@ -106,7 +110,7 @@ impl Observer {
         containment::units(m, &self.systemctl, &mut facts);
         containment::cgroups(m, &mut facts);
         containment::listeners(m, fences, &mut facts);
-        containment::executables(m, &mut facts);
+        processes::executables(m, &mut self.processes, &mut facts);
         fences::observe(m, fences, &mut facts);
         let ready_sha256 = targets::ready(m, &mut self.baseline, &mut facts);
         targets::consumer_exe(m, &mut self.baseline, &mut facts);

@@ -1,0 +1,468 @@
+//! The process space held between walks: a thread that reads the kernel's process events
+//! ([`crate::procevents`]) as they come and judges each process they name with the walk's
+//! own judge (principals only; the enrolled executables by identity or content), so a
+//! process born, exec'd or given a principal's uid after a walk's listing is judged
+//! within microseconds of its event, not at the next walk (docs/THREAT-MODEL.md, "Who can
+//! change a fact").
+//!
+//! What a process runs is fixed at its exec and copied at its fork, so each process is
+//! followed by a verdict: another user's (`Other`), a principal's running no enrolled
+//! executable (`Clean`), a principal's running one (`Runs`), or not known. A fork copies
+//! its parent's verdict (the parent judged when first met); an exec, a uid or gid change is
+//! judged on the live process. A process gone before it could be judged (it exec'd and
+//! exited, or it and its parent exited, within the reader's latency, microseconds) is
+//! counted and named ([`Report::unjudged`]), not judged: its live descendants are judged
+//! at their own fork, and another user's exec stays another user's (its setuid exec of a
+//! copy of the old root's executable is the residual THREAT-MODEL.md names).
+//!
+//! Events the reader did not get (the socket's buffer overflowed, a gap in a CPU's
+//! numbers, a flood past what one settle reads, the executables changed, the reader ended)
+//! leave the events unable to vouch for the process space until the next walk
+//! ([`Report::unsettled`]): the walk stands in. Nothing here fails a fact by itself.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd as _, OwnedFd};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use repoch_protocol::Hash;
+use rustix::event::{PollFd, PollFlags};
+use rustix::io::Errno;
+
+use super::{Judge, Procfs, Runner, Visit, Walk, Wanted};
+use crate::error::Error;
+use crate::procevents::{Event, Next, Subscription};
+
+/// Processes followed at once (the kernel's `PID_MAX_LIMIT`; an exit ends a process's
+/// entry): past it the events cannot vouch until the next walk.
+pub const TRACKED_MAX: usize = 1 << 22;
+/// Tasks kept per executable found running (the fact shows fewer).
+pub const RUNNERS_KEPT_MAX: usize = 64;
+/// Events read in one settle past the request: a flood that outpaces the judge leaves the
+/// events unable to vouch (the walk stands in) instead of a settle that never ends.
+pub const SETTLE_EVENTS_MAX: usize = 1 << 18;
+/// Longest wait for the reader to answer a settle.
+pub const SETTLE_WAIT_MS: u64 = 5_000;
+
+/// An enrolled executable as it is now, owned (the reader thread keeps it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnedWanted {
+    pub path: String,
+    pub id: Option<(u64, u64)>,
+    pub content: Option<(u64, Hash)>,
+}
+
+impl OwnedWanted {
+    pub fn of(w: &Wanted<'_>) -> OwnedWanted {
+        OwnedWanted {
+            path: w.path.to_owned(),
+            id: w.id,
+            content: w.content,
+        }
+    }
+}
+
+/// What the events found since the reader started (or the executables last changed).
+#[derive(Debug)]
+pub struct Report {
+    /// For each wanted executable, in order: every task the events found running it (alive
+    /// or not any more), or why that could not be known.
+    pub found: Vec<Result<Vec<Runner>, Error>>,
+    /// Why the events cannot vouch for the process space since the last walk began: lost
+    /// events, a reader that did not answer.
+    pub unsettled: Option<String>,
+    /// Processes gone before they could be judged since the reader started, and the last
+    /// one (what it did).
+    pub unjudged: (u64, Option<String>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Other,
+    Clean,
+    Runs { bits: u16, mapped: u16, copy: u16 },
+    Unknown,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    wanted: Vec<OwnedWanted>,
+    generation: u64,
+    principals: Vec<u32>,
+    runners: Vec<Vec<Runner>>,
+    errors: Vec<Option<String>>,
+    unsettled: Option<String>,
+    unjudged: (u64, Option<String>),
+    requested: u64,
+    answered: u64,
+    stop: bool,
+    /// The reader ended (why): nothing it says holds any more.
+    dead: Option<String>,
+}
+
+impl State {
+    fn unjudged(&mut self, what: String) {
+        self.unjudged = (self.unjudged.0.saturating_add(1), Some(what));
+    }
+
+    fn unsettle(&mut self, why: impl FnOnce() -> String) {
+        if self.unsettled.is_none() {
+            self.unsettled = Some(why());
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    state: Mutex<State>,
+    answered: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The reader of one subscription, judging as events come; stopped when dropped.
+#[derive(Debug)]
+pub struct Watch {
+    shared: Arc<Shared>,
+    wake: Arc<OwnedFd>,
+}
+
+impl Watch {
+    /// Starts the reader on `sub` (subscribed before the walk this watch complements),
+    /// judging against `wanted` for `principals`.
+    pub fn start(
+        sub: Subscription,
+        wanted: &[Wanted<'_>],
+        principals: &[u32],
+    ) -> Result<Watch, Error> {
+        let wake = Arc::new(
+            rustix::event::eventfd(
+                0,
+                rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+            )
+            .map_err(|e| Error::Found(format!("eventfd: {e}")))?,
+        );
+        let shared = Arc::new(Shared::default());
+        {
+            let mut st = shared.lock();
+            st.principals = principals.to_vec();
+            st.wanted = wanted.iter().map(OwnedWanted::of).collect();
+            st.runners = vec![Vec::new(); wanted.len()];
+            st.errors = vec![None; wanted.len()];
+        }
+        let (s, w) = (shared.clone(), wake.clone());
+        std::thread::Builder::new()
+            .name("repoch-procevents".into())
+            .spawn(move || {
+                let why = Reader::new(sub, &s, &w).map_or_else(|e| e.to_string(), Reader::run);
+                let mut st = s.lock();
+                st.dead = Some(why);
+                s.answered.notify_all();
+            })
+            .map_err(|e| Error::Found(format!("process event reader: {e}")))?;
+        Ok(Watch { shared, wake })
+    }
+
+    /// The executables as they are now: when they changed, what was judged against the old
+    /// ones counts for nothing and the events cannot vouch until the next walk.
+    pub fn set_wanted(&self, wanted: &[Wanted<'_>]) {
+        let now: Vec<OwnedWanted> = wanted.iter().map(OwnedWanted::of).collect();
+        let mut st = self.shared.lock();
+        if st.wanted != now {
+            st.runners = vec![Vec::new(); now.len()];
+            st.errors = vec![None; now.len()];
+            st.wanted = now;
+            st.generation += 1;
+            st.unsettle(|| "the enrolled executables changed".into());
+        }
+    }
+
+    /// A walk begins now: it covers what the events could not vouch for before.
+    pub fn mark_walk(&self) {
+        self.shared.lock().unsettled = None;
+    }
+
+    /// Every event queued now read and judged; what was found.
+    pub fn settle(&self) -> Report {
+        let want = {
+            let mut st = self.shared.lock();
+            st.requested += 1;
+            st.requested
+        };
+        let _ = rustix::io::write(self.wake.as_fd(), &1u64.to_ne_bytes());
+        let st = self.shared.lock();
+        let (mut st, waited) = self
+            .shared
+            .answered
+            .wait_timeout_while(st, Duration::from_millis(SETTLE_WAIT_MS), |s| {
+                s.answered < want && s.dead.is_none()
+            })
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(why) = st.dead.clone() {
+            st.unsettle(|| format!("the process event reader ended: {why}"));
+        } else if waited.timed_out() {
+            st.unsettle(|| {
+                format!("the process event reader did not answer within {SETTLE_WAIT_MS} ms")
+            });
+        }
+        Report {
+            found: st
+                .runners
+                .iter()
+                .zip(&st.errors)
+                .map(|(r, e)| match e {
+                    Some(e) => Err(Error::Found(e.clone())),
+                    None => Ok(r.clone()),
+                })
+                .collect(),
+            unsettled: st.unsettled.clone(),
+            unjudged: st.unjudged.clone(),
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.shared.lock().stop = true;
+        let _ = rustix::io::write(self.wake.as_fd(), &1u64.to_ne_bytes());
+    }
+}
+
+/// The reader thread's own state.
+struct Reader<'s> {
+    sub: Subscription,
+    shared: &'s Shared,
+    wake: &'s OwnedFd,
+    fs: Procfs,
+    table: HashMap<u32, Verdict>,
+    generation: u64,
+    wanted: Vec<OwnedWanted>,
+    principals: Vec<u32>,
+}
+
+impl<'s> Reader<'s> {
+    fn new(sub: Subscription, shared: &'s Shared, wake: &'s OwnedFd) -> Result<Reader<'s>, Error> {
+        let (wanted, principals, generation) = {
+            let st = shared.lock();
+            (st.wanted.clone(), st.principals.clone(), st.generation)
+        };
+        Ok(Reader {
+            sub,
+            shared,
+            wake,
+            fs: Procfs::open()?,
+            table: HashMap::new(),
+            generation,
+            wanted,
+            principals,
+        })
+    }
+
+    /// Reads and judges until stopped; returns why it ended.
+    fn run(mut self) -> String {
+        loop {
+            let polled = {
+                let sub = self.sub.fd();
+                let mut fds = [
+                    PollFd::new(&sub, PollFlags::IN),
+                    PollFd::new(self.wake, PollFlags::IN),
+                ];
+                rustix::event::poll(&mut fds, None)
+            };
+            match polled {
+                Ok(_) | Err(Errno::INTR) => {}
+                Err(e) => return format!("poll: {e}"),
+            }
+            let mut counter = [0u8; 8];
+            let _ = rustix::io::read(self.wake, &mut counter);
+            let (stop, requested) = {
+                let st = self.shared.lock();
+                (st.stop, st.requested)
+            };
+            if stop {
+                return "stopped".into();
+            }
+            self.drain(requested);
+        }
+    }
+
+    /// Reads every event queued (at most SETTLE_EVENTS_MAX), then answers settle `requested`.
+    fn drain(&mut self, requested: u64) {
+        self.refresh();
+        let mut read = 0usize;
+        loop {
+            if read == SETTLE_EVENTS_MAX {
+                self.shared.lock().unsettle(|| {
+                    format!(
+                        "over {SETTLE_EVENTS_MAX} events queued at once: the judge was outpaced"
+                    )
+                });
+                break;
+            }
+            read += 1;
+            match self.sub.read() {
+                Next::Empty => break,
+                Next::Event(e) => self.handle(e),
+                Next::Lost(why) => self
+                    .shared
+                    .lock()
+                    .unsettle(|| format!("events lost: {why}")),
+            }
+        }
+        let mut st = self.shared.lock();
+        st.answered = st.answered.max(requested);
+        self.shared.answered.notify_all();
+    }
+
+    /// Takes the executables as the watch now has them.
+    fn refresh(&mut self) {
+        let st = self.shared.lock();
+        if st.generation != self.generation {
+            self.generation = st.generation;
+            self.wanted = st.wanted.clone();
+            self.table.clear();
+        }
+    }
+
+    fn handle(&mut self, e: Event) {
+        match e {
+            Event::Fork {
+                parent_tgid,
+                child_pid,
+                child_tgid,
+            } if child_pid == child_tgid => {
+                let parent = self.verdict_of(parent_tgid);
+                let v = match parent {
+                    Some(v) if v != Verdict::Unknown => v,
+                    _ => self.judge(child_tgid).unwrap_or_else(|| {
+                        self.shared.lock().unjudged(format!(
+                            "pid {child_tgid} and its parent {parent_tgid} exited before \
+                             either could be judged"
+                        ));
+                        Verdict::Unknown
+                    }),
+                };
+                self.record(child_tgid, v);
+            }
+            Event::Exec { tgid } => match self.judge(tgid) {
+                Some(v) => self.record(tgid, v),
+                None => match self.table.get(&tgid) {
+                    Some(Verdict::Other) => {}
+                    _ => self.shared.lock().unjudged(format!(
+                        "pid {tgid} exec'd and exited before what it ran could be judged"
+                    )),
+                },
+            },
+            Event::Uid { tgid, .. } | Event::Gid { tgid } => match self.judge(tgid) {
+                Some(v) => self.record(tgid, v),
+                None => match self.table.get(&tgid) {
+                    Some(Verdict::Clean | Verdict::Runs { .. }) => {}
+                    _ => self.shared.lock().unjudged(format!(
+                        "pid {tgid} changed its ids and exited before it could be judged"
+                    )),
+                },
+            },
+            Event::Exit { pid, tgid } if pid == tgid => {
+                self.table.remove(&tgid);
+            }
+            _ => {}
+        }
+    }
+
+    /// Keeps `v` for `pid`; a runner is reported.
+    fn record(&mut self, pid: u32, v: Verdict) {
+        if let Verdict::Runs { bits, mapped, copy } = v {
+            let mut st = self.shared.lock();
+            for (k, found) in st.runners.iter_mut().enumerate() {
+                let bit = 1u16 << k;
+                if bits & bit != 0
+                    && found.len() < RUNNERS_KEPT_MAX
+                    && !found.iter().any(|r| r.pid == pid)
+                {
+                    found.push(Runner {
+                        pid,
+                        tid: pid,
+                        mapped: mapped & bit != 0,
+                        copy: copy & bit != 0,
+                    });
+                }
+            }
+        }
+        if self.table.len() >= TRACKED_MAX && !self.table.contains_key(&pid) {
+            self.shared
+                .lock()
+                .unsettle(|| format!("over {TRACKED_MAX} processes followed"));
+            return;
+        }
+        self.table.insert(pid, v);
+    }
+
+    /// `pid`'s verdict: as followed, else judged now (`None`: gone).
+    fn verdict_of(&mut self, pid: u32) -> Option<Verdict> {
+        if let Some(v) = self.table.get(&pid) {
+            return Some(*v);
+        }
+        let v = self.judge(pid)?;
+        self.record(pid, v);
+        Some(v)
+    }
+
+    /// Judges live process `pid` with the walk's judge; `None` when it is gone.
+    fn judge(&mut self, pid: u32) -> Option<Verdict> {
+        let wanted: Vec<Wanted<'_>> = self
+            .wanted
+            .iter()
+            .map(|w| Wanted {
+                path: &w.path,
+                id: w.id,
+                content: w.content,
+            })
+            .collect();
+        let mut judge = Judge::new(&wanted, &self.fs);
+        let principal = self.fs.principal(&self.principals);
+        let mut out: Vec<Result<Vec<Runner>, Error>> =
+            wanted.iter().map(|_| Ok(Vec::new())).collect();
+        let mut walk = Walk {
+            judge: &mut judge,
+            proc_dir: &self.fs.dir,
+            proc_dev: self.fs.dev,
+            principal: &principal,
+            out: &mut out,
+        };
+        let principal = match walk.visit(pid) {
+            Visit::Gone => return None,
+            Visit::Seen { principal } => principal,
+        };
+        if !principal {
+            return Some(Verdict::Other);
+        }
+        let (mut bits, mut mapped, mut copy) = (0u16, 0u16, 0u16);
+        let mut st = self.shared.lock();
+        for (k, found) in out.into_iter().enumerate() {
+            let bit = 1u16 << k;
+            match found {
+                Ok(r) => {
+                    if let Some(r) = r.first() {
+                        bits |= bit;
+                        mapped |= if r.mapped { bit } else { 0 };
+                        copy |= if r.copy { bit } else { 0 };
+                    }
+                }
+                Err(e) => {
+                    if let Some(slot) = st.errors.get_mut(k) {
+                        slot.get_or_insert_with(|| e.to_string());
+                    }
+                }
+            }
+        }
+        Some(if bits == 0 {
+            Verdict::Clean
+        } else {
+            Verdict::Runs { bits, mapped, copy }
+        })
+    }
+}
