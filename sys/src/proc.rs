@@ -23,7 +23,7 @@ use rustix::io::Errno;
 use super::procfs::pids;
 
 mod watch;
-pub use watch::{OwnedWanted, Report, Watch, RUNNERS_KEPT_MAX, SETTLE_WAIT_MS, TRACKED_MAX};
+pub use watch::{Known, OwnedWanted, Report, Watch, RUNNERS_KEPT_MAX, SETTLE_WAIT_MS, TRACKED_MAX};
 
 /// Threads examined per process: the kernel's `PID_MAX_LIMIT`, which no process's tasks
 /// can exceed (a lower bound would let a principal's process with more threads fail the
@@ -75,6 +75,9 @@ pub struct Wanted<'a> {
     pub id: Option<(u64, u64)>,
     /// Its size and sha256, when it could be read now.
     pub content: Option<(u64, Hash)>,
+    /// The sha256 of its last `digest::TAIL_BYTES` (a file of its size whose tail differs
+    /// is not hashed whole).
+    pub tail: Option<Hash>,
 }
 
 /// `path` exactly, or as the kernel names it once removed or replaced.
@@ -206,7 +209,13 @@ struct Judge<'w, 'a> {
     /// Mapped files already judged by content this walk: (major, minor, inode) -> the
     /// wanted indices whose content they have, as a bit set.
     by_content: HashMap<(u32, u32, u64), u16>,
+    /// Files judged by content, by their stamp (a file changed since is judged again): kept
+    /// across the event reader's looks, so one copy run again and again is hashed once.
+    by_stamp: HashMap<FileStamp, u16>,
 }
+
+/// A file as `fstat` shows it: device, inode, size, modification and change times.
+type FileStamp = (u64, u64, u64, i64, i64, i64, i64);
 
 impl<'w, 'a> Judge<'w, 'a> {
     fn new(wanted: &'w [Wanted<'a>], fs: &Procfs) -> Self {
@@ -214,21 +223,51 @@ impl<'w, 'a> Judge<'w, 'a> {
             wanted,
             own_mnt: fs.own_mnt,
             by_content: HashMap::new(),
+            by_stamp: HashMap::new(),
         }
     }
 
     /// The wanted indices (bit set) whose content the open file `fd` has, when it is not
     /// the enrolled file itself: same size first, then the sha256 (cached by its stamp).
-    fn content_of(&self, fd: &OwnedFd) -> Result<u16, Error> {
+    fn content_of(&mut self, fd: &OwnedFd) -> Result<u16, Error> {
         let st = rustix::fs::fstat(fd).context("fstat")?;
         let size = st.st_size as u64;
+        let stamp: FileStamp = (
+            st.st_dev,
+            st.st_ino,
+            size,
+            st.st_mtime as i64,
+            st.st_mtime_nsec as i64,
+            st.st_ctime as i64,
+            st.st_ctime_nsec as i64,
+        );
+        if let Some(m) = self.by_stamp.get(&stamp) {
+            return Ok(*m);
+        }
+        let m = self.content_by_reading(fd, &st)?;
+        if self.by_stamp.len() < MAPPED_FILES_MAX {
+            self.by_stamp.insert(stamp, m);
+        }
+        Ok(m)
+    }
+
+    fn content_by_reading(&self, fd: &OwnedFd, st: &rustix::fs::Stat) -> Result<u16, Error> {
+        let size = st.st_size as u64;
         let mut digest: Option<Hash> = None;
+        let mut tail: Option<Hash> = None;
         let mut out = 0u16;
         for (k, w) in self.wanted.iter().enumerate() {
             let Some((want_size, want_digest)) = w.content else {
                 continue;
             };
             if want_size != size || w.id == Some((st.st_dev, st.st_ino)) {
+                continue;
+            }
+            let t = match tail {
+                Some(t) => t,
+                None => *tail.insert(crate::digest::tail(fd, size)?),
+            };
+            if w.tail.is_some_and(|want| want != t) {
                 continue;
             }
             let d = match digest {
@@ -313,7 +352,8 @@ fn examine(judge: &mut Judge<'_, '_>, task: &OwnedFd) -> Result<Option<Seen>, Er
         Mode::empty(),
     ) {
         Ok(fd) => fd,
-        Err(e) if gone(e) => return Ok(None),
+        // Exited after its exe was judged: what the exe showed stands.
+        Err(e) if gone(e) => return Ok((seen.any() != 0).then_some(seen)),
         Err(e) => return Err(Error::Found(format!("maps: {e}"))),
     };
     let mut r = std::io::BufReader::new(std::fs::File::from(maps));
@@ -329,7 +369,7 @@ fn examine(judge: &mut Judge<'_, '_>, task: &OwnedFd) -> Result<Option<Seen>, Er
                     .map(Errno::from_raw_os_error)
                     .is_some_and(gone) =>
             {
-                return Ok(None)
+                return Ok((seen.any() != 0).then_some(seen))
             }
             Err(e) => return Err(Error::Found(format!("maps: {e}"))),
         };
@@ -451,6 +491,8 @@ struct Walk<'a, 'w, 'x, P> {
     proc_dev: u64,
     principal: &'a P,
     out: &'a mut Vec<Result<Vec<Runner>, Error>>,
+    /// Each process judged and its verdict, when asked (for the event reader to follow).
+    seeds: Option<Vec<(u32, Known)>>,
 }
 
 impl<P: Fn(TaskStatus, &OwnedFd) -> bool> Walk<'_, '_, '_, P> {
@@ -548,6 +590,27 @@ impl<P: Fn(TaskStatus, &OwnedFd) -> bool> Walk<'_, '_, '_, P> {
                 }
             }
         }
+        if let Some(seeds) = self.seeds.as_mut() {
+            let verdict = match &result {
+                _ if !is_principal => Some(watch::Verdict::Other),
+                Ok(Some((_, s))) if s.any() == 0 => Some(watch::Verdict::Clean),
+                Ok(Some((_, s))) => Some(watch::Verdict::Runs {
+                    bits: s.any(),
+                    mapped: s.mapped | s.mapped_copy,
+                    copy: s.exe_copy | s.mapped_copy,
+                }),
+                _ => None,
+            };
+            if let Some(verdict) = verdict {
+                seeds.push((
+                    pid,
+                    Known {
+                        verdict,
+                        at_ns: watch::now_ns(),
+                    },
+                ));
+            }
+        }
         match result {
             // A principal's process without memory now: a zombie, or a kernel thread.
             Ok(None) if is_principal => return Visit::Gone,
@@ -627,6 +690,8 @@ pub struct Walked {
     /// The chase ran out of rounds while processes it could not examine were still being
     /// born (docs/THREAT-MODEL.md, "Who can change a fact"): why.
     pub unsettled: Option<String>,
+    /// Each process it judged, and its verdict (for the event reader to follow).
+    pub seeds: Vec<(u32, Known)>,
 }
 
 /// For each of `wanted`, in order, every task of a principal (`principals`: uids) running
@@ -647,11 +712,13 @@ pub fn walk(wanted: &[Wanted<'_>], principals: &[u32], chase: bool) -> Walked {
             .map(|_| Err(Error::Found(e.clone())))
             .collect(),
         unsettled: None,
+        seeds: Vec::new(),
     };
     if wanted.is_empty() {
         return Walked {
             found: out,
             unsettled: None,
+            seeds: Vec::new(),
         };
     }
     let fs = match Procfs::open() {
@@ -672,6 +739,7 @@ pub fn walk(wanted: &[Wanted<'_>], principals: &[u32], chase: bool) -> Walked {
         proc_dev: fs.dev,
         principal: &principal,
         out: &mut out,
+        seeds: Some(Vec::new()),
     };
     let (last_pid, last) = match last_pid {
         Ok(p) => p,
@@ -680,6 +748,7 @@ pub fn walk(wanted: &[Wanted<'_>], principals: &[u32], chase: bool) -> Walked {
             return Walked {
                 found: out,
                 unsettled: None,
+                seeds: Vec::new(),
             };
         }
     };
@@ -691,9 +760,11 @@ pub fn walk(wanted: &[Wanted<'_>], principals: &[u32], chase: bool) -> Walked {
     } else {
         None
     };
+    let seeds = walk.seeds.take().unwrap_or_default();
     Walked {
         found: out,
         unsettled,
+        seeds,
     }
 }
 

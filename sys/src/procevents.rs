@@ -83,11 +83,13 @@ pub enum Event {
     Other { what: u32 },
 }
 
-/// One decoded message: the CPU that sent it, its sequence number there, the event.
+/// One decoded message: the CPU that sent it, its sequence number there, when (the
+/// kernel's `ktime_get_ns`: `CLOCK_MONOTONIC`), the event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Message {
     pub cpu: u32,
     pub seq: u32,
+    pub at_ns: u64,
     pub event: Event,
 }
 
@@ -147,6 +149,11 @@ pub fn decode(d: &[u8]) -> Result<Message, String> {
     let (Some(what), Some(cpu)) = (u32_at(ev, 0), u32_at(ev, 4)) else {
         return Err("process event cut short".into());
     };
+    let at_ns = u64::from_ne_bytes(
+        ev[8..16]
+            .try_into()
+            .map_err(|_| "process event cut short")?,
+    );
     if cpu >= CPUS_MAX {
         return Err(format!(
             "process event from cpu {cpu}, not below {CPUS_MAX}"
@@ -172,7 +179,12 @@ pub fn decode(d: &[u8]) -> Result<Message, String> {
         },
         what => Event::Other { what },
     };
-    Ok(Message { cpu, seq, event })
+    Ok(Message {
+        cpu,
+        seq,
+        at_ns,
+        event,
+    })
 }
 
 /// The subscription request: `PROC_CN_MCAST_LISTEN` (or `_IGNORE`) to the connector.
@@ -193,7 +205,7 @@ fn request(op: u32, port: u32) -> [u8; NLMSG_HDR_BYTES + CN_MSG_BYTES + 4] {
 /// What one read of the subscription gave.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Next {
-    Event(Event),
+    Event(Message),
     /// Nothing queued now.
     Empty,
     /// Events were lost (why); the subscription goes on.
@@ -347,7 +359,7 @@ impl Subscription {
                 }
                 match decode(&buf[..n]) {
                     Ok(m) => match self.seqs.check(m.cpu, m.seq) {
-                        Ok(()) => Next::Event(m.event),
+                        Ok(()) => Next::Event(m),
                         Err(gap) => Next::Lost(gap),
                     },
                     // A message that cannot be read may have been an event.
@@ -411,6 +423,7 @@ mod tests {
             Message {
                 cpu: 3,
                 seq: 9,
+                at_ns: 123,
                 event: Event::Fork {
                     parent_tgid: 11,
                     child_pid: 12,
@@ -645,17 +658,24 @@ int main(void) {
         let (mut forked, mut execd, mut exited) = (false, false, false);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         while !(forked && execd && exited) && std::time::Instant::now() < deadline {
-            match s.read() {
-                Next::Event(Event::Fork {
+            let e = match s.read() {
+                Next::Event(m) => m.event,
+                Next::Empty => {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                    continue;
+                }
+                Next::Lost(_) => continue,
+            };
+            match e {
+                Event::Fork {
                     parent_tgid,
                     child_tgid,
                     ..
-                }) if child_tgid == pid => {
+                } if child_tgid == pid => {
                     forked = parent_tgid == std::process::id();
                 }
-                Next::Event(Event::Exec { tgid }) if tgid == pid => execd = true,
-                Next::Event(Event::Exit { tgid, .. }) if tgid == pid => exited = true,
-                Next::Empty => std::thread::sleep(std::time::Duration::from_millis(5)),
+                Event::Exec { tgid } if tgid == pid => execd = true,
+                Event::Exit { tgid, .. } if tgid == pid => exited = true,
                 _ => {}
             }
         }

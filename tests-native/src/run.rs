@@ -126,6 +126,17 @@ pub fn observed(r: &Run, kind: &str) -> String {
         .unwrap_or_default()
 }
 
+/// The observed text of the first fact of `kind`, whether it holds or not.
+pub fn observed_any(r: &Run, kind: &str) -> String {
+    r.json()["facts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == kind)
+        .map(|f| f["observed"].as_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
 pub fn sh(cmd: &str, args: &[&str]) -> String {
     let o = Command::new(cmd)
         .args(args)

@@ -86,7 +86,9 @@ impl ProcessSpace {
             {
                 Ok(w) => {
                     let walked = proc::walk(wanted, principals, false);
+                    w.seed(walked.seeds);
                     self.held = Some(HELD_BY_EVENTS.into());
+                    tracing::info!("process space {HELD_BY_EVENTS}");
                     let r = w.settle();
                     log_unjudged(&r);
                     if let Some(why) = &r.unsettled {
@@ -96,12 +98,15 @@ impl ProcessSpace {
                     return merged(walked.found, r.found);
                 }
                 Err(why) => {
-                    let Walked { found, unsettled } = proc::walk(wanted, principals, true);
+                    let Walked {
+                        found, unsettled, ..
+                    } = proc::walk(wanted, principals, true);
                     let mut held =
                         format!("walks of /proc and their chase (no process events: {why})");
                     if let Some(u) = unsettled {
                         held.push_str(&format!("; process-scan-unsettled: {u}"));
                     }
+                    tracing::info!("process space held by {held}");
                     self.held = Some(held);
                     return merged(found, none());
                 }
@@ -130,6 +135,7 @@ impl ProcessSpace {
         if let Some(u) = &walked.unsettled {
             tracing::warn!("process-scan-unsettled: {u}");
         }
+        w.seed(walked.seeds);
         let after = w.settle();
         merged(merged_raw(walked.found, r.found), after.found)
     }
@@ -189,6 +195,7 @@ fn wanted_now(exe: &str) -> Result<proc::Wanted<'_>, String> {
                 path: exe,
                 id: None,
                 content: None,
+                tail: None,
             })
         }
         Err(e) => return Err(format!("{exe}: {e}")),
@@ -196,10 +203,13 @@ fn wanted_now(exe: &str) -> Result<proc::Wanted<'_>, String> {
     let st = rustix::fs::fstat(&f).map_err(|e| format!("{exe}: {e}"))?;
     let digest = repoch_sys::digest::digest(&f, proc::CONTENT_BYTES_MAX)
         .map_err(|e| format!("{exe}: {e}"))?;
+    let tail =
+        repoch_sys::digest::tail(&f, st.st_size as u64).map_err(|e| format!("{exe}: {e}"))?;
     Ok(proc::Wanted {
         path: exe,
         id: Some((st.st_dev, st.st_ino)),
         content: Some((st.st_size as u64, digest)),
+        tail: Some(tail),
     })
 }
 

@@ -31,7 +31,7 @@ use rustix::io::Errno;
 
 use super::{Judge, Procfs, Runner, Visit, Walk, Wanted};
 use crate::error::Error;
-use crate::procevents::{Event, Next, Subscription};
+use crate::procevents::{Event, Message, Next, Subscription};
 
 /// Processes followed at once (the kernel's `PID_MAX_LIMIT`; an exit ends a process's
 /// entry): past it the events cannot vouch until the next walk.
@@ -41,6 +41,8 @@ pub const RUNNERS_KEPT_MAX: usize = 64;
 /// Events read in one settle past the request: a flood that outpaces the judge leaves the
 /// events unable to vouch (the walk stands in) instead of a settle that never ends.
 pub const SETTLE_EVENTS_MAX: usize = 1 << 18;
+/// Events read before they are judged: the looks at what processes run now come first.
+pub const BATCH_MAX: usize = 4096;
 /// Longest wait for the reader to answer a settle.
 pub const SETTLE_WAIT_MS: u64 = 5_000;
 
@@ -50,6 +52,7 @@ pub struct OwnedWanted {
     pub path: String,
     pub id: Option<(u64, u64)>,
     pub content: Option<(u64, Hash)>,
+    pub tail: Option<Hash>,
 }
 
 impl OwnedWanted {
@@ -58,6 +61,7 @@ impl OwnedWanted {
             path: w.path.to_owned(),
             id: w.id,
             content: w.content,
+            tail: w.tail,
         }
     }
 }
@@ -76,16 +80,35 @@ pub struct Report {
     pub unjudged: (u64, Option<String>),
 }
 
+/// What a process runs, as followed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Verdict {
+pub(super) enum Verdict {
     Other,
     Clean,
     Runs { bits: u16, mapped: u16, copy: u16 },
-    Unknown,
+}
+
+/// A verdict and when it was known (`CLOCK_MONOTONIC` ns: after the look that made it,
+/// or the fork that copied it). A fork event from before it cannot copy it: the parent may
+/// have exec'd between the fork and the look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Known {
+    pub(super) verdict: Verdict,
+    pub(super) at_ns: u64,
+}
+
+/// `CLOCK_MONOTONIC` now, in ns: the clock of the events' timestamps.
+pub(super) fn now_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    (t.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(t.tv_nsec as u64)
 }
 
 #[derive(Debug, Default)]
 struct State {
+    /// Verdicts a walk made, for the reader to take (those it has not met itself).
+    seeds: Vec<(u32, Known)>,
     wanted: Vec<OwnedWanted>,
     generation: u64,
     principals: Vec<u32>,
@@ -181,6 +204,15 @@ impl Watch {
         }
     }
 
+    /// What a walk judged (each pid's verdict and when), for the reader to follow: a fork
+    /// of a process the walk judged copies its verdict without a look of its own.
+    pub fn seed(&self, seeds: Vec<(u32, Known)>) {
+        let mut st = self.shared.lock();
+        if st.seeds.len().saturating_add(seeds.len()) <= TRACKED_MAX {
+            st.seeds.extend(seeds);
+        }
+    }
+
     /// A walk begins now: it covers what the events could not vouch for before.
     pub fn mark_walk(&self) {
         self.shared.lock().unsettled = None;
@@ -238,10 +270,12 @@ struct Reader<'s> {
     shared: &'s Shared,
     wake: &'s OwnedFd,
     fs: Procfs,
-    table: HashMap<u32, Verdict>,
+    table: HashMap<u32, Known>,
     generation: u64,
     wanted: Vec<OwnedWanted>,
     principals: Vec<u32>,
+    /// Files judged by content, by stamp, across looks (see `Judge::by_stamp`).
+    by_stamp: HashMap<super::FileStamp, u16>,
 }
 
 impl<'s> Reader<'s> {
@@ -259,6 +293,7 @@ impl<'s> Reader<'s> {
             generation,
             wanted,
             principals,
+            by_stamp: HashMap::new(),
         })
     }
 
@@ -295,22 +330,17 @@ impl<'s> Reader<'s> {
         self.refresh();
         let mut read = 0usize;
         loop {
-            if read == SETTLE_EVENTS_MAX {
-                self.shared.lock().unsettle(|| {
-                    format!(
-                        "over {SETTLE_EVENTS_MAX} events queued at once: the judge was outpaced"
-                    )
-                });
+            let batch = self.batch(&mut read);
+            if batch.is_empty() {
                 break;
             }
-            read += 1;
-            match self.sub.read() {
-                Next::Empty => break,
-                Next::Event(e) => self.handle(e),
-                Next::Lost(why) => self
-                    .shared
-                    .lock()
-                    .unsettle(|| format!("events lost: {why}")),
+            // What a process runs now is looked at first (it may exit at any moment); then
+            // the forks copy verdicts and the exits end them, in order.
+            for m in &batch {
+                self.look_first(m);
+            }
+            for m in batch {
+                self.handle(m);
             }
         }
         let mut st = self.shared.lock();
@@ -318,54 +348,91 @@ impl<'s> Reader<'s> {
         self.shared.answered.notify_all();
     }
 
+    /// Every event queued now, at most BATCH_MAX; `read` counts toward SETTLE_EVENTS_MAX.
+    fn batch(&mut self, read: &mut usize) -> Vec<Message> {
+        let mut batch = Vec::new();
+        while batch.len() < BATCH_MAX {
+            if *read == SETTLE_EVENTS_MAX {
+                self.shared.lock().unsettle(|| {
+                    format!(
+                        "over {SETTLE_EVENTS_MAX} events queued at once: the judge was outpaced"
+                    )
+                });
+                break;
+            }
+            *read += 1;
+            match self.sub.read() {
+                Next::Empty => break,
+                Next::Event(m) => batch.push(m),
+                Next::Lost(why) => self
+                    .shared
+                    .lock()
+                    .unsettle(|| format!("events lost: {why}")),
+            }
+        }
+        batch
+    }
+
     /// Takes the executables as the watch now has them.
     fn refresh(&mut self) {
-        let st = self.shared.lock();
+        let mut st = self.shared.lock();
         if st.generation != self.generation {
             self.generation = st.generation;
             self.wanted = st.wanted.clone();
             self.table.clear();
+            self.by_stamp.clear();
+            st.seeds.clear();
+        }
+        for (pid, k) in std::mem::take(&mut st.seeds) {
+            if self.table.len() < TRACKED_MAX {
+                self.table.entry(pid).or_insert(k);
+            }
         }
     }
 
-    fn handle(&mut self, e: Event) {
-        match e {
+    /// The first pass over a batch: an exec or a change of ids is looked at now.
+    fn look_first(&mut self, m: &Message) {
+        match m.event {
+            Event::Exec { tgid } => self.look(tgid, || {
+                format!("pid {tgid} exec'd and exited before what it ran could be judged")
+            }),
+            Event::Uid { tgid, .. } | Event::Gid { tgid } => self.look(tgid, || {
+                format!("pid {tgid} changed its ids and exited before it could be judged")
+            }),
+            _ => {}
+        }
+    }
+
+    /// The second pass, in order: a fork copies its parent's verdict as it stood at the
+    /// fork (a child already looked at since keeps what was seen), else the child is looked
+    /// at; an exit ends the process's entry.
+    fn handle(&mut self, m: Message) {
+        match m.event {
             Event::Fork {
                 parent_tgid,
                 child_pid,
                 child_tgid,
             } if child_pid == child_tgid => {
-                let parent = self.verdict_of(parent_tgid);
-                let v = match parent {
-                    Some(v) if v != Verdict::Unknown => v,
-                    _ => self.judge(child_tgid).unwrap_or_else(|| {
-                        self.shared.lock().unjudged(format!(
-                            "pid {child_tgid} and its parent {parent_tgid} exited before \
-                             either could be judged"
-                        ));
-                        Verdict::Unknown
+                if self
+                    .table
+                    .get(&child_tgid)
+                    .is_some_and(|k| k.at_ns >= m.at_ns)
+                {
+                    return;
+                }
+                match self.table.get(&parent_tgid) {
+                    Some(k) if k.at_ns <= m.at_ns => {
+                        let v = k.verdict;
+                        self.record(child_tgid, v, m.at_ns);
+                    }
+                    _ => self.look(child_tgid, || {
+                        format!(
+                            "pid {child_tgid} (born of pid {parent_tgid}) exited before it \
+                             could be judged"
+                        )
                     }),
-                };
-                self.record(child_tgid, v);
+                }
             }
-            Event::Exec { tgid } => match self.judge(tgid) {
-                Some(v) => self.record(tgid, v),
-                None => match self.table.get(&tgid) {
-                    Some(Verdict::Other) => {}
-                    _ => self.shared.lock().unjudged(format!(
-                        "pid {tgid} exec'd and exited before what it ran could be judged"
-                    )),
-                },
-            },
-            Event::Uid { tgid, .. } | Event::Gid { tgid } => match self.judge(tgid) {
-                Some(v) => self.record(tgid, v),
-                None => match self.table.get(&tgid) {
-                    Some(Verdict::Clean | Verdict::Runs { .. }) => {}
-                    _ => self.shared.lock().unjudged(format!(
-                        "pid {tgid} changed its ids and exited before it could be judged"
-                    )),
-                },
-            },
             Event::Exit { pid, tgid } if pid == tgid => {
                 self.table.remove(&tgid);
             }
@@ -373,8 +440,19 @@ impl<'s> Reader<'s> {
         }
     }
 
-    /// Keeps `v` for `pid`; a runner is reported.
-    fn record(&mut self, pid: u32, v: Verdict) {
+    /// Judges `pid` now; gone, it is counted as unjudged (`what` says what it did).
+    fn look(&mut self, pid: u32, what: impl FnOnce() -> String) {
+        match self.judge(pid) {
+            Some(v) => self.record(pid, v, now_ns()),
+            None => {
+                self.table.remove(&pid);
+                self.shared.lock().unjudged(what());
+            }
+        }
+    }
+
+    /// Keeps `v` for `pid` as known at `at_ns`; a runner is reported.
+    fn record(&mut self, pid: u32, v: Verdict, at_ns: u64) {
         if let Verdict::Runs { bits, mapped, copy } = v {
             let mut st = self.shared.lock();
             for (k, found) in st.runners.iter_mut().enumerate() {
@@ -398,17 +476,7 @@ impl<'s> Reader<'s> {
                 .unsettle(|| format!("over {TRACKED_MAX} processes followed"));
             return;
         }
-        self.table.insert(pid, v);
-    }
-
-    /// `pid`'s verdict: as followed, else judged now (`None`: gone).
-    fn verdict_of(&mut self, pid: u32) -> Option<Verdict> {
-        if let Some(v) = self.table.get(&pid) {
-            return Some(*v);
-        }
-        let v = self.judge(pid)?;
-        self.record(pid, v);
-        Some(v)
+        self.table.insert(pid, Known { verdict: v, at_ns });
     }
 
     /// Judges live process `pid` with the walk's judge; `None` when it is gone.
@@ -420,9 +488,11 @@ impl<'s> Reader<'s> {
                 path: &w.path,
                 id: w.id,
                 content: w.content,
+                tail: w.tail,
             })
             .collect();
         let mut judge = Judge::new(&wanted, &self.fs);
+        judge.by_stamp = std::mem::take(&mut self.by_stamp);
         let principal = self.fs.principal(&self.principals);
         let mut out: Vec<Result<Vec<Runner>, Error>> =
             wanted.iter().map(|_| Ok(Vec::new())).collect();
@@ -432,8 +502,11 @@ impl<'s> Reader<'s> {
             proc_dev: self.fs.dev,
             principal: &principal,
             out: &mut out,
+            seeds: None,
         };
-        let principal = match walk.visit(pid) {
+        let visited = walk.visit(pid);
+        self.by_stamp = std::mem::take(&mut judge.by_stamp);
+        let principal = match visited {
             Visit::Gone => return None,
             Visit::Seen { principal } => principal,
         };

@@ -1063,6 +1063,14 @@ fn main() {
             // chain's live member (an orphan, reparented here).
             while nix::sys::wait::waitpid(None, None) != Err(nix::errno::Errno::ECHILD) {}
         }
+        // Ends at once: a process that lives only between two observations.
+        Some("exit") => repoch_tests_native::sys::exit_now(),
+        // Lives MS milliseconds, then ends.
+        Some("live-ms") => {
+            let ms: u64 = args[2].parse().expect("MS: milliseconds");
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            repoch_tests_native::sys::exit_now()
+        }
         Some("fork-chain") => {
             println!("{}", std::process::id());
             std::io::stdout().flush().unwrap();

@@ -60,7 +60,7 @@ impl Drop for Killed {
     }
 }
 
-fn wait_until(what: &str, ok: impl Fn() -> bool) {
+pub(crate) fn wait_until(what: &str, ok: impl Fn() -> bool) {
     let start = Instant::now();
     while !ok() {
         assert!(
