@@ -10,12 +10,14 @@
 #   protocol   protocol verifiers and the consumer library, by their own packages' tests
 #   issuance   the issuance and the fleet registry's steps, by the issuer's unit tests, the
 #              checker (with its fleet world) and the storage simulation
-MUTANTS_SCOPES=(protocol issuance)
+#   events     the decoding of the kernel's process events, by repoch-sys's unit tests
+MUTANTS_SCOPES=(protocol issuance events)
 
 mutants_scope_label() {
   case $1 in
     protocol) echo "protocol verifiers, consumer library" ;;
     issuance) echo "issuance" ;;
+    events) echo "process event decoding" ;;
     *) echo "unknown mutation scope: $1 (one of: ${MUTANTS_SCOPES[*]})" >&2; return 64 ;;
   esac
 }
@@ -29,6 +31,9 @@ mutants_scope_files() {
     # fleet.rs's Client adapter (two calls into repoch-registry) is reached only with a
     # real etcd: tests-native/tests/tooled/fleet.rs judges it, not this scope.
     issuance) printf '%s\n' issuer/src/issuance.rs issuer/src/fleet.rs ;;
+    # The subscription itself (the socket, its acknowledgement, its reads, the namespace
+    # check) needs the kernel: tests-native's principals:: trials judge it, not this scope.
+    events) printf '%s\n' sys/src/procevents.rs ;;
     *) mutants_scope_label "$1" >/dev/null ;;
   esac
 }
@@ -45,6 +50,7 @@ mutants_run() {
   done < <(mutants_scope_files "$scope")
   case $scope in
     issuance) args+=(--exclude-re 'issuer/src/fleet\.rs:.*<impl Fleet for Client>') ;;
+    events) args+=(--exclude-re 'Subscription::|Drop for Subscription|in_initial_namespaces') ;;
   esac
   args+=("$@")
   # A mutant's tests end within the timeout or it counts as caught (a hang). The issuance's
@@ -53,6 +59,7 @@ mutants_run() {
   local timeout=180
   case $scope in
     issuance) timeout=300 args+=(-- --lib --test checker --test sim) ;;
+    events) args+=(-- --lib) ;;
   esac
   # The checker's random walks at a fifth of their default: its exhaustive searches are
   # what catch a mutant; the walks are for paths beyond the bound (docs/MUTANTS.md).

@@ -46,7 +46,7 @@ const WHAT_EXIT: u32 = 0x8000_0000;
 
 /// Receive buffer asked of the kernel for the subscription (it grants at most
 /// `net.core.rmem_max`; a flood past it is `ENOBUFS`, a loss, never a wait).
-pub const RCVBUF_BYTES: usize = 4 << 20;
+pub const RCVBUF_BYTES: usize = 4_194_304;
 /// Bytes of one datagram received: an event is 76 (header, connector message, event); a
 /// longer datagram is refused as malformed, never read in part.
 pub const DATAGRAM_BYTES_MAX: usize = 256;
@@ -57,7 +57,7 @@ pub const CPUS_MAX: u32 = 8192;
 pub const ACK_WAIT_MS: i32 = 200;
 /// Datagrams read while waiting for the acknowledgement (other listeners' events may come
 /// first).
-pub const ACK_DATAGRAMS_MAX: usize = 1 << 16;
+pub const ACK_DATAGRAMS_MAX: usize = 65_536;
 
 /// One process event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

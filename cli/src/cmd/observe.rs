@@ -7,6 +7,22 @@ use serde_json::json;
 use super::common::{fact_json, fact_line, open, parse_sha256, require_root, warn, Ctx};
 use super::CmdResult;
 
+/// What held the process space (the `process-space` fact), for `--json`: `null` when no
+/// executable is enrolled (nothing to hold).
+fn process_space(facts: &[repoch_protocol::Fact]) -> serde_json::Value {
+    facts
+        .iter()
+        .find(|f| f.kind == "process-space")
+        .map_or(serde_json::Value::Null, |f| {
+            let by = if f.observed == repoch_issuer::observe::processes::HELD_BY_EVENTS {
+                "events"
+            } else {
+                "walk"
+            };
+            json!({"held_by": by, "observed": f.observed})
+        })
+}
+
 pub fn run(ctx: &Ctx, prefix: &str, approve: Option<&str>) -> CmdResult {
     require_root("observe")?;
     let approve = approve.map(parse_sha256).transpose()?;
@@ -35,6 +51,7 @@ pub fn run(ctx: &Ctx, prefix: &str, approve: Option<&str>) -> CmdResult {
                "refusals": refusals.iter().map(crate::exit::refusal_json).collect::<Vec<_>>(),
                "frontier": {"seq": o.frontier_seq, "hash": o.frontier_hash.to_hex()},
                "unknown_ops": o.unknown_ops.iter().map(|u| json!({"op": u.op, "name": u.name})).collect::<Vec<_>>(),
+               "process_space": process_space(&o.facts),
                "facts": o.facts.iter().map(fact_json).collect::<Vec<_>>()}),
         || {
             let mut s = format!("deployment {}

@@ -420,17 +420,23 @@ impl<'s> Reader<'s> {
                 {
                     return;
                 }
-                match self.table.get(&parent_tgid) {
-                    Some(k) if k.at_ns <= m.at_ns => {
-                        let v = k.verdict;
-                        self.record(child_tgid, v, m.at_ns);
+                match self.table.get(&parent_tgid).copied() {
+                    Some(k) if k.at_ns <= m.at_ns => self.record(child_tgid, k.verdict, m.at_ns),
+                    known => {
+                        // The parent looked at too when not followed yet: its later forks
+                        // then copy what it runs.
+                        if known.is_none() {
+                            if let Some(v) = self.judge(parent_tgid) {
+                                self.record(parent_tgid, v, now_ns());
+                            }
+                        }
+                        self.look(child_tgid, || {
+                            format!(
+                                "pid {child_tgid} (born of pid {parent_tgid}) exited before it \
+                                 could be judged"
+                            )
+                        })
                     }
-                    _ => self.look(child_tgid, || {
-                        format!(
-                            "pid {child_tgid} (born of pid {parent_tgid}) exited before it \
-                             could be judged"
-                        )
-                    }),
                 }
             }
             Event::Exit { pid, tgid } if pid == tgid => {

@@ -1071,6 +1071,25 @@ fn main() {
             std::thread::sleep(std::time::Duration::from_millis(ms));
             repoch_tests_native::sys::exit_now()
         }
+        // Forks as fast as it can, each child ending at once and reaped.
+        Some("fork-flood") => {
+            println!("{}", std::process::id());
+            std::io::stdout().flush().unwrap();
+            loop {
+                if repoch_tests_native::sys::fork_is_child() {
+                    repoch_tests_native::sys::exit_now();
+                }
+                let _ = nix::sys::wait::wait();
+            }
+        }
+        // Runs /bin/true as fast as it can: a fork and an exec each time.
+        Some("exec-flood") => {
+            println!("{}", std::process::id());
+            std::io::stdout().flush().unwrap();
+            loop {
+                let _ = std::process::Command::new("/bin/true").status();
+            }
+        }
         Some("fork-chain") => {
             println!("{}", std::process::id());
             std::io::stdout().flush().unwrap();

@@ -73,6 +73,7 @@ pub(crate) fn recover_under_systemd(c: &Container) {
           && systemd-sysusers \
           && mkdir -p /srv/billing /etc/billing && cd /srv/billing \
           && : > lock && chmod 600 lock && echo store > data && echo v1 > READY \
+          && cp /usr/bin/true /srv/billing/old-tool \
           && repoch journal keygen /etc/billing/producer.key \
           && repoch-consume keygen /etc/billing/consumer.key \
           && chown billing /etc/billing/consumer.key");
@@ -88,6 +89,7 @@ pub(crate) fn recover_under_systemd(c: &Container) {
     let manifest = format!(
         "label = \"billing\"\nfences = [\"/srv/billing/lock\"]\nstores = [\"/srv/billing/data\"]\n\
          ready = \"/srv/billing/READY\"\n\n[containment]\nunits = [\"billing-old.service\"]\n\
+         executables = [\"/srv/billing/old-tool\"]\n\
          listeners = [\"tcp:*:7071\", \"unix:/run/billing/old.sock\"]\n\n\
          [journal]\npath = \"/srv/billing/journal\"\nproducer_key_file = \"/etc/billing/producer.key.pub\"\n\n\
          [consumer]\nuid = {uid}\ngid = {gid}\nexecutable = \"/usr/bin/repoch-consume\"\n\
@@ -111,6 +113,15 @@ pub(crate) fn recover_under_systemd(c: &Container) {
         kinds.contains(&"fence".to_owned()),
         "{kinds:?} {}",
         o.stdout
+    );
+    // In the container's own pid namespace the kernel gives no process events: the walk
+    // and its chase hold the process space, and the observation says so.
+    let held = observed_any(&o, "process-space");
+    assert!(
+        held.starts_with(
+            "walks of /proc and their chase (no process events: outside the initial pid namespace"
+        ),
+        "{held}"
     );
     // repochd (activated by the admin socket) sees the same: the recovery is refused
     // before anything is written. Its own network namespace is not the one the port is
