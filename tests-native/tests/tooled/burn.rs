@@ -116,8 +116,9 @@ fn act(
                     if k == 9 { "fork-flood" } else { "exec-flood" },
                 ],
             );
-            // Long enough at the barrier to fill repochd's receive buffer.
-            std::thread::sleep(std::time::Duration::from_millis(50));
+            // Long enough at the barrier to fill repochd's receive buffer (4 MiB where
+            // `net.core.rmem_max` allows it: some 20,000 events a second come of a flood).
+            std::thread::sleep(std::time::Duration::from_millis(500));
             left.push(Box::new((flood, cg)));
         }
         _ => {
