@@ -345,6 +345,50 @@ fn examine(judge: &mut Judge<'_, '_>, task: &OwnedFd) -> Result<Option<Seen>, Er
     if seen.any() == all {
         return Ok(Some(seen));
     }
+    examine_maps(judge, task, same_mnt, seen)
+}
+
+/// The wanted indices (bit set) whose content the file mapped at `range` has, judged once
+/// per file a walk (`key`: its device and inode); `None` when it was unmapped since the line
+/// was read, or the task exited.
+fn mapped_content(
+    judge: &mut Judge<'_, '_>,
+    task: &OwnedFd,
+    range: &str,
+    key: (u32, u32, u64),
+) -> Result<Option<u16>, Error> {
+    if let Some(m) = judge.by_content.get(&key) {
+        return Ok(Some(*m));
+    }
+    if judge.by_content.len() >= MAPPED_FILES_MAX {
+        return Err(Error::Found(format!(
+            "more than {MAPPED_FILES_MAX} mapped files"
+        )));
+    }
+    let file = format!("map_files/{range}");
+    let fd = match rustix::fs::openat(
+        task,
+        file.as_str(),
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(e) if gone(e) => return Ok(None),
+        Err(e) => return Err(Error::Found(format!("{file}: {e}"))),
+    };
+    let m = judge.content_of(&fd)?;
+    judge.by_content.insert(key, m);
+    Ok(Some(m))
+}
+
+/// The rest of [`examine`]: the task's maps, for what its `exe` is not (`seen` holds what
+/// the exe showed). A task that exits meanwhile keeps what its exe showed.
+fn examine_maps(
+    judge: &mut Judge<'_, '_>,
+    task: &OwnedFd,
+    same_mnt: bool,
+    mut seen: Seen,
+) -> Result<Option<Seen>, Error> {
     let maps = match rustix::fs::openat(
         task,
         "maps",
@@ -398,33 +442,9 @@ fn examine(judge: &mut Judge<'_, '_>, task: &OwnedFd) -> Result<Option<Seen>, Er
         if judge.wanted.iter().all(|w| w.content.is_none()) {
             continue;
         }
-        let key = (maj, min, ino);
-        let by_content = match judge.by_content.get(&key) {
-            Some(m) => *m,
-            None => {
-                if judge.by_content.len() >= MAPPED_FILES_MAX {
-                    return Err(Error::Found(format!(
-                        "more than {MAPPED_FILES_MAX} mapped files"
-                    )));
-                }
-                let file = format!("map_files/{range}");
-                let fd = match rustix::fs::openat(
-                    task,
-                    file.as_str(),
-                    OFlags::RDONLY | OFlags::CLOEXEC,
-                    Mode::empty(),
-                ) {
-                    Ok(fd) => fd,
-                    // Unmapped since the line was read, or the task exited.
-                    Err(e) if gone(e) => continue,
-                    Err(e) => return Err(Error::Found(format!("{file}: {e}"))),
-                };
-                let m = judge.content_of(&fd)?;
-                judge.by_content.insert(key, m);
-                m
-            }
-        };
-        seen.mapped_copy |= by_content;
+        if let Some(m) = mapped_content(judge, task, range, (maj, min, ino))? {
+            seen.mapped_copy |= m;
+        }
     }
     seen.mapped &= !seen.exe & !seen.exe_copy;
     seen.mapped_copy &= !seen.exe & !seen.exe_copy & !seen.mapped;
@@ -472,6 +492,9 @@ impl LastPid {
         Ok(last)
     }
 }
+
+/// What one task showed, through which task id; `None`: it has no memory or exited.
+type Examined = Result<Option<(u32, Seen)>, Error>;
 
 /// What one visit of a pid found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -544,7 +567,6 @@ impl<P: Fn(TaskStatus, &OwnedFd) -> bool> Walk<'_, '_, '_, P> {
             // process is visited at its own pid, by the walk or by the chase.
             return Visit::Seen { principal: false };
         }
-        let threads = status.threads;
         let mut is_principal = principal(status, &dir);
         // The leader, then (when it has no memory, or is not a principal's while another
         // thread may be) each thread.
@@ -553,88 +575,104 @@ impl<P: Fn(TaskStatus, &OwnedFd) -> bool> Walk<'_, '_, '_, P> {
         } else {
             Ok(None)
         };
-        if threads > 1 && matches!(result, Ok(None)) {
-            if let Ok(tasks) = rustix::fs::openat(
-                &dir,
-                "task",
-                OFlags::CLOEXEC | OFlags::DIRECTORY,
-                Mode::empty(),
-            ) {
-                let tids: Vec<u32> = match rustix::fs::Dir::read_from(&tasks) {
-                    Ok(d) => d
-                        .take(TASKS_PER_PROC_MAX)
-                        .filter_map(|e| e.ok()?.file_name().to_str().ok()?.parse().ok())
-                        .filter(|t| *t != pid)
-                        .collect(),
-                    Err(_) => Vec::new(),
-                };
-                for tid in tids {
-                    let Ok(t) = rustix::fs::openat(
-                        &tasks,
-                        tid.to_string().as_str(),
-                        OFlags::CLOEXEC | OFlags::DIRECTORY,
-                        Mode::empty(),
-                    ) else {
-                        continue;
-                    };
-                    if !is_principal {
-                        match task_status(&t, "status") {
-                            Some(u) if principal(u, &t) => is_principal = true,
-                            _ => continue,
-                        }
-                    }
-                    result = examine(self.judge, &t).map(|s| s.map(|s| (tid, s)));
-                    if !matches!(result, Ok(None)) {
-                        break;
-                    }
-                }
-            }
+        if status.threads > 1 && matches!(result, Ok(None)) {
+            (is_principal, result) = self.threads(pid, &dir, is_principal);
         }
-        if let Some(seeds) = self.seeds.as_mut() {
-            let verdict = match &result {
-                _ if !is_principal => Some(watch::Verdict::Other),
-                Ok(Some((_, s))) if s.any() == 0 => Some(watch::Verdict::Clean),
-                Ok(Some((_, s))) => Some(watch::Verdict::Runs {
-                    bits: s.any(),
-                    mapped: s.mapped | s.mapped_copy,
-                    copy: s.exe_copy | s.mapped_copy,
-                }),
-                _ => None,
-            };
-            if let Some(verdict) = verdict {
-                seeds.push((
-                    pid,
-                    Known {
-                        verdict,
-                        at_ns: watch::now_ns(),
-                    },
-                ));
-            }
-        }
+        self.seed(pid, is_principal, &result);
         match result {
             // A principal's process without memory now: a zombie, or a kernel thread.
             Ok(None) if is_principal => return Visit::Gone,
             Ok(None) => {}
-            Ok(Some((tid, seen))) => {
-                for (k, found) in self.out.iter_mut().enumerate() {
-                    let Ok(found) = found else { continue };
-                    let bit = 1u16 << k;
-                    // A process seen by the walk and again by the chase is named once.
-                    if seen.any() & bit != 0 && !found.iter().any(|r| r.pid == pid) {
-                        found.push(Runner {
-                            pid,
-                            tid,
-                            mapped: (seen.mapped | seen.mapped_copy) & bit != 0,
-                            copy: (seen.exe_copy | seen.mapped_copy) & bit != 0,
-                        });
-                    }
-                }
-            }
+            Ok(Some((tid, seen))) => self.found(pid, tid, &seen),
             Err(_) if pid == 1 && init_hidden() => {}
             Err(e) => self.fail(&format!("/proc/{pid}/{e}")),
         }
         Visit::Seen {
             principal: is_principal,
+        }
+    }
+
+    /// Process `pid`'s threads but its leader, each until one is a principal's with memory:
+    /// whether the process is a principal's, and what that thread showed.
+    fn threads(&mut self, pid: u32, dir: &OwnedFd, mut is_principal: bool) -> (bool, Examined) {
+        let mut result = Ok(None);
+        let Ok(tasks) = rustix::fs::openat(
+            dir,
+            "task",
+            OFlags::CLOEXEC | OFlags::DIRECTORY,
+            Mode::empty(),
+        ) else {
+            return (is_principal, result);
+        };
+        let tids: Vec<u32> = match rustix::fs::Dir::read_from(&tasks) {
+            Ok(d) => d
+                .take(TASKS_PER_PROC_MAX)
+                .filter_map(|e| e.ok()?.file_name().to_str().ok()?.parse().ok())
+                .filter(|t| *t != pid)
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        for tid in tids {
+            let Ok(t) = rustix::fs::openat(
+                &tasks,
+                tid.to_string().as_str(),
+                OFlags::CLOEXEC | OFlags::DIRECTORY,
+                Mode::empty(),
+            ) else {
+                continue;
+            };
+            if !is_principal {
+                match task_status(&t, "status") {
+                    Some(u) if (self.principal)(u, &t) => is_principal = true,
+                    _ => continue,
+                }
+            }
+            result = examine(self.judge, &t).map(|s| s.map(|s| (tid, s)));
+            if !matches!(result, Ok(None)) {
+                break;
+            }
+        }
+        (is_principal, result)
+    }
+
+    /// Keeps process `pid`'s verdict for the event reader, when asked.
+    fn seed(&mut self, pid: u32, is_principal: bool, result: &Examined) {
+        let Some(seeds) = self.seeds.as_mut() else {
+            return;
+        };
+        let verdict = match result {
+            _ if !is_principal => watch::Verdict::Other,
+            Ok(Some((_, s))) if s.any() == 0 => watch::Verdict::Clean,
+            Ok(Some((_, s))) => watch::Verdict::Runs {
+                bits: s.any(),
+                mapped: s.mapped | s.mapped_copy,
+                copy: s.exe_copy | s.mapped_copy,
+            },
+            _ => return,
+        };
+        seeds.push((
+            pid,
+            Known {
+                verdict,
+                at_ns: watch::now_ns(),
+            },
+        ));
+    }
+
+    /// Names process `pid` (seen through task `tid`) under each executable it runs.
+    fn found(&mut self, pid: u32, tid: u32, seen: &Seen) {
+        for (k, found) in self.out.iter_mut().enumerate() {
+            let Ok(found) = found else { continue };
+            let bit = 1u16 << k;
+            // A process seen by the walk and again by the chase is named once.
+            if seen.any() & bit != 0 && !found.iter().any(|r| r.pid == pid) {
+                found.push(Runner {
+                    pid,
+                    tid,
+                    mapped: (seen.mapped | seen.mapped_copy) & bit != 0,
+                    copy: (seen.exe_copy | seen.mapped_copy) & bit != 0,
+                });
+            }
         }
     }
 }

@@ -109,42 +109,7 @@ fn u32_at(b: &[u8], at: usize) -> Option<u32> {
 /// the connector frames it) holding one connector message of `CN_IDX_PROC`/`CN_VAL_PROC`
 /// holding one `struct proc_event`. Anything else is refused, saying what it was.
 pub fn decode(d: &[u8]) -> Result<Message, String> {
-    if d.len() > DATAGRAM_BYTES_MAX {
-        return Err(format!(
-            "datagram of {} bytes, over {DATAGRAM_BYTES_MAX}",
-            d.len()
-        ));
-    }
-    let (Some(len), Some(kind)) = (u32_at(d, 0), u16_at(d, 4)) else {
-        return Err(format!("netlink header cut at {} bytes", d.len()));
-    };
-    if len as usize != d.len() {
-        return Err(format!(
-            "netlink message of {len} bytes in a datagram of {}",
-            d.len()
-        ));
-    }
-    if kind != NLMSG_DONE {
-        return Err(format!("netlink message of type {kind}"));
-    }
-    let cn = &d[NLMSG_HDR_BYTES.min(d.len())..];
-    let (Some(idx), Some(val), Some(seq), Some(data_len)) =
-        (u32_at(cn, 0), u32_at(cn, 4), u32_at(cn, 8), u16_at(cn, 16))
-    else {
-        return Err(format!("connector message cut at {} bytes", cn.len()));
-    };
-    if (idx, val) != (CN_IDX_PROC, CN_VAL_PROC) {
-        return Err(format!(
-            "connector message of {idx}:{val}, not process events"
-        ));
-    }
-    let ev = &cn[CN_MSG_BYTES.min(cn.len())..];
-    if data_len as usize != ev.len() || ev.len() < EVENT_BYTES {
-        return Err(format!(
-            "process event of {data_len} bytes, {} in the message, at least {EVENT_BYTES} wanted",
-            ev.len()
-        ));
-    }
+    let (seq, ev) = frame(d)?;
     let at = |k: usize| u32_at(ev, EVENT_HEAD_BYTES + 4 * k).unwrap_or(0);
     let (Some(what), Some(cpu)) = (u32_at(ev, 0), u32_at(ev, 4)) else {
         return Err("process event cut short".into());
@@ -185,6 +150,49 @@ pub fn decode(d: &[u8]) -> Result<Message, String> {
         at_ns,
         event,
     })
+}
+
+/// The framing of [`decode`]: the netlink message and the connector message around one
+/// process event; the connector's sequence number and the event's bytes (at least
+/// `EVENT_BYTES`).
+fn frame(d: &[u8]) -> Result<(u32, &[u8]), String> {
+    if d.len() > DATAGRAM_BYTES_MAX {
+        return Err(format!(
+            "datagram of {} bytes, over {DATAGRAM_BYTES_MAX}",
+            d.len()
+        ));
+    }
+    let (Some(len), Some(kind)) = (u32_at(d, 0), u16_at(d, 4)) else {
+        return Err(format!("netlink header cut at {} bytes", d.len()));
+    };
+    if len as usize != d.len() {
+        return Err(format!(
+            "netlink message of {len} bytes in a datagram of {}",
+            d.len()
+        ));
+    }
+    if kind != NLMSG_DONE {
+        return Err(format!("netlink message of type {kind}"));
+    }
+    let cn = &d[NLMSG_HDR_BYTES.min(d.len())..];
+    let (Some(idx), Some(val), Some(seq), Some(data_len)) =
+        (u32_at(cn, 0), u32_at(cn, 4), u32_at(cn, 8), u16_at(cn, 16))
+    else {
+        return Err(format!("connector message cut at {} bytes", cn.len()));
+    };
+    if (idx, val) != (CN_IDX_PROC, CN_VAL_PROC) {
+        return Err(format!(
+            "connector message of {idx}:{val}, not process events"
+        ));
+    }
+    let ev = &cn[CN_MSG_BYTES.min(cn.len())..];
+    if data_len as usize != ev.len() || ev.len() < EVENT_BYTES {
+        return Err(format!(
+            "process event of {data_len} bytes, {} in the message, at least {EVENT_BYTES} wanted",
+            ev.len()
+        ));
+    }
+    Ok((seq, ev))
 }
 
 /// The subscription request: `PROC_CN_MCAST_LISTEN` (or `_IGNORE`) to the connector.

@@ -75,26 +75,7 @@ fn act(
             public.to_str().unwrap(),
             "50",
         ])))),
-        5 => {
-            let script = format!(
-                "mount -t tmpfs none {dir} && cp /bin/sleep {exe} && echo $$ && exec {exe} 600",
-                dir = exe.parent().unwrap().display(),
-                exe = exe.display()
-            );
-            let mut c = Command::new("unshare");
-            c.args(["-Urm", "sh", "-c", &script]);
-            keep(spawn_ready(nobody(c)));
-        }
-        6 => {
-            // The ports in a network namespace of its own: another stack's ports.
-            let script = format!(
-                "echo $$; exec {} try-bind tcp:0.0.0.0:{tcp} udp:0.0.0.0:{udp}",
-                helper_bin.display()
-            );
-            let mut c = Command::new("unshare");
-            c.args(["-Urn", "sh", "-c", &script]);
-            let _ = nobody(c).stdout(Stdio::null()).status();
-        }
+        5 | 6 => left.extend(in_namespaces(k, exe, &helper_bin, ports)),
         7 => {
             // A chain of short-lived processes running the enrolled executable: the walk
             // chases each of them, and none counts. The reaper is dropped before its cgroup.
@@ -102,25 +83,7 @@ fn act(
             let chain = fork_chain(&cg, exe, true);
             left.push(Box::new((chain, cg)));
         }
-        9 | 10 => {
-            // Forks (9) or fork-and-execs (10) as fast as it can, as uid 65534.
-            let cg = Cgroup::new(&format!("repoch-burn-flood-{k}-{}", s.tag));
-            let flood = reaped(
-                &cg,
-                std::path::Path::new("setpriv"),
-                &[
-                    "--reuid=65534",
-                    "--regid=65534",
-                    "--clear-groups",
-                    helper_bin.to_str().unwrap(),
-                    if k == 9 { "fork-flood" } else { "exec-flood" },
-                ],
-            );
-            // Long enough at the barrier to fill repochd's receive buffer (4 MiB where
-            // `net.core.rmem_max` allows it: some 20,000 events a second come of a flood).
-            std::thread::sleep(std::time::Duration::from_millis(500));
-            left.push(Box::new((flood, cg)));
-        }
+        9 | 10 => left.push(flood(k, s, &helper_bin)),
         _ => {
             // A process whose name sets a title and colours a line.
             let evil = public.join("\u{1b}]0;x\u{7}\u{1b}[31m");
@@ -136,6 +99,87 @@ fn act(
         }
     }
     left
+}
+
+/// Actions 5 and 6: another binary at the enrolled path in user and mount namespaces of its
+/// own (5), the ports bound in a network namespace of its own (6).
+fn in_namespaces(
+    k: usize,
+    exe: &std::path::Path,
+    helper_bin: &std::path::Path,
+    (tcp, udp): (u16, u16),
+) -> Option<Box<dyn std::any::Any>> {
+    if k == 5 {
+        let script = format!(
+            "mount -t tmpfs none {dir} && cp /bin/sleep {exe} && echo $$ && exec {exe} 600",
+            dir = exe.parent().unwrap().display(),
+            exe = exe.display()
+        );
+        let mut c = Command::new("unshare");
+        c.args(["-Urm", "sh", "-c", &script]);
+        return Some(Box::new(spawn_ready(nobody(c))));
+    }
+    // Another stack's ports.
+    let script = format!(
+        "echo $$; exec {} try-bind tcp:0.0.0.0:{tcp} udp:0.0.0.0:{udp}",
+        helper_bin.display()
+    );
+    let mut c = Command::new("unshare");
+    c.args(["-Urn", "sh", "-c", &script]);
+    let _ = nobody(c).stdout(Stdio::null()).status();
+    None
+}
+
+/// Actions 9 and 10: forks (9) or fork-and-execs (10) as fast as it can, as uid 65534, for
+/// half a second at the barrier (long enough to fill repochd's receive buffer: 4 MiB where
+/// `net.core.rmem_max` allows it, some 20,000 events a second come of a flood), then on.
+fn flood(k: usize, s: &Sandbox, helper_bin: &std::path::Path) -> Box<dyn std::any::Any> {
+    let cg = Cgroup::new(&format!("repoch-burn-flood-{k}-{}", s.tag));
+    let flood = reaped(
+        &cg,
+        std::path::Path::new("setpriv"),
+        &[
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            helper_bin.to_str().unwrap(),
+            if k == 9 { "fork-flood" } else { "exec-flood" },
+        ],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // The reaper is dropped before its cgroup.
+    Box::new((flood, cg))
+}
+
+/// A sandbox any user can reach, a public directory, the old root's executable and
+/// endpoints, enrolled: the sandbox, the executable, the unix path, the ports, the id.
+fn burn_sandbox() -> (
+    Sandbox,
+    std::path::PathBuf,
+    std::path::PathBuf,
+    (u16, u16),
+    String,
+) {
+    let s = Sandbox::new();
+    for d in [s.dir.path(), &s.srv] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let public = s.path("public");
+    std::fs::create_dir(&public).unwrap();
+    std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let exe = s.srv.join("bin").join("old-root");
+    std::fs::create_dir(exe.parent().unwrap()).unwrap();
+    unique_copy(&bin("repoch-test-helper"), &exe, &s.tag);
+    let unix = s.path("control.sock");
+    let ports = (free_port(false), free_port(true));
+    let id = s.enroll_with(&s.manifest(&format!(
+        "[containment]\nexecutables = [\"{}\"]\nlisteners = [\"tcp:*:{}\", \"udp:*:{}\", \"unix:{}\"]",
+        exe.display(),
+        ports.0,
+        ports.1,
+        unix.display()
+    )));
+    (s, exe, unix, ports, id)
 }
 
 const ACTIONS: usize = 11;
@@ -163,25 +207,7 @@ pub(crate) fn another_user_acting_at_random_moments_of_many_recoveries_never_den
     let mut rng = fastrand::Rng::with_seed(seed);
     let (mut granted, mut lost, mut flooded_runs) = (0, 0, 0usize);
     for run in 0..runs {
-        let s = Sandbox::new();
-        for d in [s.dir.path(), &s.srv] {
-            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
-        }
-        let public = s.path("public");
-        std::fs::create_dir(&public).unwrap();
-        std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o1777)).unwrap();
-        let exe = s.srv.join("bin").join("old-root");
-        std::fs::create_dir(exe.parent().unwrap()).unwrap();
-        unique_copy(&bin("repoch-test-helper"), &exe, &s.tag);
-        let unix = s.path("control.sock");
-        let ports = (free_port(false), free_port(true));
-        let id = s.enroll_with(&s.manifest(&format!(
-            "[containment]\nexecutables = [\"{}\"]\nlisteners = [\"tcp:*:{}\", \"udp:*:{}\", \"unix:{}\"]",
-            exe.display(),
-            ports.0,
-            ports.1,
-            unix.display()
-        )));
+        let (s, exe, unix, ports, id) = burn_sandbox();
         let moment = moments()[rng.usize(..moments().len())];
         let actions: Vec<usize> = (0..ACTIONS).filter(|_| rng.bool()).collect();
         let flooded = actions.contains(&9) || actions.contains(&10);
