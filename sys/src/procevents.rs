@@ -246,28 +246,28 @@ pub struct Subscription {
     seqs: Sequences,
 }
 
+/// The inode numbers the kernel gives its initial user and pid namespaces
+/// (`PROC_USER_INIT_INO`, `PROC_PID_INIT_INO` in `include/linux/proc_ns.h`), whatever procfs
+/// they are read through (a container's own procfs numbers its pids from its namespace).
+const USER_INIT_INO: u64 = 0xEFFF_FFFD;
+const PID_INIT_INO: u64 = 0xEFFF_FFFC;
+
 /// Whether this process is in the initial user and pid namespaces, the only ones the kernel
 /// answers: `Err` says why not.
 pub fn in_initial_namespaces() -> Result<(), String> {
-    let map = crate::procfs::read_small(std::path::Path::new("/proc/self/uid_map"), 4096)
-        .map_err(|e| format!("/proc/self/uid_map: {e}"))?;
-    let fields: Vec<&str> = map.split_whitespace().collect();
-    if fields != ["0", "0", "4294967295"] {
-        return Err(format!(
-            "outside the initial user namespace (uid_map {:?})",
-            map.trim()
-        ));
+    for (ns, init, what) in [
+        ("/proc/self/ns/user", USER_INIT_INO, "user"),
+        ("/proc/self/ns/pid", PID_INIT_INO, "pid"),
+    ] {
+        let st = rustix::fs::stat(ns).map_err(|e| format!("{ns}: {e}"))?;
+        if st.st_ino != init {
+            return Err(format!(
+                "outside the initial {what} namespace ({what}:[{}])",
+                st.st_ino
+            ));
+        }
     }
-    let status = crate::procfs::read_small(std::path::Path::new("/proc/self/status"), 1 << 16)
-        .map_err(|e| format!("/proc/self/status: {e}"))?;
-    match status.lines().find_map(|l| l.strip_prefix("NSpid:")) {
-        Some(ns) if ns.split_whitespace().count() == 1 => Ok(()),
-        Some(ns) => Err(format!(
-            "outside the initial pid namespace (NSpid {})",
-            ns.trim()
-        )),
-        None => Err("no NSpid in /proc/self/status".into()),
-    }
+    Ok(())
 }
 
 impl Subscription {
@@ -348,7 +348,8 @@ impl Subscription {
             }
         }
         Err(Error::Found(format!(
-            "no acknowledgement of PROC_CN_MCAST_LISTEN within {ACK_WAIT_MS} ms"
+            "no acknowledgement of PROC_CN_MCAST_LISTEN within {ACK_WAIT_MS} ms (the kernel \
+             answers the initial pid and user namespaces only)"
         )))
     }
 
@@ -552,6 +553,19 @@ mod tests {
                 _ => {}
             }
             let _ = decode(&d);
+        }
+    }
+
+    #[test]
+    fn this_test_runs_in_the_initial_namespaces_or_says_which_not() {
+        // On the host (CI, this machine) both are the initial ones; in a container the
+        // answer names the namespace.
+        match in_initial_namespaces() {
+            Ok(()) => assert_eq!(
+                std::fs::read_link("/proc/self/ns/pid").unwrap().to_str(),
+                Some("pid:[4026531836]")
+            ),
+            Err(e) => assert!(e.starts_with("outside the initial "), "{e}"),
         }
     }
 
