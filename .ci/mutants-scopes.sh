@@ -33,7 +33,7 @@ mutants_scope_files() {
     issuance) printf '%s\n' issuer/src/issuance.rs issuer/src/fleet.rs ;;
     # The subscription itself (the socket, its acknowledgement, its reads, the namespace
     # check) needs the kernel: tests-native's principals:: trials judge it, not this scope.
-    events) printf '%s\n' sys/src/procevents.rs ;;
+    events) printf '%s\n' sys/src/procevents.rs sys/src/ne.rs ;;
     *) mutants_scope_label "$1" >/dev/null ;;
   esac
 }

@@ -8,6 +8,7 @@ pub mod digest;
 pub mod error;
 pub mod fs;
 pub mod hold;
+mod ne;
 pub mod net;
 pub mod peer;
 pub mod proc;

@@ -17,6 +17,7 @@
 //! `ENOBUFS` and the sequence numbers, which are how a loss is known.
 
 use crate::error::{Context as _, Error};
+use crate::ne::{u16_at, u32_at};
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
@@ -91,18 +92,6 @@ pub struct Message {
     pub seq: u32,
     pub at_ns: u64,
     pub event: Event,
-}
-
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_ne_bytes(
-        b.get(at..at.checked_add(2)?)?.try_into().ok()?,
-    ))
-}
-
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_ne_bytes(
-        b.get(at..at.checked_add(4)?)?.try_into().ok()?,
-    ))
 }
 
 /// Decodes one datagram of the process connector: one netlink message (`NLMSG_DONE`, as

@@ -42,6 +42,8 @@ use nix::sys::socket::{
     SockProtocol, SockType,
 };
 
+use crate::ne::{u16_at, u32_at};
+
 mod inet;
 mod netns;
 mod unix;
@@ -70,14 +72,6 @@ const NLM_F_REQUEST: u16 = 0x1;
 const NLM_F_DUMP: u16 = 0x300;
 const NLM_F_DUMP_INTR: u16 = 0x10;
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_ne_bytes(b.get(at..at + 2)?.try_into().ok()?))
-}
-
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
-
 fn align4(n: usize) -> usize {
     n.saturating_add(3) & !3
 }
