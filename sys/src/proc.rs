@@ -212,10 +212,35 @@ struct Judge<'w, 'a> {
     /// Files judged by content, by their stamp (a file changed since is judged again): kept
     /// across the event reader's looks, so one copy run again and again is hashed once.
     by_stamp: HashMap<FileStamp, u16>,
+    /// For the event reader: files to hash later instead of now.
+    deferred: Option<Vec<Deferred>>,
 }
 
 /// A file as `fstat` shows it: device, inode, size, modification and change times.
 type FileStamp = (u64, u64, u64, i64, i64, i64, i64);
+
+fn stamp_of(st: &rustix::fs::Stat) -> FileStamp {
+    (
+        st.st_dev,
+        st.st_ino,
+        st.st_size as u64,
+        st.st_mtime,
+        st.st_mtime_nsec as i64,
+        st.st_ctime,
+        st.st_ctime_nsec as i64,
+    )
+}
+
+/// A file a task runs or maps, whose content may be an enrolled executable's, to hash
+/// later: its descriptor (the file as the task had it), its stamp, the candidates, and
+/// whether it was mapped (else the task's exe).
+#[derive(Debug)]
+struct Deferred {
+    fd: OwnedFd,
+    stamp: FileStamp,
+    candidates: u16,
+    mapped: bool,
+}
 
 impl<'w, 'a> Judge<'w, 'a> {
     fn new(wanted: &'w [Wanted<'a>], fs: &Procfs) -> Self {
@@ -224,40 +249,62 @@ impl<'w, 'a> Judge<'w, 'a> {
             own_mnt: fs.own_mnt,
             by_content: HashMap::new(),
             by_stamp: HashMap::new(),
+            deferred: None,
         }
     }
 
     /// The wanted indices (bit set) whose content the open file `fd` has, when it is not
     /// the enrolled file itself: same size first, then the sha256 (cached by its stamp).
-    fn content_of(&mut self, fd: &OwnedFd) -> Result<u16, Error> {
+    fn content_of(&mut self, fd: &OwnedFd, mapped: bool) -> Result<u16, Error> {
         let st = rustix::fs::fstat(fd).context("fstat")?;
-        let size = st.st_size as u64;
-        let stamp: FileStamp = (
-            st.st_dev,
-            st.st_ino,
-            size,
-            st.st_mtime as i64,
-            st.st_mtime_nsec as i64,
-            st.st_ctime as i64,
-            st.st_ctime_nsec as i64,
-        );
+        let stamp = stamp_of(&st);
         if let Some(m) = self.by_stamp.get(&stamp) {
             return Ok(*m);
         }
-        let m = self.content_by_reading(fd, &st)?;
+        let candidates = self.candidates(fd, &st)?;
+        if candidates == 0 {
+            if self.by_stamp.len() < MAPPED_FILES_MAX {
+                self.by_stamp.insert(stamp, 0);
+            }
+            return Ok(0);
+        }
+        // The event reader hashes later, from this descriptor (the file stays readable
+        // whatever the process does), so that no hash delays its look at the next event.
+        if let Some(deferred) = self.deferred.as_mut() {
+            deferred.push(Deferred {
+                fd: rustix::io::dup(fd).context("dup")?,
+                stamp,
+                candidates,
+                mapped,
+            });
+            return Ok(0);
+        }
+        let m = self.digest_matches(crate::digest::digest(fd, CONTENT_BYTES_MAX)?, candidates);
         if self.by_stamp.len() < MAPPED_FILES_MAX {
             self.by_stamp.insert(stamp, m);
         }
         Ok(m)
     }
 
-    fn content_by_reading(&self, fd: &OwnedFd, st: &rustix::fs::Stat) -> Result<u16, Error> {
+    /// The wanted indices (bit set) of `candidates` whose sha256 is `digest`.
+    fn digest_matches(&self, digest: Hash, candidates: u16) -> u16 {
+        self.wanted
+            .iter()
+            .enumerate()
+            .filter(|(k, w)| {
+                candidates & (1 << k) != 0 && w.content.is_some_and(|(_, d)| d == digest)
+            })
+            .fold(0, |m, (k, _)| m | 1 << k)
+    }
+
+    /// The wanted indices (bit set) whose content the file may have: the same size, not
+    /// the enrolled file itself, the same last `digest::TAIL_BYTES`.
+    fn candidates(&self, fd: &OwnedFd, st: &rustix::fs::Stat) -> Result<u16, Error> {
         let size = st.st_size as u64;
-        let mut digest: Option<Hash> = None;
         let mut tail: Option<Hash> = None;
         let mut out = 0u16;
         for (k, w) in self.wanted.iter().enumerate() {
-            let Some((want_size, want_digest)) = w.content else {
+            let Some((want_size, _)) = w.content else {
                 continue;
             };
             if want_size != size || w.id == Some((st.st_dev, st.st_ino)) {
@@ -267,14 +314,7 @@ impl<'w, 'a> Judge<'w, 'a> {
                 Some(t) => t,
                 None => *tail.insert(crate::digest::tail(fd, size)?),
             };
-            if w.tail.is_some_and(|want| want != t) {
-                continue;
-            }
-            let d = match digest {
-                Some(d) => d,
-                None => *digest.insert(crate::digest::digest(fd, CONTENT_BYTES_MAX)?),
-            };
-            if d == want_digest {
+            if w.tail.is_none_or(|want| want == t) {
                 out |= 1 << k;
             }
         }
@@ -341,7 +381,7 @@ fn examine(judge: &mut Judge<'_, '_>, task: &OwnedFd) -> Result<Option<Seen>, Er
             seen.exe |= judge.path_of(text.as_bytes());
         }
     }
-    seen.exe_copy = judge.content_of(&exe)? & !seen.exe;
+    seen.exe_copy = judge.content_of(&exe, false)? & !seen.exe;
     if seen.any() == all {
         return Ok(Some(seen));
     }
@@ -376,7 +416,7 @@ fn mapped_content(
         Err(e) if gone(e) => return Ok(None),
         Err(e) => return Err(Error::Found(format!("{file}: {e}"))),
     };
-    let m = judge.content_of(&fd)?;
+    let m = judge.content_of(&fd, true)?;
     judge.by_content.insert(key, m);
     Ok(Some(m))
 }

@@ -146,7 +146,7 @@ impl ProcessSpace {
         Some(Fact::ok(
             "process-space",
             proc::SPACE,
-            "every process born, exec'd or given new ids judged",
+            "each process judged at its fork, exec or change of ids (one gone before it was looked at is counted, not judged)",
             held,
         ))
     }

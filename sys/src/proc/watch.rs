@@ -43,6 +43,12 @@ pub const RUNNERS_KEPT_MAX: usize = 64;
 pub const SETTLE_EVENTS_MAX: usize = 1 << 18;
 /// Events read before they are judged: the looks at what processes run now come first.
 pub const BATCH_MAX: usize = 4096;
+/// Bytes hashed between two looks at the events: a file of the enrolled size is hashed in
+/// these steps, so no hash delays the reader's look at a new exec by more than one.
+pub const HASH_CHUNK_BYTES: usize = 1 << 20;
+/// Files of principals' processes waiting to be hashed at once; past it the process facts
+/// fail (only a principal can queue them).
+pub const PENDING_MAX: usize = 4096;
 /// Longest wait for the reader to answer a settle.
 pub const SETTLE_WAIT_MS: u64 = 5_000;
 
@@ -116,6 +122,8 @@ struct State {
     errors: Vec<Option<String>>,
     unsettled: Option<String>,
     unjudged: (u64, Option<String>),
+    /// Files still waiting to be hashed.
+    pending: usize,
     requested: u64,
     answered: u64,
     stop: bool,
@@ -276,6 +284,16 @@ struct Reader<'s> {
     principals: Vec<u32>,
     /// Files judged by content, by stamp, across looks (see `Judge::by_stamp`).
     by_stamp: HashMap<super::FileStamp, u16>,
+    /// Files a principal's task ran or mapped, held open, waiting to be hashed.
+    pending: std::collections::VecDeque<Pending>,
+}
+
+/// A file waiting to be hashed, for task `pid`, and the hash so far.
+struct Pending {
+    pid: u32,
+    file: super::Deferred,
+    hasher: sha2::Sha256,
+    read: u64,
 }
 
 impl<'s> Reader<'s> {
@@ -294,19 +312,27 @@ impl<'s> Reader<'s> {
             wanted,
             principals,
             by_stamp: HashMap::new(),
+            pending: std::collections::VecDeque::new(),
         })
     }
 
     /// Reads and judges until stopped; returns why it ended.
     fn run(mut self) -> String {
         loop {
+            // While files wait to be hashed, poll without waiting: events first, then one
+            // chunk of a hash.
+            let zero = rustix::event::Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            let wait = (!self.pending.is_empty()).then_some(&zero);
             let polled = {
                 let sub = self.sub.fd();
                 let mut fds = [
                     PollFd::new(&sub, PollFlags::IN),
                     PollFd::new(self.wake, PollFlags::IN),
                 ];
-                rustix::event::poll(&mut fds, None)
+                rustix::event::poll(&mut fds, wait)
             };
             match polled {
                 Ok(_) | Err(Errno::INTR) => {}
@@ -321,12 +347,66 @@ impl<'s> Reader<'s> {
             if stop {
                 return "stopped".into();
             }
-            self.drain(requested);
+            self.drain();
+            self.hash_step();
+            let mut st = self.shared.lock();
+            st.pending = self.pending.len();
+            // A settle is answered once every event queued before it was read and every
+            // file it named was hashed.
+            if self.pending.is_empty() {
+                st.answered = st.answered.max(requested);
+                self.shared.answered.notify_all();
+            }
         }
     }
 
-    /// Reads every event queued (at most SETTLE_EVENTS_MAX), then answers settle `requested`.
-    fn drain(&mut self, requested: u64) {
+    /// One chunk (`HASH_CHUNK_BYTES`) of the first file waiting to be hashed; a file hashed
+    /// whole is judged: a copy of an enrolled executable names its task as running it.
+    fn hash_step(&mut self) {
+        let Some(p) = self.pending.front_mut() else {
+            return;
+        };
+        let mut buf = vec![0u8; HASH_CHUNK_BYTES];
+        let n = match rustix::io::pread(&p.file.fd, &mut buf, p.read) {
+            Ok(n) => n,
+            Err(e) => {
+                let why = format!("pid {}: reading a file it runs: {e}", p.pid);
+                self.pending.pop_front();
+                let mut st = self.shared.lock();
+                for slot in st.errors.iter_mut() {
+                    slot.get_or_insert_with(|| why.clone());
+                }
+                return;
+            }
+        };
+        p.read = p.read.saturating_add(n as u64);
+        if n > 0 && p.read <= super::CONTENT_BYTES_MAX {
+            sha2::Digest::update(&mut p.hasher, &buf[..n]);
+            return;
+        }
+        let Some(p) = self.pending.pop_front() else {
+            return;
+        };
+        let digest = Hash(sha2::Digest::finalize(p.hasher).into());
+        let bits = self
+            .wanted
+            .iter()
+            .enumerate()
+            .filter(|(k, w)| {
+                p.file.candidates & (1 << k) != 0 && w.content.is_some_and(|(_, d)| d == digest)
+            })
+            .fold(0u16, |m, (k, _)| m | 1 << k);
+        if self.by_stamp.len() < super::MAPPED_FILES_MAX {
+            self.by_stamp.insert(p.file.stamp, bits);
+        }
+        if bits != 0 {
+            let mapped = if p.file.mapped { bits } else { 0 };
+            self.runners(p.pid, bits, mapped, bits);
+        }
+    }
+
+    /// Reads every event queued now (at most SETTLE_EVENTS_MAX) and judges each.
+    fn drain(&mut self) {
         self.refresh();
         let mut read = 0usize;
         loop {
@@ -343,9 +423,6 @@ impl<'s> Reader<'s> {
                 self.handle(m);
             }
         }
-        let mut st = self.shared.lock();
-        st.answered = st.answered.max(requested);
-        self.shared.answered.notify_all();
     }
 
     /// Every event queued now, at most BATCH_MAX; `read` counts toward SETTLE_EVENTS_MAX.
@@ -381,6 +458,7 @@ impl<'s> Reader<'s> {
             self.wanted = st.wanted.clone();
             self.table.clear();
             self.by_stamp.clear();
+            self.pending.clear();
             st.seeds.clear();
         }
         for (pid, k) in std::mem::take(&mut st.seeds) {
@@ -460,21 +538,7 @@ impl<'s> Reader<'s> {
     /// Keeps `v` for `pid` as known at `at_ns`; a runner is reported.
     fn record(&mut self, pid: u32, v: Verdict, at_ns: u64) {
         if let Verdict::Runs { bits, mapped, copy } = v {
-            let mut st = self.shared.lock();
-            for (k, found) in st.runners.iter_mut().enumerate() {
-                let bit = 1u16 << k;
-                if bits & bit != 0
-                    && found.len() < RUNNERS_KEPT_MAX
-                    && !found.iter().any(|r| r.pid == pid)
-                {
-                    found.push(Runner {
-                        pid,
-                        tid: pid,
-                        mapped: mapped & bit != 0,
-                        copy: copy & bit != 0,
-                    });
-                }
-            }
+            self.runners(pid, bits, mapped, copy);
         }
         if self.table.len() >= TRACKED_MAX && !self.table.contains_key(&pid) {
             self.shared
@@ -483,6 +547,25 @@ impl<'s> Reader<'s> {
             return;
         }
         self.table.insert(pid, Known { verdict: v, at_ns });
+    }
+
+    /// Names `pid` under each executable of `bits` it runs.
+    fn runners(&mut self, pid: u32, bits: u16, mapped: u16, copy: u16) {
+        let mut st = self.shared.lock();
+        for (k, found) in st.runners.iter_mut().enumerate() {
+            let bit = 1u16 << k;
+            if bits & bit != 0
+                && found.len() < RUNNERS_KEPT_MAX
+                && !found.iter().any(|r| r.pid == pid)
+            {
+                found.push(Runner {
+                    pid,
+                    tid: pid,
+                    mapped: mapped & bit != 0,
+                    copy: copy & bit != 0,
+                });
+            }
+        }
     }
 
     /// Judges live process `pid` with the walk's judge; `None` when it is gone.
@@ -499,6 +582,7 @@ impl<'s> Reader<'s> {
             .collect();
         let mut judge = Judge::new(&wanted, &self.fs);
         judge.by_stamp = std::mem::take(&mut self.by_stamp);
+        judge.deferred = Some(Vec::new());
         let principal = self.fs.principal(&self.principals);
         let mut out: Vec<Result<Vec<Runner>, Error>> =
             wanted.iter().map(|_| Ok(Vec::new())).collect();
@@ -512,6 +596,25 @@ impl<'s> Reader<'s> {
         };
         let visited = walk.visit(pid);
         self.by_stamp = std::mem::take(&mut judge.by_stamp);
+        for file in judge.deferred.take().unwrap_or_default() {
+            if self.pending.len() >= PENDING_MAX {
+                let mut st = self.shared.lock();
+                let why = format!(
+                    "over {PENDING_MAX} files of principals' processes waiting to be compared \
+                     by content"
+                );
+                for slot in st.errors.iter_mut() {
+                    slot.get_or_insert_with(|| why.clone());
+                }
+                break;
+            }
+            self.pending.push_back(Pending {
+                pid,
+                file,
+                hasher: <sha2::Sha256 as sha2::Digest>::new(),
+                read: 0,
+            });
+        }
         let principal = match visited {
             Visit::Gone => return None,
             Visit::Seen { principal } => principal,
