@@ -494,3 +494,53 @@ fn the_event_reader_judges_copies_that_exit_at_once_and_counts_those_it_could_no
     let (seen, n) = trial(&["live-ms", "20"]);
     assert_eq!(seen, n, "a copy living 20 ms was not judged");
 }
+
+#[test]
+#[ignore = "needs root"]
+fn decoys_that_keep_the_event_reader_hashing_do_not_hide_the_old_root() {
+    // Found by attacking the release binaries: root runs files of the enrolled size with
+    // the enrolled executable's last 64 KiB (here /bin/sleep, padded), each a whole hash
+    // for the reader, then the old root itself for 200 ms: granted while the reader
+    // hashed. The reader now holds such a file open and hashes it between its looks at
+    // the events: the old root's exec is looked at at once.
+    require_root!();
+    let (s, exe, id) = enrolled_exe("");
+    let body = std::fs::read(&exe).unwrap();
+    let sleep = std::fs::read("/bin/sleep").unwrap();
+    let tail = &body[body.len() - 65536..];
+    let decoys: Vec<std::path::PathBuf> = (0..4u8)
+        .map(|i| {
+            let d = s.srv.join(format!("decoy-{i}"));
+            let mut b = sleep.clone();
+            b.resize(body.len() - tail.len(), i + 1);
+            b.extend_from_slice(tail);
+            std::fs::write(&d, &b).unwrap();
+            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+            d
+        })
+        .collect();
+    let d = s.daemon();
+    let c = crate::granted::AtConsumerBarrier::start(&s, &id, "after-hello", "grant.cbor");
+    let mut rec = crate::granted::Guard::spawn(s.recover(&id[..6], 20, &[]));
+    c.reached();
+    d.wait_log("process space held by the kernel's process events");
+    let running: Vec<Proc> = decoys
+        .iter()
+        .map(|d| {
+            let mut c = Command::new("sh");
+            c.arg("-c").arg(format!("echo $$; exec {} 5", d.display()));
+            spawn_ready(c)
+        })
+        .collect();
+    let ran = Command::new(&exe)
+        .args(["live-ms", "200"])
+        .status()
+        .unwrap();
+    assert!(ran.success());
+    let _c = c.go_on();
+    let r = rec.finish();
+    drop(running);
+    assert_eq!(records(&s, &id), ["genesis"], "{}", r.stdout);
+    assert_eq!(r.code, Outcome::Refused, "{}", r.stdout);
+    assert_eq!(r.reasons(), ["escaped-task"], "{}", r.stdout);
+}
