@@ -119,7 +119,11 @@ pub enum Cmd {
     /// print every fact with the evidence digest. Writes nothing: a preflight check.
     ///
     /// The fences are acquired (and released at exit), so a busy fence shows as
-    /// `fence-busy`. Exit 0 if every fact holds, else 2 with each failed fact's reason.
+    /// `fence-busy`. The `process-space` fact says what held the process space while the
+    /// enrolled executables were searched: the kernel's process events (Linux 6.6 or later,
+    /// in the initial pid and user namespaces), or walks of /proc and their chase (`--json`:
+    /// `process_space.held_by`, `events` or `walk`). Exit 0 if every fact holds, else 2 with
+    /// each failed fact's reason.
     Observe {
         /// Deployment id, or any unique prefix of it.
         deployment: String,
