@@ -137,7 +137,9 @@ impl ProcessSpace {
         }
         w.seed(walked.seeds);
         let after = w.settle();
-        merged(merged_raw(walked.found, r.found), after.found)
+        // What the reader reports only grows (its runners and errors are kept), so `after`
+        // holds all `r` held.
+        merged(walked.found, after.found)
     }
 
     /// The `process-space` fact (after the first observation's search).
@@ -150,16 +152,6 @@ impl ProcessSpace {
             held,
         ))
     }
-}
-
-fn merged_raw(
-    a: Vec<Result<Vec<Runner>, repoch_sys::error::Error>>,
-    b: Vec<Result<Vec<Runner>, repoch_sys::error::Error>>,
-) -> Vec<Result<Vec<Runner>, repoch_sys::error::Error>> {
-    merged(a, b)
-        .into_iter()
-        .map(|r| r.map_err(repoch_sys::error::Error::Found))
-        .collect()
 }
 
 /// The text of the tasks found running an executable.

@@ -396,30 +396,43 @@ fn without_process_events_the_chase_sees_a_chain_at_a_rate_it_prints() {
     assert!(seen > 0, "the chase never saw the chain");
 }
 
-/// repochd waiting, its recovery's first observation done, with the consumer stopped at
-/// `barrier`: the copy of the old root's executable run by root for 20 ms and ended (it
-/// lived only between two observations), then the consumer goes on. What `repoch recover` said and
-/// the records written.
-fn a_copy_run_while_the_consumer_stands_at(barrier: &str, intent: bool) -> (Run, Vec<String>) {
-    let (s, exe, id) = enrolled_exe("");
-    let copy = s.srv.join("old-root-copy");
-    std::fs::copy(&exe, &copy).unwrap();
+/// repochd waiting, its recovery's first observation done (the process space held by the
+/// events), with the consumer stopped at `barrier` (and the intent written, with `intent`):
+/// `act` runs, then the consumer goes on. What `repoch recover` said and the records written.
+fn while_repochd_waits(
+    s: &Sandbox,
+    id: &str,
+    barrier: &str,
+    intent: bool,
+    act: impl FnOnce(),
+) -> (Run, Vec<String>) {
     let d = s.daemon();
-    let c = crate::granted::AtConsumerBarrier::start(&s, &id, barrier, "grant.cbor");
+    let c = crate::granted::AtConsumerBarrier::start(s, id, barrier, "grant.cbor");
     let mut rec = crate::granted::Guard::spawn(s.recover(&id[..6], 20, &[]));
     c.reached();
     d.wait_log("process space held by the kernel's process events");
     if intent {
-        crate::hostile::wait_until("the intent", || records(&s, &id).len() == 2);
+        crate::hostile::wait_until("the intent", || records(s, id).len() == 2);
     }
-    let ran = Command::new(&copy)
-        .args(["live-ms", "20"])
-        .status()
-        .unwrap();
-    assert!(ran.success());
+    act();
     let _c = c.go_on();
     let r = rec.finish();
-    (r, records(&s, &id))
+    (r, records(s, id))
+}
+
+/// A copy of the old root's executable run by root for 20 ms and ended (it lived only
+/// between two observations) while repochd waits with the consumer stopped at `barrier`.
+fn a_copy_run_while_the_consumer_stands_at(barrier: &str, intent: bool) -> (Run, Vec<String>) {
+    let (s, exe, id) = enrolled_exe("");
+    let copy = s.srv.join("old-root-copy");
+    std::fs::copy(&exe, &copy).unwrap();
+    while_repochd_waits(&s, &id, barrier, intent, || {
+        let ran = Command::new(&copy)
+            .args(["live-ms", "20"])
+            .status()
+            .unwrap();
+        assert!(ran.success());
+    })
 }
 
 #[test]
@@ -519,28 +532,22 @@ fn decoys_that_keep_the_event_reader_hashing_do_not_hide_the_old_root() {
             d
         })
         .collect();
-    let d = s.daemon();
-    let c = crate::granted::AtConsumerBarrier::start(&s, &id, "after-hello", "grant.cbor");
-    let mut rec = crate::granted::Guard::spawn(s.recover(&id[..6], 20, &[]));
-    c.reached();
-    d.wait_log("process space held by the kernel's process events");
-    let running: Vec<Proc> = decoys
-        .iter()
-        .map(|d| {
-            let mut c = Command::new("sh");
-            c.arg("-c").arg(format!("echo $$; exec {} 5", d.display()));
-            spawn_ready(c)
-        })
-        .collect();
-    let ran = Command::new(&exe)
-        .args(["live-ms", "200"])
-        .status()
-        .unwrap();
-    assert!(ran.success());
-    let _c = c.go_on();
-    let r = rec.finish();
-    drop(running);
-    assert_eq!(records(&s, &id), ["genesis"], "{}", r.stdout);
+    let (r, written) = while_repochd_waits(&s, &id, "after-hello", false, || {
+        let _running: Vec<Proc> = decoys
+            .iter()
+            .map(|d| {
+                let mut c = Command::new("sh");
+                c.arg("-c").arg(format!("echo $$; exec {} 5", d.display()));
+                spawn_ready(c)
+            })
+            .collect();
+        let ran = Command::new(&exe)
+            .args(["live-ms", "200"])
+            .status()
+            .unwrap();
+        assert!(ran.success());
+    });
+    assert_eq!(written, ["genesis"], "{}", r.stdout);
     assert_eq!(r.code, Outcome::Refused, "{}", r.stdout);
     assert_eq!(r.reasons(), ["escaped-task"], "{}", r.stdout);
 }
