@@ -235,6 +235,7 @@ fn epoch_unissuable(r: Reason) -> bool {
     matches!(
         r,
         Reason::EpochConsumed
+            | Reason::RegistryForged
             | Reason::EpochTorn
             | Reason::EpochCorrupt
             | Reason::EpochForged

@@ -16,8 +16,9 @@ use std::time::Duration;
 
 use repoch_protocol::cbor::Canonical;
 use repoch_protocol::fleet::{
-    token_above, FencingToken, FleetClaim, FleetPin, FleetRecord, Registry,
+    token_above, FencingToken, FleetClaim, FleetHost, FleetPin, FleetRecord, Registry,
 };
+use repoch_protocol::PublicKey;
 use repoch_protocol::Reason;
 use repoch_registry::{Claimed, Client, Entry, Error, Header, Vouch};
 
@@ -242,17 +243,92 @@ pub fn holder(e: &Entry) -> String {
 /// Right before the intent: the fleet epoch is unclaimed, the registry answers, and it
 /// would take the claim (a cluster out of space refuses every write: found after the
 /// intent, it would burn the epoch).
-pub fn look(fleet: &mut dyn Fleet, r: &Registry) -> Result<(), Refusal> {
+/// Who holds the fleet epoch (`e`, the key's entry) when it is not this issuance's claim:
+/// `epoch-consumed` naming a claim its host signed; `registry-forged` for anything else,
+/// which no recovery wrote: a value that is no claim, a claim of another fleet, or one the
+/// host it names did not sign. A claim naming this host is checked with this host's
+/// issuer key (`own`); another host's with the key of its host record, which must be
+/// unmodified and enroll the claim's deployment. A host record that cannot be read leaves
+/// the claim unjudged: `registry-unavailable`, naming the holder.
+fn taken(
+    fleet: &mut dyn Fleet,
+    r: &Registry,
+    own: &PublicKey,
+    (subject, expected): (String, String),
+    e: &Entry,
+) -> Refusal {
+    let held = holder(e);
+    let refusal = |reason, observed: String| Refusal::new(reason, &subject, &expected, observed);
+    let forged = |why: String| refusal(Reason::RegistryForged, format!("{held}: {why}"));
+    let c = match (
+        e.value_bytes == e.value.len(),
+        FleetClaim::from_bytes(&e.value),
+    ) {
+        (true, Ok(c)) => c,
+        _ => return forged("no recovery writes such a value".into()),
+    };
+    if c.fleet != r.fleet {
+        return forged(format!("a claim for fleet {}", c.fleet));
+    }
+    if c.host == r.host && c.signed_by(own) {
+        return refusal(Reason::EpochConsumed, held);
+    }
+    let key = format!("{}{}", r.hosts_prefix(), c.host);
+    let record = match fleet.get(key.as_bytes()) {
+        Ok((_, record)) => record,
+        Err(err) => {
+            return refusal(
+                Reason::RegistryUnavailable,
+                format!("{held}; its host record {key} unread: {err}"),
+            )
+        }
+    };
+    match signer(record.as_ref(), &c) {
+        Ok(()) => refusal(Reason::EpochConsumed, held),
+        Err(why) => forged(format!("{key} {why}")),
+    }
+}
+
+/// Whether the host record `record` (its entry, if any) signed claim `c`: unmodified since
+/// its enrollment created it, enrolling the claim's host and deployment, and its issuer
+/// key the claim's signer. Else what it is instead.
+fn signer(record: Option<&Entry>, c: &FleetClaim) -> Result<(), String> {
+    let e = record.ok_or("is absent: no host of that name is enrolled")?;
+    if e.mod_revision != e.create_revision {
+        return Err(format!(
+            "was modified (created at revision {}, modified at {})",
+            e.create_revision, e.mod_revision
+        ));
+    }
+    let h = match (
+        e.value_bytes == e.value.len(),
+        FleetHost::from_bytes(&e.value),
+    ) {
+        (true, Ok(h)) => h,
+        (_, Err(err)) => return Err(format!("is no host record ({err})")),
+        (false, _) => return Err(format!("is a value of {} bytes", e.value_bytes)),
+    };
+    if h.fleet != c.fleet || h.host != c.host || h.deployment != c.deployment {
+        return Err(format!(
+            "enrolls host {} of fleet {} (deployment {})",
+            h.host, h.fleet, h.deployment
+        ));
+    }
+    match c.signed_by(&h.issuer_key) {
+        true => Ok(()),
+        false => Err("holds another issuer key than the claim's signer".into()),
+    }
+}
+
+pub fn look(fleet: &mut dyn Fleet, r: &Registry, own: &PublicKey) -> Result<(), Refusal> {
     match fleet.get(r.epoch_key().as_bytes()) {
         Ok((_, None)) => fleet
             .writable(r.epoch_key().as_bytes())
             .map_err(|e| unavailable(r, "a registry that takes the claim", e)),
-        Ok((_, Some(e))) => Err(Refusal::new(
-            Reason::EpochConsumed,
-            format!("fleet epoch {}", r.epoch_key()),
-            "unclaimed",
-            holder(&e),
-        )),
+        Ok((_, Some(e))) => {
+            let what = (format!("fleet epoch {}", r.epoch_key()), "unclaimed".into());
+            Err(taken(fleet, r, own, what, &e))
+        }
         Err(e) => Err(unavailable(r, "an answer", e)),
     }
 }
@@ -271,6 +347,7 @@ pub enum Lost {
 pub fn claim(
     fleet: &mut dyn Fleet,
     r: &Registry,
+    own: &PublicKey,
     claim: &FleetClaim,
 ) -> Result<FencingToken, Lost> {
     let subject = format!("fleet epoch {}", r.epoch_key());
@@ -289,12 +366,10 @@ pub fn claim(
                 ))),
             }
         }
-        Ok(Claimed::Theirs { entry, .. }) => Err(Lost::Refused(Refusal::new(
-            Reason::EpochConsumed,
-            subject,
-            format!("claimed by {claim}"),
-            holder(&entry),
-        ))),
+        Ok(Claimed::Theirs { entry, .. }) => {
+            let what = (subject, format!("claimed by {claim}"));
+            Err(Lost::Refused(taken(fleet, r, own, what, &entry)))
+        }
         Err(e @ (Error::Refused(_) | Error::Config(_) | Error::Foreign(_))) => {
             Err(Lost::Refused(unavailable(r, "the claim applied", e)))
         }
@@ -353,12 +428,21 @@ mod tests {
         claims: Vec<Result<Claimed, Error>>,
         /// The probes' answers; none scripted: every probe passes.
         writables: Vec<Result<(), Error>>,
+        /// The host records read, each with the key it must be read at.
+        hosts: Vec<(String, Read)>,
     }
+
+    /// A read's answer: the cluster and the key's entry, if any.
+    type Read = Result<(u64, Option<Entry>), Error>;
 
     impl Fleet for Script {
         fn get(&mut self, key: &[u8]) -> Result<(u64, Option<Entry>), Error> {
-            assert_eq!(key, reg().epoch_key().as_bytes());
-            self.gets.remove(0)
+            if key == reg().epoch_key().as_bytes() {
+                return self.gets.remove(0);
+            }
+            let (at, answer) = self.hosts.remove(0);
+            assert_eq!(String::from_utf8_lossy(key), at);
+            answer
         }
         fn claim(&mut self, key: &[u8], value: &[u8]) -> Result<Claimed, Error> {
             assert_eq!(key, reg().epoch_key().as_bytes());
@@ -388,6 +472,16 @@ mod tests {
         }
     }
 
+    /// Each host's issuer key: `a` is this host.
+    fn key_of(host: &str) -> ed25519_dalek::SigningKey {
+        ed25519_dalek::SigningKey::from_bytes(&[host.len() as u8 + host.as_bytes()[0]; 32])
+    }
+
+    fn own() -> PublicKey {
+        PublicKey::from(&key_of("a").verifying_key())
+    }
+
+    /// Host `host`'s claim, signed with its key.
     fn claim_of(host: &str) -> FleetClaim {
         FleetClaim {
             fleet: "billing".into(),
@@ -396,8 +490,40 @@ mod tests {
             intent: Hash([2; 32]),
             evidence: Hash([3; 32]),
             nonce: [4; 32],
-            signature: [5; 64],
+            signature: [0; 64],
         }
+        .signed(&key_of(host))
+    }
+
+    /// `host`'s record, as its enrollment created it, carrying `key`.
+    fn host_record(host: &str, key: &ed25519_dalek::SigningKey) -> FleetHost {
+        FleetHost {
+            fleet: "billing".into(),
+            host: host.into(),
+            deployment: DeploymentId([1; 16]),
+            manifest: Hash([6; 32]),
+            label: "billing".into(),
+            issuer_key: PublicKey::from(&key.verifying_key()),
+        }
+    }
+
+    /// A host record's key and what reading it answers: `None`, no answer.
+    type HostAnswer = (String, Option<Option<Entry>>);
+
+    fn answer((at, e): &HostAnswer) -> (String, Read) {
+        (
+            at.clone(),
+            e.clone().map(|e| (CLUSTER, e)).ok_or_else(no_answer),
+        )
+    }
+
+    fn host_entry(h: &FleetHost, create: i64, modified: i64) -> HostAnswer {
+        let at = format!("{}{}", reg().hosts_prefix(), h.host);
+        let e = Entry {
+            key: at.clone().into_bytes(),
+            ..entry(h.to_bytes(), create, modified)
+        };
+        (at, Some(Some(e)))
     }
 
     fn ours() -> FleetClaim {
@@ -446,11 +572,11 @@ mod tests {
 
     #[test]
     fn every_step_answered_only_by_other_fleets_is_a_mismatch_never_a_token() {
-        let r = look(&mut gets(Err(foreign())), &reg()).unwrap_err();
+        let r = look(&mut gets(Err(foreign())), &reg(), &own()).unwrap_err();
         assert_eq!(r.reason, Reason::RegistryMismatch);
         assert_eq!(r.expected, "the pinned fleet's cluster");
         assert_eq!(r.observed, foreign().to_string());
-        match claim(&mut claims(Err(foreign())), &reg(), &ours()) {
+        match claim(&mut claims(Err(foreign())), &reg(), &own(), &ours()) {
             Err(Lost::Refused(r)) => assert_eq!(r.reason, Reason::RegistryMismatch),
             other => panic!("{other:?}"),
         }
@@ -570,7 +696,7 @@ mod tests {
             writables: vec![Err(full)],
             ..Script::default()
         };
-        let r = look(&mut f, &reg()).unwrap_err();
+        let r = look(&mut f, &reg(), &own()).unwrap_err();
         assert_eq!(r.reason, Reason::RegistryUnavailable);
         assert_eq!(r.expected, "a registry that takes the claim");
         assert!(
@@ -583,19 +709,24 @@ mod tests {
         let mut f = Script {
             gets: vec![Ok((CLUSTER, Some(held)))],
             writables: vec![Err(no_answer())],
+            hosts: vec![answer(&host_entry(&host_record("b", &key_of("b")), 4, 4))],
             ..Script::default()
         };
         assert_eq!(
-            look(&mut f, &reg()).unwrap_err().reason,
+            look(&mut f, &reg(), &own()).unwrap_err().reason,
             Reason::EpochConsumed
         );
     }
 
     #[test]
     fn look_passes_an_unclaimed_epoch_and_names_the_holder_of_a_claimed_one() {
-        assert_eq!(look(&mut gets(Ok((CLUSTER, None))), &reg()), Ok(()));
+        assert_eq!(look(&mut gets(Ok((CLUSTER, None))), &reg(), &own()), Ok(()));
         let held = entry(claim_of("b").to_bytes(), 9, 9);
-        let r = look(&mut gets(Ok((CLUSTER, Some(held)))), &reg()).unwrap_err();
+        let mut f = Script {
+            hosts: vec![answer(&host_entry(&host_record("b", &key_of("b")), 4, 4))],
+            ..gets(Ok((CLUSTER, Some(held))))
+        };
+        let r = look(&mut f, &reg(), &own()).unwrap_err();
         assert_eq!(r.reason, Reason::EpochConsumed);
         assert_eq!(r.subject, "fleet epoch /repoch/epochs/billing");
         assert_eq!(r.expected, "unclaimed");
@@ -603,10 +734,134 @@ mod tests {
             r.observed,
             format!("claimed by {} at revision 9", claim_of("b"))
         );
-        let r = look(&mut gets(Err(no_answer())), &reg()).unwrap_err();
+        let r = look(&mut gets(Err(no_answer())), &reg(), &own()).unwrap_err();
         assert_eq!(r.reason, Reason::RegistryUnavailable);
         assert_eq!(r.expected, "an answer");
         assert_eq!(r.observed, "no answer: deadline");
+    }
+
+    /// What `look` and `claim` conclude of the epoch key holding `held`, the host records
+    /// read answered by `hosts`.
+    fn judged(held: Vec<u8>, hosts: &[HostAnswer]) -> [Refusal; 2] {
+        let mut f = Script {
+            gets: vec![Ok((CLUSTER, Some(entry(held.clone(), 9, 9))))],
+            hosts: hosts.iter().map(answer).collect(),
+            ..Script::default()
+        };
+        let looked = look(&mut f, &reg(), &own()).unwrap_err();
+        let theirs = Claimed::Theirs {
+            cluster: CLUSTER,
+            entry: entry(held, 9, 9),
+        };
+        let mut f = Script {
+            claims: vec![Ok(theirs)],
+            hosts: hosts.iter().map(answer).collect(),
+            ..Script::default()
+        };
+        match claim(&mut f, &reg(), &own(), &ours()) {
+            Err(Lost::Refused(claimed)) => [looked, claimed],
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_claim_no_enrolled_host_signed_is_forged_never_consumed() {
+        let b = key_of("b");
+        let forger = ed25519_dalek::SigningKey::from_bytes(&[200; 32]);
+        let by_forger = |host: &str| {
+            FleetClaim {
+                signature: [0; 64],
+                ..claim_of(host)
+            }
+            .signed(&forger)
+        };
+        let at_b = format!("{}b", reg().hosts_prefix());
+        let at_a = format!("{}a", reg().hosts_prefix());
+        let cases: Vec<(Vec<u8>, Vec<HostAnswer>, Reason, String)> = vec![
+            // Another host's claim, its record unmodified and holding its key.
+            (
+                claim_of("b").to_bytes(),
+                vec![host_entry(&host_record("b", &b), 4, 4)],
+                Reason::EpochConsumed,
+                format!("claimed by {} at revision 9", claim_of("b")),
+            ),
+            // This host's own claim (an earlier intent's): no record read.
+            (
+                claim_of("a").to_bytes(),
+                vec![],
+                Reason::EpochConsumed,
+                format!("claimed by {} at revision 9", claim_of("a")),
+            ),
+            (
+                b"junk".to_vec(),
+                vec![],
+                Reason::RegistryForged,
+                "no recovery writes such a value".into(),
+            ),
+            (
+                FleetClaim {
+                    fleet: "payroll".into(),
+                    ..claim_of("b")
+                }
+                .to_bytes(),
+                vec![],
+                Reason::RegistryForged,
+                "a claim for fleet payroll".into(),
+            ),
+            (
+                by_forger("a").to_bytes(),
+                vec![host_entry(&host_record("a", &key_of("a")), 4, 4)],
+                Reason::RegistryForged,
+                format!("{at_a} holds another issuer key than the claim's signer"),
+            ),
+            (
+                by_forger("b").to_bytes(),
+                vec![host_entry(&host_record("b", &b), 4, 4)],
+                Reason::RegistryForged,
+                format!("{at_b} holds another issuer key than the claim's signer"),
+            ),
+            (
+                claim_of("b").to_bytes(),
+                vec![(at_b.clone(), Some(None))],
+                Reason::RegistryForged,
+                format!("{at_b} is absent: no host of that name is enrolled"),
+            ),
+            (
+                claim_of("b").to_bytes(),
+                vec![host_entry(&host_record("b", &b), 4, 8)],
+                Reason::RegistryForged,
+                format!("{at_b} was modified (created at revision 4, modified at 8)"),
+            ),
+            (
+                claim_of("b").to_bytes(),
+                vec![host_entry(
+                    &FleetHost {
+                        deployment: DeploymentId([7; 16]),
+                        ..host_record("b", &b)
+                    },
+                    4,
+                    4,
+                )],
+                Reason::RegistryForged,
+                format!(
+                    "{at_b} enrolls host b of fleet billing (deployment {})",
+                    DeploymentId([7; 16])
+                ),
+            ),
+            (
+                claim_of("b").to_bytes(),
+                vec![(at_b.clone(), None)],
+                Reason::RegistryUnavailable,
+                format!("its host record {at_b} unread: no answer: deadline"),
+            ),
+        ];
+        for (i, (held, hosts, reason, why)) in cases.into_iter().enumerate() {
+            for r in judged(held, &hosts) {
+                assert_eq!(r.reason, reason, "case {i}: {r:?}");
+                assert!(r.observed.ends_with(&why), "{why:?} in {r:?}");
+                assert!(r.observed.starts_with("claimed"), "{r:?}");
+            }
+        }
     }
 
     #[test]
@@ -630,7 +885,7 @@ mod tests {
             entry: entry(ours().to_bytes(), 44, 44),
         };
         assert_eq!(
-            claim(&mut claims(Ok(won)), &reg(), &ours()).unwrap(),
+            claim(&mut claims(Ok(won)), &reg(), &own(), &ours()).unwrap(),
             token(44)
         );
     }
@@ -655,7 +910,7 @@ mod tests {
             cluster: CLUSTER,
             entry: entry(ours().to_bytes(), 3, 3),
         };
-        let t = claim(&mut claims(Ok(won)), &floored(), &ours()).unwrap();
+        let t = claim(&mut claims(Ok(won)), &floored(), &own(), &ours()).unwrap();
         assert_eq!(t, token(47), "the create revision 3 above the floor 44");
         let check = |created: i64| {
             let e = entry(ours().to_bytes(), created, created);
@@ -676,7 +931,7 @@ mod tests {
             cluster: CLUSTER,
             entry: entry(ours().to_bytes(), 3, 3),
         };
-        match claim(&mut claims(Ok(won)), &huge, &ours()) {
+        match claim(&mut claims(Ok(won)), &huge, &own(), &ours()) {
             Err(Lost::Unknown(r)) => assert_eq!(r.expected, "a create revision above 0, below 0"),
             other => panic!("{other:?}"),
         }
@@ -689,7 +944,7 @@ mod tests {
                 cluster: CLUSTER,
                 entry: entry(ours().to_bytes(), rev, rev),
             };
-            match claim(&mut claims(Ok(won)), &reg(), &ours()) {
+            match claim(&mut claims(Ok(won)), &reg(), &own(), &ours()) {
                 Err(Lost::Unknown(r)) => {
                     assert_eq!(r.reason, Reason::RegistryUnavailable);
                     assert_eq!(r.observed, format!("revision {rev}"));
@@ -705,7 +960,11 @@ mod tests {
             cluster: CLUSTER,
             entry: entry(claim_of("b").to_bytes(), 7, 7),
         };
-        match claim(&mut claims(Ok(theirs)), &reg(), &ours()) {
+        let mut f = Script {
+            hosts: vec![answer(&host_entry(&host_record("b", &key_of("b")), 4, 4))],
+            ..claims(Ok(theirs))
+        };
+        match claim(&mut f, &reg(), &own(), &ours()) {
             Err(Lost::Refused(r)) => {
                 assert_eq!(r.reason, Reason::EpochConsumed);
                 assert_eq!(r.expected, format!("claimed by {}", ours()));
@@ -721,13 +980,13 @@ mod tests {
     #[test]
     fn a_claim_refused_before_etcd_applied_it_is_refused_and_an_unanswered_one_unknown() {
         for e in [Error::Refused("quota".into()), Error::Config("cert".into())] {
-            match claim(&mut claims(Err(e)), &reg(), &ours()) {
+            match claim(&mut claims(Err(e)), &reg(), &own(), &ours()) {
                 Err(Lost::Refused(r)) => assert_eq!(r.expected, "the claim applied"),
                 other => panic!("{other:?}"),
             }
         }
         for e in [no_answer(), Error::Answer("odd".into())] {
-            match claim(&mut claims(Err(e)), &reg(), &ours()) {
+            match claim(&mut claims(Err(e)), &reg(), &own(), &ours()) {
                 Err(Lost::Unknown(r)) => assert_eq!(r.expected, "the claim's answer"),
                 other => panic!("{other:?}"),
             }

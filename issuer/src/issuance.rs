@@ -656,8 +656,9 @@ impl<C: ConsumerLink, W: World> Connected<C, W> {
                 "registry",
                 format!("fleet epoch {}: unclaimed?", r.epoch_key()),
             );
+            let own = repoch_protocol::PublicKey::from(&self.s.c.key.verifying_key());
             let looked = match &mut self.s.c.fleet {
-                Some(fleet) => crate::fleet::look(fleet.as_mut(), &r),
+                Some(fleet) => crate::fleet::look(fleet.as_mut(), &r, &own),
                 None => Ok(()),
             };
             if let Err(r) = looked {
@@ -841,7 +842,8 @@ impl<C: ConsumerLink, W: World> Verified1<C, W> {
             signature: [0; repoch_protocol::limits::SIGNATURE_BYTES],
         }
         .signed(&self.s.c.key);
-        let won = crate::fleet::claim(fleet.as_mut(), r, &claim);
+        let own = repoch_protocol::PublicKey::from(&self.s.c.key.verifying_key());
+        let won = crate::fleet::claim(fleet.as_mut(), r, &own, &claim);
         let key = r.epoch_key();
         crate::barrier::reach("after-claim");
         match won {

@@ -72,7 +72,7 @@ use repoch_protocol::cbor::Canonical;
 use repoch_protocol::epoch::{
     verify_log, Classification, Contender, EpochBody, EpochRecord, Kind, SignedEpochRecord,
 };
-use repoch_protocol::fleet::{FencingToken, FleetClaim, Registry};
+use repoch_protocol::fleet::{FencingToken, FleetClaim, FleetHost, Registry};
 use repoch_protocol::grant::{Challenge, ConsumerPeer, SignedGrant};
 use repoch_protocol::manifest::{
     Consumer, Containment, InventoryEntry, Lineage, Manifest, Role, SignedManifest, Target,
@@ -427,7 +427,12 @@ impl SimRegistry {
     }
 }
 
-/// Another host's claim of the fleet epoch.
+/// Another host's issuer key.
+fn rival_key() -> SigningKey {
+    SigningKey::from_bytes(&[0x7a; 32])
+}
+
+/// Another host's claim of the fleet epoch, signed with its key.
 fn rival_claim() -> Vec<u8> {
     FleetClaim {
         fleet: registry().fleet,
@@ -436,9 +441,34 @@ fn rival_claim() -> Vec<u8> {
         intent: Hash([0x77; 32]),
         evidence: Hash([0x78; 32]),
         nonce: [0x79; 32],
-        signature: [0x7a; 64],
+        signature: [0; 64],
     }
+    .signed(&rival_key())
     .to_bytes()
+}
+
+/// Where the other host's record is, and the record its enrollment created (before any
+/// claim): what the issuance reads to check the rival claim's signature.
+fn rival_host() -> (String, Entry) {
+    let key = format!("{}rival", registry().hosts_prefix());
+    let record = FleetHost {
+        fleet: registry().fleet,
+        host: "rival".into(),
+        deployment: DeploymentId([0x77; 16]),
+        manifest: Hash([0x76; 32]),
+        label: "rival".into(),
+        issuer_key: PublicKey::from(&rival_key().verifying_key()),
+    }
+    .to_bytes();
+    let entry = Entry {
+        key: key.clone().into_bytes(),
+        value_bytes: record.len(),
+        value: record,
+        create_revision: REVISION_START,
+        mod_revision: REVISION_START,
+        version: 1,
+    };
+    (key, entry)
 }
 
 struct Shared {
@@ -1081,6 +1111,16 @@ fn no_answer() -> RegistryError {
 
 impl Fleet for SimFleet {
     fn get(&mut self, key: &[u8]) -> Result<(u64, Option<Entry>), RegistryError> {
+        let (rival, record) = rival_host();
+        if key == rival.as_bytes() {
+            let (_st, unanswered) =
+                self.shared
+                    .point(self.me, "read the rival's host record", Op::Registry);
+            return match unanswered {
+                true => Err(no_answer()),
+                false => Ok((CLUSTER, Some(record))),
+            };
+        }
         assert_eq!(key, registry().epoch_key().as_bytes());
         let (mut st, unanswered) = self
             .shared

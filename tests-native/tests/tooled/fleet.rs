@@ -76,6 +76,11 @@ impl Bg {
                 .expect("spawn"),
         ))
     }
+    pub(crate) fn signal(&self, sig: rustix::process::Signal) {
+        let pid = self.0.as_ref().expect("running").id();
+        rustix::process::kill_process(rustix::process::Pid::from_raw(pid as i32).unwrap(), sig)
+            .unwrap();
+    }
     pub(crate) fn finish(mut self) -> Run {
         self.0.take().unwrap().wait_with_output().unwrap().into()
     }
@@ -1162,8 +1167,8 @@ pub(crate) fn registry_credentials_others_can_write_are_refused_at_enrollment_an
 
 pub(crate) fn a_value_planted_over_the_bound_neither_hides_a_claim_nor_blinds_the_audit() {
     // Proves: someone with etcd write access plants a value over the client's bound at the
-    // fleet epoch's key (a recovery is refused epoch-consumed, not registry-unavailable:
-    // the key exists) and another beside the claims (the audit still gives each log its
+    // fleet epoch's key (a recovery is refused registry-forged, not registry-unavailable:
+    // the key exists, and holds what no recovery writes) and another beside the claims (the audit still gives each log its
     // verdict, the planted key listed as no claim). Found by attacking the release
     // binaries.
     require_root!();
@@ -1185,8 +1190,9 @@ pub(crate) fn a_value_planted_over_the_bound_neither_hides_a_claim_nor_blinds_th
         let _d = a.s.daemon();
         let (r, got) = recover(&a);
         assert!(!granted(&r, &got));
-        assert_eq!(r.reasons(), ["epoch-consumed"], "{}{}", r.stdout, r.stderr);
+        assert_eq!(r.reasons(), ["registry-forged"], "{}{}", r.stdout, r.stderr);
         assert!(r.stdout.contains("5000 bytes"), "{}", r.stdout);
+        assert_eq!(epoch_of(&a), "enrolled", "nothing written");
     }
     {
         let _d = b.s.daemon();

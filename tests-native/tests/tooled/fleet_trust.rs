@@ -527,10 +527,11 @@ pub(crate) fn unusable_registry_credentials_are_named_at_enrollment_and_at_recov
 
 pub(crate) fn a_claim_an_etcd_writer_planted_naming_a_host_is_reported_forged_not_a_rollback() {
     // Proves: a claim naming host a's deployment, written by someone with etcd write access
-    // but without host a's issuer key, blocks the fleet epoch (host a is refused
-    // epoch-consumed, nothing written), and the audit of host a's untouched log says
-    // forged (registry-forged, exit 5) with the claim unsigned by its host, where it used
-    // to report a rollback of an intent host a never wrote.
+    // but without host a's issuer key, blocks the fleet epoch, and both host a's recovery
+    // (refused registry-forged, nothing written, where it read epoch-consumed) and the
+    // audit of host a's untouched log (registry-forged, exit 5, where it reported a
+    // rollback of an intent host a never wrote) say it is forged. A claim naming host b,
+    // which its host record does not enroll, is forged too.
     require_root!();
     let sb = Sandbox::new();
     let etcd = Etcd::start(&sb.path("etcd"));
@@ -556,8 +557,15 @@ pub(crate) fn a_claim_an_etcd_writer_planted_naming_a_host_is_reported_forged_no
     let _d = a.s.daemon();
     let (res, got) = recover(&a);
     assert!(!granted(&res, &got));
-    assert_eq!(res.reasons(), ["epoch-consumed"], "{}", res.stdout);
-    assert_eq!(epoch_of(&a), "enrolled");
+    assert_eq!(res.reasons(), ["registry-forged"], "{}", res.stdout);
+    assert!(
+        detail(&res).contains(&format!(
+            "{px}/hosts/billing/host-a holds another issuer key than the claim's signer"
+        )),
+        "{}",
+        res.stdout
+    );
+    assert_eq!(epoch_of(&a), "enrolled", "nothing written");
 
     let r = crate::fleet::audit_registry(&a);
     assert_eq!(r.code, Outcome::Inconsistent, "{}{}", r.stdout, r.stderr);
@@ -889,4 +897,55 @@ pub(crate) fn a_fleet_established_after_a_rebuild_with_a_floor_gives_a_larger_to
     let r = crate::fleet::audit_registry(&c);
     assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
     assert_eq!(r.json()["registry"]["logs"][0]["verdict"], "consistent");
+}
+
+pub(crate) fn an_interrupted_recover_claims_nothing_and_another_host_recovers_the_fleet() {
+    // Proves: an operator's `repoch recover` interrupted (SIGINT, as Ctrl-C) while repochd
+    // is stopped right before the intent, the registry looked at and the consumer
+    // connected, is cancelled there: refused recover-cancelled, nothing written on host a,
+    // nothing claimed in etcd; the fleet epoch stays free, and host b's recovery is
+    // granted with the fleet's token. Once the interrupted recover wrote its intent and
+    // claimed the fleet epoch when its consumer connected: every host refused after.
+    require_root!();
+    let sb = Sandbox::new();
+    let etcd = Etcd::start(&sb.path("etcd"));
+    let px = prefix(&sb);
+    let (a, _) = enroll_host(&etcd, &px, "billing", "host-a");
+    let (b, _) = enroll_host(&etcd, &px, "billing", "host-b");
+    let d = AtBarrier::start(&a.s, "before-intent");
+    let c = crate::fleet::consumer_writing_token(&a);
+    let rec = crate::fleet::Bg::spawn(a.s.recover(&a.id, 60, &[]));
+    d.reached();
+    rec.signal(rustix::process::Signal::INT);
+    let r = rec.finish();
+    assert!(
+        r.code == Exit::SIGNALED || r.code.0 == 130,
+        "{:?} {}{}",
+        r.code,
+        r.stdout,
+        r.stderr
+    );
+    d.signal(rustix::process::Signal::CONT);
+    let told = c.finish();
+    assert_eq!(
+        told.code,
+        Outcome::Refused,
+        "{}{}",
+        told.stdout,
+        told.stderr
+    );
+    assert_eq!(
+        told.json()["reason"],
+        "recover-cancelled",
+        "{}",
+        told.stdout
+    );
+    assert_eq!(epoch_of(&a), "enrolled", "nothing written on host a");
+    assert_eq!(registered(&etcd, &px, "billing"), None, "nothing claimed");
+    drop(d);
+
+    let _db = b.s.daemon();
+    let (r, got) = recover(&b);
+    assert!(granted(&r, &got), "{}{}", r.stdout, r.stderr);
+    assert_eq!(registered(&etcd, &px, "billing").unwrap().1, "host-b");
 }
