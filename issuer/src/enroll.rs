@@ -736,7 +736,6 @@ fn join_fleet(
     join: Option<repoch_protocol::fleet::FleetId>,
     floor: u64,
 ) -> Result<FleetJoin, EnrollError> {
-    use repoch_protocol::fleet::FleetRecord;
     let unavailable = |e: repoch_registry::Error| {
         EnrollError::Registry(format!("registry {}: {e}", r.fleet_key()))
     };
@@ -750,8 +749,49 @@ fn join_fleet(
     let (header, mut voting) = client.members().map_err(unavailable)?;
     voting.sort_unstable();
     let (_, entry) = client.get(r.fleet_key().as_bytes()).map_err(unavailable)?;
+    let (pin, record_revision, established) = pin_fleet(
+        &mut client,
+        r,
+        join,
+        entry.as_ref(),
+        (&header, voting),
+        floor,
+    )?;
+    let mut recorded = Vec::new();
+    if established {
+        recorded.push((r.fleet_key(), record_revision));
+    }
+    let mut join = FleetJoin {
+        client,
+        registry: repoch_protocol::fleet::Registry {
+            pin: Some(pin.clone()),
+            record_revision: u64::try_from(record_revision).unwrap_or(0),
+            ..r.clone()
+        },
+        pin,
+        established,
+        recorded,
+    };
+    if !established {
+        unused_epoch(&mut join.client, r)?;
+    }
+    Ok(join)
+}
+
+/// The fleet's pin, from the fleet record `entry` the cluster answering (`header`, its
+/// voting members) holds: checked against `join`'s id, or, with neither a record nor an
+/// id, drawn and established. With the record's create revision, and whether this
+/// enrollment established it.
+fn pin_fleet(
+    client: &mut repoch_registry::Client,
+    r: &repoch_protocol::fleet::Registry,
+    join: Option<repoch_protocol::fleet::FleetId>,
+    entry: Option<&repoch_registry::Entry>,
+    (header, voting): (&repoch_registry::Header, Vec<u64>),
+    floor: u64,
+) -> Result<(repoch_protocol::fleet::FleetPin, i64, bool), EnrollError> {
+    use repoch_protocol::fleet::FleetRecord;
     let record = entry
-        .as_ref()
         .map(|e| {
             FleetRecord::from_bytes(&e.value).map_err(|err| {
                 field(
@@ -761,7 +801,7 @@ fn join_fleet(
             })
         })
         .transpose()?;
-    let (pin, record_revision, established) = match (join, record) {
+    Ok(match (join, record) {
         (None, Some(rec)) => {
             return Err(field(
                 "registry.fleet_id",
@@ -782,36 +822,17 @@ fn join_fleet(
             ))
         }
         (Some(id), Some(rec)) => {
-            let read = entry.as_ref().expect("a record read");
-            let pin = check_join(r, id, &rec, read, (&header, &voting))?;
+            let read = entry.expect("a record read");
+            let pin = check_join(r, id, &rec, read, (header, &voting))?;
             (pin, read.create_revision, false)
         }
         (None, None) => {
-            let (pin, record) = new_fleet(r, &header, voting, floor)?;
-            unused_epoch(&mut client, r)?;
-            let revision = establish(&mut client, r, &record)?;
+            let (pin, record) = new_fleet(r, header, voting, floor)?;
+            unused_epoch(client, r)?;
+            let revision = establish(client, r, &record)?;
             (pin, revision, true)
         }
-    };
-    let mut recorded = Vec::new();
-    if established {
-        recorded.push((r.fleet_key(), record_revision));
-    }
-    let mut join = FleetJoin {
-        client,
-        registry: repoch_protocol::fleet::Registry {
-            pin: Some(pin.clone()),
-            record_revision: u64::try_from(record_revision).unwrap_or(0),
-            ..r.clone()
-        },
-        pin,
-        established,
-        recorded,
-    };
-    if !established {
-        unused_epoch(&mut join.client, r)?;
-    }
-    Ok(join)
+    })
 }
 
 /// Whether this host may join fleet `id` whose record `rec` (as `read`) the cluster
@@ -1349,6 +1370,24 @@ fn manifest_of(
     }
 }
 
+/// This host's record in the fleet `f` joins, for deployment `id` whose signed manifest
+/// hashes to `manifest` and whose issuer key is `issuer`, created; the fleet's hosts now.
+fn register_staged(
+    f: &mut FleetJoin,
+    v: &Validated,
+    (id, manifest, issuer): (DeploymentId, Hash, PublicKey),
+) -> Result<Vec<repoch_protocol::fleet::FleetHost>, EnrollError> {
+    let host = repoch_protocol::fleet::FleetHost {
+        fleet: f.registry.fleet.clone(),
+        host: f.registry.host.clone(),
+        deployment: id,
+        manifest,
+        label: v.label.clone(),
+        issuer_key: issuer,
+    };
+    register_host(f, &host)
+}
+
 fn enroll_with(
     layout: &Layout,
     v: &Validated,
@@ -1400,18 +1439,8 @@ fn enroll_with(
         // Last, once the manifest's hash is known: a registry that refuses or does not
         // answer leaves nothing enrolled here.
         if let Some(f) = fleet.as_mut() {
-            let host = repoch_protocol::fleet::FleetHost {
-                fleet: f.registry.fleet.clone(),
-                host: f.registry.host.clone(),
-                deployment: id,
-                manifest: manifest_hash,
-                label: v.label.clone(),
-                issuer_key: issuer,
-            };
-            fleet_hosts = register_host(f, &host)
-                .inspect_err(|e| {
-                    registry_error = Some(e.clone());
-                })
+            fleet_hosts = register_staged(f, v, (id, manifest_hash, issuer))
+                .inspect_err(|e| registry_error = Some(e.clone()))
                 .map_err(|e| e.to_string())?;
         }
         Ok((bytes, SignedEpochRecord::sign(genesis, key)))
@@ -1420,12 +1449,8 @@ fn enroll_with(
         // Leave nothing a later enrollment or issuance could take for a deployment.
         let _ = std::fs::remove_dir_all(deployments.join(staging_name(&id)));
         remove_journal(&v.journal_path);
-        if let Some(e) = registry_error {
-            return Err(e);
-        }
-        return Err(EnrollError::Io(format!(
-            "enrollment failed, nothing kept: {e}"
-        )));
+        return Err(registry_error
+            .unwrap_or_else(|| EnrollError::Io(format!("enrollment failed, nothing kept: {e}"))));
     }
     // The epoch log is append-only too, where the file system allows it.
     let log_append_only = open_path(&state_dir.join(crate::layout::LOG_FILE), OFlags::RDONLY, 0)

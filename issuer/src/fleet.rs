@@ -208,7 +208,7 @@ impl Vouch for Pinned {
     }
 }
 
-/// A call that got no usable answer: `registry-mismatch` when every endpoint was another
+/// A call that got no usable answer: `registry-mismatch` when an endpoint answered as another
 /// fleet's, else `registry-unavailable`.
 fn unavailable(r: &Registry, expected: &str, e: Error) -> Refusal {
     let (reason, expected) = match e {

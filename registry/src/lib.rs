@@ -155,9 +155,10 @@ pub enum Error {
     /// The answer broke this client's bounds or etcd's own contract.
     #[error("unexpected answer: {0}")]
     Answer(String),
-    /// Every endpoint that answered failed the pin's [`Vouch`] (another cluster, a member
-    /// that lists no majority of the pinned ones, no fleet record), and the request was
-    /// sent to none of them.
+    /// No endpoint took the request, and at least one answered but failed the pin's
+    /// [`Vouch`] (another cluster, a member that lists no majority of the pinned ones, no
+    /// fleet record); the others did not answer before it was sent. A write was sent to
+    /// none of them.
     #[error("not the pinned cluster: {0}")]
     Foreign(String),
 }
@@ -470,11 +471,16 @@ impl Client {
             self.preferred = (i + 1) % n;
             retry(i, &mut order);
         }
-        if missed.is_empty() {
-            return Err(Error::Foreign(format!("{what}: {}", foreign.join("; "))));
-        }
+        // No endpoint took the request. One that answered as another cluster makes it a
+        // mismatch even beside others that did not answer: the cluster reachable is not
+        // the fleet's. A request not resent was sent to none of the missed ones either
+        // (one sent and unanswered returned above), so a write applied nowhere.
+        let reason = match foreign.is_empty() {
+            true => Error::Unanswered,
+            false => Error::Foreign,
+        };
         missed.extend(foreign);
-        Err(Error::Unanswered(format!("{what}: {}", missed.join("; "))))
+        Err(reason(format!("{what}: {}", missed.join("; "))))
     }
 
     /// The pin's guard, if pinned.

@@ -586,6 +586,62 @@ impl Etcd {
         self.spawn(i, Spawn::Existing);
     }
 
+    /// Member `i` replaced as an operator replaces one: removed from the cluster (`etcdctl
+    /// member remove`), killed and its data deleted; a new member of another name and other
+    /// ports added (`etcdctl member add`) and started to join. etcd gives it a new member
+    /// id; index `i` is the new member from now on.
+    pub fn replace(&mut self, i: usize) {
+        let others: Vec<usize> = (0..self.members.len()).filter(|&k| k != i).collect();
+        let listed = self.etcdctl(&others, &["member", "list", "-w", "json"]);
+        let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+        let name = self.members[i].name.clone();
+        let id = listed["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name.as_str())
+            .and_then(|m| m["ID"].as_u64())
+            .unwrap_or_else(|| panic!("member {name} in {listed}"));
+        self.reconfigure(&others, &["member", "remove", &format!("{id:x}")]);
+        self.kill(i);
+        std::fs::remove_dir_all(self.dir.join(format!("data-{name}"))).unwrap();
+        let old = &self.members[i];
+        let new = Member {
+            name: format!("{name}r"),
+            addr: old.addr.clone(),
+            netns: old.netns.clone(),
+            client_addr: None,
+            client_port: free_port(false),
+            peer_port: free_port(false),
+            child: None,
+        };
+        let peers = format!("--peer-urls={}", new.peer_url());
+        self.reconfigure(&others, &["member", "add", &new.name, &peers]);
+        self.members[i] = new;
+        self.spawn(i, Spawn::Existing);
+        self.wait_ready(&[i]);
+    }
+
+    /// `etcdctl ARGS` of a membership change, asked again until etcd takes it: etcd
+    /// refuses one while it deems the cluster unhealthy (members connected for less than
+    /// its five-second health interval: a cluster just started, a member just removed).
+    /// Within the wait for a cluster to serve.
+    fn reconfigure(&self, members: &[usize], args: &[&str]) {
+        let start = Instant::now();
+        loop {
+            let out = self.etcdctl(members, args);
+            if out.status.success() {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(ETCD_READY_SECONDS_MAX),
+                "etcdctl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
     /// SIGSTOP or SIGCONT to member `i`.
     pub fn signal(&self, i: usize, sig: rustix::process::Signal) {
         let pid = self.members[i].pid().expect("the member runs");

@@ -21,6 +21,11 @@ impl Exit {
     pub fn outcome(self) -> Option<Outcome> {
         Outcome::from_exit(self.0)
     }
+    /// Whether this is a command interrupted by the operator (Ctrl-C): ended by the signal,
+    /// or 130, a shell's way of saying so. Not an outcome.
+    pub fn interrupted(self) -> bool {
+        self == Exit::SIGNALED || self.0 == 130
+    }
 }
 
 impl PartialEq<Outcome> for Exit {
