@@ -748,6 +748,7 @@ fn join_fleet(
         })?;
     let (header, mut voting) = client.members().map_err(unavailable)?;
     voting.sort_unstable();
+    endpoints_cover(&mut client, r, &voting)?;
     let (_, entry) = client.get(r.fleet_key().as_bytes()).map_err(unavailable)?;
     let (pin, record_revision, established) = pin_fleet(
         &mut client,
@@ -776,6 +777,44 @@ fn join_fleet(
         unused_epoch(&mut join.client, r)?;
     }
     Ok(join)
+}
+
+/// Whether `r`'s endpoints, each asked alone, answer as a majority of the cluster's
+/// `voting` members: a recovery needs a majority of the pinned members to say the fleet
+/// epoch is unclaimed, and then that it holds this host's claim, each at an endpoint of
+/// its own (docs/THREAT-MODEL.md, "The fleet registry"). Fewer could never recover.
+fn endpoints_cover(
+    client: &mut repoch_registry::Client,
+    r: &repoch_protocol::fleet::Registry,
+    voting: &[u64],
+) -> Result<(), EnrollError> {
+    let mut heard: Vec<u64> = Vec::new();
+    let mut silent = Vec::new();
+    for (endpoint, answer) in client.get_each(r.fleet_key().as_bytes()) {
+        match answer {
+            Ok((h, _)) if voting.contains(&h.member) => heard.push(h.member),
+            Ok((h, _)) => silent.push(format!("{endpoint}: member {:016x}, not voting", h.member)),
+            Err(e) => silent.push(format!("{endpoint}: {e}")),
+        }
+    }
+    heard.sort_unstable();
+    heard.dedup();
+    let need = voting.len() / 2 + 1;
+    if heard.len() >= need {
+        return Ok(());
+    }
+    let silent = match silent.is_empty() {
+        true => String::new(),
+        false => format!(" ({})", silent.join("; ")),
+    };
+    Err(field(
+        "registry.endpoints",
+        format!(
+            "the endpoints answer as {} of the cluster's {} voting members{silent}: a recovery needs {need}, each at an endpoint of its own; list every member",
+            heard.len(),
+            voting.len()
+        ),
+    ))
 }
 
 /// The fleet's pin, from the fleet record `entry` the cluster answering (`header`, its

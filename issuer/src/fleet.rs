@@ -37,6 +37,9 @@ pub const CLAIM_SECONDS_MAX: u64 = 15;
 pub trait Fleet: Send {
     /// A linearizable read: the cluster id, and the key's entry if it exists.
     fn get(&mut self, key: &[u8]) -> Result<(u64, Option<Entry>), Error>;
+    /// [`Fleet::get`] asked of each endpoint alone ([`Client::get_each`]): what each
+    /// member that answered said.
+    fn get_each(&mut self, key: &[u8]) -> Vec<Result<Said, Error>>;
     /// Create-if-absent with read-back ([`Client::claim`]).
     fn claim(&mut self, key: &[u8], value: &[u8]) -> Result<Claimed, Error>;
     /// Whether the registry would take a write of `key` now, without writing it
@@ -45,9 +48,31 @@ pub trait Fleet: Send {
     fn writable(&mut self, key: &[u8]) -> Result<(), Error>;
 }
 
+/// One member's answer to a read of a key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Said {
+    /// The member that answered, and its cluster, as the answer's header names them.
+    pub member: u64,
+    pub cluster: u64,
+    /// The key's entry, if it exists.
+    pub entry: Option<Entry>,
+}
+
 impl Fleet for Client {
     fn get(&mut self, key: &[u8]) -> Result<(u64, Option<Entry>), Error> {
         Client::get(self, key).map(|(h, e)| (h.cluster, e))
+    }
+    fn get_each(&mut self, key: &[u8]) -> Vec<Result<Said, Error>> {
+        Client::get_each(self, key)
+            .into_iter()
+            .map(|(_, answer)| {
+                answer.map(|(h, entry)| Said {
+                    member: h.member,
+                    cluster: h.cluster,
+                    entry,
+                })
+            })
+            .collect()
     }
     fn claim(&mut self, key: &[u8], value: &[u8]) -> Result<Claimed, Error> {
         Client::claim(
@@ -240,8 +265,9 @@ pub fn holder(e: &Entry) -> String {
     }
 }
 
-/// Right before the intent: the fleet epoch is unclaimed, the registry answers, and it
-/// would take the claim (a cluster out of space refuses every write: found after the
+/// Right before the intent: the fleet epoch is unclaimed (every answer of a majority of
+/// the pinned members, each asked alone, says so), the registry answers, and it would take
+/// the claim (a cluster out of space refuses every write: found after the
 /// intent, it would burn the epoch).
 /// Who holds the fleet epoch (`e`, the key's entry) when it is not this issuance's claim:
 /// `epoch-consumed` naming a claim its host signed; `registry-forged` for anything else,
@@ -274,18 +300,44 @@ fn taken(
         return refusal(Reason::EpochConsumed, held);
     }
     let key = format!("{}{}", r.hosts_prefix(), c.host);
-    let record = match fleet.get(key.as_bytes()) {
-        Ok((_, record)) => record,
-        Err(err) => {
+    let heard = match majority(fleet, r, &key) {
+        Ok(heard) => heard,
+        Err(unread) => {
             return refusal(
                 Reason::RegistryUnavailable,
-                format!("{held}; its host record {key} unread: {err}"),
+                format!("{held}; its host record {key} unread: {}", unread.observed),
             )
         }
     };
-    match signer(record.as_ref(), &c) {
-        Ok(()) => refusal(Reason::EpochConsumed, held),
-        Err(why) => forged(format!("{key} {why}")),
+    // As a majority of the members say: a copy of the fleet one endpoint reaches, lacking
+    // the record, cannot make a genuine claim read forged, nor vouch for a forged one.
+    let verdicts: Vec<(u64, Result<(), String>)> = heard
+        .iter()
+        .map(|said| (said.member, signer(said.entry.as_ref(), &c)))
+        .collect();
+    let members = |vouching: bool| {
+        let mut m: Vec<u64> = verdicts
+            .iter()
+            .filter(|(_, v)| v.is_ok() == vouching)
+            .map(|(m, _)| *m)
+            .collect();
+        m.sort_unstable();
+        m.dedup();
+        m.len()
+    };
+    if members(true) >= quorum(r) {
+        return refusal(Reason::EpochConsumed, held);
+    }
+    match verdicts.iter().find_map(|(_, v)| v.clone().err()) {
+        Some(why) if members(false) >= quorum(r) => forged(format!("{key} {why}")),
+        _ => refusal(
+            Reason::RegistryUnavailable,
+            format!(
+                "{held}; its host record {key}: the members disagree ({} vouch for the claim, {} do not)",
+                members(true),
+                members(false)
+            ),
+        ),
     }
 }
 
@@ -321,16 +373,54 @@ fn signer(record: Option<&Entry>, c: &FleetClaim) -> Result<(), String> {
 }
 
 pub fn look(fleet: &mut dyn Fleet, r: &Registry, own: &PublicKey) -> Result<(), Refusal> {
-    match fleet.get(r.epoch_key().as_bytes()) {
-        Ok((_, None)) => fleet
-            .writable(r.epoch_key().as_bytes())
-            .map_err(|e| unavailable(r, "a registry that takes the claim", e)),
-        Ok((_, Some(e))) => {
-            let what = (format!("fleet epoch {}", r.epoch_key()), "unclaimed".into());
-            Err(taken(fleet, r, own, what, &e))
-        }
-        Err(e) => Err(unavailable(r, "an answer", e)),
+    let heard = majority(fleet, r, &r.epoch_key())?;
+    if let Some(e) = heard.into_iter().find_map(|said| said.entry) {
+        let what = (format!("fleet epoch {}", r.epoch_key()), "unclaimed".into());
+        return Err(taken(fleet, r, own, what, &e));
     }
+    fleet
+        .writable(r.epoch_key().as_bytes())
+        .map_err(|e| unavailable(r, "a registry that takes the claim", e))
+}
+
+/// The pinned members that must answer a read of the fleet epoch: a majority of those
+/// pinned (one, unpinned).
+fn quorum(r: &Registry) -> usize {
+    r.pin.as_ref().map_or(1, |p| p.members.len() / 2 + 1)
+}
+
+/// What the members say of `key`, each endpoint asked alone
+/// ([`Fleet::get_each`]): every answer, once at least a majority of the pinned members
+/// answered (a member heard at two endpoints counts once). An endpoint relayed to a copy
+/// of the fleet (one member's key and a route make one) speaks for one member: the
+/// others' answers are beside its own. Too few answers: `registry-unavailable`, or
+/// `registry-mismatch` when one endpoint answered as another fleet, naming each.
+fn majority(fleet: &mut dyn Fleet, r: &Registry, key: &str) -> Result<Vec<Said>, Refusal> {
+    let (mut heard, mut failed) = (Vec::new(), Vec::new());
+    for answer in fleet.get_each(key.as_bytes()) {
+        match answer {
+            Ok(said) => heard.push(said),
+            Err(e) => failed.push(e),
+        }
+    }
+    let mut members: Vec<u64> = heard.iter().map(|said| said.member).collect();
+    members.sort_unstable();
+    members.dedup();
+    let need = quorum(r);
+    if members.len() >= need {
+        return Ok(heard);
+    }
+    let reason = match failed.iter().any(|e| matches!(e, Error::Foreign(_))) {
+        true => Reason::RegistryMismatch,
+        false => Reason::RegistryUnavailable,
+    };
+    let why: Vec<String> = failed.iter().map(ToString::to_string).collect();
+    Err(Refusal::new(
+        reason,
+        format!("registry {key}"),
+        format!("answers of a majority of the pinned members ({need}), each asked alone"),
+        format!("{} answered: {}", members.len(), why.join("; ")),
+    ))
 }
 
 /// How a claim ended when it did not win.
@@ -378,7 +468,9 @@ pub fn claim(
 }
 
 /// Right before the dispatch: the key still holds exactly this claim, created at the
-/// token's revision in the token's cluster and never modified since.
+/// token's revision in the token's cluster and never modified since, in every answer of a
+/// majority of the pinned members, each asked alone: a claim won through a relay to a
+/// copy of the fleet is not the fleet's, and is never dispatched.
 pub fn still_ours(
     fleet: &mut dyn Fleet,
     r: &Registry,
@@ -387,27 +479,28 @@ pub fn still_ours(
 ) -> Result<(), Refusal> {
     let subject = format!("fleet epoch {}", r.epoch_key());
     let expected = format!("this host's claim, {token}, unmodified");
-    let (cluster, entry) = fleet
-        .get(r.epoch_key().as_bytes())
-        .map_err(|e| unavailable(r, "an answer", e))?;
-    let changed =
-        |observed: String| Refusal::new(Reason::RegistryChanged, &subject, &expected, observed);
-    let Some(e) = entry else {
-        return Err(changed("the key is gone".into()));
-    };
-    if cluster != token.cluster {
-        return Err(changed(format!("cluster {cluster:016x} answered")));
-    }
-    if e.value != claim.to_bytes() || e.value_bytes != e.value.len() {
-        return Err(changed(holder(&e)));
-    }
-    if token_above(r.floor(), token.cluster, e.create_revision) != Some(*token)
-        || e.mod_revision != e.create_revision
-    {
-        return Err(changed(format!(
-            "created at revision {}, modified at {}",
-            e.create_revision, e.mod_revision
-        )));
+    for said in majority(fleet, r, &r.epoch_key())? {
+        let changed = |observed: String| {
+            let observed = format!("member {:016x}: {observed}", said.member);
+            Refusal::new(Reason::RegistryChanged, &subject, &expected, observed)
+        };
+        let Some(e) = &said.entry else {
+            return Err(changed("the key is gone".into()));
+        };
+        if said.cluster != token.cluster {
+            return Err(changed(format!("cluster {:016x} answered", said.cluster)));
+        }
+        if e.value != claim.to_bytes() || e.value_bytes != e.value.len() {
+            return Err(changed(holder(e)));
+        }
+        if token_above(r.floor(), token.cluster, e.create_revision) != Some(*token)
+            || e.mod_revision != e.create_revision
+        {
+            return Err(changed(format!(
+                "created at revision {}, modified at {}",
+                e.create_revision, e.mod_revision
+            )));
+        }
     }
     Ok(())
 }
@@ -430,12 +523,51 @@ mod tests {
         writables: Vec<Result<(), Error>>,
         /// The host records read, each with the key it must be read at.
         hosts: Vec<(String, Read)>,
+        /// Each endpoint's answer of a read of the epoch key asked of each alone; none
+        /// scripted: one endpoint, member 1, answering the next of `gets`.
+        each: Vec<Vec<Result<Said, Error>>>,
+        /// The members each host record read is answered by, alike; none: member 1.
+        host_members: Vec<u64>,
+        /// Each member's answer of a host record read, when scripted so.
+        host_each: Vec<Vec<Result<Said, Error>>>,
     }
 
     /// A read's answer: the cluster and the key's entry, if any.
     type Read = Result<(u64, Option<Entry>), Error>;
 
     impl Fleet for Script {
+        fn get_each(&mut self, key: &[u8]) -> Vec<Result<Said, Error>> {
+            if key != reg().epoch_key().as_bytes() && !self.host_each.is_empty() {
+                return self.host_each.remove(0);
+            }
+            if key != reg().epoch_key().as_bytes() {
+                let answer = self.get(key);
+                let members = match self.host_members.is_empty() {
+                    true => vec![1],
+                    false => self.host_members.clone(),
+                };
+                return members
+                    .into_iter()
+                    .map(|member| match &answer {
+                        Ok((cluster, entry)) => Ok(Said {
+                            member,
+                            cluster: *cluster,
+                            entry: entry.clone(),
+                        }),
+                        Err(_) => Err(no_answer()),
+                    })
+                    .collect();
+            }
+            if !self.each.is_empty() {
+                return self.each.remove(0);
+            }
+            let answer = self.gets.remove(0).map(|(cluster, entry)| Said {
+                member: 1,
+                cluster,
+                entry,
+            });
+            vec![answer]
+        }
         fn get(&mut self, key: &[u8]) -> Result<(u64, Option<Entry>), Error> {
             if key == reg().epoch_key().as_bytes() {
                 return self.gets.remove(0);
@@ -574,8 +706,11 @@ mod tests {
     fn every_step_answered_only_by_other_fleets_is_a_mismatch_never_a_token() {
         let r = look(&mut gets(Err(foreign())), &reg(), &own()).unwrap_err();
         assert_eq!(r.reason, Reason::RegistryMismatch);
-        assert_eq!(r.expected, "the pinned fleet's cluster");
-        assert_eq!(r.observed, foreign().to_string());
+        assert_eq!(
+            r.expected,
+            "answers of a majority of the pinned members (1), each asked alone"
+        );
+        assert_eq!(r.observed, format!("0 answered: {}", foreign()));
         match claim(&mut claims(Err(foreign())), &reg(), &own(), &ours()) {
             Err(Lost::Refused(r)) => assert_eq!(r.reason, Reason::RegistryMismatch),
             other => panic!("{other:?}"),
@@ -736,8 +871,132 @@ mod tests {
         );
         let r = look(&mut gets(Err(no_answer())), &reg(), &own()).unwrap_err();
         assert_eq!(r.reason, Reason::RegistryUnavailable);
-        assert_eq!(r.expected, "an answer");
-        assert_eq!(r.observed, "no answer: deadline");
+        assert_eq!(r.observed, "0 answered: no answer: deadline");
+    }
+
+    /// A fleet pinned to members 1, 2 and 3.
+    fn three() -> Registry {
+        Registry {
+            pin: Some(FleetPin {
+                id: repoch_protocol::fleet::FleetId([5; 16]),
+                cluster: CLUSTER,
+                members: vec![1, 2, 3],
+                floor: 0,
+            }),
+            record_revision: 2,
+            ..reg()
+        }
+    }
+
+    fn said(member: u64, entry: Option<Entry>) -> Result<Said, Error> {
+        Ok(Said {
+            member,
+            cluster: CLUSTER,
+            entry,
+        })
+    }
+
+    #[test]
+    fn the_fleet_epoch_is_what_a_majority_of_the_pinned_members_say_each_asked_alone() {
+        let each = |answers: Vec<Result<Said, Error>>| Script {
+            each: vec![answers],
+            hosts: vec![answer(&host_entry(&host_record("b", &key_of("b")), 4, 4))],
+            host_members: vec![1, 2, 3],
+            ..Script::default()
+        };
+        let looked = |answers| look(&mut each(answers), &three(), &own());
+        // One member of three, or one member heard at two endpoints: too few.
+        for answers in [
+            vec![said(1, None), Err(no_answer()), Err(no_answer())],
+            vec![said(1, None), said(1, None), Err(no_answer())],
+        ] {
+            let r = looked(answers).unwrap_err();
+            assert_eq!(r.reason, Reason::RegistryUnavailable);
+            assert_eq!(
+                r.expected,
+                "answers of a majority of the pinned members (2), each asked alone"
+            );
+            assert!(r.observed.starts_with("1 answered: no answer"), "{r:?}");
+        }
+        let r = looked(vec![Err(foreign()), Err(no_answer()), said(1, None)]).unwrap_err();
+        assert_eq!(r.reason, Reason::RegistryMismatch);
+        assert_eq!(
+            looked(vec![said(1, None), said(2, None), Err(no_answer())]),
+            Ok(())
+        );
+        // A relay to a copy of the fleet says unclaimed; the others name the claim.
+        let held = entry(claim_of("b").to_bytes(), 9, 9);
+        let r = looked(vec![
+            said(1, None),
+            said(2, Some(held.clone())),
+            said(3, Some(held.clone())),
+        ])
+        .unwrap_err();
+        assert_eq!(r.reason, Reason::EpochConsumed);
+        assert_eq!(
+            r.observed,
+            format!("claimed by {} at revision 9", claim_of("b"))
+        );
+
+        // Its host record as each member says: one copy lacking it is outvoted both ways.
+        let rec = host_entry(&host_record("b", &key_of("b")), 4, 4).1.unwrap();
+        let judged = |records: Vec<Result<Said, Error>>| {
+            let answers = vec![
+                said(1, None),
+                said(2, Some(held.clone())),
+                said(3, Some(held.clone())),
+            ];
+            let mut f = Script {
+                each: vec![answers],
+                host_each: vec![records],
+                ..Script::default()
+            };
+            look(&mut f, &three(), &own()).unwrap_err()
+        };
+        let r = judged(vec![
+            said(1, None),
+            said(2, rec.clone()),
+            said(3, rec.clone()),
+        ]);
+        assert_eq!(r.reason, Reason::EpochConsumed);
+        let r = judged(vec![said(1, rec.clone()), said(2, None), said(3, None)]);
+        assert_eq!(r.reason, Reason::RegistryForged);
+        let r = judged(vec![said(1, rec.clone()), said(2, None), Err(no_answer())]);
+        assert_eq!(r.reason, Reason::RegistryUnavailable);
+        assert!(
+            r.observed
+                .ends_with("the members disagree (1 vouch for the claim, 1 do not)"),
+            "{r:?}"
+        );
+
+        // Right before the dispatch: a claim won in the copy is not the others'.
+        let t = token(44);
+        let ok = entry(ours().to_bytes(), 44, 44);
+        let theirs = entry(claim_of("b").to_bytes(), 9, 9);
+        let checked = |answers| still_ours(&mut each(answers), &three(), &ours(), &t);
+        let r = checked(vec![
+            said(1, Some(ok.clone())),
+            said(2, Some(theirs.clone())),
+            said(3, Some(theirs.clone())),
+        ])
+        .unwrap_err();
+        assert_eq!(r.reason, Reason::RegistryChanged);
+        assert_eq!(
+            r.observed,
+            format!("member 0000000000000002: {}", holder(&theirs))
+        );
+        let r = checked(vec![
+            said(1, Some(ok.clone())),
+            Err(no_answer()),
+            Err(no_answer()),
+        ]);
+        assert_eq!(r.unwrap_err().reason, Reason::RegistryUnavailable);
+        let r = checked(vec![
+            said(1, Some(ok.clone())),
+            said(3, Some(ok)),
+            Err(no_answer()),
+        ]);
+        assert_eq!(r, Ok(()));
     }
 
     /// What `look` and `claim` conclude of the epoch key holding `held`, the host records
@@ -852,7 +1111,7 @@ mod tests {
                 claim_of("b").to_bytes(),
                 vec![(at_b.clone(), None)],
                 Reason::RegistryUnavailable,
-                format!("its host record {at_b} unread: no answer: deadline"),
+                format!("its host record {at_b} unread: 0 answered: no answer: deadline"),
             ),
         ];
         for (i, (held, hosts, reason, why)) in cases.into_iter().enumerate() {
@@ -919,7 +1178,10 @@ mod tests {
         assert_eq!(check(3), Ok(()));
         let r = check(47).unwrap_err();
         assert_eq!(r.reason, Reason::RegistryChanged);
-        assert_eq!(r.observed, "created at revision 47, modified at 47");
+        assert_eq!(
+            r.observed,
+            "member 0000000000000001: created at revision 47, modified at 47"
+        );
         let huge = Registry {
             pin: floored().pin.map(|p| FleetPin {
                 floor: u64::MAX,
@@ -1005,7 +1267,7 @@ mod tests {
                 r.expected,
                 format!("this host's claim, {}, unmodified", token(44))
             );
-            assert_eq!(r.observed, observed);
+            assert_eq!(r.observed, format!("member 0000000000000001: {observed}"));
         };
         changed(Ok((CLUSTER, None)), "the key is gone");
         changed(

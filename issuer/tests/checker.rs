@@ -60,7 +60,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use ed25519_dalek::SigningKey;
-use repoch_issuer::fleet::Fleet;
+use repoch_issuer::fleet::{Fleet, Said};
 use repoch_issuer::issuance::{self, ConsumerLink, LinkError};
 use repoch_issuer::log::enroll_sequence;
 use repoch_issuer::observe::{Fences, Observation, Observe};
@@ -1110,6 +1110,15 @@ fn no_answer() -> RegistryError {
 }
 
 impl Fleet for SimFleet {
+    /// The modelled cluster is one member (the manifest pins none): its one answer.
+    fn get_each(&mut self, key: &[u8]) -> Vec<Result<Said, RegistryError>> {
+        let answer = self.get(key).map(|(cluster, entry)| Said {
+            member: 1,
+            cluster,
+            entry,
+        });
+        vec![answer]
+    }
     fn get(&mut self, key: &[u8]) -> Result<(u64, Option<Entry>), RegistryError> {
         let (rival, record) = rival_host();
         if key == rival.as_bytes() {

@@ -254,6 +254,9 @@ impl Headed for TxnResponse {
     }
 }
 
+/// A read's answer: the answering member's header, and the key's entry if it exists.
+pub type Read = (Header, Option<Entry>);
+
 /// A connected client: one lazily connected channel per endpoint and a private runtime.
 pub struct Client {
     rt: tokio::runtime::Runtime,
@@ -264,6 +267,8 @@ pub struct Client {
     recorded: Vec<bool>,
     /// The endpoint asked first: the last one that answered.
     preferred: usize,
+    /// The one endpoint every call asks, while [`Client::get_each`] asks them in turn.
+    only: Option<usize>,
     deadline: Duration,
 }
 
@@ -359,6 +364,7 @@ impl Client {
             clusters,
             pin: None,
             preferred: 0,
+            only: None,
             deadline,
         })
     }
@@ -396,8 +402,10 @@ impl Client {
         // Each endpoint once, from the preferred one; an endpoint whose attempt failed
         // fast (a connection found broken, not a deadline) once more at the end: its
         // channel dials again, and a dropped connection must not read as no answer.
-        let mut order: std::collections::VecDeque<usize> =
-            (0..n).map(|k| (first + k) % n).collect();
+        let mut order: std::collections::VecDeque<usize> = match self.only {
+            Some(i) => [i].into(),
+            None => (0..n).map(|k| (first + k) % n).collect(),
+        };
         let mut again = vec![true; n];
         let fast = self.deadline / 2;
         while let Some(i) = order.pop_front() {
@@ -643,6 +651,24 @@ impl Client {
         }
         let entry = r.kvs.into_iter().next().map(entry).transpose()?;
         Ok((Header::from(r.header), entry))
+    }
+
+    /// [`Client::get`] asked of each endpoint alone, in the order listed: each one's own
+    /// answer (vouched for, when pinned), with the endpoint. An endpoint that is a relay to
+    /// elsewhere speaks for itself only: what a majority of the members say cannot be
+    /// made by whoever holds one member's key and a route.
+    pub fn get_each(&mut self, key: &[u8]) -> Vec<(String, Result<Read, Error>)> {
+        let preferred = self.preferred;
+        let each = (0..self.endpoints.len())
+            .map(|i| {
+                self.only = Some(i);
+                let answer = self.get(key);
+                (self.endpoints[i].0.clone(), answer)
+            })
+            .collect();
+        self.only = None;
+        self.preferred = preferred;
+        each
     }
 
     /// A linearizable read of every key under `prefix` (at most [`LIST_MAX`]).

@@ -651,15 +651,20 @@ impl Drop for Relay {
     }
 }
 
-/// `toml` (a `[registry]` table) with `https://127.0.0.1:PORT` as its one endpoint.
-fn through(port: u16, toml: &str) -> String {
-    let start = toml.find("endpoints = [").unwrap() + "endpoints = ".len();
-    let end = start + toml[start..].find(']').unwrap() + 1;
-    format!(
-        "{}[\"https://127.0.0.1:{port}\"]{}",
-        &toml[..start],
-        &toml[end..]
-    )
+/// `toml` (a `[registry]` table) with `https://127.0.0.1:PORT` as its first endpoint, in
+/// place of the first member's, and the next `others` members' after it.
+fn through(port: u16, toml: &str, others: usize) -> String {
+    let start = toml.find("endpoints = [").unwrap() + "endpoints = [".len();
+    let end = start + toml[start..].find(']').unwrap();
+    let mut eps = vec![format!("\"https://127.0.0.1:{port}\"")];
+    eps.extend(
+        toml[start..end]
+            .split(", ")
+            .skip(1)
+            .take(others)
+            .map(str::to_owned),
+    );
+    format!("{}{}{}", &toml[..start], eps.join(", "), &toml[end..])
 }
 
 /// Host `h`'s recovery with repochd stopped at `barrier`, `relay` switched there, and
@@ -706,15 +711,16 @@ fn veth_into(ns: &Netns, tag: &str, here: &str, there: &str) {
 }
 
 pub(crate) fn a_relay_switched_to_a_twin_mid_recovery_never_grants() {
-    // Proves: host b's one endpoint is a relay that copies bytes to a member of the fleet's
-    // cluster; with b's recovery stopped right after its intent (barrier after-final-1),
-    // the relay cuts its connections and sends every later one to a cluster started from
-    // the same template (same cluster and member ids, same certificates). Every write of a
-    // recovery is guarded in its own transaction by the fleet record at its pinned
-    // revision, which the twin lacks: b's claim applies nothing there, b is withheld
-    // registry-mismatch and never granted, and host a, on the fleet's cluster, is granted.
-    // Found by attacking the release binaries: the record was checked once per endpoint,
-    // and b was granted from the twin beside a.
+    // Proves: host b's first endpoint is a relay that copies bytes to a member of the
+    // fleet's cluster (the other two are the fleet's); with b's recovery stopped right
+    // after its intent (barrier after-final-1), the relay cuts its connections and sends
+    // every later one to a cluster started from the same template (same cluster and member
+    // ids, same certificates). Every read and write of a recovery is guarded in its own
+    // transaction by the fleet record at its pinned revision, which the twin lacks: nothing
+    // applies there, b's claim goes to the fleet's members, and of b and host a (on the
+    // fleet's cluster) exactly one is granted, the one the registry names. Found by
+    // attacking the release binaries: the record was checked once per endpoint, and b (then
+    // with the relay as its one endpoint) was granted from the twin beside a.
     require_root!();
     let sb = Sandbox::new();
     let etcd = Etcd::start(&sb.path("etcd"));
@@ -738,29 +744,22 @@ pub(crate) fn a_relay_switched_to_a_twin_mid_recovery_never_grants() {
         format!("127.0.0.1:{}", etcd.members[0].client_port),
         format!("10.213.0.2:{}", twin.members[0].client_port),
     );
-    // b's one endpoint is the relay.
     let b = enrolled(&through(
         relay.port,
         &etcd.registry_toml("billing", "host-b", &px),
+        2,
     ));
-    {
-        let (rb, gb) = recover_switching_at(&b, &relay, "after-final-1");
-        assert!(
-            !granted(&rb, &gb),
-            "b granted from the twin: {}{}",
-            rb.stdout,
-            rb.stderr
-        );
-        assert_eq!(rb.reasons(), ["registry-mismatch"], "{}", rb.stdout);
-        assert_eq!(epoch_of(&b), "withheld");
-    }
+    let (rb, gb) = recover_switching_at(&b, &relay, "after-final-1");
     assert!(
         twin.get(&format!("{px}/epochs/billing")).is_none(),
         "nothing claimed in the twin"
     );
     let _da = a.s.daemon();
     let (ra, ga) = recover(&a);
-    assert!(granted(&ra, &ga), "{}{}", ra.stdout, ra.stderr);
+    let (a_won, b_won) = (granted(&ra, &ga), granted(&rb, &gb));
+    assert!(a_won != b_won, "a: {}\nb: {}", ra.stdout, rb.stdout);
+    let winner = if a_won { "host-a" } else { "host-b" };
+    assert_eq!(registered(&etcd, &px, "billing").unwrap().1, winner);
     drop(relay);
 }
 
@@ -827,9 +826,11 @@ pub(crate) fn a_connection_dropped_after_the_claim_is_dialled_again_and_granted(
     let px = prefix(&sb);
     let member = format!("127.0.0.1:{}", etcd.members[0].client_port);
     let relay = Relay::start(member.clone(), member);
+    // The relay and one member: the two a majority needs, each asked alone.
     let a = enrolled(&through(
         relay.port,
         &etcd.registry_toml("billing", "host-a", &px),
+        1,
     ));
     let (ra, ga) = recover_switching_at(&a, &relay, "after-claim");
     assert!(granted(&ra, &ga), "{}{}", ra.stdout, ra.stderr);
@@ -974,4 +975,129 @@ pub(crate) fn a_replaced_member_keeps_the_fleet_and_a_second_replaced_is_a_misma
     let _d = b.s.daemon();
     let (r, got) = recover(&b);
     assert_mismatch(&b, &r, &got, "no majority of the pinned");
+}
+
+/// The revision of `etcd`'s store now, as its first member answers.
+fn revision(etcd: &Etcd) -> i64 {
+    let out = etcd.etcdctl(&[0], &["get", "/", "-w", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["header"]["revision"].as_i64().unwrap()
+}
+
+pub(crate) fn a_copy_of_the_fleet_one_members_key_serves_is_outvoted_by_the_other_members() {
+    // Proves: whoever holds one member's TLS key, reads the cluster and routes one of a
+    // host's endpoints can serve a copy of the fleet: a cluster from the same template (the
+    // same ids and certificates) holding the fleet record at the same revision (keys written
+    // up to it, then the record's bytes). Host a is granted on the fleet's cluster; host b,
+    // whose first endpoint reaches the copy, asks each endpoint alone: the copy says
+    // unclaimed, the fleet's two other members name a's claim (and a's host record, which
+    // the copy lacks), and b is refused epoch-consumed before its intent: nothing written,
+    // nothing claimed in the copy. Once a host asked one endpoint: attacking the release
+    // binaries gave b a grant from the copy beside a's, with the larger token.
+    require_root!();
+    let sb = Sandbox::new();
+    let etcd = Etcd::start(&sb.path("etcd"));
+    let px = prefix(&sb);
+    let (a, _) = enroll_host(&etcd, &px, "billing", "host-a");
+    let ns = Netns::new(&sb.tag);
+    let short: String = sb
+        .tag
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(8)
+        .collect();
+    veth_into(&ns, &short, "10.214.0.1", "10.214.0.2");
+    let copy = etcd.start_twin_serving(&sb.path("copy"), &ns.name, Some("10.214.0.2"));
+    let key = format!("{px}/fleets/billing");
+    let record = etcd.get(&key).unwrap();
+    let created = record["create_revision"].as_i64().unwrap();
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(record["value"].as_str().unwrap())
+        .unwrap();
+    for n in 0.. {
+        if revision(&copy) >= created - 1 {
+            break;
+        }
+        let o = copy.etcdctl(&[0], &["put", &format!("/filler/{n}"), "x"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    std::fs::write(sb.path("record"), &bytes).unwrap();
+    assert!(copy.put_file(&key, &sb.path("record")).status.success());
+    assert_eq!(
+        copy.get(&key).unwrap()["create_revision"].as_i64(),
+        Some(created),
+        "the premise: the record copied at its revision"
+    );
+    let relay = Relay::start(
+        format!("10.214.0.2:{}", copy.members[0].client_port),
+        format!("10.214.0.2:{}", copy.members[0].client_port),
+    );
+    let b = enrolled(&through(
+        relay.port,
+        &etcd.registry_toml("billing", "host-b", &px),
+        2,
+    ));
+    {
+        let _da = a.s.daemon();
+        let (ra, ga) = recover(&a);
+        assert!(granted(&ra, &ga), "{}{}", ra.stdout, ra.stderr);
+    }
+    let _db = b.s.daemon();
+    let (rb, gb) = recover(&b);
+    assert!(
+        !granted(&rb, &gb),
+        "a second grant, from the copy: {}{}",
+        rb.stdout,
+        rb.stderr
+    );
+    assert_eq!(rb.reasons(), ["epoch-consumed"], "{}", rb.stdout);
+    assert!(detail(&rb).contains("host-a"), "{}", rb.stdout);
+    assert_eq!(epoch_of(&b), "enrolled", "nothing written");
+    assert!(
+        copy.get(&format!("{px}/epochs/billing")).is_none(),
+        "nothing claimed in the copy"
+    );
+    drop(relay);
+}
+
+pub(crate) fn a_host_listing_fewer_than_a_majority_of_the_members_is_refused_at_enrollment() {
+    // Proves: a recovery needs a majority of the pinned members, each at an endpoint of its
+    // own, to say the fleet epoch is unclaimed and then that it holds this host's claim; a
+    // host whose endpoints reach fewer (one member of three, or two spellings of one) could
+    // never recover, and its enrollment is refused (exit 64, registry.endpoints), nothing
+    // kept in the registry.
+    require_root!();
+    let sb = Sandbox::new();
+    let etcd = Etcd::start(&sb.path("etcd"));
+    let px = prefix(&sb);
+    let one = through(
+        etcd.members[0].client_port,
+        &etcd.registry_toml("billing", "host-a", &px),
+        0,
+    );
+    let (_s, r) = enroll_toml(None, &one);
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains("registry.endpoints")
+            && r.stdout
+                .contains("the endpoints answer as 1 of the cluster's 3 voting members"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        etcd.get(&format!("{px}/fleets/billing")).is_none(),
+        "nothing kept"
+    );
+    // Two spellings of one member are one member.
+    let twice = one.replace(
+        "endpoints = [",
+        &format!(
+            "endpoints = [\"https://localhost:{}\", ",
+            etcd.members[0].client_port
+        ),
+    );
+    let (_s, r) = enroll_toml(None, &twice);
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("1 of the cluster's 3"), "{}", r.stdout);
 }

@@ -363,6 +363,16 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            fleet_trust::a_copy_of_the_fleet_one_members_key_serves_is_outvoted_by_the_other_members,
+            ETCD
+        ),
+        trial!(
+            root,
+            fleet_trust::a_host_listing_fewer_than_a_majority_of_the_members_is_refused_at_enrollment,
+            ETCD
+        ),
+        trial!(
+            root,
             lock_kinds::a_lock_of_every_kind_on_a_fence_is_fence_busy_naming_its_holder,
             &[PYTHON3]
         ),
