@@ -649,6 +649,16 @@ mod tests {
         )
     }
 
+    /// Host record `h`, found at `at` (where another host's should be), unmodified.
+    fn host_entry_at(at: &str, h: &FleetHost) -> HostAnswer {
+        let (_, e) = host_entry(h, 4, 4);
+        let e = e.flatten().map(|e| Entry {
+            key: at.as_bytes().to_vec(),
+            ..e
+        });
+        (at.to_owned(), Some(e))
+    }
+
     fn host_entry(h: &FleetHost, create: i64, modified: i64) -> HostAnswer {
         let at = format!("{}{}", reg().hosts_prefix(), h.host);
         let e = Entry {
@@ -1105,6 +1115,30 @@ mod tests {
                 format!(
                     "{at_b} enrolls host b of fleet billing (deployment {})",
                     DeploymentId([7; 16])
+                ),
+            ),
+            (
+                claim_of("b").to_bytes(),
+                vec![host_entry_at(&at_b, &host_record("c", &b))],
+                Reason::RegistryForged,
+                format!(
+                    "{at_b} enrolls host c of fleet billing (deployment {})",
+                    DeploymentId([1; 16])
+                ),
+            ),
+            (
+                claim_of("b").to_bytes(),
+                vec![host_entry_at(
+                    &at_b,
+                    &FleetHost {
+                        fleet: "payroll".into(),
+                        ..host_record("b", &b)
+                    },
+                )],
+                Reason::RegistryForged,
+                format!(
+                    "{at_b} enrolls host b of fleet payroll (deployment {})",
+                    DeploymentId([1; 16])
                 ),
             ),
             (
