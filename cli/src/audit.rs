@@ -157,6 +157,40 @@ pub enum FleetVerdict {
     Forged { registry: String, log: String },
 }
 
+/// A log (its intents, the token it consumed with, `summary` of it) against the claim
+/// `e` this host signed for its deployment: consistent when the log holds the claim's
+/// intent and consumed with the claim's token, the key never modified; else a rollback.
+fn against_claim(
+    e: &FleetEpoch,
+    intents: &[repoch_protocol::Hash],
+    token: Option<repoch_protocol::fleet::FencingToken>,
+    summary: &str,
+) -> FleetVerdict {
+    let c = e.claim.as_ref().expect("a signed claim");
+    let registered = repoch_protocol::fleet::token_above(e.floor, e.cluster, e.create_revision)
+        .unwrap_or(repoch_protocol::fleet::FencingToken {
+            cluster: e.cluster,
+            revision: 0,
+        });
+    let said = format!("{}: intent {} at {registered}", e.key, c.intent);
+    if !intents.contains(&c.intent) {
+        FleetVerdict::Rollback {
+            registry: said,
+            log: format!("no such intent: {summary}"),
+        }
+    } else if token.is_some_and(|t| t != registered) || e.mod_revision != e.create_revision {
+        FleetVerdict::Rollback {
+            registry: format!("{said} (modified at revision {})", e.mod_revision),
+            log: format!(
+                "consumed with {}",
+                token.map_or("no token".into(), |t| t.to_string())
+            ),
+        }
+    } else {
+        FleetVerdict::Consistent { key: e.key.clone() }
+    }
+}
+
 /// Compares each verified log (its records verified with `issuer`) with the claims the
 /// registry holds.
 pub fn compare_fleet(
@@ -204,34 +238,7 @@ pub fn compare_fleet(
                 };
             }
             match (ours, token) {
-                (Some(e), _) => {
-                    let c = e.claim.as_ref().unwrap();
-                    let registered =
-                        repoch_protocol::fleet::token_above(e.floor, e.cluster, e.create_revision)
-                            .unwrap_or(repoch_protocol::fleet::FencingToken {
-                                cluster: e.cluster,
-                                revision: 0,
-                            });
-                    let said = format!("{}: intent {} at {registered}", e.key, c.intent);
-                    if !intents.contains(&c.intent) {
-                        FleetVerdict::Rollback {
-                            registry: said,
-                            log: format!("no such intent: {summary}"),
-                        }
-                    } else if token.is_some_and(|t| t != registered)
-                        || e.mod_revision != e.create_revision
-                    {
-                        FleetVerdict::Rollback {
-                            registry: format!("{said} (modified at revision {})", e.mod_revision),
-                            log: format!(
-                                "consumed with {}",
-                                token.map_or("no token".into(), |t| t.to_string())
-                            ),
-                        }
-                    } else {
-                        FleetVerdict::Consistent { key: e.key.clone() }
-                    }
-                }
+                (Some(e), _) => against_claim(e, &intents, token, &summary),
                 (None, Some(t)) => FleetVerdict::Unregistered {
                     log: format!("consumed with {t}: {summary}"),
                     registry: "no claim names this deployment".into(),

@@ -1427,6 +1427,33 @@ fn register_staged(
     register_host(f, &host)
 }
 
+/// A deployment's first record: its signed manifest's hash, its issuer key, its
+/// predecessor.
+fn genesis_of(
+    id: DeploymentId,
+    manifest: Hash,
+    issuer_key: PublicKey,
+    predecessor: Option<Predecessor>,
+) -> EpochRecord {
+    EpochRecord {
+        deployment: id,
+        seq: 0,
+        prev: Hash::ZERO,
+        body: EpochBody::Genesis {
+            manifest,
+            issuer_key,
+            predecessor,
+        },
+    }
+}
+
+/// The epoch log made append-only too, where the file system allows it.
+fn log_append_only(state_dir: &Path) -> Result<(), String> {
+    open_path(&state_dir.join(crate::layout::LOG_FILE), OFlags::RDONLY, 0)
+        .map_err(|e| e.to_string())
+        .and_then(|fd| repoch_sys::fs::set_append_only(&fd).map_err(String::from))
+}
+
 fn enroll_with(
     layout: &Layout,
     v: &Validated,
@@ -1465,16 +1492,7 @@ fn enroll_with(
         );
         let bytes = SignedManifest::sign(manifest, key).to_bytes();
         manifest_hash = Hash::of(&bytes);
-        let genesis = EpochRecord {
-            deployment: id,
-            seq: 0,
-            prev: Hash::ZERO,
-            body: EpochBody::Genesis {
-                manifest: manifest_hash,
-                issuer_key: issuer,
-                predecessor,
-            },
-        };
+        let genesis = genesis_of(id, manifest_hash, issuer, predecessor);
         // Last, once the manifest's hash is known: a registry that refuses or does not
         // answer leaves nothing enrolled here.
         if let Some(f) = fleet.as_mut() {
@@ -1491,10 +1509,7 @@ fn enroll_with(
         return Err(registry_error
             .unwrap_or_else(|| EnrollError::Io(format!("enrollment failed, nothing kept: {e}"))));
     }
-    // The epoch log is append-only too, where the file system allows it.
-    let log_append_only = open_path(&state_dir.join(crate::layout::LOG_FILE), OFlags::RDONLY, 0)
-        .map_err(|e| e.to_string())
-        .and_then(|fd| repoch_sys::fs::set_append_only(&fd).map_err(String::from));
+    let log_append_only = log_append_only(&state_dir);
     Ok(Enrolled {
         id,
         state_dir,

@@ -77,100 +77,133 @@ fn audit_registry(
     logs: &[crate::audit::Audited],
     issuer: &repoch_protocol::PublicKey,
 ) -> Result<(serde_json::Value, Option<Refusal>), Failure> {
-    use repoch_protocol::cbor::Canonical;
-    use repoch_protocol::fleet::{FleetClaim, FleetHost};
     let bytes = crate::audit::read_bounded(file, repoch_protocol::limits::MANIFEST_TOML_BYTES_MAX)
         .map_err(|e| Failure::Usage(e.into()))?;
     let text = String::from_utf8(bytes)
         .map_err(|_| Failure::Usage(format!("{}: not UTF-8 text", file.display()).into()))?;
     let r = repoch_issuer::enroll::registry_of(&text)
         .map_err(|e| Failure::Usage(format!("{}: {e}", file.display()).into()))?;
-    let unavailable = |e: String| {
-        Failure::refused(Refusal::new(
-            Reason::RegistryUnavailable,
-            format!("registry {}", r.prefix),
-            "an answer",
-            e,
-        ))
-    };
+    let ((cluster, revision), epochs, hosts) = read_registry(&r)?;
+    let verdicts = crate::audit::compare_fleet(&epochs, logs, issuer);
+    let fleets: Vec<serde_json::Value> = epochs.iter().map(|e| fleet_row(e, &hosts)).collect();
+    let (rows, finding) = log_rows(logs, &verdicts);
+    Ok((
+        json!({"prefix": r.prefix, "cluster": format!("{cluster:016x}"), "revision": revision,
+               "fleets": fleets, "logs": rows}),
+        finding,
+    ))
+}
+
+/// The hosts enrolled under a prefix, by fleet name.
+type HostsByFleet = std::collections::BTreeMap<String, Vec<repoch_protocol::fleet::FleetHost>>;
+
+/// What the registry holds under a prefix: the cluster and revision read at, the claims,
+/// and the host records by fleet.
+type Registered = ((u64, i64), Vec<crate::audit::FleetEpoch>, HostsByFleet);
+
+/// Everything under `r`'s prefix, page by page, each key read once and kept only as what
+/// the audit reports: any number of keys up to AUDIT_KEYS_MAX per directory, a key that
+/// is no record reported as such beside the others. The claims (each with its fleet's
+/// token floor, from the fleet records), and the host records by fleet.
+fn read_registry(r: &repoch_protocol::fleet::Registry) -> Result<Registered, Failure> {
+    use repoch_protocol::cbor::Canonical;
+    use repoch_protocol::fleet::{FleetClaim, FleetHost, FleetRecord};
     // The auditor's own credentials: readable regular files (a usage error otherwise).
     // A credential's refusal names it (`registry.ca PATH`): the auditor's file to fix.
-    let mut client = repoch_issuer::fleet::connect(&r, false).map_err(|e| {
+    let mut client = repoch_issuer::fleet::connect(r, false).map_err(|e| {
         match e.subject.starts_with("registry.") {
             true => Failure::Usage(e.to_string().into()),
             false => Failure::refused(e),
         }
     })?;
-    // Page by page, each key read once and kept only as what the audit reports: any
-    // number of keys up to AUDIT_KEYS_MAX per directory, a key that is no record reported
-    // as such beside the others.
+    let unavailable = |e: &dyn std::fmt::Display| {
+        Failure::refused(Refusal::new(
+            Reason::RegistryUnavailable,
+            format!("registry {}", r.prefix),
+            "an answer",
+            e.to_string(),
+        ))
+    };
+    let dir = |d: &str| format!("{}/{d}/", r.prefix).into_bytes();
     let mut epochs: Vec<crate::audit::FleetEpoch> = Vec::new();
     let header = client
-        .scan(
-            format!("{}/epochs/", r.prefix).as_bytes(),
-            AUDIT_KEYS_MAX,
-            |e| {
-                epochs.push(crate::audit::FleetEpoch {
-                    // Keys are anyone's with write access to etcd: escaped once, here, for
-                    // every sink (a terminal, a log line, the refusal); `key_hex` is exact.
-                    key: repoch_protocol::text::escape(&String::from_utf8_lossy(&e.key))
-                        .into_owned(),
-                    key_hex: e.key.iter().map(|b| format!("{b:02x}")).collect(),
-                    claim: FleetClaim::from_bytes(&e.value).map_err(|e| e.to_string()),
-                    cluster: 0,
-                    create_revision: e.create_revision,
-                    mod_revision: e.mod_revision,
-                    floor: 0,
-                })
-            },
-        )
-        .map_err(|e| unavailable(e.to_string()))?;
+        .scan(&dir("epochs"), AUDIT_KEYS_MAX, |e| {
+            epochs.push(crate::audit::FleetEpoch {
+                // Keys are anyone's with write access to etcd: escaped once, here, for
+                // every sink (a terminal, a log line, the refusal); `key_hex` is exact.
+                key: repoch_protocol::text::escape(&String::from_utf8_lossy(&e.key)).into_owned(),
+                key_hex: e.key.iter().map(|b| format!("{b:02x}")).collect(),
+                claim: FleetClaim::from_bytes(&e.value).map_err(|e| e.to_string()),
+                cluster: 0,
+                create_revision: e.create_revision,
+                mod_revision: e.mod_revision,
+                floor: 0,
+            })
+        })
+        .map_err(|e| unavailable(&e))?;
     // The fleets' records: each claim's token is its create revision above its fleet's
     // floor.
     let mut floors = std::collections::BTreeMap::new();
     client
-        .scan(
-            format!("{}/fleets/", r.prefix).as_bytes(),
-            AUDIT_KEYS_MAX,
-            |e| {
-                if let Ok(rec) = repoch_protocol::fleet::FleetRecord::from_bytes(&e.value) {
-                    floors.insert(rec.fleet, rec.pin.floor);
-                }
-            },
-        )
-        .map_err(|e| unavailable(e.to_string()))?;
+        .scan(&dir("fleets"), AUDIT_KEYS_MAX, |e| {
+            if let Ok(rec) = FleetRecord::from_bytes(&e.value) {
+                floors.insert(rec.fleet, rec.pin.floor);
+            }
+        })
+        .map_err(|e| unavailable(&e))?;
     for e in &mut epochs {
         e.cluster = header.cluster;
         if let Ok(c) = &e.claim {
             e.floor = floors.get(&c.fleet).copied().unwrap_or(0);
         }
     }
-    let mut hosts: Vec<FleetHost> = Vec::new();
+    let mut hosts = HostsByFleet::new();
     client
-        .scan(
-            format!("{}/hosts/", r.prefix).as_bytes(),
-            AUDIT_KEYS_MAX,
-            |e| hosts.extend(FleetHost::from_bytes(&e.value).ok()),
-        )
-        .map_err(|e| unavailable(e.to_string()))?;
-    let verdicts = crate::audit::compare_fleet(&epochs, logs, issuer);
-    let fleets: Vec<serde_json::Value> = epochs
-        .iter()
-        .map(|e| match &e.claim {
-            Ok(c) => json!({"key": e.key, "key_hex": e.key_hex, "fleet": c.fleet,
-                            // Signed by the key of the host record naming it (null: none does).
-                            "signed": hosts.iter().find(|h| (&h.fleet, &h.host, h.deployment) == (&c.fleet, &c.host, c.deployment)).map(|h| c.signed_by(&h.issuer_key)), "host": c.host, "deployment": c.deployment.to_hex(),
-                            "intent": c.intent.to_hex(), "revision": e.create_revision, "modified": e.mod_revision,
-                            "hosts": hosts.iter().filter(|h| h.fleet == c.fleet).map(|h| json!({"host": h.host, "deployment": h.deployment.to_hex()})).collect::<Vec<_>>()}),
-            Err(why) => json!({"key": e.key, "key_hex": e.key_hex, "error": repoch_protocol::text::escape(why), "revision": e.create_revision}),
+        .scan(&dir("hosts"), AUDIT_KEYS_MAX, |e| {
+            if let Ok(h) = FleetHost::from_bytes(&e.value) {
+                hosts.entry(h.fleet.clone()).or_default().push(h);
+            }
         })
-        .collect();
-    let mut finding = None;
-    let rows: Vec<serde_json::Value> = logs
+        .map_err(|e| unavailable(&e))?;
+    Ok(((header.cluster, header.revision), epochs, hosts))
+}
+
+/// A fleet deployment as `--json` lists it: its claim, whether the host record naming it
+/// signed it (null: none does), and the hosts enrolled for it; or why its key holds no
+/// claim.
+fn fleet_row(e: &crate::audit::FleetEpoch, hosts: &HostsByFleet) -> serde_json::Value {
+    let c = match &e.claim {
+        Ok(c) => c,
+        Err(why) => {
+            return json!({"key": e.key, "key_hex": e.key_hex, "error": repoch_protocol::text::escape(why), "revision": e.create_revision})
+        }
+    };
+    let enrolled = hosts.get(&c.fleet).map_or(&[][..], Vec::as_slice);
+    let signed = enrolled
         .iter()
-        .zip(&verdicts)
+        .find(|h| (&h.host, h.deployment) == (&c.host, c.deployment))
+        .map(|h| c.signed_by(&h.issuer_key));
+    let listed: Vec<serde_json::Value> = enrolled
+        .iter()
+        .map(|h| json!({"host": h.host, "deployment": h.deployment.to_hex()}))
+        .collect();
+    json!({"key": e.key, "key_hex": e.key_hex, "fleet": c.fleet, "signed": signed,
+           "host": c.host, "deployment": c.deployment.to_hex(), "intent": c.intent.to_hex(),
+           "revision": e.create_revision, "modified": e.mod_revision, "hosts": listed})
+}
+
+/// Each log's verdict as `--json` lists it, and the first finding (a rollback, an
+/// unregistered token, a forged claim) as the refusal the audit ends with.
+fn log_rows(
+    logs: &[crate::audit::Audited],
+    verdicts: &[crate::audit::FleetVerdict],
+) -> (Vec<serde_json::Value>, Option<Refusal>) {
+    use crate::audit::FleetVerdict as V;
+    let mut finding = None;
+    let rows = logs
+        .iter()
+        .zip(verdicts)
         .map(|(a, v)| {
-            use crate::audit::FleetVerdict as V;
             let (verdict, evidence) = match v {
                 V::Consistent { key } => ("consistent", json!({"key": key})),
                 V::Unclaimed => ("unclaimed", json!(null)),
@@ -189,11 +222,7 @@ fn audit_registry(
             json!({"path": a.path, "deployment": a.report.deployment().map(|d| d.to_hex()), "verdict": verdict, "evidence": evidence})
         })
         .collect();
-    Ok((
-        json!({"prefix": r.prefix, "cluster": format!("{:016x}", header.cluster), "revision": header.revision,
-               "fleets": fleets, "logs": rows}),
-        finding,
-    ))
+    (rows, finding)
 }
 
 pub fn run(
