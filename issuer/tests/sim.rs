@@ -18,6 +18,13 @@ use repoch_protocol::grant::{Challenge, ConsumerPeer};
 use repoch_protocol::{DeploymentId, Hash, Identity, PublicKey, Reason};
 
 const DEP: DeploymentId = DeploymentId([0x5e; 16]);
+/// The fleet registry's token the consume record and the grant carry: the records a
+/// recovery with a `[registry]` appends, crashed and torn like any others.
+const FENCING: Option<repoch_protocol::fleet::FencingToken> =
+    Some(repoch_protocol::fleet::FencingToken {
+        cluster: 0xc1,
+        revision: 44,
+    });
 
 fn key() -> SigningKey {
     SigningKey::from_bytes(&[7; 32])
@@ -67,7 +74,7 @@ fn receipt(intent: Hash, consume: Hash) -> EpochBody {
         unknown_ops: Vec::new(),
         issued_at: 1,
         listeners: Vec::new(),
-        fencing: None,
+        fencing: FENCING,
     };
     EpochBody::Receipt {
         grant: SignedGrant::sign(g, &key()).to_bytes(),
@@ -100,7 +107,7 @@ fn bodies(withheld_at: Option<usize>) -> Vec<EpochBody> {
             consumer: peer(),
             custody: c.answer(&consumer_key()),
             challenge: c,
-            fencing: None,
+            fencing: FENCING,
         },
         // Its grant is made in `run`, from the hashes of the records it follows.
         EpochBody::Receipt { grant: Vec::new() },
