@@ -776,7 +776,59 @@ fn join_fleet(
     if !established {
         unused_epoch(&mut join.client, r)?;
     }
+    let members = join.pin.members.clone();
+    if let Err(e) = held_by_majority(&mut join.client, &r.fleet_key(), record_revision, &members) {
+        let keys = std::mem::take(&mut join.recorded);
+        return Err(match unregister(&mut join, &keys) {
+            Ok(()) => e,
+            Err(left) => EnrollError::Registry(format!("{e}; {left}")),
+        });
+    }
     Ok(join)
+}
+
+/// Whether a majority of the pinned `members`, each endpoint asked alone, hold `key` as
+/// created at `revision` and never modified: a record read or written through an endpoint
+/// relayed to a copy of the fleet exists there alone, and every recovery would refuse it.
+fn held_by_majority(
+    client: &mut repoch_registry::Client,
+    key: &str,
+    revision: i64,
+    members: &[u64],
+) -> Result<(), EnrollError> {
+    let mut holding: Vec<u64> = Vec::new();
+    let mut other = Vec::new();
+    for (endpoint, answer) in client.get_each(key.as_bytes()) {
+        match answer {
+            Ok((h, Some(e)))
+                if members.contains(&h.member)
+                    && (e.create_revision, e.mod_revision) == (revision, revision) =>
+            {
+                holding.push(h.member)
+            }
+            Ok((h, e)) => other.push(format!(
+                "{endpoint} (member {:016x}): {}",
+                h.member,
+                e.map_or("absent".into(), |e| format!(
+                    "created at revision {}, modified at {}",
+                    e.create_revision, e.mod_revision
+                ))
+            )),
+            Err(e) => other.push(format!("{endpoint}: {e}")),
+        }
+    }
+    holding.sort_unstable();
+    holding.dedup();
+    let need = members.len() / 2 + 1;
+    if holding.len() >= need {
+        return Ok(());
+    }
+    Err(EnrollError::Registry(format!(
+        "registry {key}: held as created at revision {revision} by {} of the {} pinned members, each endpoint asked alone; {need} must ({})",
+        holding.len(),
+        members.len(),
+        other.join("; ")
+    )))
 }
 
 /// Whether `r`'s endpoints, each asked alone, answer as a majority of the cluster's
@@ -1061,7 +1113,16 @@ fn register_host(
         )
         .map_err(unavailable)?;
     match claimed {
-        Claimed::Ours { entry, .. } => f.recorded.push((r.host_key(), entry.create_revision)),
+        Claimed::Ours { entry, .. } => {
+            f.recorded.push((r.host_key(), entry.create_revision));
+            let members = f.pin.members.clone();
+            held_by_majority(
+                &mut f.client,
+                &r.host_key(),
+                entry.create_revision,
+                &members,
+            )?;
+        }
         Claimed::Theirs { entry, .. } => {
             let was = FleetHost::from_bytes(&entry.value)
                 .map(|h| format!("deployment {}", h.deployment))

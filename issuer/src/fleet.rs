@@ -296,6 +296,12 @@ fn taken(
     if c.fleet != r.fleet {
         return forged(format!("a claim for fleet {}", c.fleet));
     }
+    if let Some(pin) = r.pin.as_ref().filter(|p| p.id != c.fleet_id) {
+        return forged(format!(
+            "a claim for fleet id {}, not the pinned {}",
+            c.fleet_id, pin.id
+        ));
+    }
     if c.host == r.host && c.signed_by(own) {
         return refusal(Reason::EpochConsumed, held);
     }
@@ -374,9 +380,27 @@ fn signer(record: Option<&Entry>, c: &FleetClaim) -> Result<(), String> {
 
 pub fn look(fleet: &mut dyn Fleet, r: &Registry, own: &PublicKey) -> Result<(), Refusal> {
     let heard = majority(fleet, r, &r.epoch_key())?;
+    let subject = format!("fleet epoch {}", r.epoch_key());
+    if heard.iter().any(|said| said.entry != heard[0].entry) {
+        // One member's answer against the others': a copy of the fleet at one endpoint,
+        // or a claim landing between the reads. Either way not unclaimed, and not one
+        // claim to judge.
+        let views: Vec<String> = heard
+            .iter()
+            .map(|said| {
+                let view = said.entry.as_ref().map_or("unclaimed".into(), holder);
+                format!("member {:016x}: {view}", said.member)
+            })
+            .collect();
+        return Err(Refusal::new(
+            Reason::RegistryMismatch,
+            subject,
+            "unclaimed, as every member answering says",
+            format!("the members disagree: {}", views.join("; ")),
+        ));
+    }
     if let Some(e) = heard.into_iter().find_map(|said| said.entry) {
-        let what = (format!("fleet epoch {}", r.epoch_key()), "unclaimed".into());
-        return Err(taken(fleet, r, own, what, &e));
+        return Err(taken(fleet, r, own, (subject, "unclaimed".into()), &e));
     }
     fleet
         .writable(r.epoch_key().as_bytes())
@@ -617,6 +641,7 @@ mod tests {
     fn claim_of(host: &str) -> FleetClaim {
         FleetClaim {
             fleet: "billing".into(),
+            fleet_id: repoch_protocol::fleet::FleetId([5; 16]),
             host: host.into(),
             deployment: DeploymentId([1; 16]),
             intent: Hash([2; 32]),
@@ -942,17 +967,51 @@ mod tests {
             said(3, Some(held.clone())),
         ])
         .unwrap_err();
+        assert_eq!(r.reason, Reason::RegistryMismatch);
+        assert_eq!(
+            r.observed,
+            format!(
+                "the members disagree: member 0000000000000001: unclaimed; member 0000000000000002: {0}; member 0000000000000003: {0}",
+                holder(&held)
+            )
+        );
+        // A claim every member names.
+        let r = looked(vec![
+            said(1, Some(held.clone())),
+            said(3, Some(held.clone())),
+        ]);
+        let r = r.unwrap_err();
         assert_eq!(r.reason, Reason::EpochConsumed);
         assert_eq!(
             r.observed,
             format!("claimed by {} at revision 9", claim_of("b"))
         );
 
+        // A claim of another fleet of the same name, signed by its host: no claim of ours.
+        let elsewhere = FleetClaim {
+            fleet_id: repoch_protocol::fleet::FleetId([6; 16]),
+            signature: [0; 64],
+            ..claim_of("b")
+        }
+        .signed(&key_of("b"));
+        let copied = entry(elsewhere.to_bytes(), 9, 9);
+        let r = looked(vec![said(1, Some(copied.clone())), said(2, Some(copied))]);
+        let r = r.unwrap_err();
+        assert_eq!(r.reason, Reason::RegistryForged);
+        assert!(
+            r.observed.ends_with(&format!(
+                "a claim for fleet id {}, not the pinned {}",
+                "06".repeat(16),
+                "05".repeat(16)
+            )),
+            "{r:?}"
+        );
+
         // Its host record as each member says: one copy lacking it is outvoted both ways.
         let rec = host_entry(&host_record("b", &key_of("b")), 4, 4).1.unwrap();
         let judged = |records: Vec<Result<Said, Error>>| {
             let answers = vec![
-                said(1, None),
+                said(1, Some(held.clone())),
                 said(2, Some(held.clone())),
                 said(3, Some(held.clone())),
             ];

@@ -23,7 +23,7 @@ use repoch_protocol::cbor::Canonical;
 use repoch_protocol::epoch::{
     Classification, Contender, EpochBody, EpochRecord, SignedEpochRecord,
 };
-use repoch_protocol::fleet::{FencingToken, FleetClaim};
+use repoch_protocol::fleet::{FencingToken, FleetClaim, FleetId};
 use repoch_protocol::grant::{Challenge, ConsumerPeer, Grant, SignedGrant};
 use repoch_protocol::manifest::Manifest;
 use repoch_protocol::wire::{AdminEvent, Verdict};
@@ -834,6 +834,9 @@ impl<C: ConsumerLink, W: World> Verified1<C, W> {
         };
         let claim = FleetClaim {
             fleet: r.fleet.clone(),
+            // Pinned in every recovery (`fleet::connect_pinned`); none only in a world
+            // whose manifest pins none.
+            fleet_id: r.pin.as_ref().map_or(FleetId([0; 16]), |p| p.id),
             host: r.host.clone(),
             deployment: self.s.c.id,
             intent: self.intent,

@@ -436,6 +436,7 @@ fn rival_key() -> SigningKey {
 fn rival_claim() -> Vec<u8> {
     FleetClaim {
         fleet: registry().fleet,
+        fleet_id: repoch_protocol::fleet::FleetId([0; 16]),
         host: "rival".into(),
         deployment: DeploymentId([0x77; 16]),
         intent: Hash([0x77; 32]),

@@ -418,14 +418,19 @@ impl Canonical for FencingToken {
 }
 
 pub const FLEET_RECORD_VERSION: u64 = 1;
-/// Claims and host records are signed and carry the host's key: version 2 (a version 1
-/// value reads as no claim, no host record).
-pub const FLEET_CLAIM_VERSION: u64 = 2;
+/// Claims name the fleet id they were made for: version 3 (versions 1 and 2 read as no
+/// claim). A claim of another fleet of the same name (another prefix, another cluster),
+/// copied with its host's record, is then no claim of this fleet.
+pub const FLEET_CLAIM_VERSION: u64 = 3;
+/// Host records carry the host's key: version 2 (a version 1 value reads as no record).
+pub const FLEET_HOST_VERSION: u64 = 2;
 
 /// The value of `PREFIX/epochs/FLEET`: which host's intent used the fleet epoch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FleetClaim {
     pub fleet: String,
+    /// The id of the fleet record the claiming host pinned.
+    pub fleet_id: FleetId,
     pub host: String,
     pub deployment: DeploymentId,
     /// The hash of the winning host's intent record, and its evidence digest.
@@ -447,6 +452,7 @@ impl FleetClaim {
         vec![
             cbor::uint(FLEET_CLAIM_VERSION),
             cbor::text(&self.fleet),
+            cbor::bytes(&self.fleet_id.0),
             cbor::text(&self.host),
             cbor::bytes(&self.deployment.0),
             cbor::bytes(&self.intent.0),
@@ -484,12 +490,13 @@ impl Canonical for FleetClaim {
         cbor::array(fields)
     }
     fn from_value(v: Value) -> Result<Self, DecodeError> {
-        let mut f = Fields::open(v, "fleet-claim", 8)?;
+        let mut f = Fields::open(v, "fleet-claim", 9)?;
         if f.uint()? != FLEET_CLAIM_VERSION {
             return Err(DecodeError::schema("fleet-claim", "unsupported version"));
         }
         let c = FleetClaim {
             fleet: f.text(FLEET_NAME_BYTES_MAX)?,
+            fleet_id: FleetId(f.bytes()?),
             host: f.text(FLEET_NAME_BYTES_MAX)?,
             deployment: DeploymentId(f.bytes()?),
             intent: Hash(f.bytes()?),
@@ -592,7 +599,7 @@ pub struct FleetHost {
 impl Canonical for FleetHost {
     fn to_value(&self) -> Value {
         cbor::array(vec![
-            cbor::uint(FLEET_CLAIM_VERSION),
+            cbor::uint(FLEET_HOST_VERSION),
             cbor::text(&self.fleet),
             cbor::text(&self.host),
             cbor::bytes(&self.deployment.0),
@@ -603,7 +610,7 @@ impl Canonical for FleetHost {
     }
     fn from_value(v: Value) -> Result<Self, DecodeError> {
         let mut f = Fields::open(v, "fleet-host", 7)?;
-        if f.uint()? != FLEET_CLAIM_VERSION {
+        if f.uint()? != FLEET_HOST_VERSION {
             return Err(DecodeError::schema("fleet-host", "unsupported version"));
         }
         let h = FleetHost {
@@ -764,6 +771,7 @@ mod tests {
         let pk = |k: &ed25519_dalek::SigningKey| PublicKey(k.verifying_key().to_bytes());
         let c = FleetClaim {
             fleet: "billing".into(),
+            fleet_id: FleetId([9; 16]),
             host: "host-a".into(),
             deployment: DeploymentId([1; 16]),
             intent: Hash([2; 32]),
@@ -780,6 +788,11 @@ mod tests {
             ..c.clone()
         };
         assert!(!moved.signed_by(&pk(&key)), "a field changed after signing");
+        let elsewhere = FleetClaim {
+            fleet_id: FleetId([10; 16]),
+            ..c.clone()
+        };
+        assert!(!elsewhere.signed_by(&pk(&key)), "the fleet id is signed");
         // Not a signature under another context.
         let under_grant = crate::sign::sign(&key, crate::sign::Context::Grant, &c.body_bytes());
         assert!(!FleetClaim {

@@ -48,6 +48,7 @@ fn fleet_keys(prefix: &str, i: u64, cluster: u64) -> [(String, Vec<u8>); 3] {
     };
     let claim = FleetClaim {
         fleet: fleet.clone(),
+        fleet_id: FleetId([(i % 251) as u8; 16]),
         host: host.clone(),
         deployment,
         intent: Hash([2; 32]),

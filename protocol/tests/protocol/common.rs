@@ -556,6 +556,7 @@ pub fn samples() -> Vec<(&'static str, Vec<u8>)> {
             "fleet-claim",
             FleetClaim {
                 fleet: "billing".into(),
+                fleet_id: repoch_protocol::fleet::FleetId([5; 16]),
                 host: "host-a".into(),
                 deployment: DEP,
                 intent: Hash([6; 32]),

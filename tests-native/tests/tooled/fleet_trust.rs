@@ -540,6 +540,7 @@ pub(crate) fn a_claim_an_etcd_writer_planted_naming_a_host_is_reported_forged_no
     let forger = ed25519_dalek::SigningKey::from_bytes(&[9; 32]);
     let claim = repoch_protocol::fleet::FleetClaim {
         fleet: "billing".into(),
+        fleet_id: etcd.fleet_id(&px, "billing").unwrap().parse().unwrap(),
         host: "host-a".into(),
         deployment: repoch_protocol::DeploymentId::from_hex(&a.id).unwrap(),
         intent: repoch_protocol::Hash([1; 32]),
@@ -988,12 +989,15 @@ pub(crate) fn a_copy_of_the_fleet_one_members_key_serves_is_outvoted_by_the_othe
     // Proves: whoever holds one member's TLS key, reads the cluster and routes one of a
     // host's endpoints can serve a copy of the fleet: a cluster from the same template (the
     // same ids and certificates) holding the fleet record at the same revision (keys written
-    // up to it, then the record's bytes). Host a is granted on the fleet's cluster; host b,
-    // whose first endpoint reaches the copy, asks each endpoint alone: the copy says
-    // unclaimed, the fleet's two other members name a's claim (and a's host record, which
-    // the copy lacks), and b is refused epoch-consumed before its intent: nothing written,
-    // nothing claimed in the copy. Once a host asked one endpoint: attacking the release
-    // binaries gave b a grant from the copy beside a's, with the larger token.
+    // up to it, then the record's bytes). Host b enrolled with its first endpoint relayed
+    // to the fleet's first member; the relay then switched to the copy. Host a is granted on
+    // the fleet's cluster; host b asks each endpoint alone: the copy says unclaimed, the
+    // fleet's two other members name a's claim, and b is refused registry-mismatch (the
+    // members disagree) before its intent: nothing written, nothing claimed in the copy.
+    // Host c, enrolling through the copy, writes its host record there alone and is
+    // refused, nothing kept. Found by attacking the release binaries: a host that asked
+    // one endpoint was granted from the copy beside a's, with the larger token; an
+    // enrollment through the copy wrote its records into the copy alone and exited 0.
     require_root!();
     let sb = Sandbox::new();
     let etcd = Etcd::start(&sb.path("etcd"));
@@ -1030,14 +1034,12 @@ pub(crate) fn a_copy_of_the_fleet_one_members_key_serves_is_outvoted_by_the_othe
         "the premise: the record copied at its revision"
     );
     let relay = Relay::start(
-        format!("10.214.0.2:{}", copy.members[0].client_port),
+        format!("127.0.0.1:{}", etcd.members[0].client_port),
         format!("10.214.0.2:{}", copy.members[0].client_port),
     );
-    let b = enrolled(&through(
-        relay.port,
-        &etcd.registry_toml("billing", "host-b", &px),
-        2,
-    ));
+    let via_relay = |host: &str| through(relay.port, &etcd.registry_toml("billing", host, &px), 2);
+    let b = enrolled(&via_relay("host-b"));
+    relay.switch();
     {
         let _da = a.s.daemon();
         let (ra, ga) = recover(&a);
@@ -1051,12 +1053,29 @@ pub(crate) fn a_copy_of_the_fleet_one_members_key_serves_is_outvoted_by_the_othe
         rb.stdout,
         rb.stderr
     );
-    assert_eq!(rb.reasons(), ["epoch-consumed"], "{}", rb.stdout);
+    assert_eq!(rb.reasons(), ["registry-mismatch"], "{}", rb.stdout);
+    assert!(
+        detail(&rb).contains("the members disagree"),
+        "{}",
+        rb.stdout
+    );
     assert!(detail(&rb).contains("host-a"), "{}", rb.stdout);
     assert_eq!(epoch_of(&b), "enrolled", "nothing written");
     assert!(
         copy.get(&format!("{px}/epochs/billing")).is_none(),
         "nothing claimed in the copy"
+    );
+    let (_c, rc) = enroll_toml(None, &via_relay("host-c"));
+    assert_ne!(rc.code, Outcome::Success, "{}{}", rc.stdout, rc.stderr);
+    assert!(
+        rc.stdout.contains("each endpoint asked alone"),
+        "{}{}",
+        rc.stdout,
+        rc.stderr
+    );
+    assert!(
+        etcd.get(&format!("{px}/hosts/billing/host-c")).is_none(),
+        "nothing kept in the fleet"
     );
     drop(relay);
 }
@@ -1100,4 +1119,60 @@ pub(crate) fn a_host_listing_fewer_than_a_majority_of_the_members_is_refused_at_
     let (_s, r) = enroll_toml(None, &twice);
     assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("1 of the cluster's 3"), "{}", r.stdout);
+}
+
+pub(crate) fn a_claim_and_host_record_copied_from_another_fleet_of_the_same_name_are_forged() {
+    // Proves: fleets named alike under two prefixes of one cluster (or two clusters) are
+    // two fleets. Host c of /P0's fleet billing is granted; an etcd writer copies its
+    // claim and its host record into /P1, where host a's fleet billing (another fleet id)
+    // lives: host a is refused registry-forged before its intent, naming the claim's fleet
+    // id, nothing written. Found by attacking the release binaries: the claim did not name
+    // its fleet, and host a read it as its fleet's epoch consumed by a host never enrolled.
+    require_root!();
+    let sb = Sandbox::new();
+    let etcd = Etcd::start(&sb.path("etcd"));
+    let px = prefix(&sb);
+    let (p0, p1) = (format!("{px}0"), format!("{px}1"));
+    let (c, _) = enroll_host(&etcd, &p0, "billing", "host-c");
+    let (a, _) = enroll_host(&etcd, &p1, "billing", "host-a");
+    {
+        let _d = c.s.daemon();
+        let (r, got) = recover(&c);
+        assert!(granted(&r, &got), "{}{}", r.stdout, r.stderr);
+    }
+    for (from, to) in [
+        (
+            format!("{p0}/epochs/billing"),
+            format!("{p1}/epochs/billing"),
+        ),
+        (
+            format!("{p0}/hosts/billing/host-c"),
+            format!("{p1}/hosts/billing/host-c"),
+        ),
+    ] {
+        use base64::Engine as _;
+        let kv = etcd.get(&from).unwrap();
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(kv["value"].as_str().unwrap())
+            .unwrap();
+        std::fs::write(sb.path("copied"), bytes).unwrap();
+        assert!(etcd.put_file(&to, &sb.path("copied")).status.success());
+    }
+    let _d = a.s.daemon();
+    let (r, got) = recover(&a);
+    assert!(!granted(&r, &got));
+    assert_eq!(r.reasons(), ["registry-forged"], "{}", r.stdout);
+    let ids = (
+        etcd.fleet_id(&p0, "billing").unwrap(),
+        etcd.fleet_id(&p1, "billing").unwrap(),
+    );
+    assert!(
+        detail(&r).contains(&format!(
+            "a claim for fleet id {}, not the pinned {}",
+            ids.0, ids.1
+        )),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(epoch_of(&a), "enrolled", "nothing written");
 }
