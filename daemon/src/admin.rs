@@ -191,7 +191,11 @@ impl Daemon {
         if let Some(r) = unissuable {
             // Recorded first: a consumer that finishes its handshake after this is
             // refused as it would wait (`Registry::push`); one already waiting is told now.
-            if r.reason == Reason::EpochConsumed {
+            // This deployment's own epoch only: the fleet epoch a registry names used
+            // (`repoch_issuer::fleet`, subject "fleet epoch KEY") is the registry's to say,
+            // asked again at every recovery; kept here, it turned every consumer away at
+            // its handshake and the recovery read consumer-absent.
+            if r.reason == Reason::EpochConsumed && !r.subject.starts_with("fleet epoch ") {
                 self.epochs.used(deployment, r.clone());
             }
             let n = self

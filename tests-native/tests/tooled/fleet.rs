@@ -252,6 +252,14 @@ pub(crate) fn two_hosts_of_one_fleet_recover_once_and_the_loser_writes_nothing()
     assert_ne!(got.code, Outcome::Success);
     assert!(!b.s.path("grant.cbor").exists());
     assert_eq!(epoch_of(&b), "enrolled", "the loser wrote nothing");
+    // Asked again, the same repochd asks the registry again and says the same: the fleet
+    // epoch's verdict is the registry's, not kept as if b's own epoch were used (its
+    // consumer was turned away at its handshake, and the recovery read consumer-absent).
+    let (r, got) = recover(&b);
+    assert_eq!(r.reasons(), ["epoch-consumed"], "{}", r.stdout);
+    assert!(r.stdout.contains("host-a"), "{}", r.stdout);
+    assert_ne!(got.code, Outcome::Success);
+    assert_eq!(epoch_of(&b), "enrolled");
 }
 
 /// Whether a recovery's pair of results is a grant (both sides say so).
