@@ -750,7 +750,7 @@ fn join_fleet(
     voting.sort_unstable();
     endpoints_cover(&mut client, r, &voting)?;
     let (_, entry) = client.get(r.fleet_key().as_bytes()).map_err(unavailable)?;
-    let (pin, record_revision, established) = pin_fleet(
+    let (pin, record_revision, established, record) = pin_fleet(
         &mut client,
         r,
         join,
@@ -774,10 +774,12 @@ fn join_fleet(
         recorded,
     };
     if !established {
-        unused_epoch(&mut join.client, r)?;
+        let members = join.pin.members.clone();
+        unused_epoch(&mut join.client, r, &members)?;
     }
     let members = join.pin.members.clone();
-    if let Err(e) = held_by_majority(&mut join.client, &r.fleet_key(), record_revision, &members) {
+    let held = (record_revision, &record[..]);
+    if let Err(e) = held_by_majority(&mut join.client, &r.fleet_key(), held, &members) {
         let keys = std::mem::take(&mut join.recorded);
         return Err(match unregister(&mut join, &keys) {
             Ok(()) => e,
@@ -788,12 +790,13 @@ fn join_fleet(
 }
 
 /// Whether a majority of the pinned `members`, each endpoint asked alone, hold `key` as
-/// created at `revision` and never modified: a record read or written through an endpoint
-/// relayed to a copy of the fleet exists there alone, and every recovery would refuse it.
+/// `value`, created at `revision` and never modified: a record read or written through an
+/// endpoint relayed to a copy of the fleet exists there alone (or the fleet holds another
+/// value at that revision, planted), and every recovery would refuse it.
 fn held_by_majority(
     client: &mut repoch_registry::Client,
     key: &str,
-    revision: i64,
+    (revision, value): (i64, &[u8]),
     members: &[u64],
 ) -> Result<(), EnrollError> {
     let mut holding: Vec<u64> = Vec::new();
@@ -802,7 +805,9 @@ fn held_by_majority(
         match answer {
             Ok((h, Some(e)))
                 if members.contains(&h.member)
-                    && (e.create_revision, e.mod_revision) == (revision, revision) =>
+                    && (e.create_revision, e.mod_revision) == (revision, revision)
+                    && e.value == value
+                    && e.value_bytes == value.len() =>
             {
                 holding.push(h.member)
             }
@@ -810,8 +815,8 @@ fn held_by_majority(
                 "{endpoint} (member {:016x}): {}",
                 h.member,
                 e.map_or("absent".into(), |e| format!(
-                    "created at revision {}, modified at {}",
-                    e.create_revision, e.mod_revision
+                    "{} bytes created at revision {}, modified at {}",
+                    e.value_bytes, e.create_revision, e.mod_revision
                 ))
             )),
             Err(e) => other.push(format!("{endpoint}: {e}")),
@@ -824,7 +829,8 @@ fn held_by_majority(
         return Ok(());
     }
     Err(EnrollError::Registry(format!(
-        "registry {key}: held as created at revision {revision} by {} of the {} pinned members, each endpoint asked alone; {need} must ({})",
+        "registry {key}: held as written ({} bytes) at revision {revision} by {} of the {} pinned members, each endpoint asked alone; {need} must ({})",
+        value.len(),
         holding.len(),
         members.len(),
         other.join("; ")
@@ -880,7 +886,7 @@ fn pin_fleet(
     entry: Option<&repoch_registry::Entry>,
     (header, voting): (&repoch_registry::Header, Vec<u64>),
     floor: u64,
-) -> Result<(repoch_protocol::fleet::FleetPin, i64, bool), EnrollError> {
+) -> Result<(repoch_protocol::fleet::FleetPin, i64, bool, Vec<u8>), EnrollError> {
     use repoch_protocol::fleet::FleetRecord;
     let record = entry
         .map(|e| {
@@ -915,13 +921,13 @@ fn pin_fleet(
         (Some(id), Some(rec)) => {
             let read = entry.expect("a record read");
             let pin = check_join(r, id, &rec, read, (header, &voting))?;
-            (pin, read.create_revision, false)
+            (pin, read.create_revision, false, read.value.clone())
         }
         (None, None) => {
             let (pin, record) = new_fleet(r, header, voting, floor)?;
-            unused_epoch(client, r)?;
+            unused_epoch(client, r, &pin.members)?;
             let revision = establish(client, r, &record)?;
-            (pin, revision, true)
+            (pin, revision, true, record.to_bytes())
         }
     })
 }
@@ -1030,18 +1036,52 @@ fn new_fleet(
 fn unused_epoch(
     client: &mut repoch_registry::Client,
     r: &repoch_protocol::fleet::Registry,
+    members: &[u64],
 ) -> Result<(), EnrollError> {
-    let (_, epoch) = client
-        .get(r.epoch_key().as_bytes())
-        .map_err(|e| EnrollError::Registry(format!("registry {}: {e}", r.epoch_key())))?;
-    match epoch {
+    // Each endpoint alone, as a recovery asks: one copy of the fleet at one endpoint
+    // neither passes a used epoch nor refuses an unused one.
+    let mut views: Vec<(u64, Option<repoch_registry::Entry>)> = Vec::new();
+    let mut silent = Vec::new();
+    for (endpoint, answer) in client.get_each(r.epoch_key().as_bytes()) {
+        match answer {
+            Ok((h, e)) if members.contains(&h.member) => views.push((h.member, e)),
+            Ok((h, _)) => silent.push(format!("{endpoint}: member {:016x}, not pinned", h.member)),
+            Err(e) => silent.push(format!("{endpoint}: {e}")),
+        }
+    }
+    let mut heard: Vec<u64> = views.iter().map(|(m, _)| *m).collect();
+    heard.sort_unstable();
+    heard.dedup();
+    let need = members.len() / 2 + 1;
+    let key = r.epoch_key();
+    if heard.len() < need {
+        return Err(EnrollError::Registry(format!(
+            "registry {key}: {} of the {} pinned members answered, each endpoint asked alone; {need} must ({})",
+            heard.len(),
+            members.len(),
+            silent.join("; ")
+        )));
+    }
+    if views.iter().any(|(_, e)| *e != views[0].1) {
+        let seen: Vec<String> = views
+            .iter()
+            .map(|(m, e)| {
+                let view = e.as_ref().map_or("unused".into(), crate::fleet::holder);
+                format!("member {m:016x}: {view}")
+            })
+            .collect();
+        return Err(EnrollError::Registry(format!(
+            "registry {key}: the members disagree about the fleet epoch: {}",
+            seen.join("; ")
+        )));
+    }
+    match &views[0].1 {
         None => Ok(()),
         Some(e) => Err(field(
             "registry.fleet",
             format!(
-                "the fleet epoch {} is used ({}); a successor deployment takes a new fleet name",
-                r.epoch_key(),
-                crate::fleet::holder(&e)
+                "the fleet epoch {key} is used ({}); a successor deployment takes a new fleet name",
+                crate::fleet::holder(e)
             ),
         )),
     }
@@ -1116,12 +1156,8 @@ fn register_host(
         Claimed::Ours { entry, .. } => {
             f.recorded.push((r.host_key(), entry.create_revision));
             let members = f.pin.members.clone();
-            held_by_majority(
-                &mut f.client,
-                &r.host_key(),
-                entry.create_revision,
-                &members,
-            )?;
+            let held = (entry.create_revision, &host.to_bytes()[..]);
+            held_by_majority(&mut f.client, &r.host_key(), held, &members)?;
         }
         Claimed::Theirs { entry, .. } => {
             let was = FleetHost::from_bytes(&entry.value)

@@ -994,8 +994,9 @@ pub(crate) fn a_copy_of_the_fleet_one_members_key_serves_is_outvoted_by_the_othe
     // the fleet's cluster; host b asks each endpoint alone: the copy says unclaimed, the
     // fleet's two other members name a's claim, and b is refused registry-mismatch (the
     // members disagree) before its intent: nothing written, nothing claimed in the copy.
-    // Host c, enrolling through the copy, writes its host record there alone and is
-    // refused, nothing kept. Found by attacking the release binaries: a host that asked
+    // Hosts enrolling through the copy are refused, nothing kept: c, whose host record
+    // lands in the copy alone; e, the same with junk an etcd writer put at that key in
+    // the fleet at the same revision; d, after a's grant, which the copy does not hold. Found by attacking the release binaries: a host that asked
     // one endpoint was granted from the copy beside a's, with the larger token; an
     // enrollment through the copy wrote its records into the copy alone and exited 0.
     require_root!();
@@ -1040,6 +1041,34 @@ pub(crate) fn a_copy_of_the_fleet_one_members_key_serves_is_outvoted_by_the_othe
     let via_relay = |host: &str| through(relay.port, &etcd.registry_toml("billing", host, &px), 2);
     let b = enrolled(&via_relay("host-b"));
     relay.switch();
+    // Enrolling through the copy: the host record lands there alone.
+    let refused = |host: &str, why: &str| {
+        let (_s, r) = enroll_toml(None, &via_relay(host));
+        assert_ne!(r.code, Outcome::Success, "{host}: {}{}", r.stdout, r.stderr);
+        assert!(r.stdout.contains(why), "{host}: {}{}", r.stdout, r.stderr);
+        assert!(
+            etcd.get(&format!("{px}/hosts/billing/{host}")).is_none() || host == "host-e",
+            "{host}: nothing kept in the fleet"
+        );
+    };
+    refused("host-c", "each endpoint asked alone");
+    // The same, with an etcd writer's junk at that key in the fleet, at the very revision
+    // the copy gives the host record: a majority holds the key at that revision, but not
+    // the record.
+    while revision(&copy) < revision(&etcd) {
+        let o = copy.etcdctl(&[0], &["put", "/filler/align", "x"]);
+        assert!(o.status.success());
+    }
+    while revision(&etcd) < revision(&copy) {
+        let o = etcd.etcdctl(&[0], &["put", "/filler/align", "x"]);
+        assert!(o.status.success());
+    }
+    let o = etcd.etcdctl(
+        &[0],
+        &["put", &format!("{px}/hosts/billing/host-e"), "junk"],
+    );
+    assert!(o.status.success());
+    refused("host-e", "each endpoint asked alone");
     {
         let _da = a.s.daemon();
         let (ra, ga) = recover(&a);
@@ -1065,18 +1094,9 @@ pub(crate) fn a_copy_of_the_fleet_one_members_key_serves_is_outvoted_by_the_othe
         copy.get(&format!("{px}/epochs/billing")).is_none(),
         "nothing claimed in the copy"
     );
-    let (_c, rc) = enroll_toml(None, &via_relay("host-c"));
-    assert_ne!(rc.code, Outcome::Success, "{}{}", rc.stdout, rc.stderr);
-    assert!(
-        rc.stdout.contains("each endpoint asked alone"),
-        "{}{}",
-        rc.stdout,
-        rc.stderr
-    );
-    assert!(
-        etcd.get(&format!("{px}/hosts/billing/host-c")).is_none(),
-        "nothing kept in the fleet"
-    );
+    // The copy says the fleet epoch is unused, the fleet names a's claim: an enrollment
+    // is told so, not that the epoch is used or free.
+    refused("host-d", "the members disagree about the fleet epoch");
     drop(relay);
 }
 
