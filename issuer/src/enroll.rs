@@ -822,16 +822,15 @@ fn held_by_majority(
             Err(e) => other.push(format!("{endpoint}: {e}")),
         }
     }
-    holding.sort_unstable();
-    holding.dedup();
-    let need = members.len() / 2 + 1;
-    if holding.len() >= need {
+    let holding = crate::fleet::distinct(holding);
+    let need = crate::fleet::quorum_of(members.len());
+    if holding >= need {
         return Ok(());
     }
     Err(EnrollError::Registry(format!(
         "registry {key}: held as written ({} bytes) at revision {revision} by {} of the {} pinned members, each endpoint asked alone; {need} must ({})",
         value.len(),
-        holding.len(),
+        holding,
         members.len(),
         other.join("; ")
     )))
@@ -855,10 +854,9 @@ fn endpoints_cover(
             Err(e) => silent.push(format!("{endpoint}: {e}")),
         }
     }
-    heard.sort_unstable();
-    heard.dedup();
-    let need = voting.len() / 2 + 1;
-    if heard.len() >= need {
+    let heard = crate::fleet::distinct(heard);
+    let need = crate::fleet::quorum_of(voting.len());
+    if heard >= need {
         return Ok(());
     }
     let silent = match silent.is_empty() {
@@ -869,7 +867,7 @@ fn endpoints_cover(
         "registry.endpoints",
         format!(
             "the endpoints answer as {} of the cluster's {} voting members{silent}: a recovery needs {need}, each at an endpoint of its own; list every member",
-            heard.len(),
+            heard,
             voting.len()
         ),
     ))
@@ -1049,15 +1047,13 @@ fn unused_epoch(
             Err(e) => silent.push(format!("{endpoint}: {e}")),
         }
     }
-    let mut heard: Vec<u64> = views.iter().map(|(m, _)| *m).collect();
-    heard.sort_unstable();
-    heard.dedup();
-    let need = members.len() / 2 + 1;
+    let heard = crate::fleet::distinct(views.iter().map(|(m, _)| *m));
+    let need = crate::fleet::quorum_of(members.len());
     let key = r.epoch_key();
-    if heard.len() < need {
+    if heard < need {
         return Err(EnrollError::Registry(format!(
             "registry {key}: {} of the {} pinned members answered, each endpoint asked alone; {need} must ({})",
-            heard.len(),
+            heard,
             members.len(),
             silent.join("; ")
         )));

@@ -322,14 +322,12 @@ fn taken(
         .map(|said| (said.member, signer(said.entry.as_ref(), &c)))
         .collect();
     let members = |vouching: bool| {
-        let mut m: Vec<u64> = verdicts
-            .iter()
-            .filter(|(_, v)| v.is_ok() == vouching)
-            .map(|(m, _)| *m)
-            .collect();
-        m.sort_unstable();
-        m.dedup();
-        m.len()
+        distinct(
+            verdicts
+                .iter()
+                .filter(|(_, v)| v.is_ok() == vouching)
+                .map(|(m, _)| *m),
+        )
     };
     if members(true) >= quorum(r) {
         return refusal(Reason::EpochConsumed, held);
@@ -415,7 +413,21 @@ pub fn look(fleet: &mut dyn Fleet, r: &Registry, own: &PublicKey) -> Result<(), 
 /// The pinned members that must answer a read of the fleet epoch: a majority of those
 /// pinned (one, unpinned).
 fn quorum(r: &Registry) -> usize {
-    r.pin.as_ref().map_or(1, |p| p.members.len() / 2 + 1)
+    r.pin.as_ref().map_or(1, |p| quorum_of(p.members.len()))
+}
+
+/// The members a majority of `n` members is.
+pub fn quorum_of(n: usize) -> usize {
+    n / 2 + 1
+}
+
+/// How many members `heard` names, each once: a member answering at two endpoints (two
+/// spellings of one address, a relay beside it) is one member.
+pub fn distinct(heard: impl IntoIterator<Item = u64>) -> usize {
+    let mut members: Vec<u64> = heard.into_iter().collect();
+    members.sort_unstable();
+    members.dedup();
+    members.len()
 }
 
 /// What the members say of `key`, each endpoint asked alone
@@ -432,11 +444,9 @@ fn majority(fleet: &mut dyn Fleet, r: &Registry, key: &str) -> Result<Vec<Said>,
             Err(e) => failed.push(e),
         }
     }
-    let mut members: Vec<u64> = heard.iter().map(|said| said.member).collect();
-    members.sort_unstable();
-    members.dedup();
+    let members = distinct(heard.iter().map(|said| said.member));
     let need = quorum(r);
-    if members.len() >= need {
+    if members >= need {
         return Ok(heard);
     }
     let reason = match failed.iter().any(|e| matches!(e, Error::Foreign(_))) {
@@ -448,7 +458,7 @@ fn majority(fleet: &mut dyn Fleet, r: &Registry, key: &str) -> Result<Vec<Said>,
         reason,
         format!("registry {key}"),
         format!("answers of a majority of the pinned members ({need}), each asked alone"),
-        format!("{} answered: {}", members.len(), why.join("; ")),
+        format!("{members} answered: {}", why.join("; ")),
     ))
 }
 
