@@ -353,7 +353,9 @@ pub fn rename_over(path: &Path, content: &[u8]) {
 /// Replaces `path` with a byte-identical copy (same content and mode, another inode).
 pub fn rename_copy_over(path: &Path) {
     let new = path.with_extension("repoch-new");
-    std::fs::copy(path, &new).unwrap();
+    let mode = std::fs::metadata(path).unwrap().permissions();
+    copy_executable(path, &new, "");
+    std::fs::set_permissions(&new, mode).unwrap();
     std::fs::rename(&new, path).unwrap();
 }
 
@@ -381,13 +383,34 @@ pub fn recover_bg(s: &Sandbox, prefix: &str, wait: u64) -> std::process::Child {
 /// does (the loader ignores bytes past the program) but its content is its own, so that
 /// no other test's process runs a copy of it.
 pub fn unique_copy(src: &Path, dst: &Path, tag: &str) {
-    use std::io::Write as _;
+    copy_executable(src, dst, &format!("\nrepoch-test-{tag}\n"));
+}
+
+/// Copies the executable `src` to `dst` (mode 0755), `tail` appended, durably.
+///
+/// The copy is written by a child process (`cp`, then the shell's append and `sync`):
+/// a descriptor open for writing in this process would be inherited by whatever another
+/// thread forks meanwhile, and an exec of `dst` before that child execs fails with
+/// `ETXTBSY` ("Text file busy"), a failure no test asked for.
+pub fn copy_executable(src: &Path, dst: &Path, tail: &str) {
     use std::os::unix::fs::PermissionsExt as _;
-    std::fs::copy(src, dst).unwrap();
-    let mut f = std::fs::OpenOptions::new().append(true).open(dst).unwrap();
-    f.write_all(format!("\nrepoch-test-{tag}\n").as_bytes())
-        .unwrap();
-    f.sync_all().unwrap();
+    let done = Command::new("sh")
+        .args([
+            "-c",
+            r#"cp -- "$1" "$2" && printf %s "$3" >>"$2" && sync -- "$2""#,
+            "copy_executable",
+        ])
+        .arg(src)
+        .arg(dst)
+        .arg(tail)
+        .status()
+        .expect("sh");
+    assert!(
+        done.success(),
+        "copy {} to {}: {done}",
+        src.display(),
+        dst.display()
+    );
     std::fs::set_permissions(dst, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 

@@ -1172,7 +1172,7 @@ fn the_consumer_executable_replaced_after_the_intent_is_withheld() {
     for side in Side::BOTH {
         let s = Sandbox::new();
         let exe = s.srv.join("consume");
-        std::fs::copy(side.exe(), &exe).unwrap();
+        copy_executable(&side.exe(), &exe, "");
         let id = s.enroll_with(&s.manifest("").replace(
             &bin("repoch-consume").display().to_string(),
             &exe.display().to_string(),
@@ -1230,7 +1230,7 @@ fn a_granted_recovery_reads_the_consumer_executable_at_most_twice() {
     require_root!();
     let s = Sandbox::new();
     let exe = s.srv.join("consume");
-    std::fs::copy(bin("repoch-consume"), &exe).unwrap();
+    copy_executable(&bin("repoch-consume"), &exe, "");
     let size = std::fs::metadata(&exe).unwrap().len();
     let id = s.enroll_with(&s.manifest("").replace(
         &bin("repoch-consume").display().to_string(),

@@ -168,3 +168,39 @@ fn every_tooled_trial_that_needs_root_is_declared_root() {
     );
     assert!(marked > 30, "only {marked} root trials found");
 }
+
+/// A copy of an executable runs right after it is made while other threads fork and exec
+/// at the same time, as the suite's tests do in parallel: `copy_executable` leaves no
+/// descriptor open for writing that a fork could carry (with `std::fs::copy` the exec
+/// fails `ETXTBSY`, "Text file busy", within a few hundred copies).
+#[test]
+fn a_copied_executable_runs_at_once_while_other_threads_fork() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const COPIES: usize = 300;
+    let dir = tempfile::tempdir().unwrap();
+    let stop = AtomicBool::new(false);
+    let busy = std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = std::process::Command::new("true").status();
+                }
+            });
+        }
+        let mut busy = Vec::new();
+        for k in 0..COPIES {
+            let exe = dir.path().join(format!("true-{k}"));
+            repoch_tests_native::copy_executable(Path::new("/bin/true"), &exe, "");
+            if let Err(e) = std::process::Command::new(&exe).status() {
+                busy.push((k, e));
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        busy
+    });
+    assert!(
+        busy.is_empty(),
+        "{} of {COPIES} copies failed to run: {busy:?}",
+        busy.len()
+    );
+}

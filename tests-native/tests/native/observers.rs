@@ -555,7 +555,7 @@ fn consumer_executable_must_be_protected_and_match_its_pin() {
     require_root!();
     let s = Sandbox::new();
     let exe = s.srv.join("consume");
-    std::fs::copy(bin("repoch-consume"), &exe).unwrap();
+    copy_executable(&bin("repoch-consume"), &exe, "");
     let m = s.manifest("").replace(
         &format!("executable = \"{}\"", bin("repoch-consume").display()),
         &format!(
@@ -568,7 +568,7 @@ fn consumer_executable_must_be_protected_and_match_its_pin() {
     assert_refused(&s.observe(&id), "consumer-exe-mismatch");
     let s2 = Sandbox::new();
     let exe2 = s2.srv.join("consume");
-    std::fs::copy(bin("repoch-consume"), &exe2).unwrap();
+    copy_executable(&bin("repoch-consume"), &exe2, "");
     let id2 = s2.enroll_with(&s2.manifest("").replace(
         &bin("repoch-consume").display().to_string(),
         &exe2.display().to_string(),
@@ -588,7 +588,7 @@ fn a_consumer_executable_replaced_between_observations_is_consumer_exe_changed()
     require_root!();
     let s = Sandbox::new();
     let exe = s.srv.join("consume");
-    std::fs::copy(bin("repoch-consume"), &exe).unwrap();
+    copy_executable(&bin("repoch-consume"), &exe, "");
     let id = s.enroll_with(&s.manifest("").replace(
         &bin("repoch-consume").display().to_string(),
         &exe.display().to_string(),
@@ -647,7 +647,7 @@ fn a_consumer_executable_rewritten_in_place_at_the_same_size_is_consumer_exe_cha
     for settled in [true, false] {
         let s = Sandbox::new();
         let exe = s.srv.join("consume");
-        std::fs::copy(bin("repoch-consume"), &exe).unwrap();
+        copy_executable(&bin("repoch-consume"), &exe, "");
         let id = s.enroll_with(&s.manifest("").replace(
             &bin("repoch-consume").display().to_string(),
             &exe.display().to_string(),

@@ -170,7 +170,7 @@ fn a_running_copy_of_an_enrolled_executable_is_an_escaped_task() {
     require_root!();
     let (s, exe, id) = enrolled_exe("");
     let copy = s.path("elsewhere");
-    std::fs::copy(&exe, &copy).unwrap();
+    copy_executable(&exe, &copy, "");
     let mut c = Command::new(&copy);
     c.arg("threads");
     let p = spawn_ready(c);
@@ -425,7 +425,7 @@ fn while_repochd_waits(
 fn a_copy_run_while_the_consumer_stands_at(barrier: &str, intent: bool) -> (Run, Vec<String>) {
     let (s, exe, id) = enrolled_exe("");
     let copy = s.srv.join("old-root-copy");
-    std::fs::copy(&exe, &copy).unwrap();
+    copy_executable(&exe, &copy, "");
     while_repochd_waits(&s, &id, barrier, intent, || {
         let ran = Command::new(&copy)
             .args(["live-ms", "20"])
@@ -469,7 +469,7 @@ fn the_event_reader_judges_copies_that_exit_at_once_and_counts_those_it_could_no
     require_root!();
     let (s, exe, _id) = enrolled_exe("");
     let copy = s.srv.join("old-root-copy");
-    std::fs::copy(&exe, &copy).unwrap();
+    copy_executable(&exe, &copy, "");
     let f = std::fs::File::open(&exe).unwrap();
     let st = rustix::fs::fstat(&f).unwrap();
     let size = st.st_size as u64;

@@ -35,7 +35,7 @@ fn journal(c: &Container) -> String {
 pub(crate) fn install_built(c: &Container) {
     let root = PathBuf::from(format!("/proc/{}/root", c.leader));
     for b in ["repoch", "repochd", "repoch-consume", "repoch-test-helper"] {
-        std::fs::copy(bin(b), root.join("usr/bin").join(b)).unwrap();
+        copy_executable(&bin(b), &root.join("usr/bin").join(b), "");
     }
     let units = root.join("usr/lib/systemd/system");
     for u in [
