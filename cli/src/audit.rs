@@ -191,18 +191,64 @@ fn against_claim(
     }
 }
 
-/// Compares each verified log (its records verified with `issuer`) with the claims the
-/// registry holds.
-pub fn compare_fleet(
-    epochs: &[FleetEpoch],
-    logs: &[Audited],
-    issuer: &repoch_protocol::PublicKey,
-) -> Vec<FleetVerdict> {
+/// Of every claim the registry holds, what the audited logs need: for each audited
+/// deployment, the first claim naming it that the logs' issuer key signed, and the first
+/// naming it at all. However many keys the registry holds, this keeps two for each log.
+#[derive(Debug)]
+pub struct Naming<'a> {
+    issuer: &'a repoch_protocol::PublicKey,
+    by_deployment: std::collections::BTreeMap<
+        repoch_protocol::DeploymentId,
+        (Option<FleetEpoch>, Option<FleetEpoch>),
+    >,
+}
+
+impl<'a> Naming<'a> {
+    /// Slots for the deployments of `logs`.
+    pub fn new(logs: &[Audited], issuer: &'a repoch_protocol::PublicKey) -> Naming<'a> {
+        let by_deployment = logs
+            .iter()
+            .filter_map(|a| a.report.deployment())
+            .map(|d| (d, (None, None)))
+            .collect();
+        Naming {
+            issuer,
+            by_deployment,
+        }
+    }
+
+    /// Keeps `e` if it is the first claim naming an audited deployment, or the first one
+    /// naming it that the issuer key signed.
+    pub fn offer(&mut self, e: &FleetEpoch) {
+        let Ok(c) = &e.claim else { return };
+        let Some((ours, any)) = self.by_deployment.get_mut(&c.deployment) else {
+            return;
+        };
+        if any.is_none() {
+            *any = Some(e.clone());
+        }
+        if ours.is_none() && c.signed_by(self.issuer) {
+            *ours = Some(e.clone());
+        }
+    }
+
+    /// (signed by the issuer key, any) of the claims naming `d`.
+    fn of(
+        &self,
+        d: Option<repoch_protocol::DeploymentId>,
+    ) -> (Option<&FleetEpoch>, Option<&FleetEpoch>) {
+        d.and_then(|d| self.by_deployment.get(&d))
+            .map_or((None, None), |(o, a)| (o.as_ref(), a.as_ref()))
+    }
+}
+
+/// Compares each verified log (its records verified with the issuer key `named` was
+/// made with) with the claims the registry holds.
+pub fn compare_fleet(named: &Naming<'_>, logs: &[Audited]) -> Vec<FleetVerdict> {
     use repoch_protocol::epoch::EpochBody;
     logs.iter()
         .map(|a| {
             let r = &a.report;
-            let deployment = r.deployment();
             let intents: Vec<repoch_protocol::Hash> = r
                 .records
                 .iter()
@@ -218,16 +264,10 @@ pub fn compare_fleet(
                 r.records.len(),
                 r.last_hash().map_or("-".into(), |h| h.to_hex())
             );
-            let naming = |e: &&FleetEpoch| {
-                e.claim
-                    .as_ref()
-                    .is_ok_and(|c| Some(c.deployment) == deployment)
-            };
             // A claim this host signed is its own; one naming it that it did not sign is
             // only a writer's.
-            let signed = |e: &&FleetEpoch| e.claim.as_ref().is_ok_and(|c| c.signed_by(issuer));
-            let ours = epochs.iter().filter(naming).find(signed);
-            if let (None, Some(forged)) = (ours, epochs.iter().find(naming)) {
+            let (ours, naming) = named.of(r.deployment());
+            if let (None, Some(forged)) = (ours, naming) {
                 let c = forged.claim.as_ref().expect("a claim");
                 return FleetVerdict::Forged {
                     registry: format!(

@@ -20,7 +20,9 @@ use repoch_protocol::fleet::{
 };
 use repoch_protocol::PublicKey;
 use repoch_protocol::Reason;
-use repoch_registry::{Claimed, Client, Entry, Error, Header, Vouch};
+use repoch_registry::{Claimed, Vouch};
+/// The registry client's types, for the audit's own walk through a prefix.
+pub use repoch_registry::{Client, Entry, Error, Header, Pages};
 
 use crate::refusal::Refusal;
 

@@ -61,6 +61,8 @@ pub const ENDPOINTS_MAX: usize = 7;
 pub const VALUE_BYTES_MAX: usize = 4096;
 /// Keys one [`Client::list`] returns; more is refused, never truncated.
 pub const LIST_MAX: usize = 4096;
+/// Reads in one transaction of [`Client::get_at`]: etcd's default `--max-txn-ops`.
+pub const TXN_READS_MAX: usize = 128;
 /// The longest wait for one endpoint's answer; the caller's deadline is clamped to it.
 pub const CALL_SECONDS_MAX: u64 = 60;
 /// A gRPC answer decoded from etcd: a list of [`LIST_MAX`] claims, with room.
@@ -190,6 +192,26 @@ pub struct Header {
     pub cluster: u64,
     pub member: u64,
     pub revision: i64,
+}
+
+/// A walk through every key under a prefix, a page at a time ([`Client::next_page`]).
+#[derive(Debug, Clone)]
+pub struct Pages {
+    /// Where the next page starts; `None` once every key was read.
+    from: Option<Vec<u8>>,
+    end: Vec<u8>,
+    /// The first page's header: every page is read at its revision.
+    pub header: Option<Header>,
+}
+
+impl Pages {
+    pub fn new(prefix: &[u8]) -> Pages {
+        Pages {
+            from: Some(prefix.to_vec()),
+            end: prefix_end(prefix),
+            header: None,
+        }
+    }
 }
 
 impl From<Option<ResponseHeader>> for Header {
@@ -702,49 +724,105 @@ impl Client {
         max: usize,
         mut each: impl FnMut(Entry),
     ) -> Result<Header, Error> {
-        let end = prefix_end(prefix);
-        let mut from = prefix.to_vec();
-        let mut first: Option<Header> = None;
+        let mut pages = Pages::new(prefix);
         let mut seen = 0usize;
-        loop {
-            let req = RangeRequest {
-                key: from.clone(),
-                range_end: end.clone(),
-                limit: LIST_MAX as i64,
-                revision: first.map_or(0, |h| h.revision),
-                ..Default::default()
-            };
-            let r = self.ask("scan", true, |mut kv| {
-                let req = req.clone();
-                async move { kv.range(req).await.map(|r| r.into_inner()) }
-            })?;
-            let header = *first.get_or_insert(Header::from(r.header));
-            if r.kvs.len() > LIST_MAX {
-                return Err(Error::Answer(format!(
-                    "{} keys in a page of {LIST_MAX}",
-                    r.kvs.len()
-                )));
-            }
-            let more = r.more;
-            let Some(last) = r.kvs.last().map(|kv| kv.key.clone()) else {
-                return Ok(header);
-            };
-            for kv in r.kvs {
+        while let Some(page) = self.next_page(&mut pages)? {
+            for e in page {
                 seen = seen.saturating_add(1);
                 if seen > max {
                     return Err(Error::Answer(format!(
                         "more than {max} keys under the prefix"
                     )));
                 }
-                each(entry(kv)?);
+                each(e);
             }
-            if !more {
-                return Ok(header);
-            }
-            // The next page starts right after the last key read.
-            from = last;
-            from.push(0);
         }
+        pages
+            .header
+            .ok_or_else(|| Error::Answer("no page read".into()))
+    }
+
+    /// The next page of `pages` (at most [`LIST_MAX`] keys, in key order, each after
+    /// the last key of the page before), read at the revision of the first page's
+    /// linearizable answer; `None` once every key was read. Between pages the caller may
+    /// ask other things of this client: memory holds one page, however many keys.
+    pub fn next_page(&mut self, pages: &mut Pages) -> Result<Option<Vec<Entry>>, Error> {
+        let Some(from) = pages.from.clone() else {
+            return Ok(None);
+        };
+        let req = RangeRequest {
+            key: from,
+            range_end: pages.end.clone(),
+            limit: LIST_MAX as i64,
+            revision: pages.header.map_or(0, |h| h.revision),
+            ..Default::default()
+        };
+        let r = self.ask("scan", true, |mut kv| {
+            let req = req.clone();
+            async move { kv.range(req).await.map(|r| r.into_inner()) }
+        })?;
+        pages.header.get_or_insert(Header::from(r.header));
+        if r.kvs.len() > LIST_MAX {
+            return Err(Error::Answer(format!(
+                "{} keys in a page of {LIST_MAX}",
+                r.kvs.len()
+            )));
+        }
+        let entries: Vec<Entry> = r.kvs.into_iter().map(entry).collect::<Result<_, _>>()?;
+        // Each page starts right after the last key read; a page that does not move on
+        // (a key at or before the last one, or outside the prefix) is not an answer.
+        let in_order = entries.windows(2).all(|w| w[0].key < w[1].key)
+            && entries.first().is_none_or(|e| e.key >= req.key)
+            && entries
+                .last()
+                .is_none_or(|e| e.key < pages.end || pages.end == [0]);
+        if !in_order {
+            return Err(Error::Answer("a page whose keys are out of order".into()));
+        }
+        pages.from = match (r.more, entries.last()) {
+            (true, Some(last)) => Some([&last.key[..], &[0]].concat()),
+            (true, None) => return Err(Error::Answer("more keys promised, none given".into())),
+            (false, _) => None,
+        };
+        Ok(Some(entries))
+    }
+
+    /// The values of `keys` at `revision` (a page's, so that they are of its snapshot), in
+    /// the order given: one transaction of reads per [`TXN_READS_MAX`] keys.
+    pub fn get_at(&mut self, keys: &[Vec<u8>], revision: i64) -> Result<Vec<Option<Entry>>, Error> {
+        let mut values = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(TXN_READS_MAX) {
+            let req = TxnRequest {
+                compare: Vec::new(),
+                success: chunk
+                    .iter()
+                    .map(|k| RequestOp {
+                        request: Some(request_op::Request::RequestRange(RangeRequest {
+                            key: k.clone(),
+                            revision,
+                            ..Default::default()
+                        })),
+                    })
+                    .collect(),
+                failure: Vec::new(),
+            };
+            let r = self.txn("get", true, &req, |_| Ok(()))?;
+            let answers: Vec<_> = ranges(r.responses).collect();
+            if !r.succeeded || answers.len() != chunk.len() {
+                return Err(Error::Answer(format!(
+                    "{} answers to {} reads",
+                    answers.len(),
+                    chunk.len()
+                )));
+            }
+            for (k, kvs) in chunk.iter().zip(answers) {
+                if kvs.len() > 1 || kvs.first().is_some_and(|kv| &kv.key != k) {
+                    return Err(Error::Answer(format!("{} values for one key", kvs.len())));
+                }
+                values.push(kvs.into_iter().next().map(entry).transpose()?);
+            }
+        }
+        Ok(values)
     }
 
     /// One transaction: put `value` at `key` only if the key does not exist (its create

@@ -59,6 +59,9 @@ enum Spawn {
     ForceNewCluster,
 }
 
+/// Keys one transaction of [`Etcd::put_many`] puts.
+pub const PUT_MANY_TXN: usize = 10_000;
+
 /// A running cluster and the credentials a client uses.
 #[derive(Debug)]
 pub struct Etcd {
@@ -536,6 +539,37 @@ impl Etcd {
             .stdin(std::fs::File::open(file).unwrap())
             .output()
             .expect("etcdctl (Debian package etcd-client)")
+    }
+
+    /// Puts `value` at each of `keys`, [`PUT_MANY_TXN`] keys a transaction (`etcdctl txn`
+    /// on its standard input): a cluster started with `--max-txn-ops` at least that.
+    pub fn put_many(&self, keys: &[String], value: &str) {
+        use std::io::Write as _;
+        let live: Vec<usize> = (0..self.members.len())
+            .filter(|&i| self.members[i].child.is_some())
+            .collect();
+        for chunk in keys.chunks(PUT_MANY_TXN) {
+            let mut txn = String::from("\n");
+            for k in chunk {
+                txn.push_str(&format!("put {k} {value}\n"));
+            }
+            txn.push_str("\n\n");
+            let mut c = self
+                .etcdctl_cmd(&live, &["txn"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("etcdctl (Debian package etcd-client)");
+            c.stdin.take().unwrap().write_all(txn.as_bytes()).unwrap();
+            let o = c.wait_with_output().unwrap();
+            assert!(
+                o.status.success() && String::from_utf8_lossy(&o.stdout).starts_with("SUCCESS"),
+                "etcdctl txn: {}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
     }
 
     fn etcdctl_cmd(&self, members: &[usize], args: &[&str]) -> Command {

@@ -159,6 +159,36 @@ pub fn run(mut c: Command) -> Run {
     c.stdin(Stdio::null()).output().expect("spawn").into()
 }
 
+/// Runs `c` to its end: what it printed, and its peak resident set (KiB) as the kernel
+/// counted it at exit.
+#[allow(clippy::zombie_processes, reason = "waited for by wait4, which std cannot do")]
+pub fn run_with_peak(mut c: Command) -> (Run, u64) {
+    use std::io::Read as _;
+    use std::os::unix::process::ExitStatusExt as _;
+    let mut child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let errs = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let mut stdout = Vec::new();
+    let _ = out.read_to_end(&mut stdout);
+    let stderr = errs.join().unwrap();
+    let (status, peak) = crate::sys::wait_with_peak(child.id());
+    let o = Output {
+        status: std::process::ExitStatus::from_raw(status),
+        stdout,
+        stderr,
+    };
+    (o.into(), peak)
+}
+
 pub fn finish(c: std::process::Child) -> Run {
     c.wait_with_output().unwrap().into()
 }

@@ -75,3 +75,17 @@ pub fn exit_now() -> ! {
     // SAFETY: _exit is async-signal-safe and never returns.
     unsafe { libc::_exit(0) }
 }
+
+/// Waits for the child `pid` to end (`wait4(2)`): its wait status and the peak resident
+/// set the kernel counted for it (`ru_maxrss`, KiB). std's `Child` has no such wait.
+pub fn wait_with_peak(pid: u32) -> (i32, u64) {
+    let pid = i32::try_from(pid).expect("a pid");
+    let mut status = 0;
+    // SAFETY: rusage is plain old data, valid when zeroed; wait4 writes only into `status`
+    // and `usage`, both live for the call.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; `pid` is a child of this process not yet waited for.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
+    (status, u64::try_from(usage.ru_maxrss).unwrap_or(0))
+}

@@ -66,48 +66,113 @@ fn audit_checkpoint(
     Ok((j, refusal))
 }
 
-/// Keys `audit --registry` reads under each of `PREFIX/epochs/` and `PREFIX/hosts/`: each
-/// kept as a few hundred bytes, so about 60 MB at most.
-pub const AUDIT_KEYS_MAX: usize = 200_000;
-
-/// `audit --registry`: every fleet deployment under the registry's prefix, and each log
-/// compared with its claim (crate::audit::compare_fleet).
+/// `audit --registry`: every fleet deployment and host record under the registry's
+/// prefix, and each log compared with the claim naming it (crate::audit::compare_fleet).
 fn audit_registry(
     file: &Path,
     logs: &[crate::audit::Audited],
     issuer: &repoch_protocol::PublicKey,
-) -> Result<(serde_json::Value, Option<Refusal>), Failure> {
+) -> Result<(Registered, Option<Refusal>), Failure> {
     let bytes = crate::audit::read_bounded(file, repoch_protocol::limits::MANIFEST_TOML_BYTES_MAX)
         .map_err(|e| Failure::Usage(e.into()))?;
     let text = String::from_utf8(bytes)
         .map_err(|_| Failure::Usage(format!("{}: not UTF-8 text", file.display()).into()))?;
     let r = repoch_issuer::enroll::registry_of(&text)
         .map_err(|e| Failure::Usage(format!("{}: {e}", file.display()).into()))?;
-    let ((cluster, revision), epochs, hosts) = read_registry(&r)?;
-    let verdicts = crate::audit::compare_fleet(&epochs, logs, issuer);
-    let fleets: Vec<serde_json::Value> = epochs.iter().map(|e| fleet_row(e, &hosts)).collect();
-    let (rows, finding) = log_rows(logs, &verdicts);
-    Ok((
-        json!({"prefix": r.prefix, "cluster": format!("{cluster:016x}"), "revision": revision,
-               "fleets": fleets, "logs": rows}),
-        finding,
-    ))
+    let mut named = crate::audit::Naming::new(logs, issuer);
+    let mut read = read_registry(&r, &mut named)?;
+    let (rows, finding) = log_rows(logs, &crate::audit::compare_fleet(&named, logs));
+    read.logs = rows;
+    Ok((read, finding))
 }
 
-/// The hosts enrolled under a prefix, by fleet name.
-type HostsByFleet = std::collections::BTreeMap<String, Vec<repoch_protocol::fleet::FleetHost>>;
+/// What `audit --registry` read under a prefix, as it reports it: the fleet deployments
+/// and the host records are spooled, a row a line, so that memory holds a page of keys
+/// however many an etcd writer planted (docs/AUDITOR.md, "The fleet registry").
+#[derive(Debug, serde::Serialize)]
+struct Registered {
+    prefix: String,
+    cluster: String,
+    revision: i64,
+    fleets: Spool,
+    hosts: Spool,
+    logs: Vec<serde_json::Value>,
+}
 
-/// What the registry holds under a prefix: the cluster and revision read at, the claims,
-/// and the host records by fleet.
-type Registered = ((u64, i64), Vec<crate::audit::FleetEpoch>, HostsByFleet);
+/// Rows written to an unnamed temporary file, one JSON value a line, read back once to
+/// be printed: as many as the registry holds, in bounded memory.
+#[derive(Debug)]
+struct Spool {
+    file: std::cell::RefCell<std::io::BufWriter<std::fs::File>>,
+    rows: u64,
+}
 
-/// Everything under `r`'s prefix, page by page, each key read once and kept only as what
-/// the audit reports: any number of keys up to AUDIT_KEYS_MAX per directory, a key that
-/// is no record reported as such beside the others. The claims (each with its fleet's
-/// token floor, from the fleet records), and the host records by fleet.
-fn read_registry(r: &repoch_protocol::fleet::Registry) -> Result<Registered, Failure> {
-    use repoch_protocol::cbor::Canonical;
-    use repoch_protocol::fleet::{FleetClaim, FleetHost, FleetRecord};
+impl Spool {
+    fn new() -> Result<Spool, Failure> {
+        let file = tempfile::tempfile().map_err(|e| {
+            Failure::Usage(format!("a temporary file for the registry's rows: {e}").into())
+        })?;
+        Ok(Spool {
+            file: std::io::BufWriter::new(file).into(),
+            rows: 0,
+        })
+    }
+
+    fn push(&mut self, row: &serde_json::Value) -> Result<(), Failure> {
+        use std::io::Write as _;
+        let f = self.file.get_mut();
+        serde_json::to_writer(&mut *f, row)
+            .map_err(std::io::Error::from)
+            .and_then(|()| f.write_all(b"\n"))
+            .map_err(|e| {
+                Failure::Usage(format!("the registry's rows: a temporary file: {e}").into())
+            })?;
+        self.rows += 1;
+        Ok(())
+    }
+
+    /// Each row, in the order pushed.
+    fn each(&self, mut f: impl FnMut(serde_json::Value)) -> std::io::Result<()> {
+        use std::io::{BufRead as _, Seek as _, Write as _};
+        let mut w = self.file.borrow_mut();
+        w.flush()?;
+        let file = w.get_mut();
+        file.rewind()?;
+        for line in std::io::BufReader::new(&*file).lines() {
+            f(serde_json::from_str(&line?)?);
+        }
+        file.seek(std::io::SeekFrom::End(0))?;
+        Ok(())
+    }
+}
+
+impl serde::Serialize for Spool {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{Error as _, SerializeSeq as _};
+        let mut seq = s.serialize_seq(usize::try_from(self.rows).ok())?;
+        let mut failed = None;
+        self.each(|row| {
+            if failed.is_none() {
+                failed = seq.serialize_element(&row).err();
+            }
+        })
+        .map_err(S::Error::custom)?;
+        match failed {
+            Some(e) => Err(e),
+            None => seq.end(),
+        }
+    }
+}
+
+/// Every key under `r`'s prefix, page by page at the first page's revision (one
+/// snapshot), each key read once: each claim with its fleet record and the host record
+/// its host would have (read beside it, at that revision), spooled as a row, and offered
+/// to `named`; each host record spooled as a row. A key that is no record is a row that
+/// says so, beside the others.
+fn read_registry(
+    r: &repoch_protocol::fleet::Registry,
+    named: &mut crate::audit::Naming<'_>,
+) -> Result<Registered, Failure> {
     // The auditor's own credentials: readable regular files (a usage error otherwise).
     // A credential's refusal names it (`registry.ca PATH`): the auditor's file to fix.
     let mut client = repoch_issuer::fleet::connect(r, false).map_err(|e| {
@@ -125,71 +190,119 @@ fn read_registry(r: &repoch_protocol::fleet::Registry) -> Result<Registered, Fai
         ))
     };
     let dir = |d: &str| format!("{}/{d}/", r.prefix).into_bytes();
-    let mut epochs: Vec<crate::audit::FleetEpoch> = Vec::new();
-    let header = client
-        .scan(&dir("epochs"), AUDIT_KEYS_MAX, |e| {
-            epochs.push(crate::audit::FleetEpoch {
-                // Keys are anyone's with write access to etcd: escaped once, here, for
-                // every sink (a terminal, a log line, the refusal); `key_hex` is exact.
-                key: repoch_protocol::text::escape(&String::from_utf8_lossy(&e.key)).into_owned(),
-                key_hex: e.key.iter().map(|b| format!("{b:02x}")).collect(),
+    let mut fleets = Spool::new()?;
+    let mut pages = repoch_issuer::fleet::Pages::new(&dir("epochs"));
+    while let Some(page) = client.next_page(&mut pages).map_err(|e| unavailable(&e))? {
+        let header = pages.header.expect("a page read");
+        for (e, row) in epoch_rows(&mut client, r, header, page).map_err(|e| unavailable(&e))? {
+            fleets.push(&row)?;
+            named.offer(&e);
+        }
+    }
+    let header = pages.header.expect("a page read");
+    let mut hosts = Spool::new()?;
+    let mut pages = repoch_issuer::fleet::Pages::new(&dir("hosts"));
+    pages.header = Some(header);
+    while let Some(page) = client.next_page(&mut pages).map_err(|e| unavailable(&e))? {
+        for e in page {
+            hosts.push(&host_row(&e))?;
+        }
+    }
+    Ok(Registered {
+        prefix: r.prefix.clone(),
+        cluster: format!("{:016x}", header.cluster),
+        revision: header.revision,
+        fleets,
+        hosts,
+        logs: Vec::new(),
+    })
+}
+
+/// A key's text, escaped once here for every sink (a terminal, a log line, the refusal;
+/// keys are anyone's with write access to etcd), and its bytes in hex: exact.
+fn key_texts(key: &[u8]) -> (String, String) {
+    (
+        repoch_protocol::text::escape(&String::from_utf8_lossy(key)).into_owned(),
+        key.iter().map(|b| format!("{b:02x}")).collect(),
+    )
+}
+
+/// A page of `PREFIX/epochs/` as fleet epochs and their rows: each claim's token floor
+/// from its fleet's record, and whether the host record naming its host and deployment
+/// signed it, both read at the page's revision.
+fn epoch_rows(
+    client: &mut repoch_issuer::fleet::Client,
+    r: &repoch_protocol::fleet::Registry,
+    header: repoch_issuer::fleet::Header,
+    page: Vec<repoch_issuer::fleet::Entry>,
+) -> Result<Vec<(crate::audit::FleetEpoch, serde_json::Value)>, repoch_issuer::fleet::Error> {
+    use repoch_protocol::cbor::Canonical;
+    use repoch_protocol::fleet::{FleetClaim, FleetHost, FleetRecord};
+    let epochs: Vec<crate::audit::FleetEpoch> = page
+        .into_iter()
+        .map(|e| {
+            let (key, key_hex) = key_texts(&e.key);
+            crate::audit::FleetEpoch {
+                key,
+                key_hex,
                 claim: FleetClaim::from_bytes(&e.value).map_err(|e| e.to_string()),
-                cluster: 0,
+                cluster: header.cluster,
                 create_revision: e.create_revision,
                 mod_revision: e.mod_revision,
                 floor: 0,
-            })
-        })
-        .map_err(|e| unavailable(&e))?;
-    // The fleets' records: each claim's token is its create revision above its fleet's
-    // floor.
-    let mut floors = std::collections::BTreeMap::new();
-    client
-        .scan(&dir("fleets"), AUDIT_KEYS_MAX, |e| {
-            if let Ok(rec) = FleetRecord::from_bytes(&e.value) {
-                floors.insert(rec.fleet, rec.pin.floor);
             }
         })
-        .map_err(|e| unavailable(&e))?;
-    for e in &mut epochs {
-        e.cluster = header.cluster;
-        if let Ok(c) = &e.claim {
-            e.floor = floors.get(&c.fleet).copied().unwrap_or(0);
-        }
+        .collect();
+    let claims: Vec<&FleetClaim> = epochs
+        .iter()
+        .filter_map(|e| e.claim.as_ref().ok())
+        .collect();
+    let keys: Vec<Vec<u8>> = claims
+        .iter()
+        .flat_map(|c| {
+            [
+                format!("{}/fleets/{}", r.prefix, c.fleet).into_bytes(),
+                format!("{}/hosts/{}/{}", r.prefix, c.fleet, c.host).into_bytes(),
+            ]
+        })
+        .collect();
+    let mut values = client.get_at(&keys, header.revision)?.into_iter();
+    let mut rows = Vec::with_capacity(epochs.len());
+    for mut e in epochs {
+        let Ok(c) = &e.claim else {
+            let row = json!({"key": e.key, "key_hex": e.key_hex, "revision": e.create_revision,
+                             "error": repoch_protocol::text::escape(e.claim.as_ref().err().map_or("", String::as_str))});
+            rows.push((e, row));
+            continue;
+        };
+        let (fleet, host) = (values.next().flatten(), values.next().flatten());
+        e.floor = fleet
+            .and_then(|f| FleetRecord::from_bytes(&f.value).ok())
+            .filter(|f| f.fleet == c.fleet)
+            .map_or(0, |f| f.pin.floor);
+        let signed = host
+            .and_then(|h| FleetHost::from_bytes(&h.value).ok())
+            .filter(|h| (&h.fleet, &h.host, h.deployment) == (&c.fleet, &c.host, c.deployment))
+            .map(|h| c.signed_by(&h.issuer_key));
+        let row = json!({"key": e.key, "key_hex": e.key_hex, "fleet": c.fleet, "signed": signed,
+                         "host": c.host, "deployment": c.deployment.to_hex(), "intent": c.intent.to_hex(),
+                         "revision": e.create_revision, "modified": e.mod_revision, "floor": e.floor});
+        rows.push((e, row));
     }
-    let mut hosts = HostsByFleet::new();
-    client
-        .scan(&dir("hosts"), AUDIT_KEYS_MAX, |e| {
-            if let Ok(h) = FleetHost::from_bytes(&e.value) {
-                hosts.entry(h.fleet.clone()).or_default().push(h);
-            }
-        })
-        .map_err(|e| unavailable(&e))?;
-    Ok(((header.cluster, header.revision), epochs, hosts))
+    Ok(rows)
 }
 
-/// A fleet deployment as `--json` lists it: its claim, whether the host record naming it
-/// signed it (null: none does), and the hosts enrolled for it; or why its key holds no
-/// claim.
-fn fleet_row(e: &crate::audit::FleetEpoch, hosts: &HostsByFleet) -> serde_json::Value {
-    let c = match &e.claim {
-        Ok(c) => c,
-        Err(why) => {
-            return json!({"key": e.key, "key_hex": e.key_hex, "error": repoch_protocol::text::escape(why), "revision": e.create_revision})
-        }
-    };
-    let enrolled = hosts.get(&c.fleet).map_or(&[][..], Vec::as_slice);
-    let signed = enrolled
-        .iter()
-        .find(|h| (&h.host, h.deployment) == (&c.host, c.deployment))
-        .map(|h| c.signed_by(&h.issuer_key));
-    let listed: Vec<serde_json::Value> = enrolled
-        .iter()
-        .map(|h| json!({"host": h.host, "deployment": h.deployment.to_hex()}))
-        .collect();
-    json!({"key": e.key, "key_hex": e.key_hex, "fleet": c.fleet, "signed": signed,
-           "host": c.host, "deployment": c.deployment.to_hex(), "intent": c.intent.to_hex(),
-           "revision": e.create_revision, "modified": e.mod_revision, "hosts": listed})
+/// A host record as `--json` lists it (`registry.hosts`), or why its key holds none.
+fn host_row(e: &repoch_issuer::fleet::Entry) -> serde_json::Value {
+    use repoch_protocol::cbor::Canonical;
+    let (key, key_hex) = key_texts(&e.key);
+    match repoch_protocol::fleet::FleetHost::from_bytes(&e.value) {
+        Ok(h) => json!({"key": key, "key_hex": key_hex, "fleet": h.fleet, "host": h.host,
+                        "deployment": h.deployment.to_hex(), "label": repoch_protocol::text::escape(&h.label),
+                        "revision": e.create_revision}),
+        Err(why) => json!({"key": key, "key_hex": key_hex, "revision": e.create_revision,
+                           "error": repoch_protocol::text::escape(&why.to_string())}),
+    }
 }
 
 /// Each log's verdict as `--json` lists it, and the first finding (a rollback, an
@@ -225,6 +338,54 @@ fn log_rows(
     (rows, finding)
 }
 
+/// A log's row (`--json`: `logs[]`).
+fn log_row(a: &crate::audit::Audited) -> serde_json::Value {
+    let r = &a.report;
+    // The fencing token it consumed with (a fleet's): what a fleet established after a
+    // rebuild takes as its floor (docs/OPERATOR.md, "Fencing tokens").
+    let fencing = r.records.iter().find_map(|v| match &v.record.record.body {
+        repoch_protocol::epoch::EpochBody::Consume { fencing, .. } => *fencing,
+        _ => None,
+    });
+    json!({"path": a.path, "deployment": r.deployment().map(|d| d.to_hex()), "epoch": r.classification.as_str(),
+           "fencing": fencing.map(|t| json!({"cluster": format!("{:016x}", t.cluster), "revision": t.revision})),
+           "records": r.records.len(), "head": r.last_hash().map(|h| h.to_hex()),
+           "predecessor": r.genesis().and_then(|(_, p)| p).map(|p| p.deployment.to_hex()),
+           "problem": r.problem.as_ref().map(|(at, why)| json!({"offset": at, "reason": why}))})
+}
+
+/// The first log that does not verify, with its own reason (epoch-torn, -forged, …).
+fn first_bad(logs: &[crate::audit::Audited]) -> Option<Refusal> {
+    let a = logs
+        .iter()
+        .find(|a| a.report.problem.is_some() || a.report.records.is_empty())?;
+    let reason = a
+        .report
+        .classification
+        .refusal()
+        .unwrap_or(Reason::EpochMissing);
+    Some(Refusal::new(
+        reason,
+        a.path.display().to_string(),
+        "a valid log",
+        a.report
+            .problem
+            .as_ref()
+            .map_or("no record".into(), |(at, w)| format!("offset {at}: {w}")),
+    ))
+}
+
+/// Everything the audit found, as it is printed.
+#[derive(serde::Serialize)]
+struct Report<'a> {
+    verified: bool,
+    logs: Vec<serde_json::Value>,
+    chain: Option<&'a Vec<String>>,
+    chain_error: Option<serde_json::Value>,
+    checkpoint: Option<&'a serde_json::Value>,
+    registry: Option<&'a Registered>,
+}
+
 pub fn run(
     ctx: &Ctx,
     issuer_key: Option<&Path>,
@@ -242,27 +403,6 @@ pub fn run(
     };
     let (logs, chain) =
         crate::audit::audit(paths, &issuer, batch, jobs).map_err(|e| Failure::Usage(e.into()))?;
-    let bad: Vec<&crate::audit::Audited> = logs
-        .iter()
-        .filter(|a| a.report.problem.is_some() || a.report.records.is_empty())
-        .collect();
-    let rows: Vec<serde_json::Value> = logs
-        .iter()
-        .map(|a| {
-            let r = &a.report;
-            // The fencing token it consumed with (a fleet's): what a fleet established after
-            // a rebuild takes as its floor (docs/OPERATOR.md, "Fencing tokens").
-            let fencing = r.records.iter().find_map(|v| match &v.record.record.body {
-                repoch_protocol::epoch::EpochBody::Consume { fencing, .. } => *fencing,
-                _ => None,
-            });
-            json!({"path": a.path, "deployment": r.deployment().map(|d| d.to_hex()), "epoch": r.classification.as_str(),
-                   "fencing": fencing.map(|t| json!({"cluster": format!("{:016x}", t.cluster), "revision": t.revision})),
-                   "records": r.records.len(), "head": r.last_hash().map(|h| h.to_hex()),
-                   "predecessor": r.genesis().and_then(|(_, p)| p).map(|p| p.deployment.to_hex()),
-                   "problem": r.problem.as_ref().map(|(at, why)| json!({"offset": at, "reason": why}))})
-        })
-        .collect();
     let cp = match checkpoint {
         Some(n) => Some(audit_checkpoint(n, &issuer, &logs)?),
         None => None,
@@ -275,108 +415,152 @@ pub fn run(
         .as_ref()
         .and_then(|(_, r)| r.clone())
         .or_else(|| fleet.as_ref().and_then(|(_, r)| r.clone()));
-    let verified = bad.is_empty() && chain.is_ok() && inconsistent.is_none();
-    // The first log that does not verify, with its own reason (epoch-torn, -forged, …);
-    // the chain cannot be checked past it, so it is also what `chain_error` carries.
-    let first = bad.first().map(|a| {
-        let reason = a
-            .report
-            .classification
-            .refusal()
-            .unwrap_or(Reason::EpochMissing);
-        Refusal::new(
-            reason,
-            a.path.display().to_string(),
-            "a valid log",
-            a.report
-                .problem
-                .as_ref()
-                .map_or("no record".into(), |(at, w)| format!("offset {at}: {w}")),
-        )
-    });
+    // The first log that does not verify: the chain cannot be checked past it, so it is
+    // also what `chain_error` carries.
+    let first = first_bad(&logs);
+    let verified = first.is_none() && chain.is_ok() && inconsistent.is_none();
     let chain_error = match (&first, &chain) {
         (Some(r), _) => Some(json!({"reason": r.reason.as_str(), "detail": r.detail()})),
         (None, Err((r, e))) => Some(json!({"reason": r.as_str(), "detail": e})),
         (None, Ok(_)) => None,
     };
-    ctx.out(json!({"verified": verified, "logs": rows, "chain": chain.as_ref().ok(), "chain_error": chain_error,
-                   "checkpoint": cp.as_ref().map(|(j, _)| j), "registry": fleet.as_ref().map(|(j, _)| j)}), || {
-        let mut s = format!("{:<32}  {:<10}  {:>7}  {:<16}  PREDECESSOR\n", "DEPLOYMENT", "EPOCH", "RECORDS", "HEAD");
-        for a in &logs {
-            let r = &a.report;
-            s.push_str(&format!(
-                "{:<32}  {:<10}  {:>7}  {:<16}  {}\n",
-                r.deployment().map_or("-".into(), |d| d.to_hex()),
-                r.classification.as_str(),
-                r.records.len(),
-                r.last_hash().map_or("-".into(), |h| h.to_hex()[..16].to_owned()),
-                r.genesis().and_then(|(_, p)| p).map_or("-".into(), |p| p.deployment.to_hex()),
-            ));
-            if let Some((at, why)) = &r.problem {
-                s.push_str(&format!("  {}: problem at offset {at}: {why}\n", a.path.display()));
-            }
-        }
-        match (&chain, &chain_error) {
-            (Ok(order), None) => s.push_str(&format!("chain: verified ({} deployment{})", order.len(), if order.len() == 1 { "" } else { "s" })),
-            (_, Some(e)) => s.push_str(&format!("chain: NOT verified: {}: {}", e["reason"].as_str().unwrap_or(""), e["detail"].as_str().unwrap_or(""))),
-            (Err((r, e)), None) => s.push_str(&format!("chain: NOT verified: {r}: {e}")),
-        }
-        if let Some((j, r)) = &cp {
-            match r {
-                None => s.push_str(&format!("\ncheckpoint: the log extends it (size {} -> {})", j["size"], j["log"]["size"])),
-                Some(r) => s.push_str(&format!("\ncheckpoint: NOT extended: {r}")),
-            }
-        }
-        if let Some((j, _)) = &fleet {
-            for f in j["fleets"].as_array().into_iter().flatten() {
-                // Every text here was escaped where it was read (the key, the error).
-                let key = f["key"].as_str().unwrap_or("");
-                s.push_str(&match f["error"].as_str() {
-                    Some(why) => format!(
-                        "\nregistry: {key} holds no fleet claim ({why}) at revision {}",
-                        f["revision"]
-                    ),
-                    None => format!(
-                        "\nregistry: {key} used by host {} (deployment {}) at revision {}",
-                        f["host"].as_str().unwrap_or("?"),
-                        f["deployment"].as_str().unwrap_or("?"),
-                        f["revision"]
-                    ),
-                });
-            }
-            for l in j["logs"].as_array().into_iter().flatten() {
-                s.push_str(&format!(
-                    "\nregistry: {}: {}{}",
-                    l["path"].as_str().unwrap_or(""),
-                    l["verdict"].as_str().unwrap_or(""),
-                    match l["evidence"]["registry"].as_str() {
-                        Some(reg) => format!(" (registry: {reg}; log: {})", l["evidence"]["log"].as_str().unwrap_or("")),
-                        None => String::new(),
-                    }
-                ));
-            }
-        }
-        if verified {
-            s.push_str("\naudit: verified");
-        } else {
-            s.push_str("\naudit: FAILED");
-        }
-        s
-    });
+    let report = Report {
+        verified,
+        logs: logs.iter().map(log_row).collect(),
+        chain: chain.as_ref().ok(),
+        chain_error,
+        checkpoint: cp.as_ref().map(|(j, _)| j),
+        registry: fleet.as_ref().map(|(j, _)| j),
+    };
+    match ctx.json {
+        true => print_json(&report),
+        false => print_text(&report, &logs, cp.as_ref().map(|(_, r)| r)),
+    }
     // A log that does not extend a signed checkpoint is the finding, even when it is also
     // torn: the evidence pair says what was lost.
     if let Some(r) = inconsistent {
         return Err(Failure::Inconsistent(r));
     }
     if verified {
-        Ok(Outcome::Success)
+        return Ok(Outcome::Success);
+    }
+    let r = first.unwrap_or_else(|| {
+        let (reason, why) = chain
+            .err()
+            .unwrap_or((Reason::Internal, "no chain error".into()));
+        Refusal::new(reason, "chain", "verified links", why)
+    });
+    Err(Failure::Refused(vec![r]))
+}
+
+/// The report as one JSON document on stdout, its spooled rows streamed into it. As with
+/// every output, an error writing it loses the text, never the outcome.
+fn print_json(report: &Report<'_>) {
+    use std::io::Write as _;
+    let mut o = std::io::BufWriter::new(std::io::stdout().lock());
+    let _ = serde_json::to_writer(&mut o, report)
+        .map_err(std::io::Error::from)
+        .and_then(|()| o.write_all(b"\n"))
+        .and_then(|()| o.flush());
+}
+
+/// The report as text: the logs' table, the chain, the checkpoint, the registry's rows
+/// and each log's verdict against it, then the verdict.
+fn print_text(report: &Report<'_>, logs: &[crate::audit::Audited], cp: Option<&Option<Refusal>>) {
+    let mut s = format!(
+        "{:<32}  {:<10}  {:>7}  {:<16}  PREDECESSOR\n",
+        "DEPLOYMENT", "EPOCH", "RECORDS", "HEAD"
+    );
+    for a in logs {
+        let r = &a.report;
+        s.push_str(&format!(
+            "{:<32}  {:<10}  {:>7}  {:<16}  {}\n",
+            r.deployment().map_or("-".into(), |d| d.to_hex()),
+            r.classification.as_str(),
+            r.records.len(),
+            r.last_hash()
+                .map_or("-".into(), |h| h.to_hex()[..16].to_owned()),
+            r.genesis()
+                .and_then(|(_, p)| p)
+                .map_or("-".into(), |p| p.deployment.to_hex()),
+        ));
+        if let Some((at, why)) = &r.problem {
+            s.push_str(&format!(
+                "  {}: problem at offset {at}: {why}\n",
+                a.path.display()
+            ));
+        }
+    }
+    match (report.chain, &report.chain_error) {
+        (_, Some(e)) => s.push_str(&format!(
+            "chain: NOT verified: {}: {}",
+            e["reason"].as_str().unwrap_or(""),
+            e["detail"].as_str().unwrap_or("")
+        )),
+        (Some(order), None) => s.push_str(&format!(
+            "chain: verified ({} deployment{})",
+            order.len(),
+            if order.len() == 1 { "" } else { "s" }
+        )),
+        (None, None) => s.push_str("chain: NOT verified"),
+    }
+    if let (Some(j), Some(r)) = (report.checkpoint, cp) {
+        match r {
+            None => s.push_str(&format!(
+                "\ncheckpoint: the log extends it (size {} -> {})",
+                j["size"], j["log"]["size"]
+            )),
+            Some(r) => s.push_str(&format!("\ncheckpoint: NOT extended: {r}")),
+        }
+    }
+    super::common::say(&s);
+    if let Some(reg) = report.registry {
+        print_registry_text(reg);
+    }
+    super::common::say(if report.verified {
+        "audit: verified"
     } else {
-        let r = first.unwrap_or_else(|| {
-            let (reason, why) = chain
-                .err()
-                .unwrap_or((Reason::Internal, "no chain error".into()));
-            Refusal::new(reason, "chain", "verified links", why)
+        "audit: FAILED"
+    });
+}
+
+/// The registry's rows as text, a line each as they are read back from the spool, then
+/// each log's verdict. Every text here was escaped where it was read (keys, errors).
+fn print_registry_text(reg: &Registered) {
+    let printed = reg.fleets.each(|f| {
+        let key = f["key"].as_str().unwrap_or("");
+        super::common::say(&match f["error"].as_str() {
+            Some(why) => format!(
+                "registry: {key} holds no fleet claim ({why}) at revision {}",
+                f["revision"]
+            ),
+            None => format!(
+                "registry: {key} used by host {} (deployment {}) at revision {}",
+                f["host"].as_str().unwrap_or("?"),
+                f["deployment"].as_str().unwrap_or("?"),
+                f["revision"]
+            ),
         });
-        Err(Failure::Refused(vec![r]))
+    });
+    if let Err(e) = printed {
+        super::common::say(&format!("registry: the rows could not be read back: {e}"));
+    }
+    super::common::say(&format!(
+        "registry: {} host record(s) under {}/hosts/ (--json: registry.hosts)",
+        reg.hosts.rows, reg.prefix
+    ));
+    for l in &reg.logs {
+        super::common::say(&format!(
+            "registry: {}: {}{}",
+            l["path"].as_str().unwrap_or(""),
+            l["verdict"].as_str().unwrap_or(""),
+            match l["evidence"]["registry"].as_str() {
+                Some(reg) => format!(
+                    " (registry: {reg}; log: {})",
+                    l["evidence"]["log"].as_str().unwrap_or("")
+                ),
+                None => String::new(),
+            }
+        ));
     }
 }

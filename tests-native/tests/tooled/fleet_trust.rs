@@ -427,6 +427,57 @@ pub(crate) fn planted_keys_neither_blind_the_audit_nor_block_an_enrollment_and_p
     assert_eq!(enrolled.json()["fleet"]["established"], true);
 }
 
+/// Keys an etcd writer plants: one more than the audit once read under a directory.
+const PLANTED: usize = 200_001;
+/// The audit's peak resident set however many keys it reads: a page of them, the
+/// client and the runtime (22 MiB measured for 200,001 keys), with room; keeping each
+/// key, as the audit once did, takes 1.8 KiB a key.
+const AUDIT_PEAK_KIB_MAX: u64 = 64 * 1024;
+
+pub(crate) fn more_planted_keys_than_any_bound_neither_blind_the_audit_nor_grow_its_memory() {
+    // Proves: an etcd writer's 200,001 keys under PREFIX/epochs/ (the audit once kept every
+    // key in memory and read at most 200,000: exit 2, registry-unavailable) neither hide
+    // the audit's finding (a granted log whose claim was deleted: unregistered, exit 5) nor
+    // any key (each is listed), and the audit's peak memory is a page's, not the keys'.
+    require_root!();
+    let sb = Sandbox::new();
+    let etcd = Etcd::start(&sb.path("etcd")).with_flags(&["--max-txn-ops=10000"]);
+    let px = prefix(&sb);
+    let (a, _) = enroll_host(&etcd, &px, "billing", "host-a");
+    {
+        let _d = a.s.daemon();
+        let (res, got) = recover(&a);
+        assert!(granted(&res, &got), "{}{}", res.stdout, res.stderr);
+    }
+    let del = etcd.etcdctl(&[0, 1, 2], &["del", &format!("{px}/epochs/billing")]);
+    assert!(del.status.success());
+    let keys: Vec<String> = (0..PLANTED)
+        .map(|i| format!("{px}/epochs/planted-{i:06}"))
+        .collect();
+    etcd.put_many(&keys, "planted");
+
+    let mut audit = a.s.cmd("repoch");
+    audit.args([
+        "--json",
+        "audit",
+        "--registry",
+        a.s.path("manifest.toml").to_str().unwrap(),
+        a.s.log(&a.id).to_str().unwrap(),
+    ]);
+    let (r, peak_kib) = run_with_peak(audit);
+    assert_eq!(r.code, Outcome::Inconsistent, "{}", r.stderr);
+    let j = r.json_lines()[0].clone();
+    assert_eq!(j["registry"]["logs"][0]["verdict"], "unregistered");
+    let fleets = j["registry"]["fleets"].as_array().unwrap();
+    assert_eq!(fleets.len(), PLANTED, "every key, none hidden");
+    assert_eq!(fleets[PLANTED - 1]["key"], keys[PLANTED - 1].as_str());
+    assert!(
+        peak_kib <= AUDIT_PEAK_KIB_MAX,
+        "the audit of {PLANTED} keys peaked at {peak_kib} KiB, over {AUDIT_PEAK_KIB_MAX} KiB"
+    );
+    eprintln!("audit of {PLANTED} planted keys: peak {peak_kib} KiB");
+}
+
 pub(crate) fn a_full_cluster_refuses_the_recovery_before_its_intent_and_it_is_granted_once_cleared()
 {
     // Proves: with etcd's space quota exceeded (the NOSPACE alarm raised by a writer

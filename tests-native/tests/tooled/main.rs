@@ -353,6 +353,11 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            fleet_trust::more_planted_keys_than_any_bound_neither_blind_the_audit_nor_grow_its_memory,
+            ETCD
+        ),
+        trial!(
+            root,
             fleet_trust::an_interrupted_recover_claims_nothing_and_another_host_recovers_the_fleet,
             ETCD
         ),
