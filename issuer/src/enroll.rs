@@ -370,6 +370,55 @@ pub fn validate(text: &str) -> Result<Validated, EnrollError> {
     if m.label.is_empty() {
         return Err(field("label", "must not be empty"));
     }
+    check_bounds(&m)?;
+    check_paths(&m)?;
+    let containment = check_containment(m.containment)?;
+    path_field("consumer.executable", &m.consumer.executable)?;
+    if let Some(c) = &m.consumer.cgroup {
+        path_field("consumer.cgroup", c)?;
+    }
+    let executable_sha256 = match &m.consumer.executable_sha256 {
+        None => None,
+        Some(h) => Some(
+            Hash::from_hex(h)
+                .ok_or_else(|| field("consumer.executable_sha256", "expected 64 hex digits"))?,
+        ),
+    };
+    let producer_key = key_field(
+        "journal.producer_key",
+        &m.journal.producer_key,
+        &m.journal.producer_key_file,
+    )?;
+    let consumer_key = key_field("consumer.key", &m.consumer.key, &m.consumer.key_file)?;
+    let (fleet_id, token_floor) = registry_pins(m.registry.as_ref())?;
+    let registry = m.registry.map(registry_field).transpose()?;
+    Ok(Validated {
+        fleet_id,
+        token_floor,
+        label: m.label,
+        fences: m.fences,
+        stores: m.stores,
+        ready: m.ready,
+        journal_path: m.journal.path,
+        journal_uid: m.journal.uid,
+        journal_gid: m.journal.gid,
+        producer_key,
+        containment,
+        consumer: Consumer {
+            uid: m.consumer.uid,
+            gid: m.consumer.gid,
+            executable: m.consumer.executable,
+            executable_sha256,
+            key: consumer_key,
+            cgroup: m.consumer.cgroup,
+        },
+        predecessor: m.predecessor,
+        registry,
+    })
+}
+
+/// The manifest's lists within their bounds, and at least one fence.
+fn check_bounds(m: &ManifestToml) -> Result<(), EnrollError> {
     bounded("fences", &m.fences, FENCES_MAX)?;
     bounded("stores", &m.stores, STORES_MAX)?;
     bounded("containment.units", &m.containment.units, UNITS_MAX)?;
@@ -395,6 +444,12 @@ pub fn validate(text: &str) -> Result<Validated, EnrollError> {
             "at least one lock fence is required: exclusion is what the grant hands over",
         ));
     }
+    Ok(())
+}
+
+/// Fences, stores, READY and the journal: absolute paths, each listed once, the journal
+/// and READY apart from every fence and store.
+fn check_paths(m: &ManifestToml) -> Result<(), EnrollError> {
     let mut seen = std::collections::BTreeSet::new();
     for (name, list) in [("fences", &m.fences), ("stores", &m.stores)] {
         for (i, p) in list.iter().enumerate() {
@@ -415,7 +470,14 @@ pub fn validate(text: &str) -> Result<Validated, EnrollError> {
             "the journal and READY must differ from every fence and store",
         ));
     }
-    for (i, u) in m.containment.units.iter().enumerate() {
+    Ok(())
+}
+
+/// The containment's units, cgroups, listeners and executables checked; its listeners
+/// parsed, their socket files, and the old root's uids (sorted, distinct, root left out:
+/// it is always a principal).
+fn check_containment(c: ContainmentToml) -> Result<Containment, EnrollError> {
+    for (i, u) in c.units.iter().enumerate() {
         check_text(u).map_err(|w| field(format!("containment.units[{i}]"), w))?;
         // Not a pattern: `systemctl show` would expand it to the units it matches. Not a
         // template (`name@.service`): its instances run, never the template itself.
@@ -431,7 +493,7 @@ pub fn validate(text: &str) -> Result<Validated, EnrollError> {
             ));
         }
     }
-    for (i, c) in m.containment.cgroups.iter().enumerate() {
+    for (i, c) in c.cgroups.iter().enumerate() {
         path_field(&format!("containment.cgroups[{i}]"), c)?;
         if c == "/" {
             return Err(field(
@@ -440,8 +502,7 @@ pub fn validate(text: &str) -> Result<Validated, EnrollError> {
             ));
         }
     }
-    let listeners = m
-        .containment
+    let listeners = c
         .listeners
         .iter()
         .enumerate()
@@ -458,37 +519,35 @@ pub fn validate(text: &str) -> Result<Validated, EnrollError> {
             ),
         ));
     }
-    for (i, e) in m.containment.executables.iter().enumerate() {
+    for (i, e) in c.executables.iter().enumerate() {
         path_field(&format!("containment.executables[{i}]"), e)?;
     }
-    let socket_files = socket_files(&listeners, &m.containment.socket_files)?;
+    let socket_files = socket_files(&listeners, &c.socket_files)?;
     // Root is always a principal; the rest are kept sorted and distinct (one encoding).
-    let mut old_root_uids = m.containment.old_root_uids.clone();
+    let mut old_root_uids = c.old_root_uids.clone();
     old_root_uids.sort_unstable();
     old_root_uids.dedup();
     old_root_uids.retain(|u| *u != 0);
-    path_field("consumer.executable", &m.consumer.executable)?;
-    if let Some(c) = &m.consumer.cgroup {
-        path_field("consumer.cgroup", c)?;
-    }
-    let executable_sha256 = match &m.consumer.executable_sha256 {
-        None => None,
-        Some(h) => Some(
-            Hash::from_hex(h)
-                .ok_or_else(|| field("consumer.executable_sha256", "expected 64 hex digits"))?,
-        ),
-    };
-    let producer_key = key_field(
-        "journal.producer_key",
-        &m.journal.producer_key,
-        &m.journal.producer_key_file,
-    )?;
-    let consumer_key = key_field("consumer.key", &m.consumer.key, &m.consumer.key_file)?;
-    let fleet_id = match m.registry.as_ref().and_then(|r| r.fleet_id.as_deref()) {
+    Ok(Containment {
+        units: c.units,
+        cgroups: c.cgroups,
+        listeners,
+        executables: c.executables,
+        old_root_uids,
+        socket_files,
+    })
+}
+
+/// `[registry]`'s fleet id (joining a fleet) and token floor (establishing one): only one
+/// of the two.
+fn registry_pins(
+    r: Option<&RegistryToml>,
+) -> Result<(Option<repoch_protocol::fleet::FleetId>, u64), EnrollError> {
+    let fleet_id = match r.and_then(|r| r.fleet_id.as_deref()) {
         Some(id) => Some(id.parse().map_err(|w| field("registry.fleet_id", w))?),
         None => None,
     };
-    let token_floor = match m.registry.as_ref().map(|r| (r.token_floor, r.fleet_id.is_some())) {
+    let token_floor = match r.map(|r| (r.token_floor, r.fleet_id.is_some())) {
         Some((Some(_), true)) => {
             return Err(field(
                 "registry.token_floor",
@@ -504,37 +563,7 @@ pub fn validate(text: &str) -> Result<Validated, EnrollError> {
         Some((floor, _)) => floor.unwrap_or(0),
         None => 0,
     };
-    let registry = m.registry.map(registry_field).transpose()?;
-    Ok(Validated {
-        fleet_id,
-        token_floor,
-        label: m.label,
-        fences: m.fences,
-        stores: m.stores,
-        ready: m.ready,
-        journal_path: m.journal.path,
-        journal_uid: m.journal.uid,
-        journal_gid: m.journal.gid,
-        producer_key,
-        containment: Containment {
-            units: m.containment.units,
-            cgroups: m.containment.cgroups,
-            listeners,
-            executables: m.containment.executables,
-            old_root_uids,
-            socket_files,
-        },
-        consumer: Consumer {
-            uid: m.consumer.uid,
-            gid: m.consumer.gid,
-            executable: m.consumer.executable,
-            executable_sha256,
-            key: consumer_key,
-            cgroup: m.consumer.cgroup,
-        },
-        predecessor: m.predecessor,
-        registry,
-    })
+    Ok((fleet_id, token_floor))
 }
 
 /// The `[registry]` table of a TOML file (a manifest, or a file holding that table alone:

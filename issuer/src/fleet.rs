@@ -151,8 +151,16 @@ pub fn connect(r: &Registry, protected: bool) -> Result<Client, Refusal> {
         cert,
         key,
     };
-    Client::connect(&spec, Duration::from_secs(REGISTRY_CALL_SECONDS_MAX))
-        .map_err(|e| unavailable(r, "usable credentials", e))
+    Client::connect(&spec, Duration::from_secs(REGISTRY_CALL_SECONDS_MAX)).map_err(|e| match e {
+        // An endpoint spelt so that no certificate can name it: the field to fix.
+        Error::Config(why) if why.starts_with("endpoint ") => Refusal::new(
+            Reason::RegistryUnavailable,
+            "registry.endpoints",
+            "endpoints spelt as the members' certificates name them",
+            why,
+        ),
+        e => unavailable(r, "usable credentials", e),
+    })
 }
 
 /// The client of a recovery: [`connect`]ed and pinned to the fleet the enrollment pinned

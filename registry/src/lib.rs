@@ -359,10 +359,20 @@ impl Client {
         let mut endpoints = Vec::new();
         let mut clusters = Vec::new();
         for url in &spec.endpoints {
+            let host = host_of(url)?;
+            // The name TLS checks the member's certificate against: a spelling that is
+            // neither a DNS name nor an address (`127.1`) is the endpoint's fault, said so
+            // here, not a transport error at the first call.
+            if rustls::pki_types::ServerName::try_from(host.as_str()).is_err() {
+                return Err(Error::Config(format!(
+                    "endpoint {url:?}: {host} is no DNS name or IP address a certificate can \
+                     name (spell it as the member's certificate does: 127.0.0.1, localhost)"
+                )));
+            }
             let tls = ClientTlsConfig::new()
                 .ca_certificate(ca.clone())
                 .identity(identity.clone())
-                .domain_name(host_of(url)?);
+                .domain_name(host);
             let ep = Endpoint::from_shared(url.clone())
                 .map_err(|e| Error::Config(format!("endpoint {url:?}: {e}")))?
                 .connect_timeout(deadline)

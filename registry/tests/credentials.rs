@@ -67,3 +67,25 @@ fn each_unusable_credential_is_named_with_why() {
         assert!(said.contains(why), "{why}: {said}");
     }
 }
+
+/// An endpoint whose HOST no certificate can name (`127.1`: neither a DNS name nor an IP
+/// address as TLS spells them) is refused naming the endpoint and its host, as the
+/// operator's spelling to fix, never as a TLS transport error of the credentials.
+#[test]
+fn an_endpoint_whose_host_no_certificate_can_name_is_named() {
+    let spec = repoch_registry::Spec {
+        endpoints: vec!["https://127.1:2379".into()],
+        ca: fixture("ca.pem"),
+        cert: fixture("client.pem"),
+        key: fixture("client.key"),
+    };
+    let e = repoch_registry::Client::connect(&spec, std::time::Duration::from_secs(1))
+        .expect_err("no name a certificate carries");
+    let text = e.to_string();
+    assert!(matches!(e, repoch_registry::Error::Config(_)), "{text}");
+    assert!(
+        text.contains("\"https://127.1:2379\"")
+            && text.contains("127.1 is no DNS name or IP address"),
+        "{text}"
+    );
+}

@@ -161,7 +161,10 @@ pub fn run(mut c: Command) -> Run {
 
 /// Runs `c` to its end: what it printed, and its peak resident set (KiB) as the kernel
 /// counted it at exit.
-#[allow(clippy::zombie_processes, reason = "waited for by wait4, which std cannot do")]
+#[allow(
+    clippy::zombie_processes,
+    reason = "waited for by wait4, which std cannot do"
+)]
 pub fn run_with_peak(mut c: Command) -> (Run, u64) {
     use std::io::Read as _;
     use std::os::unix::process::ExitStatusExt as _;

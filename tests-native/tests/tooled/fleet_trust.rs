@@ -515,7 +515,8 @@ pub(crate) fn a_full_cluster_refuses_the_recovery_before_its_intent_and_it_is_gr
 pub(crate) fn unusable_registry_credentials_are_named_at_enrollment_and_at_recovery() {
     // Proves: a CA, certificate or key file that is no PEM of its kind, and a key that is
     // not the certificate's, are refused at enrollment naming the field and the file
-    // (exit 64), not reported as a TLS transport error; a CA replaced by garbage after
+    // (exit 64), not reported as a TLS transport error, and so is an endpoint whose host
+    // no certificate can name; a CA replaced by garbage after
     // enrollment refuses the recovery registry-unavailable naming the file, before its
     // intent.
     require_root!();
@@ -550,6 +551,16 @@ pub(crate) fn unusable_registry_credentials_are_named_at_enrollment_and_at_recov
         assert!(r.stdout.contains(&named), "{named}: {}", r.stdout);
         assert!(r.stdout.contains(why), "{why}: {}", r.stdout);
     }
+
+    // An endpoint spelt so that no certificate can name it: the field named (it read
+    // "expected usable credentials ... TLS: transport error").
+    let (_, r) = enroll_toml(None, &toml.replace("https://127.0.0.1:", "https://127.1:"));
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains("registry.endpoints") && r.stdout.contains("127.1 is no DNS name"),
+        "{}",
+        r.stdout
+    );
 
     // A copy of the CA, enrolled, then replaced by garbage.
     let ca = sb.path("ca-copy.pem");
