@@ -163,8 +163,9 @@ pub enum Cmd {
         #[arg(long, value_name = "NOTE")]
         checkpoint: Option<PathBuf>,
         /// A TOML file with the fleet registry's `[registry]` table (a deployment's manifest
-        /// will do): list every fleet deployment under its prefix, the host whose claim used
-        /// its epoch and the hosts enrolled for it, and compare each PATH's log with the
+        /// will do): list every fleet deployment under its prefix and the host whose claim
+        /// used its epoch, count the host records (--json lists them), any number of keys
+        /// in bounded memory, and compare each PATH's log with the
         /// registry: a log that does not hold the claim the registry recorded for it
         /// (rolled back or replaced), or that consumed with a token the registry does not
         /// hold, is reported with the evidence pair (exit 5).
