@@ -94,7 +94,30 @@ pub struct ContainmentToml {
     /// `containment.socket_files`).
     #[serde(default)]
     pub socket_files: std::collections::BTreeMap<String, SocketFileToml>,
+    /// Containers an engine could start again: `docker:NAME_OR_ID`, `podman:NAME_OR_ID`
+    /// (docs/OPERATOR.md, "Containers").
+    #[serde(default)]
+    pub containers: Vec<String>,
+    /// Where each engine listens (`unix:///PATH`; the engines' own defaults otherwise).
+    #[serde(default)]
+    pub engines: EnginesToml,
 }
+
+/// `[containment.engines]`: each engine's socket.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnginesToml {
+    pub docker: Option<String>,
+    pub podman: Option<String>,
+    pub containerd: Option<String>,
+}
+
+/// Where each engine listens unless `[containment.engines]` says otherwise.
+pub const ENGINE_DEFAULTS: &[(&str, &str)] = &[
+    ("docker", "unix:///run/docker.sock"),
+    ("podman", "unix:///run/podman/podman.sock"),
+    ("containerd", "unix:///run/containerd/containerd.sock"),
+];
 
 /// `[containment.socket_files."/PATH"]`: the mode (`0o660`), and optionally the owner
 /// and group, of the socket file repochd makes for that unix listener.
@@ -438,6 +461,11 @@ fn check_bounds(m: &ManifestToml) -> Result<(), EnrollError> {
         &m.containment.old_root_uids,
         OLD_ROOT_UIDS_MAX,
     )?;
+    bounded(
+        "containment.containers",
+        &m.containment.containers,
+        CONTAINERS_MAX,
+    )?;
     if m.fences.is_empty() {
         return Err(field(
             "fences",
@@ -528,6 +556,7 @@ fn check_containment(c: ContainmentToml) -> Result<Containment, EnrollError> {
     old_root_uids.sort_unstable();
     old_root_uids.dedup();
     old_root_uids.retain(|u| *u != 0);
+    let containers = containers(&c.containers, &c.engines)?;
     Ok(Containment {
         units: c.units,
         cgroups: c.cgroups,
@@ -535,7 +564,87 @@ fn check_containment(c: ContainmentToml) -> Result<Containment, EnrollError> {
         executables: c.executables,
         old_root_uids,
         socket_files,
+        containers,
     })
+}
+
+/// Each `ENGINE:NAME` parsed with its engine's socket (root's, checked now as at every
+/// observation), sorted and distinct (one encoding).
+fn containers(
+    named: &[String],
+    engines: &EnginesToml,
+) -> Result<Vec<repoch_protocol::manifest::ContainerRef>, EnrollError> {
+    let mut out = Vec::with_capacity(named.len());
+    for (i, spelled) in named.iter().enumerate() {
+        let at = format!("containment.containers[{i}]");
+        let (engine, name) = spelled
+            .split_once(':')
+            .ok_or_else(|| field(&at, "expected ENGINE:NAME, such as docker:billing"))?;
+        if engine == "containerd" {
+            return Err(field(
+                &at,
+                "containerd's containers are not observed by this version: delete the old \
+                 root's task (`ctr task delete`) and list its unit under containment.units \
+                 (docs/OPERATOR.md, \"Containers\")",
+            ));
+        }
+        if !repoch_protocol::manifest::CONTAINER_ENGINES.contains(&engine) {
+            return Err(field(
+                &at,
+                format!("engine {engine:?}: one of docker, podman"),
+            ));
+        }
+        if !repoch_protocol::manifest::is_container_name(name) {
+            return Err(field(
+                &at,
+                "a container name or id: a letter or digit, then letters, digits, _ . or -",
+            ));
+        }
+        let socket = engine_socket(engine, engines)?;
+        out.push(repoch_protocol::manifest::ContainerRef {
+            engine: engine.to_owned(),
+            name: name.to_owned(),
+            socket,
+        });
+    }
+    out.sort();
+    if let Some(w) = out.windows(2).find(|w| w[0] == w[1]) {
+        return Err(field(
+            "containment.containers",
+            format!("{} is listed twice", w[0].spelled()),
+        ));
+    }
+    Ok(out)
+}
+
+/// The socket `engine` listens on: `[containment.engines]`'s `unix:///PATH` or the
+/// default, root's.
+fn engine_socket(engine: &str, engines: &EnginesToml) -> Result<String, EnrollError> {
+    let at = format!("containment.engines.{engine}");
+    let given = match engine {
+        "docker" => engines.docker.as_deref(),
+        "podman" => engines.podman.as_deref(),
+        _ => engines.containerd.as_deref(),
+    };
+    let url = given.unwrap_or_else(|| {
+        ENGINE_DEFAULTS
+            .iter()
+            .find(|(e, _)| *e == engine)
+            .map_or("", |(_, d)| d)
+    });
+    let path = url
+        .strip_prefix("unix://")
+        .ok_or_else(|| field(&at, format!("{url:?}: only unix:///PATH endpoints")))?;
+    path_field(&at, path)?;
+    crate::observe::containers::root_only(path).map_err(|why| {
+        field(
+            &at,
+            format!(
+                "the engine's socket must be root's, in directories only root can write: {why}"
+            ),
+        )
+    })?;
+    Ok(path.to_owned())
 }
 
 /// `[registry]`'s fleet id (joining a fleet) and token floor (establishing one): only one

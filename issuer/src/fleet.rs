@@ -22,7 +22,7 @@ use repoch_protocol::PublicKey;
 use repoch_protocol::Reason;
 use repoch_registry::{Claimed, Vouch};
 /// The registry client's types, for the audit's own walk through a prefix.
-pub use repoch_registry::{Client, Entry, Error, Header, Pages};
+pub use repoch_registry::{Client, Entry, Error, Header, Pages, VALUE_BYTES_MAX};
 
 use crate::refusal::Refusal;
 
@@ -686,6 +686,7 @@ mod tests {
             intent: Hash([2; 32]),
             evidence: Hash([3; 32]),
             nonce: [4; 32],
+            floor: 0,
             signature: [0; 64],
         }
         .signed(&key_of(host))

@@ -842,6 +842,7 @@ impl<C: ConsumerLink, W: World> Verified1<C, W> {
             intent: self.intent,
             evidence: self.s.first.digest,
             nonce: self.proof.challenge.nonce,
+            floor: r.pin.as_ref().map_or(0, |p| p.floor),
             signature: [0; repoch_protocol::limits::SIGNATURE_BYTES],
         }
         .signed(&self.s.c.key);

@@ -442,6 +442,7 @@ fn rival_claim() -> Vec<u8> {
         intent: Hash([0x77; 32]),
         evidence: Hash([0x78; 32]),
         nonce: [0x79; 32],
+        floor: 0,
         signature: [0; 64],
     }
     .signed(&rival_key())

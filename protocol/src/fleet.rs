@@ -418,10 +418,12 @@ impl Canonical for FencingToken {
 }
 
 pub const FLEET_RECORD_VERSION: u64 = 1;
-/// Claims name the fleet id they were made for: version 3 (versions 1 and 2 read as no
-/// claim). A claim of another fleet of the same name (another prefix, another cluster),
-/// copied with its host's record, is then no claim of this fleet.
-pub const FLEET_CLAIM_VERSION: u64 = 3;
+/// Claims name the fleet id they were made for and its token floor: version 4 (versions 1
+/// to 3 read as no claim). A claim of another fleet of the same name (another prefix,
+/// another cluster), copied with its host's record, is then no claim of this fleet; and
+/// the token a claim stands for is its create revision above a floor its host signed,
+/// never one an etcd writer puts in a fleet record.
+pub const FLEET_CLAIM_VERSION: u64 = 4;
 /// Host records carry the host's key: version 2 (a version 1 value reads as no record).
 pub const FLEET_HOST_VERSION: u64 = 2;
 
@@ -440,6 +442,9 @@ pub struct FleetClaim {
     /// issuances write the same claim, not even two clones of one memory snapshot, so a
     /// claim read back as "ours" is this issuance's alone.
     pub nonce: [u8; NONCE_BYTES],
+    /// The token floor of the fleet the claiming host pinned: its token is the claim's
+    /// create revision above it.
+    pub floor: u64,
     /// The host's issuer key's signature over the claim's other fields
     /// ([`FleetClaim::body`], context `repoch/v1/fleet-claim`): a claim no enrolled host
     /// signed is an etcd writer's, not a host's.
@@ -458,6 +463,7 @@ impl FleetClaim {
             cbor::bytes(&self.intent.0),
             cbor::bytes(&self.evidence.0),
             cbor::bytes(&self.nonce),
+            cbor::uint(self.floor),
         ]
     }
 
@@ -490,7 +496,7 @@ impl Canonical for FleetClaim {
         cbor::array(fields)
     }
     fn from_value(v: Value) -> Result<Self, DecodeError> {
-        let mut f = Fields::open(v, "fleet-claim", 9)?;
+        let mut f = Fields::open(v, "fleet-claim", 10)?;
         if f.uint()? != FLEET_CLAIM_VERSION {
             return Err(DecodeError::schema("fleet-claim", "unsupported version"));
         }
@@ -502,8 +508,12 @@ impl Canonical for FleetClaim {
             intent: Hash(f.bytes()?),
             evidence: Hash(f.bytes()?),
             nonce: f.bytes()?,
+            floor: f.uint()?,
             signature: f.bytes()?,
         };
+        if c.floor > FLOOR_MAX {
+            return Err(DecodeError::schema("fleet-claim", "a floor over FLOOR_MAX"));
+        }
         // Names an operator reads and types back: one key segment each, never raw text.
         check_name("fleet", &c.fleet)
             .and_then(|()| check_name("host", &c.host))
@@ -777,6 +787,7 @@ mod tests {
             intent: Hash([2; 32]),
             evidence: Hash([3; 32]),
             nonce: [4; 32],
+            floor: 0,
             signature: [0; 64],
         }
         .signed(&key);

@@ -67,6 +67,10 @@ pub const GRANT_FDS_MAX: usize = FENCES_MAX + LISTENERS_MAX;
 pub const EXECUTABLES_MAX: usize = 8;
 /// The old root's own uids (besides root) in a containment profile.
 pub const OLD_ROOT_UIDS_MAX: usize = 8;
+/// Containers in a containment profile, each asked of its engine.
+pub const CONTAINERS_MAX: usize = 8;
+/// Longest container name or id (Docker's ids are 64 hex digits; names are short).
+pub const CONTAINER_NAME_BYTES_MAX: usize = 128;
 
 /// Facts that are not per-item: journal, frontier, predecessor, target, consumer, epoch.
 pub const FACTS_FIXED_MAX: usize = 16;
@@ -78,7 +82,8 @@ pub const FACTS_MAX: usize = FACTS_FIXED_MAX
     + UNITS_MAX
     + CGROUPS_MAX
     + LISTENERS_MAX
-    + EXECUTABLES_MAX;
+    + EXECUTABLES_MAX
+    + CONTAINERS_MAX;
 
 /// Longest `expected` or `observed` text in a fact; longer observations are cut at a
 /// character boundary and marked, which is deterministic.

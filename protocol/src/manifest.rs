@@ -213,6 +213,68 @@ pub struct Containment {
     /// empty (then after `old_root_uids`, even an empty one); a deployment enrolled before
     /// has none, and its socket files are made as repochd's umask makes them.
     pub socket_files: Vec<SocketFile>,
+    /// Containers whose engine could start them again: each asked of its engine at every
+    /// observation and held by its event stream (docs/OPERATOR.md, "Containers"). Sorted
+    /// and distinct; encoded only when not empty (then after `socket_files`, even empty).
+    pub containers: Vec<ContainerRef>,
+}
+
+/// A container, named to its engine (docs/OPERATOR.md, "Containers").
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ContainerRef {
+    /// `docker` or `podman` (both asked through the Docker Engine API).
+    pub engine: String,
+    /// The container's name or id, as the engine takes it.
+    pub name: String,
+    /// The absolute path of the engine's unix socket.
+    pub socket: String,
+}
+
+/// The engines a container may be named to.
+pub const CONTAINER_ENGINES: &[&str] = &["docker", "podman"];
+
+impl ContainerRef {
+    /// `ENGINE:NAME`, as the manifest names it.
+    pub fn spelled(&self) -> String {
+        format!("{}:{}", self.engine, self.name)
+    }
+}
+
+/// Whether `name` is a container name or id as Docker and podman take one: a letter or
+/// digit, then letters, digits, `_`, `.` or `-`.
+pub fn is_container_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    name.len() <= CONTAINER_NAME_BYTES_MAX
+        && chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && chars.all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
+}
+
+impl Canonical for ContainerRef {
+    fn to_value(&self) -> Value {
+        cbor::array(vec![
+            cbor::text(&self.engine),
+            cbor::text(&self.name),
+            cbor::text(&self.socket),
+        ])
+    }
+    fn from_value(v: Value) -> Result<Self, DecodeError> {
+        let mut f = Fields::open(v, "container", 3)?;
+        let c = ContainerRef {
+            engine: f.text(TEXT_BYTES_MAX)?,
+            name: f.text(CONTAINER_NAME_BYTES_MAX)?,
+            socket: f.text(PATH_BYTES_MAX)?,
+        };
+        if !CONTAINER_ENGINES.contains(&c.engine.as_str())
+            || !is_container_name(&c.name)
+            || !c.socket.starts_with('/')
+        {
+            return Err(DecodeError::schema(
+                "container",
+                "an engine of docker or podman, a container name, an absolute socket path",
+            ));
+        }
+        Ok(c)
+    }
 }
 
 /// The owner, group and mode a held unix listener's socket file is given, as systemd's
@@ -286,7 +348,8 @@ impl Canonical for Containment {
             cbor::list(&self.listeners),
             texts(&self.executables),
         ];
-        if !self.old_root_uids.is_empty() || !self.socket_files.is_empty() {
+        let containers = !self.containers.is_empty();
+        if !self.old_root_uids.is_empty() || !self.socket_files.is_empty() || containers {
             fields.push(cbor::array(
                 self.old_root_uids
                     .iter()
@@ -294,14 +357,17 @@ impl Canonical for Containment {
                     .collect(),
             ));
         }
-        if !self.socket_files.is_empty() {
+        if !self.socket_files.is_empty() || containers {
             fields.push(cbor::list(&self.socket_files));
+        }
+        if containers {
+            fields.push(cbor::list(&self.containers));
         }
         cbor::array(fields)
     }
     fn from_value(v: Value) -> Result<Self, DecodeError> {
         let arity = match &v {
-            Value::Array(items) if (5..=6).contains(&items.len()) => items.len(),
+            Value::Array(items) if (5..=7).contains(&items.len()) => items.len(),
             _ => 4,
         };
         let mut f = Fields::open(v, "containment", arity)?;
@@ -314,6 +380,7 @@ impl Canonical for Containment {
             })?,
             old_root_uids: Vec::new(),
             socket_files: Vec::new(),
+            containers: Vec::new(),
         };
         if arity >= 5 {
             c.old_root_uids = f.list(OLD_ROOT_UIDS_MAX, |v| {
@@ -322,7 +389,7 @@ impl Canonical for Containment {
             })?;
             // One encoding per value: an empty list is the four-field form; the list is
             // sorted, without duplicates and without root (always a principal).
-            let canonical = (arity == 6 || !c.old_root_uids.is_empty())
+            let canonical = (arity >= 6 || !c.old_root_uids.is_empty())
                 && c.old_root_uids.windows(2).all(|w| w[0] < w[1])
                 && !c.old_root_uids.contains(&0);
             if !canonical {
@@ -332,11 +399,11 @@ impl Canonical for Containment {
                 ));
             }
         }
-        if arity == 6 {
+        if arity >= 6 {
             c.socket_files = f.list(LISTENERS_MAX, SocketFile::from_value)?;
             // One encoding per value: present only when not empty, sorted and distinct by
             // path, each the file of a unix listener.
-            let canonical = !c.socket_files.is_empty()
+            let canonical = (arity == 7 || !c.socket_files.is_empty())
                 && c.socket_files.windows(2).all(|w| w[0].path < w[1].path)
                 && c.socket_files.iter().all(|f| {
                     c.listeners
@@ -347,6 +414,16 @@ impl Canonical for Containment {
                 return Err(DecodeError::schema(
                     "containment",
                     "socket files must be sorted and distinct by path, each a unix listener's, and present only when not empty",
+                ));
+            }
+        }
+        if arity == 7 {
+            c.containers = f.list(CONTAINERS_MAX, ContainerRef::from_value)?;
+            // One encoding per value: present only when not empty, sorted and distinct.
+            if c.containers.is_empty() || !c.containers.windows(2).all(|w| w[0] < w[1]) {
+                return Err(DecodeError::schema(
+                    "containment",
+                    "containers must be sorted, distinct, and present only when not empty",
                 ));
             }
         }

@@ -202,6 +202,8 @@ pub struct Pages {
     end: Vec<u8>,
     /// The first page's header: every page is read at its revision.
     pub header: Option<Header>,
+    /// Keys the next page asks for: [`LIST_MAX`], halved while answers are too large.
+    limit: usize,
 }
 
 impl Pages {
@@ -210,6 +212,7 @@ impl Pages {
             from: Some(prefix.to_vec()),
             end: prefix_end(prefix),
             header: None,
+            limit: LIST_MAX,
         }
     }
 }
@@ -760,17 +763,29 @@ impl Client {
         let Some(from) = pages.from.clone() else {
             return Ok(None);
         };
-        let req = RangeRequest {
+        let mut req = RangeRequest {
             key: from,
             range_end: pages.end.clone(),
-            limit: LIST_MAX as i64,
             revision: pages.header.map_or(0, |h| h.revision),
             ..Default::default()
         };
-        let r = self.ask("scan", true, |mut kv| {
-            let req = req.clone();
-            async move { kv.range(req).await.map(|r| r.into_inner()) }
-        })?;
+        // A page of large values can pass the largest answer this client decodes
+        // ([`MESSAGE_BYTES_MAX`]): then the page is asked again with half as many keys, down
+        // to one, and grows back by doubling once pages pass again.
+        let r = loop {
+            req.limit = pages.limit as i64;
+            let answer = self.ask("scan", true, |mut kv| {
+                let req = req.clone();
+                async move { kv.range(req).await.map(|r| r.into_inner()) }
+            });
+            match answer {
+                Err(Error::Refused(why)) if too_large(&why) && pages.limit > 1 => {
+                    pages.limit /= 2;
+                }
+                answer => break answer?,
+            }
+        };
+        pages.limit = (pages.limit * 2).min(LIST_MAX);
         pages.header.get_or_insert(Header::from(r.header));
         if r.kvs.len() > LIST_MAX {
             return Err(Error::Answer(format!(
@@ -1106,6 +1121,12 @@ fn entry(kv: gen::mvccpb::KeyValue) -> Result<Entry, Error> {
         mod_revision: kv.mod_revision,
         version: kv.version,
     })
+}
+
+/// Whether a refusal says the answer was over the size this client decodes (tonic's
+/// `OutOfRange`, "decoded message length too large").
+fn too_large(why: &str) -> bool {
+    why.starts_with("OutOfRange") && why.contains("message length too large")
 }
 
 /// The end of the range of keys that start with `prefix` (etcd's convention: the prefix

@@ -54,6 +54,7 @@ fn fleet_keys(prefix: &str, i: u64, cluster: u64) -> [(String, Vec<u8>); 3] {
         intent: Hash([2; 32]),
         evidence: Hash([3; 32]),
         nonce: [4; 32],
+        floor: 0,
         signature: [0; 64],
     }
     .signed(&key);

@@ -218,34 +218,62 @@ fn read_registry(
     })
 }
 
+/// The longest key an audit row gives whole (escaped and in hex); a longer one is no key
+/// repoch writes, listed by its length and first bytes, so that no planted key multiplies
+/// the memory or the report.
+pub const KEY_SHOWN_BYTES_MAX: usize = 1024;
+
 /// A key's text, escaped once here for every sink (a terminal, a log line, the refusal;
-/// keys are anyone's with write access to etcd), and its bytes in hex: exact.
-fn key_texts(key: &[u8]) -> (String, String) {
+/// keys are anyone's with write access to etcd), and its bytes in hex: exact, or, past
+/// [`KEY_SHOWN_BYTES_MAX`], the first of them and why the row is no record.
+fn key_texts(key: &[u8]) -> (String, String, Option<String>) {
+    let shown = &key[..key.len().min(KEY_SHOWN_BYTES_MAX)];
+    let long = (key.len() > shown.len()).then(|| {
+        format!(
+            "a key of {} bytes, over {KEY_SHOWN_BYTES_MAX}: no key repoch writes (its first bytes shown)",
+            key.len()
+        )
+    });
     (
-        repoch_protocol::text::escape(&String::from_utf8_lossy(key)).into_owned(),
-        key.iter().map(|b| format!("{b:02x}")).collect(),
+        repoch_protocol::text::escape(&String::from_utf8_lossy(shown)).into_owned(),
+        shown.iter().map(|b| format!("{b:02x}")).collect(),
+        long,
     )
 }
 
-/// A page of `PREFIX/epochs/` as fleet epochs and their rows: each claim's token floor
-/// from its fleet's record, and whether the host record naming its host and deployment
-/// signed it, both read at the page's revision.
+/// What a value holds, decoded as `T`, or why it holds none (a value over the client's
+/// bound is named by its size, not by what its cut bytes fail to decode as).
+fn decoded<T: repoch_protocol::cbor::Canonical>(
+    e: &repoch_issuer::fleet::Entry,
+) -> Result<T, String> {
+    if e.value_bytes != e.value.len() {
+        return Err(format!(
+            "a value of {} bytes, over {}",
+            e.value_bytes,
+            repoch_issuer::fleet::VALUE_BYTES_MAX
+        ));
+    }
+    T::from_bytes(&e.value).map_err(|e| e.to_string())
+}
+
+/// A page of `PREFIX/epochs/` as fleet epochs and their rows: each claim's token floor is
+/// the one its host signed into it, and whether the host record naming its host and
+/// deployment (read at the page's revision) signed it.
 fn epoch_rows(
     client: &mut repoch_issuer::fleet::Client,
     r: &repoch_protocol::fleet::Registry,
     header: repoch_issuer::fleet::Header,
     page: Vec<repoch_issuer::fleet::Entry>,
 ) -> Result<Vec<(crate::audit::FleetEpoch, serde_json::Value)>, repoch_issuer::fleet::Error> {
-    use repoch_protocol::cbor::Canonical;
-    use repoch_protocol::fleet::{FleetClaim, FleetHost, FleetRecord};
+    use repoch_protocol::fleet::{FleetClaim, FleetHost};
     let epochs: Vec<crate::audit::FleetEpoch> = page
-        .into_iter()
+        .iter()
         .map(|e| {
-            let (key, key_hex) = key_texts(&e.key);
+            let (key, key_hex, long) = key_texts(&e.key);
             crate::audit::FleetEpoch {
                 key,
                 key_hex,
-                claim: FleetClaim::from_bytes(&e.value).map_err(|e| e.to_string()),
+                claim: long.map_or_else(|| decoded::<FleetClaim>(e), Err),
                 cluster: header.cluster,
                 create_revision: e.create_revision,
                 mod_revision: e.mod_revision,
@@ -253,20 +281,12 @@ fn epoch_rows(
             }
         })
         .collect();
-    let claims: Vec<&FleetClaim> = epochs
+    let keys: Vec<Vec<u8>> = epochs
         .iter()
         .filter_map(|e| e.claim.as_ref().ok())
+        .map(|c| format!("{}/hosts/{}/{}", r.prefix, c.fleet, c.host).into_bytes())
         .collect();
-    let keys: Vec<Vec<u8>> = claims
-        .iter()
-        .flat_map(|c| {
-            [
-                format!("{}/fleets/{}", r.prefix, c.fleet).into_bytes(),
-                format!("{}/hosts/{}/{}", r.prefix, c.fleet, c.host).into_bytes(),
-            ]
-        })
-        .collect();
-    let mut values = client.get_at(&keys, header.revision)?.into_iter();
+    let mut hosts = client.get_at(&keys, header.revision)?.into_iter();
     let mut rows = Vec::with_capacity(epochs.len());
     for mut e in epochs {
         let Ok(c) = &e.claim else {
@@ -275,13 +295,11 @@ fn epoch_rows(
             rows.push((e, row));
             continue;
         };
-        let (fleet, host) = (values.next().flatten(), values.next().flatten());
-        e.floor = fleet
-            .and_then(|f| FleetRecord::from_bytes(&f.value).ok())
-            .filter(|f| f.fleet == c.fleet)
-            .map_or(0, |f| f.pin.floor);
-        let signed = host
-            .and_then(|h| FleetHost::from_bytes(&h.value).ok())
+        e.floor = c.floor;
+        let signed = hosts
+            .next()
+            .flatten()
+            .and_then(|h| decoded::<FleetHost>(&h).ok())
             .filter(|h| (&h.fleet, &h.host, h.deployment) == (&c.fleet, &c.host, c.deployment))
             .map(|h| c.signed_by(&h.issuer_key));
         let row = json!({"key": e.key, "key_hex": e.key_hex, "fleet": c.fleet, "signed": signed,
@@ -294,14 +312,14 @@ fn epoch_rows(
 
 /// A host record as `--json` lists it (`registry.hosts`), or why its key holds none.
 fn host_row(e: &repoch_issuer::fleet::Entry) -> serde_json::Value {
-    use repoch_protocol::cbor::Canonical;
-    let (key, key_hex) = key_texts(&e.key);
-    match repoch_protocol::fleet::FleetHost::from_bytes(&e.value) {
+    let (key, key_hex, long) = key_texts(&e.key);
+    let host = long.map_or_else(|| decoded::<repoch_protocol::fleet::FleetHost>(e), Err);
+    match host {
         Ok(h) => json!({"key": key, "key_hex": key_hex, "fleet": h.fleet, "host": h.host,
                         "deployment": h.deployment.to_hex(), "label": repoch_protocol::text::escape(&h.label),
                         "revision": e.create_revision}),
         Err(why) => json!({"key": key, "key_hex": key_hex, "revision": e.create_revision,
-                           "error": repoch_protocol::text::escape(&why.to_string())}),
+                           "error": repoch_protocol::text::escape(&why)}),
     }
 }
 

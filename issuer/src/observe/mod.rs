@@ -21,6 +21,7 @@ use crate::store::fstat_identity;
 use repoch_sys::fs::{not_regular, open_path};
 use repoch_sys::systemd;
 
+pub mod containers;
 pub mod containment;
 pub mod fences;
 pub mod lineage;
@@ -82,6 +83,8 @@ pub struct Observer {
     baseline: Baseline,
     /// The process space, held from the first observation's listing.
     processes: processes::ProcessSpace,
+    /// The named containers' engines and event streams, held from the first observation.
+    containers: containers::Containers,
 }
 
 fn is_eloop(e: &std::io::Error) -> bool {
@@ -96,6 +99,7 @@ impl Observer {
             systemctl: systemd::systemctl_command(),
             baseline: Baseline::new(approved_ready),
             processes: processes::ProcessSpace::default(),
+            containers: containers::Containers::default(),
         }
     }
 
@@ -108,6 +112,7 @@ impl Observer {
             lineage::lineage(m, &self.layout, &mut facts);
         lineage::stores(m, &mut facts);
         containment::units(m, &self.systemctl, &mut facts);
+        containers::containers(m, &mut self.containers, &mut facts);
         containment::cgroups(m, &mut facts);
         containment::listeners(m, fences, &mut facts);
         processes::executables(m, &mut self.processes, &mut facts);

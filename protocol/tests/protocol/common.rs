@@ -81,6 +81,7 @@ pub fn manifest() -> Manifest {
             executables: vec!["/usr/bin/billing-root".into()],
             old_root_uids: vec![],
             socket_files: vec![],
+            containers: vec![],
         },
         consumer: Consumer {
             uid: 990,
@@ -562,6 +563,7 @@ pub fn samples() -> Vec<(&'static str, Vec<u8>)> {
                 intent: Hash([6; 32]),
                 evidence: Hash([12; 32]),
                 nonce: [8; 32],
+                floor: 0,
                 signature: [0; 64],
             }
             .signed(&issuer())
@@ -641,6 +643,18 @@ pub fn samples() -> Vec<(&'static str, Vec<u8>)> {
         mode: 0o660,
         uid: Some(990),
         gid: None,
+    }];
+    v.push((
+        "signed-manifest",
+        SignedManifest::sign(m, &issuer()).to_bytes(),
+    ));
+    // Containers: each named to its engine's socket (no socket file, no old-root uid: both
+    // lists before them empty).
+    let mut m = manifest();
+    m.containment.containers = vec![repoch_protocol::manifest::ContainerRef {
+        engine: "docker".into(),
+        name: "old-root".into(),
+        socket: "/run/docker.sock".into(),
     }];
     v.push((
         "signed-manifest",

@@ -389,3 +389,45 @@ fn socket_files_have_one_encoding_and_belong_to_a_unix_listener() {
     }
     assert!(Containment::from_value(v).is_err());
 }
+
+#[test]
+fn containers_have_one_encoding_and_name_a_known_engine() {
+    // A containment with containers is seven fields, the old-root uids and socket files
+    // before them (even empty); they are sorted and distinct, each of docker or podman,
+    // a container name, an absolute socket path. Anything else does not decode.
+    use repoch_protocol::manifest::{ContainerRef, Containment};
+    let c = |engine: &str, name: &str, socket: &str| ContainerRef {
+        engine: engine.into(),
+        name: name.into(),
+        socket: socket.into(),
+    };
+    let good = Containment {
+        containers: vec![
+            c("docker", "old-root", "/run/docker.sock"),
+            c("podman", "old-root", "/run/podman/podman.sock"),
+        ],
+        ..Containment::default()
+    };
+    assert_eq!(Containment::from_bytes(&good.to_bytes()).unwrap(), good);
+    assert_eq!(good.containers[1].spelled(), "podman:old-root");
+    for bad in [
+        vec![good.containers[1].clone(), good.containers[0].clone()],
+        vec![good.containers[0].clone(), good.containers[0].clone()],
+        vec![c("containerd", "old-root", "/run/c.sock")],
+        vec![c("docker", "-old", "/run/docker.sock")],
+        vec![c("docker", "a/b", "/run/docker.sock")],
+        vec![c("docker", "old-root", "run/docker.sock")],
+    ] {
+        let v = Containment {
+            containers: bad.clone(),
+            ..Containment::default()
+        };
+        assert!(Containment::from_bytes(&v.to_bytes()).is_err(), "{bad:?}");
+    }
+    // Seven fields with no container is not the form of "none".
+    let mut v = Containment::default().to_value();
+    if let ciborium::value::Value::Array(items) = &mut v {
+        items.extend((0..3).map(|_| ciborium::value::Value::Array(vec![])));
+    }
+    assert!(Containment::from_value(v).is_err());
+}

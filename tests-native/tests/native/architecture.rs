@@ -14,12 +14,12 @@ fn repo() -> PathBuf {
 
 /// The packages `package` depends on to build and run (normal dependencies, transitively,
 /// for this host): `cargo tree -e normal`'s names.
-fn normal_dependencies(package: &str, pruned: Option<&str>) -> Vec<String> {
+fn normal_dependencies(package: &str, pruned: &[&str]) -> Vec<String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut c = Command::new(cargo);
     c.current_dir(repo())
         .args(["tree", "-e", "normal", "--prefix", "none", "-p", package]);
-    if let Some(p) = pruned {
+    for p in pruned {
         c.args(["--prune", p]);
     }
     let o = c.output().unwrap();
@@ -37,12 +37,12 @@ fn normal_dependencies(package: &str, pruned: Option<&str>) -> Vec<String> {
 
 /// Fails naming every package of `forbidden` that `package` depends on.
 fn assert_without(package: &str, forbidden: &[&str]) {
-    assert_without_pruning(package, None, forbidden);
+    assert_without_pruning(package, &[], forbidden);
 }
 
 /// The same, not counting what `package` reaches only through `pruned` (`cargo tree
 /// --prune`).
-fn assert_without_pruning(package: &str, pruned: Option<&str>, forbidden: &[&str]) {
+fn assert_without_pruning(package: &str, pruned: &[&str], forbidden: &[&str]) {
     let deps = normal_dependencies(package, pruned);
     assert!(deps.iter().any(|d| d == package), "{package}: {deps:?}");
     let found: Vec<&&str> = forbidden
@@ -89,7 +89,8 @@ fn sys_depends_on_the_protocol_alone() {
 }
 
 /// The issuance is synchronous: one thread of control, driven by the daemon. Its only
-/// path to a runtime is the registry client's blocking facade.
+/// paths to a runtime are the registry client's and the engines' client's blocking
+/// facades.
 #[test]
 fn the_issuer_is_synchronous_and_knows_no_daemon() {
     assert_without(
@@ -98,17 +99,21 @@ fn the_issuer_is_synchronous_and_knows_no_daemon() {
     );
     assert_without_pruning(
         "repoch-issuer",
-        Some("repoch-registry"),
-        &["tokio", "tonic"],
+        &["repoch-registry", "repoch-engines"],
+        &["tokio", "tonic", "hyper"],
     );
 }
 
 /// The CLI runs no async runtime of its own and does not link the daemon; it reaches the
-/// fleet registry through the client's blocking facade alone.
+/// fleet registry and the container engines through the clients' blocking facades alone.
 #[test]
 fn the_cli_has_no_runtime_and_no_daemon() {
     assert_without("repoch-cli", &["repoch-daemon", "repoch-consumer"]);
-    assert_without_pruning("repoch-cli", Some("repoch-registry"), &["tokio", "tonic"]);
+    assert_without_pruning(
+        "repoch-cli",
+        &["repoch-registry", "repoch-engines"],
+        &["tokio", "tonic", "hyper"],
+    );
 }
 
 /// The registry client is a client of etcd alone: it names no repoch crate (what it
@@ -128,14 +133,42 @@ fn the_registry_client_knows_no_repoch_crate() {
     );
 }
 
-/// Only the registry client speaks to the network (gRPC to etcd).
+/// Only the registry client speaks to the network (gRPC to etcd), and only the engines'
+/// client to a container engine (HTTP over the engine's unix socket).
 #[test]
 fn only_the_registry_client_reaches_the_network() {
-    let found = offenders(&["tonic::", "TcpStream", "hyper::"], &["registry/src/"]);
+    let found = offenders(&["tonic::", "TcpStream"], &["registry/src/"]);
     assert!(
         found.is_empty(),
         "network outside repoch-registry:\n{}",
         found.join("\n")
+    );
+    let found = offenders(
+        &["hyper::", "hyper_util::"],
+        &["registry/src/", "engines/src/"],
+    );
+    assert!(
+        found.is_empty(),
+        "HTTP outside repoch-registry and repoch-engines:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The engines' client is a client of the engines' API alone: it names no repoch crate
+/// (what a container's state means is the issuer's to judge).
+#[test]
+fn the_engines_client_knows_no_repoch_crate() {
+    assert_without(
+        "repoch-engines",
+        &[
+            "repoch-protocol",
+            "repoch-sys",
+            "repoch-registry",
+            "repoch-issuer",
+            "repoch-daemon",
+            "repoch-cli",
+            "repoch-consumer",
+        ],
     );
 }
 
@@ -159,7 +192,7 @@ fn the_consumer_never_links_the_issuer() {
 fn production_sources() -> Vec<(String, String)> {
     let mut files = Vec::new();
     for krate in [
-        "protocol", "sys", "registry", "issuer", "daemon", "cli", "consumer",
+        "protocol", "sys", "registry", "engines", "issuer", "daemon", "cli", "consumer",
     ] {
         repoch_tests_native::rust_sources(&repo().join(krate).join("src"), &mut files);
     }
@@ -252,13 +285,13 @@ fn only_the_daemon_and_sys_listen() {
     );
 }
 
-/// The only async code is repochd's and the registry client's (behind its blocking
-/// facade).
+/// The only async code is repochd's, the registry client's and the engines' client's
+/// (each behind its blocking facade).
 #[test]
 fn only_the_daemon_and_the_registry_client_are_async() {
     let found = offenders(
         &["async fn", "tokio::", ".await"],
-        &["daemon/src/", "registry/src/"],
+        &["daemon/src/", "registry/src/", "engines/src/"],
     );
     assert!(
         found.is_empty(),

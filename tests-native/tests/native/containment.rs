@@ -285,3 +285,34 @@ fn a_contained_executable_started_through_the_dynamic_loader_is_an_escaped_task(
     drop(p);
     assert_holds(&s.observe(&id));
 }
+
+/// An engine's socket is root's or refused naming why: owned by another user, writable by
+/// everyone, in a directory others can write, or no socket at all (what enrollment and
+/// every observation of a container ask of it).
+#[test]
+#[ignore = "needs root"]
+fn an_engine_socket_is_root_only_or_named() {
+    require_root!();
+    use repoch_issuer::observe::containers::root_only;
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("engine.sock");
+    let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let path = sock.to_str().unwrap();
+    assert_eq!(root_only(path), Ok(()));
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o777)).unwrap();
+    assert!(root_only(path).unwrap_err().contains("mode 777"));
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o660)).unwrap();
+    std::os::unix::fs::chown(&sock, Some(65534), None).unwrap();
+    assert!(root_only(path).unwrap_err().contains("uid 65534"));
+    std::os::unix::fs::chown(&sock, Some(0), None).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    assert!(root_only(path).unwrap_err().contains("mode 777"));
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"").unwrap();
+    assert!(root_only(file.to_str().unwrap())
+        .unwrap_err()
+        .contains("not a socket"));
+    assert!(root_only("relative.sock").is_err());
+}

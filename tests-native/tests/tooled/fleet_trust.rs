@@ -478,6 +478,80 @@ pub(crate) fn more_planted_keys_than_any_bound_neither_blind_the_audit_nor_grow_
     eprintln!("audit of {PLANTED} planted keys: peak {peak_kib} KiB");
 }
 
+pub(crate) fn a_fleet_record_rewritten_or_huge_values_planted_never_hide_a_replaced_claim() {
+    // Proves: an etcd writer deletes a granted host's claim and puts its bytes back (a new
+    // create revision, so the token the registry stands for is no longer the one the log
+    // consumed with), then rewrites the fleet record's token floor so that floor and new
+    // revision add up to the log's token, and plants 16 values of 1.45 MB (more than the
+    // client decodes in one answer) and a key of 2 KiB: the audit still reports the log's
+    // claim `rollback` (exit 5), its floor the one the host signed into the claim, and
+    // lists each planted key as no claim. Before: `consistent`, exit 0 (the floor was the
+    // record's); the huge values made it exit 2, registry-unavailable.
+    require_root!();
+    use base64::Engine as _;
+    use repoch_protocol::Canonical as _;
+    let sb = Sandbox::new();
+    let etcd = Etcd::start(&sb.path("etcd"));
+    let px = prefix(&sb);
+    let toml = etcd.registry_toml("billing", "host-a", &px);
+    let a = enrolled(&format!("{toml}token_floor = 1000\n"));
+    let got = {
+        let _d = a.s.daemon();
+        let (res, got) = recover(&a);
+        assert!(granted(&res, &got), "{}{}", res.stdout, res.stderr);
+        got
+    };
+    let token = got.json()["grant"]["fencing"]["revision"].as_u64().unwrap();
+    let value = |key: &str| {
+        let kv = etcd.get(key).unwrap();
+        base64::engine::general_purpose::STANDARD
+            .decode(kv["value"].as_str().unwrap())
+            .unwrap()
+    };
+    let put = |key: &str, bytes: &[u8]| {
+        let file = sb.path("value.bin");
+        std::fs::write(&file, bytes).unwrap();
+        assert!(etcd.put_file(key, &file).status.success());
+    };
+    let claim_key = format!("{px}/epochs/billing");
+    let claim = value(&claim_key);
+    assert!(etcd
+        .etcdctl(&[0, 1, 2], &["del", &claim_key])
+        .status
+        .success());
+    put(&claim_key, &claim);
+    let (again, _) = registered(&etcd, &px, "billing").unwrap();
+    let fleet_key = format!("{px}/fleets/billing");
+    let mut record = repoch_protocol::fleet::FleetRecord::from_bytes(&value(&fleet_key)).unwrap();
+    record.pin.floor = token - again as u64;
+    put(&fleet_key, &record.to_bytes());
+    for i in 0..16 {
+        put(&format!("{px}/epochs/zbig{i:02}"), &vec![1u8; 1_450_000]);
+    }
+    put(&format!("{px}/epochs/{}", "k".repeat(2048)), b"x");
+
+    let r = crate::fleet::audit_registry(&a);
+    assert_eq!(r.code, Outcome::Inconsistent, "{}{}", r.stdout, r.stderr);
+    let j = r.json_lines()[0].clone();
+    assert_eq!(j["registry"]["logs"][0]["verdict"], "rollback", "{j}");
+    let fleets = j["registry"]["fleets"].as_array().unwrap();
+    let ours = fleets
+        .iter()
+        .find(|f| f["key"] == claim_key.as_str())
+        .unwrap();
+    assert_eq!(ours["floor"], 1000, "the floor its host signed");
+    let planted: Vec<&serde_json::Value> =
+        fleets.iter().filter(|f| f["error"].is_string()).collect();
+    assert_eq!(planted.len(), 17, "{planted:?}");
+    assert!(planted.iter().any(|f| f["error"]
+        .as_str()
+        .unwrap()
+        .contains("a value of 1450000 bytes, over 4096")));
+    assert!(planted
+        .iter()
+        .any(|f| f["error"].as_str().unwrap().starts_with("a key of")));
+}
+
 pub(crate) fn a_full_cluster_refuses_the_recovery_before_its_intent_and_it_is_granted_once_cleared()
 {
     // Proves: with etcd's space quota exceeded (the NOSPACE alarm raised by a writer
@@ -608,6 +682,7 @@ pub(crate) fn a_claim_an_etcd_writer_planted_naming_a_host_is_reported_forged_no
         intent: repoch_protocol::Hash([1; 32]),
         evidence: repoch_protocol::Hash([2; 32]),
         nonce: [3; 32],
+        floor: 0,
         signature: [0; 64],
     }
     .signed(&forger);

@@ -353,6 +353,11 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            fleet_trust::a_fleet_record_rewritten_or_huge_values_planted_never_hide_a_replaced_claim,
+            ETCD
+        ),
+        trial!(
+            root,
             fleet_trust::more_planted_keys_than_any_bound_neither_blind_the_audit_nor_grow_its_memory,
             ETCD
         ),
