@@ -20,9 +20,6 @@ use repoch_protocol::{Fact, Reason};
 
 /// The longest wait for one engine's answer at an observation.
 pub const ENGINE_CALL_SECONDS_MAX: u64 = 5;
-/// How far before the first observation the event stream starts: the engine replays what
-/// it kept since then, so an event between the subscription and the first answer is seen.
-pub const EVENTS_BEFORE_MS: u64 = 1000;
 
 const KIND: &str = "container";
 
@@ -103,7 +100,7 @@ impl Failure {
 }
 
 /// The engine at `socket`, its socket checked: on the first observation connected, its
-/// event stream opened (from a moment before) and then asked whether it answers; later,
+/// event stream opened (from this moment on) and then asked whether it answers; later,
 /// the one already held.
 fn engine_of(
     held: &mut Containers,
@@ -111,6 +108,14 @@ fn engine_of(
     refs: &[ContainerRef],
     first: bool,
 ) -> Result<(), Failure> {
+    // No socket at all: the engine does not run (or not there): unknown, not unprotected.
+    if let Err(e) = std::fs::symlink_metadata(socket) {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            return Err(Failure::unknown(&format!(
+                "no socket at {socket}: the engine is not running"
+            )));
+        }
+    }
     root_only(socket).map_err(|why| Failure {
         expected: format!("the engine's socket {socket}, root's"),
         observed: why,
@@ -125,7 +130,10 @@ fn engine_of(
     let deadline = Duration::from_secs(ENGINE_CALL_SECONDS_MAX);
     let engine = Engine::new(std::path::Path::new(socket), deadline)
         .map_err(|e| Failure::unknown(&e.to_string()))?;
-    let since = SystemTime::now() - Duration::from_millis(EVENTS_BEFORE_MS);
+    // From the moment of the subscription (the engine replays what it kept since then,
+    // should its subscription begin after its answer's headers): an event between it and
+    // the first inspect is one the inspect may already show, and is counted anyway.
+    let since = SystemTime::now();
     let names: Vec<String> = refs.iter().map(|c| c.name.clone()).collect();
     let watch = engine
         .watch(&names, since)

@@ -22,6 +22,7 @@ mod abuse;
 mod btrfs;
 mod burn;
 mod checkpoint;
+mod containers;
 mod containment;
 mod disks;
 mod e2e;
@@ -125,6 +126,21 @@ const ETCD_IN_NETNS: &[Need] = &[
         package: "openssl",
     },
     IP,
+];
+/// A dockerd of the test's own, its containerd, and busybox-static for the image.
+const DOCKER: &[Need] = &[
+    Need::Program {
+        name: "dockerd",
+        package: "docker.io",
+    },
+    Need::Program {
+        name: "containerd",
+        package: "containerd",
+    },
+    Need::Dir {
+        path: "/usr/share/doc/busybox-static",
+        package: "busybox-static",
+    },
 ];
 const EXT4: &[Need] = &[MKFS_EXT4, LOSETUP];
 const MKFS_BTRFS: Need = Need::Program {
@@ -350,6 +366,26 @@ fn declared() -> Vec<Declared> {
             root,
             fleet_trust::planted_keys_neither_blind_the_audit_nor_block_an_enrollment_and_print_escaped,
             ETCD
+        ),
+        trial!(
+            root,
+            containers::a_docker_container_its_engine_could_start_again_is_refused_until_its_policy_is_no,
+            DOCKER
+        ),
+        trial!(
+            root,
+            containers::a_docker_container_started_or_recreated_while_repochd_waits_is_never_granted,
+            DOCKER
+        ),
+        trial!(
+            root,
+            containers::an_unreachable_docker_engine_refuses_the_recovery_with_nothing_written,
+            DOCKER
+        ),
+        trial!(
+            root,
+            containers::containers_the_manifest_does_not_name_do_not_matter,
+            DOCKER
         ),
         trial!(
             root,

@@ -1,0 +1,253 @@
+//! Container engines of a test's own: a containerd and a dockerd with their own data and
+//! state directories, sockets and pidfile (no bridge, no iptables, the `vfs` storage
+//! driver: nothing of the host's network or mounts is touched), and an image made offline
+//! from busybox-static. containerd 1.6 puts its shims' sockets under
+//! `/run/containerd/s/` whatever its state directory (named by a hash of this
+//! containerd's own socket path, so never another's).
+//!
+//! Every process started here is stopped on drop: dockerd (which stops its containers),
+//! containerd, and any shim left running for this engine.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The image every test container runs: busybox-static as `/bin/busybox`, `sh`, `sleep`.
+pub const BUSYBOX_IMAGE: &str = "repoch-busybox:1";
+/// How long an engine may take to answer after it starts.
+const READY_SECONDS_MAX: u64 = 60;
+
+/// A dockerd (and its containerd) of the test's own.
+#[derive(Debug)]
+pub struct Dockerd {
+    pub dir: PathBuf,
+    /// dockerd's API socket: what a manifest names (`unix://` + this).
+    pub socket: PathBuf,
+    containerd: Option<Child>,
+    dockerd: Option<Child>,
+}
+
+impl Drop for Dockerd {
+    fn drop(&mut self) {
+        self.stop();
+        if let Some(mut c) = self.containerd.take() {
+            let _ = rustix::process::kill_process(
+                rustix::process::Pid::from_child(&c),
+                rustix::process::Signal::TERM,
+            );
+            wait_bounded(&mut c, Duration::from_secs(10));
+        }
+        // Shims that outlived containerd (reparented to init) hold their bundles here.
+        let dir = self.dir.display().to_string();
+        let _ = Command::new("pkill").args(["-f", &dir]).status();
+    }
+}
+
+/// Waits for `c` to exit, at most `max`; then kills it.
+fn wait_bounded(c: &mut Child, max: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < max {
+        if !matches!(c.try_wait(), Ok(None)) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+/// The Docker CLI of the Debian package (`docker.io`), or the first on `PATH`.
+fn docker_cli() -> &'static str {
+    if Path::new("/usr/bin/docker").exists() {
+        "/usr/bin/docker"
+    } else {
+        "docker"
+    }
+}
+
+impl Dockerd {
+    /// Starts containerd and dockerd under `dir` and waits until dockerd answers.
+    pub fn start(dir: &Path) -> Dockerd {
+        std::fs::create_dir_all(dir).unwrap();
+        let mut d = Dockerd {
+            dir: dir.to_path_buf(),
+            socket: dir.join("docker.sock"),
+            containerd: None,
+            dockerd: None,
+        };
+        d.spawn_containerd();
+        d.spawn_dockerd();
+        d
+    }
+
+    fn containerd_socket(&self) -> PathBuf {
+        self.dir.join("containerd.sock")
+    }
+
+    fn spawn_containerd(&mut self) {
+        let (root, state) = (
+            self.dir.join("containerd-root"),
+            self.dir.join("containerd-state"),
+        );
+        let config = self.dir.join("containerd.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "version = 2\nroot = \"{}\"\nstate = \"{}\"\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n\
+                 [grpc]\n  address = \"{}\"\n[ttrpc]\n  address = \"{}.ttrpc\"\n[debug]\n  address = \"\"\n[metrics]\n  address = \"\"\n",
+                root.display(),
+                state.display(),
+                self.containerd_socket().display(),
+                self.containerd_socket().display(),
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(self.dir.join("containerd.log")).unwrap();
+        let child = Command::new("containerd")
+            .arg("--config")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("containerd (Debian package containerd, brought by docker.io)");
+        self.containerd = Some(child);
+        let start = Instant::now();
+        while !self.containerd_socket().exists() {
+            assert!(
+                start.elapsed() < Duration::from_secs(READY_SECONDS_MAX),
+                "containerd did not listen: {}",
+                std::fs::read_to_string(self.dir.join("containerd.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn spawn_dockerd(&mut self) {
+        let config = self.dir.join("daemon.json");
+        std::fs::write(&config, "{}").unwrap();
+        let log = std::fs::File::create(self.dir.join("dockerd.log")).unwrap();
+        let child = Command::new("dockerd")
+            .arg("--config-file")
+            .arg(&config)
+            .arg("--data-root")
+            .arg(self.dir.join("data"))
+            .arg("--exec-root")
+            .arg(self.dir.join("exec"))
+            .arg("--pidfile")
+            .arg(self.dir.join("dockerd.pid"))
+            .arg("-H")
+            .arg(format!("unix://{}", self.socket.display()))
+            .arg("--containerd")
+            .arg(self.containerd_socket())
+            .args([
+                "--storage-driver=vfs",
+                "--bridge=none",
+                "--iptables=false",
+                "--ip-masq=false",
+                "--ip-forward=false",
+            ])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("dockerd (Debian package docker.io)");
+        self.dockerd = Some(child);
+        let start = Instant::now();
+        while !self.docker(&["version"]).status.success() {
+            assert!(
+                start.elapsed() < Duration::from_secs(READY_SECONDS_MAX),
+                "dockerd did not answer: {}",
+                std::fs::read_to_string(self.dir.join("dockerd.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Stops dockerd (SIGTERM: it stops its containers first), as an upgrade or a reboot
+    /// does; containerd keeps running.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.dockerd.take() {
+            let _ = rustix::process::kill_process(
+                rustix::process::Pid::from_child(&c),
+                rustix::process::Signal::TERM,
+            );
+            wait_bounded(&mut c, Duration::from_secs(30));
+        }
+    }
+
+    /// Stops dockerd and starts it again, waiting until it answers.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn_dockerd();
+    }
+
+    /// `docker -H unix://SOCKET ARGS`, with a client configuration of this engine's own.
+    pub fn docker(&self, args: &[&str]) -> Output {
+        Command::new(docker_cli())
+            .env("DOCKER_CONFIG", self.dir.join("cli"))
+            .arg("-H")
+            .arg(format!("unix://{}", self.socket.display()))
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("docker (Debian package docker.io)")
+    }
+
+    /// [`Dockerd::docker`] that must succeed: its stdout, trimmed.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let o = self.docker(args);
+        assert!(
+            o.status.success(),
+            "docker {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).trim().to_owned()
+    }
+
+    /// Imports [`BUSYBOX_IMAGE`] from busybox-static (offline).
+    pub fn import_busybox(&self) {
+        let tar = busybox_rootfs_tar(&self.dir);
+        self.ok(&["import", tar.to_str().unwrap(), BUSYBOX_IMAGE]);
+    }
+
+    /// `docker inspect NAME`'s one object.
+    pub fn inspect(&self, name: &str) -> serde_json::Value {
+        let v: serde_json::Value = serde_json::from_str(&self.ok(&["inspect", name])).unwrap();
+        v[0].clone()
+    }
+
+    /// The manifest's `[containment.engines]` line for this engine.
+    pub fn engines_toml(&self) -> String {
+        format!("docker = \"unix://{}\"", self.socket.display())
+    }
+}
+
+/// A tar of a root file system holding busybox-static as `/bin/busybox` and the applets
+/// the tests run (`sh`, `sleep`), made under `dir`.
+pub fn busybox_rootfs_tar(dir: &Path) -> PathBuf {
+    let root = dir.join("rootfs");
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    crate::copy_executable(Path::new("/bin/busybox"), &root.join("bin/busybox"), "");
+    for applet in ["sh", "sleep", "true"] {
+        let link = root.join("bin").join(applet);
+        if !link.exists() {
+            std::os::unix::fs::symlink("busybox", link).unwrap();
+        }
+    }
+    let tar = dir.join("busybox.tar");
+    let o = Command::new("tar")
+        .arg("-C")
+        .arg(&root)
+        .arg("-cf")
+        .arg(&tar)
+        .arg(".")
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "tar: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    tar
+}

@@ -1,0 +1,232 @@
+//! Container engines as controllers (docs/OPERATOR.md, "Containers"): an old root in a
+//! container that its engine could start again is not contained. Each trial runs a
+//! dockerd of its own (tests-native/src/engines.rs) with containers of a busybox image
+//! made offline, and recovers through the real binaries.
+
+use std::process::Stdio;
+
+use repoch_tests_native::*;
+
+/// The old root's container: `sleep` in the busybox image, no network, with `restart`.
+fn run_old_root(d: &Dockerd, name: &str, restart: &str) -> String {
+    d.ok(&[
+        "run",
+        "-d",
+        "--name",
+        name,
+        "--network",
+        "none",
+        &format!("--restart={restart}"),
+        BUSYBOX_IMAGE,
+        "sleep",
+        "1000000",
+    ])
+}
+
+/// A sandbox enrolled with the containers named (`docker:NAME` each) on `d`.
+fn enrolled(d: &Dockerd, names: &[&str]) -> (Sandbox, String) {
+    let s = Sandbox::new();
+    let list: Vec<String> = names.iter().map(|n| format!("\"docker:{n}\"")).collect();
+    let id = s.enroll_with(&s.manifest(&format!(
+        "[containment]\ncontainers = [{}]\n[containment.engines]\n{}",
+        list.join(", "),
+        d.engines_toml()
+    )));
+    (s, id)
+}
+
+/// A recovery with repochd and the consumer: (recover's run, the consumer's run).
+fn recover(s: &Sandbox, id: &str) -> (Run, Run) {
+    let _d = s.daemon();
+    let consumer = s
+        .consumer(&id[..6], "consumer.key", "grant.cbor", &[])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let r = finish(recover_bg(s, &id[..6], 20));
+    let c = finish(consumer);
+    (r, c)
+}
+
+pub(crate) fn a_docker_container_its_engine_could_start_again_is_refused_until_its_policy_is_no() {
+    // Proves: an old root in a container with --restart=always is refused while it runs
+    // (container-running) and once stopped (container-restartable, naming the policy);
+    // the harm refused: dockerd restarted (an upgrade, a reboot) starts it again within
+    // seconds. With its policy set to no (docker update --restart=no) and stopped, the
+    // recovery is granted. Before, a manifest naming the container's cgroup observed
+    // "contained" once it was stopped, and granted.
+    require_root!();
+    let sb = Sandbox::new();
+    let mut d = Dockerd::start(&sb.path("docker"));
+    d.import_busybox();
+    let full = run_old_root(&d, "old-root", "always");
+    let (s, id) = enrolled(&d, &["old-root"]);
+    assert_refused(&s.observe(&id), "container-running");
+
+    d.ok(&["stop", "-t", "1", "old-root"]);
+    let r = s.observe(&id);
+    assert_refused(&r, "container-restartable");
+    assert!(r.stdout.contains("restart policy always"), "{}", r.stdout);
+
+    // What the refusal prevents: the engine starts it again when it restarts.
+    d.restart();
+    let again = d.inspect("old-root");
+    assert_eq!(again["State"]["Running"], true, "{again}");
+    assert_eq!(again["Id"], full.as_str());
+    assert_refused(&s.observe(&id), "container-running");
+
+    d.ok(&["update", "--restart=no", "old-root"]);
+    d.ok(&["stop", "-t", "1", "old-root"]);
+    assert_holds(&s.observe(&id));
+    let (r, c) = recover(&s, &id);
+    assert_eq!(
+        r.outcome()["outcome"],
+        "granted",
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
+    assert_eq!(c.code, Outcome::Success, "{}", c.stdout);
+    // And a removed container is contained too.
+    d.ok(&["rm", "old-root"]);
+    let (s2, id2) = enrolled(&d, &["old-root"]);
+    let o = s2.observe(&id2);
+    assert_holds(&o);
+    assert!(o.stdout.contains("absent"), "{}", o.stdout);
+}
+
+pub(crate) fn a_docker_container_started_or_recreated_while_repochd_waits_is_never_granted() {
+    // Proves: the container stopped with policy no, repochd stopped at a barrier: started
+    // again before the observation that precedes the intent, the recovery is refused
+    // there, nothing written; started after the intent, it is withheld; removed and
+    // created again under its name after the first observation (a stopped container,
+    // another id), refused. Never granted.
+    require_root!();
+    let sb = Sandbox::new();
+    let d = Dockerd::start(&sb.path("docker"));
+    d.import_busybox();
+    for (barrier, act, epoch) in [
+        ("after-connect", "start", "enrolled"),
+        ("after-intent", "start", "withheld"),
+        ("after-observe", "recreate", "enrolled"),
+    ] {
+        run_old_root(&d, "old-root", "no");
+        d.ok(&["stop", "-t", "1", "old-root"]);
+        let (s, id) = enrolled(&d, &["old-root"]);
+        let at = AtBarrier::start(&s, barrier);
+        let consumer = s
+            .consumer(&id[..6], "consumer.key", "grant.cbor", &[])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let rec = recover_bg(&s, &id[..6], 20);
+        at.reached();
+        match act {
+            "start" => {
+                d.ok(&["start", "old-root"]);
+            }
+            _ => {
+                d.ok(&["rm", "old-root"]);
+                d.ok(&[
+                    "create",
+                    "--name",
+                    "old-root",
+                    "--network",
+                    "none",
+                    BUSYBOX_IMAGE,
+                    "true",
+                ]);
+            }
+        }
+        at.signal(rustix::process::Signal::CONT);
+        let r = finish(rec);
+        let c = finish(consumer);
+        let what = format!("{act} at {barrier}");
+        assert_eq!(
+            r.outcome()["outcome"],
+            "refused",
+            "{what}: {}{}",
+            r.stdout,
+            r.stderr
+        );
+        assert_ne!(c.code, Outcome::Success, "{what}: {}", c.stdout);
+        assert!(
+            r.stdout.contains("container-changed"),
+            "{what}: {}",
+            r.stdout
+        );
+        // Refused before the intent: nothing written; after it: the epoch withheld.
+        assert_eq!(s.status(&id).json()["epoch"], epoch, "{what}");
+        d.ok(&["rm", "-f", "old-root"]);
+        drop(at);
+    }
+}
+
+pub(crate) fn an_unreachable_docker_engine_refuses_the_recovery_with_nothing_written() {
+    // Proves: dockerd stopped (its socket gone), or its socket replaced by a listener
+    // that is no engine: refused controller-unknown, nothing written. A socket another
+    // user owns: container-engine-unprotected.
+    require_root!();
+    let sb = Sandbox::new();
+    let mut d = Dockerd::start(&sb.path("docker"));
+    d.import_busybox();
+    run_old_root(&d, "old-root", "no");
+    d.ok(&["stop", "-t", "1", "old-root"]);
+    let (s, id) = enrolled(&d, &["old-root"]);
+    assert_holds(&s.observe(&id));
+    d.stop();
+    let (r, _) = recover(&s, &id);
+    assert_eq!(r.outcome()["outcome"], "refused", "{}", r.stdout);
+    assert!(r.stdout.contains("controller-unknown"), "{}", r.stdout);
+    assert_eq!(records(&s, &id), ["genesis"], "nothing written");
+
+    // A listener in its place that answers no HTTP.
+    let _ = std::fs::remove_file(&d.socket);
+    let fake = std::os::unix::net::UnixListener::bind(&d.socket).unwrap();
+    let silent = std::thread::spawn(move || {
+        for c in fake.incoming().take(4) {
+            drop(c);
+        }
+    });
+    let r = s.observe(&id);
+    assert_refused(&r, "controller-unknown");
+    std::os::unix::fs::chown(&d.socket, Some(65534), None).unwrap();
+    assert_refused(&s.observe(&id), "container-engine-unprotected");
+    drop(silent);
+}
+
+pub(crate) fn containers_the_manifest_does_not_name_do_not_matter() {
+    // Proves: the engine runs other containers, one of them restarting in a loop
+    // (--restart=always, exiting at once): a recovery naming only the old root's stopped
+    // container is granted.
+    require_root!();
+    let sb = Sandbox::new();
+    let d = Dockerd::start(&sb.path("docker"));
+    d.import_busybox();
+    run_old_root(&d, "old-root", "no");
+    d.ok(&["stop", "-t", "1", "old-root"]);
+    run_old_root(&d, "bystander", "always");
+    d.ok(&[
+        "run",
+        "-d",
+        "--name",
+        "flapping",
+        "--network",
+        "none",
+        "--restart=always",
+        BUSYBOX_IMAGE,
+        "sh",
+        "-c",
+        "exit 1",
+    ]);
+    let (s, id) = enrolled(&d, &["old-root"]);
+    let (r, c) = recover(&s, &id);
+    assert_eq!(
+        r.outcome()["outcome"],
+        "granted",
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
+    assert_eq!(c.code, Outcome::Success, "{}", c.stdout);
+}
