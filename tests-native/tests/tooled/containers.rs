@@ -230,3 +230,101 @@ pub(crate) fn containers_the_manifest_does_not_name_do_not_matter() {
     );
     assert_eq!(c.code, Outcome::Success, "{}", c.stdout);
 }
+
+pub(crate) fn containers_are_checked_at_enrollment() {
+    // Proves: enrollment refuses (exit 64, naming the field) a container that is no
+    // `docker:NAME` or `podman:NAME` (containerd's among them, not observed by this
+    // version), an engine endpoint that is not `unix:///PATH`, and an engine socket that
+    // is missing, another user's or writable by everyone; one listed twice.
+    require_root!();
+    use std::os::unix::fs::PermissionsExt as _;
+    let s = Sandbox::new();
+    let sock = s.path("engine.sock");
+    let _engine = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let enroll = |containers: &str, engines: &str| {
+        let m = s.manifest(&format!(
+            "[containment]\ncontainers = [{containers}]\n[containment.engines]\n{engines}"
+        ));
+        std::fs::write(s.path("manifest.toml"), m).unwrap();
+        s.repoch(&[
+            "--json",
+            "enroll",
+            s.path("manifest.toml").to_str().unwrap(),
+        ])
+    };
+    let ours = format!("docker = \"unix://{}\"", sock.display());
+    let refused = |containers: &str, engines: &str, field: &str, why: &str| {
+        let r = enroll(containers, engines);
+        assert_eq!(
+            r.code,
+            Outcome::Usage,
+            "{containers} {engines}: {}{}",
+            r.stdout,
+            r.stderr
+        );
+        let text = format!("{}{}", r.stdout, r.stderr);
+        assert!(
+            text.contains(field) && text.contains(why),
+            "{field} {why}: {text}"
+        );
+    };
+    refused(
+        "\"containerd:default/old\"",
+        &ours,
+        "containment.containers[0]",
+        "containerd",
+    );
+    refused(
+        "\"old-root\"",
+        &ours,
+        "containment.containers[0]",
+        "ENGINE:NAME",
+    );
+    refused(
+        "\"lxc:old\"",
+        &ours,
+        "containment.containers[0]",
+        "one of docker, podman",
+    );
+    refused(
+        "\"docker:-old\"",
+        &ours,
+        "containment.containers[0]",
+        "a container name",
+    );
+    refused(
+        "\"docker:a/b\"",
+        &ours,
+        "containment.containers[0]",
+        "a container name",
+    );
+    refused(
+        "\"docker:old\"",
+        "docker = \"tcp://127.0.0.1:2375\"",
+        "containment.engines.docker",
+        "only unix:///PATH",
+    );
+    let missing = format!("docker = \"unix://{}\"", s.path("none.sock").display());
+    refused(
+        "\"docker:old\"",
+        &missing,
+        "containment.engines.docker",
+        "No such file",
+    );
+    refused(
+        "\"docker:old\", \"docker:old\"",
+        &ours,
+        "containment.containers",
+        "listed twice",
+    );
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o777)).unwrap();
+    refused(
+        "\"docker:old\"",
+        &ours,
+        "containment.engines.docker",
+        "mode 777",
+    );
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o660)).unwrap();
+    let r = enroll("\"docker:old\"", &ours);
+    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
+}

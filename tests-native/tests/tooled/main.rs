@@ -367,6 +367,7 @@ fn declared() -> Vec<Declared> {
             fleet_trust::planted_keys_neither_blind_the_audit_nor_block_an_enrollment_and_print_escaped,
             ETCD
         ),
+        trial!(root, containers::containers_are_checked_at_enrollment, &[]),
         trial!(
             root,
             containers::a_docker_container_its_engine_could_start_again_is_refused_until_its_policy_is_no,
