@@ -57,6 +57,9 @@ pub struct Container {
     pub restart_policy: String,
     /// Exec sessions the engine holds for it (`ExecIDs`).
     pub exec_sessions: usize,
+    /// When it last started (`State.StartedAt`, the engine's text): a start between two
+    /// looks changes it, whatever the event stream has delivered yet.
+    pub started_at: String,
 }
 
 /// One event of a container named to a [`Watch`].
@@ -106,8 +109,9 @@ struct Inspect {
     name: String,
     state: State,
     host_config: HostConfig,
+    /// Required, null or a list: a missing field is no answer, never "no session".
     #[serde(rename = "ExecIDs")]
-    exec_ids: Option<Vec<String>>,
+    exec_ids: serde_json::Value,
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -118,6 +122,7 @@ struct State {
     restarting: bool,
     paused: bool,
     pid: i64,
+    started_at: String,
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -135,8 +140,6 @@ struct RestartPolicy {
 /// An event line: Docker's and podman's compatible API both give these fields.
 #[derive(Debug, serde::Deserialize)]
 struct EventLine {
-    #[serde(rename = "Type")]
-    kind: String,
     #[serde(rename = "Action")]
     action: String,
     #[serde(rename = "Actor")]
@@ -152,9 +155,15 @@ struct Actor {
     attributes: std::collections::BTreeMap<String, String>,
 }
 
-impl From<Inspect> for Container {
-    fn from(i: Inspect) -> Container {
-        Container {
+impl TryFrom<Inspect> for Container {
+    type Error = String;
+    fn try_from(i: Inspect) -> Result<Container, String> {
+        let exec_sessions = match &i.exec_ids {
+            serde_json::Value::Null => 0,
+            serde_json::Value::Array(ids) => ids.len(),
+            other => return Err(format!("ExecIDs: {other}, not a list")),
+        };
+        Ok(Container {
             name: i.name.trim_start_matches('/').to_owned(),
             id: i.id,
             status: i.state.status,
@@ -163,8 +172,9 @@ impl From<Inspect> for Container {
             paused: i.state.paused,
             pid: i.state.pid,
             restart_policy: i.host_config.restart_policy.name,
-            exec_sessions: i.exec_ids.map_or(0, |v| v.len()),
-        }
+            exec_sessions,
+            started_at: i.state.started_at,
+        })
     }
 }
 
@@ -273,7 +283,9 @@ impl Engine {
         match status {
             hyper::StatusCode::NOT_FOUND => Ok(None),
             hyper::StatusCode::OK => serde_json::from_slice::<Inspect>(&bytes)
-                .map(|i| Some(i.into()))
+                .map_err(|e| e.to_string())
+                .and_then(Container::try_from)
+                .map(Some)
                 .map_err(|e| Error::Answer(format!("{path}: {e}"))),
             s => Err(Error::Answer(format!("{path}: {s}: {}", message(&bytes)))),
         }
@@ -292,9 +304,11 @@ fn escape_segment(s: &str) -> String {
     percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
 }
 
-/// The query of `GET /events`: container events of `names`, from `since`.
-fn events_query(names: &[String], since: SystemTime) -> String {
-    let filters = serde_json::json!({"type": ["container"], "container": names});
+/// The query of `GET /events`: every container event, from `since`. Not filtered by name
+/// at the engine: Docker matches a name filter against a container's current name, so a
+/// container renamed away would not be followed; [`Watch`] matches each event itself.
+fn events_query(since: SystemTime) -> String {
+    let filters = serde_json::json!({"type": ["container"]});
     let since = since
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default();
@@ -306,10 +320,39 @@ fn events_query(names: &[String], since: SystemTime) -> String {
     )
 }
 
+/// What the reader shares with its [`Watch`]: what it saw, and what it follows: the names
+/// given, and the ids pinned since ([`Watch::pin`]).
+#[derive(Debug, Default)]
+struct Shared {
+    seen: Seen,
+    names: Vec<String>,
+    ids: Vec<String>,
+}
+
+impl Shared {
+    /// Whether `e` is of a container followed: by its name now or before a rename
+    /// (`oldName`), by a pinned id, or by the id prefix it was named by.
+    fn follows(&self, e: &EventLine) -> bool {
+        let named = |key: &str| {
+            e.actor
+                .attributes
+                .get(key)
+                .is_some_and(|n| self.names.iter().any(|m| m == n.trim_start_matches('/')))
+        };
+        named("name")
+            || named("oldName")
+            || self.ids.contains(&e.actor.id)
+            || self
+                .names
+                .iter()
+                .any(|n| e.actor.id.starts_with(n.as_str()))
+    }
+}
+
 /// An engine's event stream, read by a thread of its own until dropped.
 #[derive(Debug)]
 pub struct Watch {
-    seen: Arc<Mutex<Seen>>,
+    seen: Arc<Mutex<Shared>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -321,8 +364,11 @@ impl Watch {
         since: SystemTime,
         deadline: Duration,
     ) -> Result<Watch, Error> {
-        let path = events_query(names, since);
-        let seen = Arc::new(Mutex::new(Seen::default()));
+        let path = events_query(since);
+        let seen = Arc::new(Mutex::new(Shared {
+            names: names.to_vec(),
+            ..Shared::default()
+        }));
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let (ready, accepted) = std::sync::mpsc::channel();
         let rt = runtime()?;
@@ -355,8 +401,17 @@ impl Watch {
                 ended: Some("the event reader failed".into()),
                 ..Seen::default()
             },
-            |s| s.clone(),
+            |s| s.seen.clone(),
         )
+    }
+
+    /// Follows the container `id` too, whatever it is named from now on.
+    pub fn pin(&self, id: &str) {
+        if let Ok(mut s) = self.seen.lock() {
+            if !s.ids.iter().any(|i| i == id) {
+                s.ids.push(id.to_owned());
+            }
+        }
     }
 }
 
@@ -377,7 +432,7 @@ async fn follow(
     socket: PathBuf,
     path: String,
     deadline: Duration,
-    seen: Arc<Mutex<Seen>>,
+    seen: Arc<Mutex<Shared>>,
     ready: std::sync::mpsc::Sender<Result<(), Error>>,
     mut stopped: tokio::sync::oneshot::Receiver<()>,
 ) {
@@ -426,12 +481,12 @@ async fn follow(
         }
     };
     if let Ok(mut s) = seen.lock() {
-        s.ended.get_or_insert(ended);
+        s.seen.ended.get_or_insert(ended);
     }
 }
 
 /// Appends `data` to the partial `line`, recording every whole event line in `seen`.
-fn take_lines(line: &mut Vec<u8>, data: &[u8], seen: &Mutex<Seen>) -> Result<(), String> {
+fn take_lines(line: &mut Vec<u8>, data: &[u8], seen: &Mutex<Shared>) -> Result<(), String> {
     for &b in data {
         if b != b'\n' {
             if line.len() >= EVENT_BYTES_MAX {
@@ -452,11 +507,14 @@ fn take_lines(line: &mut Vec<u8>, data: &[u8], seen: &Mutex<Seen>) -> Result<(),
     Ok(())
 }
 
-fn record(seen: &Mutex<Seen>, e: EventLine) {
-    if e.kind != "container" || HARMLESS_ACTIONS.contains(&e.action.as_str()) {
+/// Keeps `e` if it is of a container followed and could start or change it. The engine
+/// sends container events alone (its `type` filter); the event's own type is not judged.
+fn record(shared: &Mutex<Shared>, e: EventLine) {
+    let Ok(mut s) = shared.lock() else { return };
+    if !s.follows(&e) || HARMLESS_ACTIONS.contains(&e.action.as_str()) {
         return;
     }
-    let Ok(mut s) = seen.lock() else { return };
+    let s = &mut s.seen;
     if s.events.len() >= EVENTS_KEPT_MAX {
         s.more = s.more.saturating_add(1);
         return;
@@ -475,56 +533,108 @@ mod tests {
 
     #[test]
     fn an_inspect_lacking_a_judged_field_is_no_answer() {
-        let whole = r#"{"Id":"abc","Name":"/old-root","State":{"Status":"exited","Running":false,"Restarting":false,"Paused":false,"Pid":0},"HostConfig":{"RestartPolicy":{"Name":"always"}},"ExecIDs":null}"#;
-        let c: Container = serde_json::from_str::<Inspect>(whole).unwrap().into();
+        let whole = r#"{"Id":"abc","Name":"/old-root","State":{"Status":"exited","Running":false,"Restarting":false,"Paused":false,"Pid":0,"StartedAt":"2026-12-04T19:00:00Z"},"HostConfig":{"RestartPolicy":{"Name":"always"}},"ExecIDs":null}"#;
+        let read = |text: &str| {
+            serde_json::from_str::<Inspect>(text)
+                .map_err(|e| e.to_string())
+                .and_then(Container::try_from)
+        };
+        let c = read(whole).unwrap();
         assert_eq!(
             (c.name.as_str(), c.restart_policy.as_str(), c.exec_sessions),
             ("old-root", "always", 0)
         );
-        for field in [
-            "\"Running\":false,",
-            "\"RestartPolicy\":{\"Name\":\"always\"}",
+        for cut in [
+            whole.replace("\"Running\":false,", ""),
+            whole.replace("\"RestartPolicy\":{\"Name\":\"always\"}", ""),
+            whole.replace(",\"ExecIDs\":null", ""),
+            whole.replace("\"ExecIDs\":null", "\"ExecIDs\":7"),
         ] {
-            let cut = whole.replace(field, "");
-            assert!(serde_json::from_str::<Inspect>(&cut).is_err(), "{cut}");
+            assert!(read(&cut).is_err(), "{cut}");
         }
+        let two = whole.replace("\"ExecIDs\":null", "\"ExecIDs\":[\"e1\",\"e2\"]");
+        assert_eq!(read(&two).unwrap().exec_sessions, 2);
         // podman's compatible API says "stopped": a state like any other.
         let podman = whole.replace("\"exited\"", "\"stopped\"");
-        assert!(serde_json::from_str::<Inspect>(&podman).is_ok());
+        assert!(read(&podman).is_ok());
+    }
+
+    fn following(names: &[&str], ids: &[&str]) -> Mutex<Shared> {
+        Mutex::new(Shared {
+            names: names.iter().map(|n| (*n).to_owned()).collect(),
+            ids: ids.iter().map(|n| (*n).to_owned()).collect(),
+            ..Shared::default()
+        })
+    }
+
+    fn event(action: &str, id: &str, attributes: &str) -> Vec<u8> {
+        format!(
+            r#"{{"Type":"container","Action":"{action}","Actor":{{"ID":"{id}","Attributes":{{{attributes}}}}},"time":17}}"#
+        )
+        .into_bytes()
     }
 
     #[test]
     fn events_are_split_by_line_and_harmless_ones_left_out() {
-        let seen = Mutex::new(Seen::default());
+        let shared = following(&["old-root"], &[]);
         let mut line = Vec::new();
-        let start = br#"{"Type":"container","Action":"start","Actor":{"ID":"abc","Attributes":{"name":"old-root"}},"time":17}"#;
-        let die = br#"{"Type":"container","Action":"die","Actor":{"ID":"abc","Attributes":{}},"time":18}"#;
-        let mut stream = [&start[..], b"\n", &die[..], b"\n"].concat();
+        let start = event("start", "abc", r#""name":"old-root""#);
+        let die = event("die", "abc", r#""name":"old-root""#);
+        let other = event("start", "def", r#""name":"bystander""#);
+        let mut stream = [&start[..], b"\n", &die[..], b"\n", &other[..], b"\n"].concat();
         let tail = stream.split_off(10);
-        take_lines(&mut line, &stream, &seen).unwrap();
-        take_lines(&mut line, &tail, &seen).unwrap();
-        let s = seen.into_inner().unwrap();
+        take_lines(&mut line, &stream, &shared).unwrap();
+        take_lines(&mut line, &tail, &shared).unwrap();
+        let s = shared.into_inner().unwrap().seen;
         assert_eq!(s.events.len(), 1);
         assert_eq!(
             (s.events[0].action.as_str(), s.events[0].name.as_str()),
             ("start", "old-root")
         );
-        let seen = Mutex::new(Seen::default());
-        assert!(take_lines(&mut Vec::new(), b"{not json}\n", &seen).is_err());
+        let shared = following(&["old-root"], &[]);
+        assert!(take_lines(&mut Vec::new(), b"{not json}\n", &shared).is_err());
         let long = vec![b'x'; EVENT_BYTES_MAX + 1];
-        assert!(take_lines(&mut Vec::new(), &long, &seen).is_err());
+        assert!(take_lines(&mut Vec::new(), &long, &shared).is_err());
     }
 
     #[test]
-    fn the_events_query_filters_to_the_names_from_since() {
-        let q = events_query(
-            &["old-root".into()],
-            SystemTime::UNIX_EPOCH + Duration::from_millis(1500),
-        );
+    fn a_container_is_followed_by_its_old_name_its_pinned_id_and_its_id_prefix() {
+        // Renamed away, then started under its new name: the rename by its old name, the
+        // start by its pinned id.
+        let shared = following(&["old-root"], &["abc123"]);
+        for e in [
+            event(
+                "rename",
+                "abc123",
+                r#""name":"hidden","oldName":"/old-root""#,
+            ),
+            event("start", "abc123", r#""name":"hidden""#),
+        ] {
+            take_lines(&mut Vec::new(), &[&e[..], b"\n"].concat(), &shared).unwrap();
+        }
+        let actions: Vec<String> = shared
+            .lock()
+            .unwrap()
+            .seen
+            .events
+            .iter()
+            .map(|e| e.action.clone())
+            .collect();
+        assert_eq!(actions, ["rename", "start"]);
+        // Named by a short id: its events by the id they start.
+        let shared = following(&["abc1"], &[]);
+        let e = event("start", "abc123", r#""name":"anything""#);
+        take_lines(&mut Vec::new(), &[&e[..], b"\n"].concat(), &shared).unwrap();
+        assert_eq!(shared.lock().unwrap().seen.events.len(), 1);
+    }
+
+    #[test]
+    fn the_events_query_asks_for_every_container_event_from_since() {
+        let q = events_query(SystemTime::UNIX_EPOCH + Duration::from_millis(1500));
         assert!(
             q.starts_with("/events?since=1.500000000&filters=%7B"),
             "{q}"
         );
-        assert!(q.contains("old%2Droot"), "{q}");
+        assert!(q.contains("container") && !q.contains("old"), "{q}");
     }
 }

@@ -251,3 +251,157 @@ pub fn busybox_rootfs_tar(dir: &Path) -> PathBuf {
     );
     tar
 }
+
+/// A podman API service of the test's own (`podman system service` on a socket under its
+/// directory, its own root, runroot, tmpdir and events log; the `vfs` driver, cgroupfs),
+/// and the podman CLI with the same storage: what it does, the service reports.
+#[derive(Debug)]
+pub struct Podman {
+    pub dir: PathBuf,
+    /// The service's API socket: what a manifest names (`unix://` + this).
+    pub socket: PathBuf,
+    service: Option<Child>,
+}
+
+impl Drop for Podman {
+    fn drop(&mut self) {
+        let _ = self.podman(&["rm", "--all", "--force", "--time", "0"]);
+        self.stop();
+        let dir = self.dir.display().to_string();
+        let _ = Command::new("pkill").args(["-f", &dir]).status();
+    }
+}
+
+impl Podman {
+    /// Starts the service under `dir` and waits until it answers.
+    pub fn start(dir: &Path) -> Podman {
+        std::fs::create_dir_all(dir).unwrap();
+        let mut p = Podman {
+            dir: dir.to_path_buf(),
+            socket: dir.join("podman.sock"),
+            service: None,
+        };
+        p.spawn_service();
+        p
+    }
+
+    fn command(&self) -> Command {
+        let mut c = Command::new("podman");
+        for (flag, sub) in [
+            ("--root", "root"),
+            ("--runroot", "run"),
+            ("--tmpdir", "tmp"),
+            ("--volumepath", "volumes"),
+            ("--network-config-dir", "net"),
+        ] {
+            c.arg(flag).arg(self.dir.join(sub));
+        }
+        c.args([
+            "--cgroup-manager",
+            "cgroupfs",
+            "--events-backend",
+            "file",
+            "--storage-driver",
+            "vfs",
+        ]);
+        c
+    }
+
+    fn spawn_service(&mut self) {
+        let log = std::fs::File::create(self.dir.join("service.log")).unwrap();
+        let child = self
+            .command()
+            .args(["system", "service", "--time=0"])
+            .arg(format!("unix://{}", self.socket.display()))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("podman (Debian package podman)");
+        self.service = Some(child);
+        let start = Instant::now();
+        while !self.socket.exists() {
+            assert!(
+                start.elapsed() < Duration::from_secs(READY_SECONDS_MAX),
+                "podman's service did not listen: {}",
+                std::fs::read_to_string(self.dir.join("service.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Stops the API service (the containers keep their state).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.service.take() {
+            let _ = rustix::process::kill_process(
+                rustix::process::Pid::from_child(&c),
+                rustix::process::Signal::TERM,
+            );
+            wait_bounded(&mut c, Duration::from_secs(10));
+        }
+    }
+
+    /// `podman ARGS` on this service's storage.
+    pub fn podman(&self, args: &[&str]) -> Output {
+        self.command()
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("podman (Debian package podman)")
+    }
+
+    /// [`Podman::podman`] that must succeed: its stdout, trimmed.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let o = self.podman(args);
+        assert!(
+            o.status.success(),
+            "podman {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).trim().to_owned()
+    }
+
+    /// Imports [`BUSYBOX_IMAGE`] from busybox-static (offline).
+    pub fn import_busybox(&self) {
+        let tar = busybox_rootfs_tar(&self.dir);
+        self.ok(&["import", tar.to_str().unwrap(), BUSYBOX_IMAGE]);
+    }
+
+    /// `podman run -d` of `sleep` in the busybox image, no network, with `restart`
+    /// (limits set, as podman run as root cannot raise them past the host's here).
+    pub fn run_sleeping(&self, name: &str, restart: &str) -> String {
+        self.ok(&[
+            "run",
+            "-d",
+            "--name",
+            name,
+            "--network",
+            "none",
+            "--ulimit",
+            "nofile=1024:1024",
+            "--ulimit",
+            "nproc=1024:1024",
+            &format!("--restart={restart}"),
+            BUSYBOX_IMAGE,
+            "sleep",
+            "1000000",
+        ])
+    }
+
+    /// What `podman-restart.service` runs at boot: every container whose policy is
+    /// `always` started.
+    pub fn restart_at_boot(&self) {
+        self.ok(&["start", "--all", "--filter", "restart-policy=always"]);
+    }
+
+    /// `podman inspect NAME`'s one object.
+    pub fn inspect(&self, name: &str) -> serde_json::Value {
+        let v: serde_json::Value = serde_json::from_str(&self.ok(&["inspect", name])).unwrap();
+        v[0].clone()
+    }
+
+    /// The manifest's `[containment.engines]` line for this engine.
+    pub fn engines_toml(&self) -> String {
+        format!("podman = \"unix://{}\"", self.socket.display())
+    }
+}

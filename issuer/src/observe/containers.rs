@@ -24,12 +24,20 @@ pub const ENGINE_CALL_SECONDS_MAX: u64 = 5;
 const KIND: &str = "container";
 
 /// What one issuance holds of the containers: per engine socket, the engine and its event
-/// stream; per container, its id at the first observation (`None`: absent then).
+/// stream; per container, its id and last start at the first observation (`None`: absent
+/// then).
 #[derive(Debug, Default)]
 pub struct Containers {
     engines: BTreeMap<String, (Engine, Option<Watch>)>,
-    pinned: BTreeMap<ContainerRef, Option<String>>,
+    pinned: BTreeMap<ContainerRef, Option<Pinned>>,
     started: bool,
+}
+
+/// A container as the first observation found it: its full id and when it last started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pinned {
+    pub id: String,
+    pub started_at: String,
 }
 
 /// Observes every named container (nothing when none is named).
@@ -46,9 +54,11 @@ pub(super) fn containers(m: &Manifest, held: &mut Containers, facts: &mut Vec<Fa
             continue;
         }
         let (engine, watch) = &held.engines[&socket];
-        let seen = watch.as_ref().map(Watch::seen);
+        let watch = watch.as_ref();
+        let seen = watch.map(Watch::seen);
         for c in refs {
-            let now = match engine.inspect(&c.name) {
+            let pinned = held.pinned.get(&c).cloned();
+            let now = match look(engine, &c, pinned.as_ref()) {
                 Err(e) => {
                     facts.push(Failure::unknown(&format!("the engine: {e}")).about(&c));
                     continue;
@@ -56,12 +66,34 @@ pub(super) fn containers(m: &Manifest, held: &mut Containers, facts: &mut Vec<Fa
                 Ok(now) => now,
             };
             if first {
-                held.pinned
-                    .insert(c.clone(), now.as_ref().map(|k| k.id.clone()));
+                let pin = now.as_ref().map(|k| Pinned {
+                    id: k.id.clone(),
+                    started_at: k.started_at.clone(),
+                });
+                if let (Some(p), Some(w)) = (&pin, watch) {
+                    w.pin(&p.id);
+                }
+                held.pinned.insert(c.clone(), pin);
             }
             facts.push(judge(&c, now.as_ref(), held.pinned.get(&c), seen.as_ref()));
         }
     }
+}
+
+/// The container as its engine reports it now: by the id pinned at the first observation
+/// (a container renamed away is still the one to judge), and by name when none was pinned
+/// or the pinned one is gone (something created under the name since is judged then).
+fn look(
+    engine: &Engine,
+    c: &ContainerRef,
+    pinned: Option<&Option<Pinned>>,
+) -> Result<Option<Container>, repoch_engines::Error> {
+    if let Some(Some(p)) = pinned {
+        if let Some(k) = engine.inspect(&p.id)? {
+            return Ok(Some(k));
+        }
+    }
+    engine.inspect(&c.name)
 }
 
 /// The named containers by engine socket, in the manifest's order.
@@ -151,7 +183,7 @@ fn engine_of(
 fn judge(
     c: &ContainerRef,
     now: Option<&Container>,
-    pinned: Option<&Option<String>>,
+    pinned: Option<&Option<Pinned>>,
     seen: Option<&repoch_engines::Seen>,
 ) -> Fact {
     let fail = |expected: &str, observed: &str, reason| {
@@ -177,18 +209,42 @@ fn judge(
             );
         }
     }
-    let id = now.map(|k| k.id.clone());
-    if let Some(first) = pinned {
-        if id.is_some() && id != *first {
-            return fail(
-                &first
-                    .as_deref()
-                    .map_or("absent, as at the first observation".into(), |f| {
-                        format!("container {}", short(f))
-                    }),
-                &format!("container {}", short(id.as_deref().unwrap_or(""))),
-                Reason::ContainerReplaced,
-            );
+    if let (Some(first), Some(k)) = (pinned, now) {
+        match first {
+            Some(f) if f.id != k.id => {
+                return fail(
+                    &format!("container {}", short(&f.id)),
+                    &format!("container {}", short(&k.id)),
+                    Reason::ContainerReplaced,
+                )
+            }
+            None => {
+                return fail(
+                    "absent, as at the first observation",
+                    &format!("container {}", short(&k.id)),
+                    Reason::ContainerReplaced,
+                )
+            }
+            // Started since the first observation, even if stopped again and its event
+            // not delivered yet.
+            Some(f) if f.started_at != k.started_at => {
+                return fail(
+                    &format!("last started at {}", f.started_at),
+                    &format!("started at {}", k.started_at),
+                    Reason::ContainerChanged,
+                )
+            }
+            // The pinned container under another name (renamed away: what is named may
+            // be created anew, and what runs is the old root by another name). Named by
+            // an id prefix, its name is its own.
+            Some(f) if k.name != c.name && !f.id.starts_with(c.name.as_str()) => {
+                return fail(
+                    &format!("named {}", c.name),
+                    &format!("container {} renamed {}", short(&k.id), k.name),
+                    Reason::ContainerChanged,
+                )
+            }
+            Some(_) => {}
         }
     }
     let Some(k) = now else {
@@ -295,13 +351,21 @@ mod tests {
             pid: 0,
             restart_policy: policy.into(),
             exec_sessions: 0,
+            started_at: "2026-12-04T19:00:00Z".into(),
         }
+    }
+
+    fn pin(id: &str) -> Option<Pinned> {
+        Some(Pinned {
+            id: id.into(),
+            started_at: "2026-12-04T19:00:00Z".into(),
+        })
     }
 
     #[test]
     fn each_state_of_a_container_is_judged() {
         let c = docker("old-root");
-        let judged = |k: Option<&Container>, pinned: Option<&Option<String>>| {
+        let judged = |k: Option<&Container>, pinned: Option<&Option<Pinned>>| {
             let f = judge(&c, k, pinned, None);
             (f.holds(), f.reason)
         };
@@ -349,7 +413,7 @@ mod tests {
             );
         }
         // Another container under the name, or one created since an absent first look.
-        let first = Some("a1".to_owned());
+        let first = pin("a1");
         assert_eq!(
             judged(Some(&stopped("b2", "no")), Some(&first)),
             (false, Some(Reason::ContainerReplaced))

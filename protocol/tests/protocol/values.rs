@@ -424,6 +424,12 @@ fn containers_have_one_encoding_and_name_a_known_engine() {
         };
         assert!(Containment::from_bytes(&v.to_bytes()).is_err(), "{bad:?}");
     }
+    // Eight fields (one more after the containers) is no containment.
+    let mut v = good.to_value();
+    if let ciborium::value::Value::Array(items) = &mut v {
+        items.push(ciborium::value::Value::Array(vec![]));
+    }
+    assert!(Containment::from_value(v).is_err());
     // Seven fields with no container is not the form of "none".
     let mut v = Containment::default().to_value();
     if let ciborium::value::Value::Array(items) = &mut v {

@@ -25,12 +25,18 @@ fn run_old_root(d: &Dockerd, name: &str, restart: &str) -> String {
 
 /// A sandbox enrolled with the containers named (`docker:NAME` each) on `d`.
 fn enrolled(d: &Dockerd, names: &[&str]) -> (Sandbox, String) {
+    let refs: Vec<String> = names.iter().map(|n| format!("docker:{n}")).collect();
+    enrolled_on(&d.engines_toml(), &refs)
+}
+
+/// A sandbox enrolled with `refs` (`ENGINE:NAME`) and `engines` as its
+/// `[containment.engines]`.
+fn enrolled_on(engines: &str, refs: &[String]) -> (Sandbox, String) {
     let s = Sandbox::new();
-    let list: Vec<String> = names.iter().map(|n| format!("\"docker:{n}\"")).collect();
+    let list: Vec<String> = refs.iter().map(|n| format!("\"{n}\"")).collect();
     let id = s.enroll_with(&s.manifest(&format!(
-        "[containment]\ncontainers = [{}]\n[containment.engines]\n{}",
+        "[containment]\ncontainers = [{}]\n[containment.engines]\n{engines}",
         list.join(", "),
-        d.engines_toml()
     )));
     (s, id)
 }
@@ -100,7 +106,10 @@ pub(crate) fn a_docker_container_started_or_recreated_while_repochd_waits_is_nev
     // again before the observation that precedes the intent, the recovery is refused
     // there, nothing written; started after the intent, it is withheld; removed and
     // created again under its name after the first observation (a stopped container,
-    // another id), refused. Never granted.
+    // another id), refused; renamed away, its policy set to always and started under the
+    // new name (found by attacking the release binaries: granted, as nothing named
+    // "old-root" was left and the engine's events were filtered by the current name):
+    // refused before the intent, withheld after it. Never granted.
     require_root!();
     let sb = Sandbox::new();
     let d = Dockerd::start(&sb.path("docker"));
@@ -109,6 +118,8 @@ pub(crate) fn a_docker_container_started_or_recreated_while_repochd_waits_is_nev
         ("after-connect", "start", "enrolled"),
         ("after-intent", "start", "withheld"),
         ("after-observe", "recreate", "enrolled"),
+        ("after-connect", "rename", "enrolled"),
+        ("after-intent", "rename", "withheld"),
     ] {
         run_old_root(&d, "old-root", "no");
         d.ok(&["stop", "-t", "1", "old-root"]);
@@ -124,6 +135,12 @@ pub(crate) fn a_docker_container_started_or_recreated_while_repochd_waits_is_nev
         match act {
             "start" => {
                 d.ok(&["start", "old-root"]);
+            }
+            // Renamed away, armed and started: no event of it names "old-root" now.
+            "rename" => {
+                d.ok(&["rename", "old-root", "hidden"]);
+                d.ok(&["update", "--restart=always", "hidden"]);
+                d.ok(&["start", "hidden"]);
             }
             _ => {
                 d.ok(&["rm", "old-root"]);
@@ -157,7 +174,7 @@ pub(crate) fn a_docker_container_started_or_recreated_while_repochd_waits_is_nev
         );
         // Refused before the intent: nothing written; after it: the epoch withheld.
         assert_eq!(s.status(&id).json()["epoch"], epoch, "{what}");
-        d.ok(&["rm", "-f", "old-root"]);
+        let _ = d.docker(&["rm", "-f", "old-root", "hidden"]);
         drop(at);
     }
 }
@@ -327,4 +344,111 @@ pub(crate) fn containers_are_checked_at_enrollment() {
     std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o660)).unwrap();
     let r = enroll("\"docker:old\"", &ours);
     assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
+}
+
+pub(crate) fn a_podman_container_its_restart_at_boot_would_start_is_refused_until_created_without_it(
+) {
+    // Proves: through podman's service (the Docker API it also speaks), a container run
+    // with --restart=always is refused while it runs (container-running) and once stopped
+    // (container-restartable); the harm refused: what podman-restart.service runs at boot
+    // (podman start --all --filter restart-policy=always) starts it again. Created again
+    // without --restart and stopped (podman 4.3 cannot update a policy), granted.
+    require_root!();
+    let sb = Sandbox::new();
+    let p = Podman::start(&sb.path("podman"));
+    p.import_busybox();
+    let full = p.run_sleeping("old-root", "always");
+    let refs = ["podman:old-root".to_owned()];
+    let (s, id) = enrolled_on(&p.engines_toml(), &refs);
+    assert_refused(&s.observe(&id), "container-running");
+    p.ok(&["stop", "-t", "1", "old-root"]);
+    let r = s.observe(&id);
+    assert_refused(&r, "container-restartable");
+    assert!(r.stdout.contains("restart policy always"), "{}", r.stdout);
+
+    p.restart_at_boot();
+    let again = p.inspect("old-root");
+    assert_eq!(again["State"]["Running"], true, "{again}");
+    assert_eq!(again["Id"], full.as_str());
+    assert_refused(&s.observe(&id), "container-running");
+
+    p.ok(&["rm", "-f", "-t", "0", "old-root"]);
+    p.run_sleeping("old-root", "no");
+    p.ok(&["stop", "-t", "1", "old-root"]);
+    let (s, id) = enrolled_on(&p.engines_toml(), &refs);
+    let (r, c) = recover(&s, &id);
+    assert_eq!(
+        r.outcome()["outcome"],
+        "granted",
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
+    assert_eq!(c.code, Outcome::Success, "{}", c.stdout);
+}
+
+pub(crate) fn a_podman_container_started_while_repochd_waits_or_its_service_gone_is_never_granted()
+{
+    // Proves: the container stopped with policy no, started through podman with repochd
+    // at after-connect: refused, nothing written (container-changed, or container-running
+    // when podman's event log is read after the look); started and stopped again there:
+    // refused container-changed (its last start moved, whether or not the event was
+    // delivered yet); started at after-intent: withheld. Podman's service stopped (its
+    // socket left): refused controller-unknown, nothing written.
+    require_root!();
+    let sb = Sandbox::new();
+    let mut p = Podman::start(&sb.path("podman"));
+    p.import_busybox();
+    let refs = ["podman:old-root".to_owned()];
+    for (barrier, blink, epoch) in [
+        ("after-connect", false, "enrolled"),
+        ("after-connect", true, "enrolled"),
+        ("after-intent", false, "withheld"),
+    ] {
+        p.run_sleeping("old-root", "no");
+        p.ok(&["stop", "-t", "1", "old-root"]);
+        let (s, id) = enrolled_on(&p.engines_toml(), &refs);
+        let at = AtBarrier::start(&s, barrier);
+        let consumer = s
+            .consumer(&id[..6], "consumer.key", "grant.cbor", &[])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let rec = recover_bg(&s, &id[..6], 20);
+        at.reached();
+        p.ok(&["start", "old-root"]);
+        if blink {
+            // Started and stopped again before repochd looks: its last start moved.
+            p.ok(&["stop", "-t", "0", "old-root"]);
+        }
+        at.signal(rustix::process::Signal::CONT);
+        let r = finish(rec);
+        let c = finish(consumer);
+        assert_eq!(
+            r.outcome()["outcome"],
+            "refused",
+            "{barrier}: {}{}",
+            r.stdout,
+            r.stderr
+        );
+        assert_ne!(c.code, Outcome::Success, "{barrier}: {}", c.stdout);
+        // The event, or the state itself if podman's event log is read later.
+        assert!(
+            r.stdout.contains("container-changed")
+                || (!blink && r.stdout.contains("container-running")),
+            "{barrier}: {}",
+            r.stdout
+        );
+        assert_eq!(s.status(&id).json()["epoch"], epoch, "{barrier}");
+        p.ok(&["rm", "-f", "-t", "0", "old-root"]);
+        drop(at);
+    }
+    p.run_sleeping("old-root", "no");
+    p.ok(&["stop", "-t", "1", "old-root"]);
+    let (s, id) = enrolled_on(&p.engines_toml(), &refs);
+    p.stop();
+    let (r, _) = recover(&s, &id);
+    assert_eq!(r.outcome()["outcome"], "refused", "{}", r.stdout);
+    assert!(r.stdout.contains("controller-unknown"), "{}", r.stdout);
+    assert_eq!(s.status(&id).json()["epoch"], "enrolled", "nothing written");
 }

@@ -142,6 +142,17 @@ const DOCKER: &[Need] = &[
         package: "busybox-static",
     },
 ];
+/// A podman service of the test's own, and busybox-static for the image.
+const PODMAN: &[Need] = &[
+    Need::Program {
+        name: "podman",
+        package: "podman",
+    },
+    Need::Dir {
+        path: "/usr/share/doc/busybox-static",
+        package: "busybox-static",
+    },
+];
 const EXT4: &[Need] = &[MKFS_EXT4, LOSETUP];
 const MKFS_BTRFS: Need = Need::Program {
     name: "mkfs.btrfs",
@@ -368,6 +379,16 @@ fn declared() -> Vec<Declared> {
             ETCD
         ),
         trial!(root, containers::containers_are_checked_at_enrollment, &[]),
+        trial!(
+            root,
+            containers::a_podman_container_its_restart_at_boot_would_start_is_refused_until_created_without_it,
+            PODMAN
+        ),
+        trial!(
+            root,
+            containers::a_podman_container_started_while_repochd_waits_or_its_service_gone_is_never_granted,
+            PODMAN
+        ),
         trial!(
             root,
             containers::a_docker_container_its_engine_could_start_again_is_refused_until_its_policy_is_no,
