@@ -178,94 +178,111 @@ fn engine_of(
     Ok(())
 }
 
-/// One container's fact: what the engine reports now, against the first observation's id
-/// and what its event stream saw.
+/// One container's fact: what the engine reports now, against the first observation's
+/// pin and what its event stream saw.
 fn judge(
     c: &ContainerRef,
     now: Option<&Container>,
     pinned: Option<&Option<Pinned>>,
     seen: Option<&repoch_engines::Seen>,
 ) -> Fact {
-    let fail = |expected: &str, observed: &str, reason| {
-        Fact::failed(KIND, &c.spelled(), expected, observed, reason)
-    };
-    if let Some(s) = seen {
-        if let Some(e) = s.events.first() {
-            let more = match s.events.len() as u64 + s.more {
-                1 => String::new(),
-                n => format!(" (and {} more)", n - 1),
-            };
-            return fail(
-                "no start, exec or change since the first observation",
-                &format!("{} of {} at {}{more}", e.action, short(&e.id), e.time),
-                Reason::ContainerChanged,
-            );
+    let failed = seen
+        .and_then(against_events)
+        .or_else(|| {
+            pinned
+                .zip(now)
+                .and_then(|(f, k)| against_pin(c, k, f.as_ref()))
+        })
+        .or_else(|| now.and_then(against_state));
+    match (failed, now) {
+        (Some((expected, observed, reason)), _) => {
+            Fact::failed(KIND, &c.spelled(), &expected, &observed, reason)
         }
-        if let Some(why) = &s.ended {
-            return fail(
-                "its engine's event stream, followed",
-                why,
-                Reason::ControllerUnknown,
-            );
-        }
+        (None, None) => Fact::ok(KIND, &c.spelled(), "stopped, restart policy no", "absent"),
+        (None, Some(k)) => Fact::ok(
+            KIND,
+            &c.spelled(),
+            "stopped, restart policy no",
+            &format!("{} {}", k.status, short(&k.id)),
+        ),
     }
-    if let (Some(first), Some(k)) = (pinned, now) {
-        match first {
-            Some(f) if f.id != k.id => {
-                return fail(
-                    &format!("container {}", short(&f.id)),
-                    &format!("container {}", short(&k.id)),
-                    Reason::ContainerReplaced,
-                )
-            }
-            None => {
-                return fail(
-                    "absent, as at the first observation",
-                    &format!("container {}", short(&k.id)),
-                    Reason::ContainerReplaced,
-                )
-            }
-            // Started since the first observation, even if stopped again and its event
-            // not delivered yet.
-            Some(f) if f.started_at != k.started_at => {
-                return fail(
-                    &format!("last started at {}", f.started_at),
-                    &format!("started at {}", k.started_at),
-                    Reason::ContainerChanged,
-                )
-            }
-            // The pinned container under another name (renamed away: what is named may
-            // be created anew, and what runs is the old root by another name). Named by
-            // an id prefix, its name is its own.
-            Some(f) if k.name != c.name && !f.id.starts_with(c.name.as_str()) => {
-                return fail(
-                    &format!("named {}", c.name),
-                    &format!("container {} renamed {}", short(&k.id), k.name),
-                    Reason::ContainerChanged,
-                )
-            }
-            Some(_) => {}
-        }
+}
+
+/// A failed judgment: expected, observed, reason.
+type Failed = (String, String, Reason);
+
+/// An event of the container since the first observation, or the stream ended.
+fn against_events(s: &repoch_engines::Seen) -> Option<Failed> {
+    if let Some(e) = s.events.first() {
+        let more = match s.events.len() as u64 + s.more {
+            1 => String::new(),
+            n => format!(" (and {} more)", n - 1),
+        };
+        return Some((
+            "no start, exec or change since the first observation".into(),
+            format!("{} of {} at {}{more}", e.action, short(&e.id), e.time),
+            Reason::ContainerChanged,
+        ));
     }
-    let Some(k) = now else {
-        return Fact::ok(KIND, &c.spelled(), "stopped, restart policy no", "absent");
+    s.ended.as_ref().map(|why| {
+        (
+            "its engine's event stream, followed".into(),
+            why.clone(),
+            Reason::ControllerUnknown,
+        )
+    })
+}
+
+/// The container now against the first observation's: another one (or one where there
+/// was none), started since, or renamed away.
+fn against_pin(c: &ContainerRef, k: &Container, first: Option<&Pinned>) -> Option<Failed> {
+    let Some(f) = first else {
+        return Some((
+            "absent, as at the first observation".into(),
+            format!("container {}", short(&k.id)),
+            Reason::ContainerReplaced,
+        ));
     };
+    if f.id != k.id {
+        return Some((
+            format!("container {}", short(&f.id)),
+            format!("container {}", short(&k.id)),
+            Reason::ContainerReplaced,
+        ));
+    }
+    // Started since the first observation, even if stopped again and its event not
+    // delivered yet.
+    if f.started_at != k.started_at {
+        return Some((
+            format!("last started at {}", f.started_at),
+            format!("started at {}", k.started_at),
+            Reason::ContainerChanged,
+        ));
+    }
+    // The pinned container under another name (renamed away: what is named may be created
+    // anew, and what runs is the old root by another name). Named by an id prefix, its
+    // name is its own.
+    (k.name != c.name && !f.id.starts_with(c.name.as_str())).then(|| {
+        (
+            format!("named {}", c.name),
+            format!("container {} renamed {}", short(&k.id), k.name),
+            Reason::ContainerChanged,
+        )
+    })
+}
+
+/// The container's own state: running, or stopped with a policy that can start it.
+fn against_state(k: &Container) -> Option<Failed> {
     if let Some(why) = running(k) {
-        return fail("stopped", &why, Reason::ContainerRunning);
+        return Some(("stopped".into(), why, Reason::ContainerRunning));
     }
-    if !matches!(k.restart_policy.as_str(), "no" | "") {
-        return fail(
-            "restart policy no",
-            &format!("{}, restart policy {}", k.status, k.restart_policy),
+    (!matches!(k.restart_policy.as_str(), "no" | "")).then(|| {
+        (
+            "restart policy no".into(),
+            format!("{}, restart policy {}", k.status, k.restart_policy),
             Reason::ContainerRestartable,
-        );
-    }
-    Fact::ok(
-        KIND,
-        &c.spelled(),
-        "stopped, restart policy no",
-        &format!("{} {}", k.status, short(&k.id)),
-    )
+        )
+    })
 }
 
 /// Why the container counts as running, if it does: its state, a process, exec sessions,
