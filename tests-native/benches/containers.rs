@@ -1,0 +1,139 @@
+//! The cost of a container engine's check per observation (docs/BENCHMARKS.md,
+//! "Containers"): `repoch observe` of a deployment naming one stopped container on a
+//! dockerd of the bench's own (the engine's version, the container's inspect, and on the
+//! first look the event stream opened), against the same deployment without it, in turn
+//! in the same run, with 1 and with 50 other containers running on the engine; and the
+//! same through a podman service of the bench's own. Medians and p99 of each, and the
+//! difference of the medians: what one engine's check adds to an observation.
+
+use std::process::Command;
+
+use repoch_tests_native::bench::{self, ms, ratio, Samples};
+use repoch_tests_native::*;
+
+/// One timed `repoch observe` of `id`; it must hold.
+fn observe(s: &Sandbox, id: &str, samples: &mut Samples) {
+    let mut c = Command::new(bin("repoch"));
+    c.env("REPOCH_ROOT", &s.root).args(["observe", id]);
+    let o = samples.time(|| c.output().expect("repoch observe"));
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// The engine, seen the same way for Docker and podman.
+trait Engine {
+    fn name(&self) -> &'static str;
+    fn sh(&self, args: &[&str]) -> String;
+    fn engines_toml(&self) -> String;
+    fn run_sleeping(&self, name: &str) {
+        self.sh(&[
+            "run",
+            "-d",
+            "--name",
+            name,
+            "--network",
+            "none",
+            "--ulimit",
+            "nofile=1024:1024",
+            BUSYBOX_IMAGE,
+            "sleep",
+            "1000000",
+        ]);
+    }
+}
+
+impl Engine for Dockerd {
+    fn name(&self) -> &'static str {
+        "docker"
+    }
+    fn sh(&self, args: &[&str]) -> String {
+        self.ok(args)
+    }
+    fn engines_toml(&self) -> String {
+        Dockerd::engines_toml(self)
+    }
+}
+
+impl Engine for Podman {
+    fn name(&self) -> &'static str {
+        "podman"
+    }
+    fn sh(&self, args: &[&str]) -> String {
+        self.ok(args)
+    }
+    fn engines_toml(&self) -> String {
+        Podman::engines_toml(self)
+    }
+}
+
+/// Rows of the table for `e`: 1 and 50 other containers running.
+fn rows(e: &dyn Engine, n: usize, md: &mut String) {
+    e.sh(&[
+        "create",
+        "--name",
+        "old-root",
+        "--network",
+        "none",
+        BUSYBOX_IMAGE,
+        "true",
+    ]);
+    let plain = Sandbox::new();
+    let without = plain.enroll_with(&plain.manifest(""));
+    let named = Sandbox::new();
+    let with = named.enroll_with(&named.manifest(&format!(
+        "[containment]\ncontainers = [\"{}:old-root\"]\n[containment.engines]\n{}",
+        e.name(),
+        e.engines_toml()
+    )));
+    let mut running = 0;
+    for others in [1, 50] {
+        while running < others {
+            e.run_sleeping(&format!("other-{running}"));
+            running += 1;
+        }
+        let (mut a, mut b) = (Samples::new(), Samples::new());
+        for _ in 0..n {
+            observe(&named, &with, &mut a);
+            observe(&plain, &without, &mut b);
+        }
+        let added = a.median().saturating_sub(b.median());
+        md.push_str(&format!(
+            "| {} | {others} | {} | {} | {} | {} | {} | {} |\n",
+            e.name(),
+            ms(a.median()),
+            ms(a.p99()),
+            ms(b.median()),
+            ms(b.p99()),
+            ms(added),
+            ratio(a.median(), b.median()),
+        ));
+    }
+}
+
+fn main() {
+    if !bench::under_cargo_bench("containers") {
+        return;
+    }
+    require_root!();
+    let sb = Sandbox::new();
+    let n = bench::iterations(30, 5);
+    let mut md = format!(
+        "### Containers\n\n{}\n\n`repoch observe` of a deployment naming one stopped container (`containment.containers`), and of the same deployment without it, in turn, {n} runs each, with 1 and with 50 other containers running on the engine (busybox `sleep`). The engine's check: its version, the container's inspect, and the event stream opened (every observation of `repoch observe` is a first one).\n\n| engine | other containers | with median ms | with p99 ms | without median ms | without p99 ms | added (median) ms | with/without (median) |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+        bench::machine(&sb.root),
+    );
+    {
+        let d = Dockerd::start(&sb.path("docker"));
+        d.import_busybox();
+        rows(&d, n, &mut md);
+    }
+    {
+        let p = Podman::start(&sb.path("podman"));
+        p.import_busybox();
+        rows(&p, n, &mut md);
+    }
+    bench::emit("containers", &md);
+}
