@@ -381,6 +381,13 @@ fn socket_files_have_one_encoding_and_belong_to_a_unix_listener() {
         items.push(ciborium::value::Value::Array(vec![]));
     }
     assert!(Containment::from_value(v).is_err());
+    // Eight fields (two more after the socket files) is no containment either.
+    let mut v = with_uids.to_value();
+    if let ciborium::value::Value::Array(items) = &mut v {
+        items.push(ciborium::value::Value::Array(vec![]));
+        items.push(ciborium::value::Value::Array(vec![]));
+    }
+    assert!(Containment::from_value(v).is_err());
     // Six fields with no socket file is not the form of "none": that is four fields.
     let mut v = base.to_value();
     if let ciborium::value::Value::Array(items) = &mut v {
