@@ -39,6 +39,8 @@ trait Engine {
             "none",
             "--ulimit",
             "nofile=1024:1024",
+            "--ulimit",
+            "nproc=1024:1024",
             BUSYBOX_IMAGE,
             "sleep",
             "1000000",
