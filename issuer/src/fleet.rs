@@ -1500,4 +1500,36 @@ mod tests {
             assert!(e.observed.starts_with("no PEM"), "{which}: {}", e.observed);
         }
     }
+
+    /// An endpoint no certificate can name is the field to fix (`registry.endpoints`,
+    /// naming the host); another unusable client (here, too many endpoints) is the
+    /// registry's, as before.
+    #[test]
+    fn an_endpoint_no_certificate_can_name_is_refused_as_the_endpoints_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
+        let mut r = reg();
+        (r.ca, r.cert, r.key) = (path("ca"), path("cert"), path("key"));
+        std::fs::write(&r.ca, fixture("ca.pem")).unwrap();
+        std::fs::write(&r.cert, fixture("client.pem")).unwrap();
+        std::fs::write(&r.key, fixture("client.key")).unwrap();
+        r.endpoints = vec!["https://127.1:2379".into()];
+        let e = connect(&r, false).unwrap_err();
+        assert_eq!(
+            (e.reason, e.subject.as_str()),
+            (Reason::RegistryUnavailable, "registry.endpoints")
+        );
+        assert!(
+            e.observed.contains("127.1 is no DNS name"),
+            "{}",
+            e.observed
+        );
+        r.endpoints = (0..=repoch_registry::ENDPOINTS_MAX)
+            .map(|i| format!("https://a:{}", i + 1))
+            .collect();
+        let e = connect(&r, false).unwrap_err();
+        assert_eq!(e.reason, Reason::RegistryUnavailable);
+        assert_eq!(e.subject, format!("registry {}", r.epoch_key()));
+        assert_eq!(e.expected, "usable credentials");
+    }
 }
