@@ -171,7 +171,7 @@ fn engine_of(
         .watch(&names, since)
         .map_err(|e| Failure::unknown(&format!("its event stream: {e}")))?;
     engine
-        .version()
+        .ping()
         .map_err(|e| Failure::unknown(&e.to_string()))?;
     held.engines
         .insert(socket.to_owned(), (engine, Some(watch)));
