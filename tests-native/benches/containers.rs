@@ -24,57 +24,9 @@ fn observe(s: &Sandbox, id: &str, samples: &mut Samples) {
     );
 }
 
-/// The engine, seen the same way for Docker and podman.
-trait Engine {
-    fn name(&self) -> &'static str;
-    fn sh(&self, args: &[&str]) -> String;
-    fn engines_toml(&self) -> String;
-    fn run_sleeping(&self, name: &str) {
-        self.sh(&[
-            "run",
-            "-d",
-            "--name",
-            name,
-            "--network",
-            "none",
-            "--ulimit",
-            "nofile=1024:1024",
-            "--ulimit",
-            "nproc=1024:1024",
-            BUSYBOX_IMAGE,
-            "sleep",
-            "1000000",
-        ]);
-    }
-}
-
-impl Engine for Dockerd {
-    fn name(&self) -> &'static str {
-        "docker"
-    }
-    fn sh(&self, args: &[&str]) -> String {
-        self.ok(args)
-    }
-    fn engines_toml(&self) -> String {
-        Dockerd::engines_toml(self)
-    }
-}
-
-impl Engine for Podman {
-    fn name(&self) -> &'static str {
-        "podman"
-    }
-    fn sh(&self, args: &[&str]) -> String {
-        self.ok(args)
-    }
-    fn engines_toml(&self) -> String {
-        Podman::engines_toml(self)
-    }
-}
-
 /// Rows of the table for `e`: 1 and 50 other containers running.
 fn rows(e: &dyn Engine, n: usize, md: &mut String) {
-    e.sh(&[
+    e.ok(&[
         "create",
         "--name",
         "old-root",
@@ -94,7 +46,7 @@ fn rows(e: &dyn Engine, n: usize, md: &mut String) {
     let mut running = 0;
     for others in [1, 50] {
         while running < others {
-            e.run_sleeping(&format!("other-{running}"));
+            e.run_sleeping(&format!("other-{running}"), "no");
             running += 1;
         }
         let (mut a, mut b) = (Samples::new(), Samples::new());

@@ -193,34 +193,6 @@ impl Dockerd {
             .output()
             .expect("docker (Debian package docker.io)")
     }
-
-    /// [`Dockerd::docker`] that must succeed: its stdout, trimmed.
-    pub fn ok(&self, args: &[&str]) -> String {
-        let o = self.docker(args);
-        assert!(
-            o.status.success(),
-            "docker {args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8_lossy(&o.stdout).trim().to_owned()
-    }
-
-    /// Imports [`BUSYBOX_IMAGE`] from busybox-static (offline).
-    pub fn import_busybox(&self) {
-        let tar = busybox_rootfs_tar(&self.dir);
-        self.ok(&["import", tar.to_str().unwrap(), BUSYBOX_IMAGE]);
-    }
-
-    /// `docker inspect NAME`'s one object.
-    pub fn inspect(&self, name: &str) -> serde_json::Value {
-        let v: serde_json::Value = serde_json::from_str(&self.ok(&["inspect", name])).unwrap();
-        v[0].clone()
-    }
-
-    /// The manifest's `[containment.engines]` line for this engine.
-    pub fn engines_toml(&self) -> String {
-        format!("docker = \"unix://{}\"", self.socket.display())
-    }
 }
 
 /// A tar of a root file system holding busybox-static as `/bin/busybox` and the applets
@@ -350,26 +322,46 @@ impl Podman {
             .expect("podman (Debian package podman)")
     }
 
-    /// [`Podman::podman`] that must succeed: its stdout, trimmed.
-    pub fn ok(&self, args: &[&str]) -> String {
-        let o = self.podman(args);
+    /// What `podman-restart.service` runs at boot: every container whose policy is
+    /// `always` started.
+    pub fn restart_at_boot(&self) {
+        self.ok(&["start", "--all", "--filter", "restart-policy=always"]);
+    }
+}
+
+/// What the tests ask of an engine of their own, Docker's or podman's alike: its CLI on
+/// its own storage and socket, and what a manifest names it by.
+pub trait Engine {
+    /// `docker` or `podman`: the manifest's engine and `[containment.engines]` key.
+    fn name(&self) -> &'static str;
+    /// The engine's API socket.
+    fn socket(&self) -> &Path;
+    /// Where its files go (the image's rootfs among them).
+    fn dir(&self) -> &Path;
+    /// The engine's CLI with ARGS, on this engine.
+    fn cli(&self, args: &[&str]) -> Output;
+
+    /// [`Engine::cli`] that must succeed: its stdout, trimmed.
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.cli(args);
         assert!(
             o.status.success(),
-            "podman {args:?}: {}",
+            "{} {args:?}: {}",
+            self.name(),
             String::from_utf8_lossy(&o.stderr)
         );
         String::from_utf8_lossy(&o.stdout).trim().to_owned()
     }
 
     /// Imports [`BUSYBOX_IMAGE`] from busybox-static (offline).
-    pub fn import_busybox(&self) {
-        let tar = busybox_rootfs_tar(&self.dir);
+    fn import_busybox(&self) {
+        let tar = busybox_rootfs_tar(self.dir());
         self.ok(&["import", tar.to_str().unwrap(), BUSYBOX_IMAGE]);
     }
 
-    /// `podman run -d` of `sleep` in the busybox image, no network, with `restart`
-    /// (limits set, as podman run as root cannot raise them past the host's here).
-    pub fn run_sleeping(&self, name: &str, restart: &str) -> String {
+    /// `run -d` of `sleep` in the busybox image, no network, with `restart`; its id.
+    /// (The limits are set: podman run as root cannot raise them past the host's here.)
+    fn run_sleeping(&self, name: &str, restart: &str) -> String {
         self.ok(&[
             "run",
             "-d",
@@ -388,20 +380,44 @@ impl Podman {
         ])
     }
 
-    /// What `podman-restart.service` runs at boot: every container whose policy is
-    /// `always` started.
-    pub fn restart_at_boot(&self) {
-        self.ok(&["start", "--all", "--filter", "restart-policy=always"]);
-    }
-
-    /// `podman inspect NAME`'s one object.
-    pub fn inspect(&self, name: &str) -> serde_json::Value {
+    /// `inspect NAME`'s one object.
+    fn inspect(&self, name: &str) -> serde_json::Value {
         let v: serde_json::Value = serde_json::from_str(&self.ok(&["inspect", name])).unwrap();
         v[0].clone()
     }
 
     /// The manifest's `[containment.engines]` line for this engine.
-    pub fn engines_toml(&self) -> String {
-        format!("podman = \"unix://{}\"", self.socket.display())
+    fn engines_toml(&self) -> String {
+        format!("{} = \"unix://{}\"", self.name(), self.socket().display())
+    }
+}
+
+impl Engine for Dockerd {
+    fn name(&self) -> &'static str {
+        "docker"
+    }
+    fn socket(&self) -> &Path {
+        &self.socket
+    }
+    fn dir(&self) -> &Path {
+        &self.dir
+    }
+    fn cli(&self, args: &[&str]) -> Output {
+        self.docker(args)
+    }
+}
+
+impl Engine for Podman {
+    fn name(&self) -> &'static str {
+        "podman"
+    }
+    fn socket(&self) -> &Path {
+        &self.socket
+    }
+    fn dir(&self) -> &Path {
+        &self.dir
+    }
+    fn cli(&self, args: &[&str]) -> Output {
+        self.podman(args)
     }
 }

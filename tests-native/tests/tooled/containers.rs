@@ -7,22 +7,6 @@ use std::process::Stdio;
 
 use repoch_tests_native::*;
 
-/// The old root's container: `sleep` in the busybox image, no network, with `restart`.
-fn run_old_root(d: &Dockerd, name: &str, restart: &str) -> String {
-    d.ok(&[
-        "run",
-        "-d",
-        "--name",
-        name,
-        "--network",
-        "none",
-        &format!("--restart={restart}"),
-        BUSYBOX_IMAGE,
-        "sleep",
-        "1000000",
-    ])
-}
-
 /// A sandbox enrolled with the containers named (`docker:NAME` each) on `d`.
 fn enrolled(d: &Dockerd, names: &[&str]) -> (Sandbox, String) {
     let refs: Vec<String> = names.iter().map(|n| format!("docker:{n}")).collect();
@@ -65,7 +49,7 @@ pub(crate) fn a_docker_container_its_engine_could_start_again_is_refused_until_i
     let sb = Sandbox::new();
     let mut d = Dockerd::start(&sb.path("docker"));
     d.import_busybox();
-    let full = run_old_root(&d, "old-root", "always");
+    let full = d.run_sleeping("old-root", "always");
     let (s, id) = enrolled(&d, &["old-root"]);
     assert_refused(&s.observe(&id), "container-running");
 
@@ -121,7 +105,7 @@ pub(crate) fn a_docker_container_started_or_recreated_while_repochd_waits_is_nev
         ("after-connect", "rename", "enrolled"),
         ("after-intent", "rename", "withheld"),
     ] {
-        run_old_root(&d, "old-root", "no");
+        d.run_sleeping("old-root", "no");
         d.ok(&["stop", "-t", "1", "old-root"]);
         let (s, id) = enrolled(&d, &["old-root"]);
         let (r, c) = recover_acting_at(&s, &id, barrier, || match act {
@@ -196,7 +180,7 @@ pub(crate) fn an_unreachable_docker_engine_refuses_the_recovery_with_nothing_wri
     let sb = Sandbox::new();
     let mut d = Dockerd::start(&sb.path("docker"));
     d.import_busybox();
-    run_old_root(&d, "old-root", "no");
+    d.run_sleeping("old-root", "no");
     d.ok(&["stop", "-t", "1", "old-root"]);
     let (s, id) = enrolled(&d, &["old-root"]);
     assert_holds(&s.observe(&id));
@@ -229,9 +213,9 @@ pub(crate) fn containers_the_manifest_does_not_name_do_not_matter() {
     let sb = Sandbox::new();
     let d = Dockerd::start(&sb.path("docker"));
     d.import_busybox();
-    run_old_root(&d, "old-root", "no");
+    d.run_sleeping("old-root", "no");
     d.ok(&["stop", "-t", "1", "old-root"]);
-    run_old_root(&d, "bystander", "always");
+    d.run_sleeping("bystander", "always");
     d.ok(&[
         "run",
         "-d",
