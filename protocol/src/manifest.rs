@@ -222,16 +222,17 @@ pub struct Containment {
 /// A container, named to its engine (docs/OPERATOR.md, "Containers").
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ContainerRef {
-    /// `docker` or `podman` (both asked through the Docker Engine API).
+    /// `docker` or `podman` (both asked through the Docker Engine API), or `containerd`
+    /// (its own gRPC API).
     pub engine: String,
-    /// The container's name or id, as the engine takes it.
+    /// The container's name or id, as the engine takes it; containerd's `NAMESPACE/ID`.
     pub name: String,
     /// The absolute path of the engine's unix socket.
     pub socket: String,
 }
 
 /// The engines a container may be named to.
-pub const CONTAINER_ENGINES: &[&str] = &["docker", "podman"];
+pub const CONTAINER_ENGINES: &[&str] = &["docker", "podman", "containerd"];
 
 impl ContainerRef {
     /// `ENGINE:NAME`, as the manifest names it.
@@ -247,6 +248,28 @@ pub fn is_container_name(name: &str) -> bool {
     name.len() <= CONTAINER_NAME_BYTES_MAX
         && chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
         && chars.all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
+}
+
+/// Whether `name` names a container to `engine`: containerd's `NAMESPACE/ID`, each a
+/// containerd identifier; for the others a container name or id ([`is_container_name`]).
+pub fn is_container_ref(engine: &str, name: &str) -> bool {
+    match engine {
+        "containerd" => {
+            name.len() <= CONTAINER_NAME_BYTES_MAX
+                && name.split_once('/').is_some_and(|(ns, id)| {
+                    is_containerd_identifier(ns) && is_containerd_identifier(id)
+                })
+        }
+        _ => is_container_name(name),
+    }
+}
+
+/// Whether `s` is an identifier as containerd takes a namespace or a container id: letters
+/// and digits in runs joined by one `_`, `.` or `-`, at most 76 bytes.
+pub fn is_containerd_identifier(s: &str) -> bool {
+    s.len() <= 76
+        && s.split(['_', '.', '-'])
+            .all(|run| !run.is_empty() && run.chars().all(|c| c.is_ascii_alphanumeric()))
 }
 
 impl Canonical for ContainerRef {
@@ -265,12 +288,12 @@ impl Canonical for ContainerRef {
             socket: f.text(PATH_BYTES_MAX)?,
         };
         if !CONTAINER_ENGINES.contains(&c.engine.as_str())
-            || !is_container_name(&c.name)
+            || !is_container_ref(&c.engine, &c.name)
             || !c.socket.starts_with('/')
         {
             return Err(DecodeError::schema(
                 "container",
-                "an engine of docker or podman, a container name, an absolute socket path",
+                "an engine of docker, podman or containerd, a container name, an absolute socket path",
             ));
         }
         Ok(c)

@@ -399,9 +399,29 @@ fn socket_files_have_one_encoding_and_belong_to_a_unix_listener() {
 
 #[test]
 fn containers_have_one_encoding_and_name_a_known_engine() {
+    // containerd's identifiers: runs of letters and digits joined by one separator, at most
+    // 76 bytes; the longest is one.
+    use repoch_protocol::manifest::{is_container_ref, is_containerd_identifier};
+    assert!(
+        is_containerd_identifier(&"a".repeat(76)) && !is_containerd_identifier(&"a".repeat(77))
+    );
+    assert!(is_containerd_identifier("a.b_c-d") && !is_containerd_identifier(""));
+    assert!(is_container_ref("docker", "old-root") && !is_container_ref("docker", "ops/old-root"));
+    assert!(
+        is_container_ref("containerd", "ops/old-root")
+            && !is_container_ref("containerd", "old-root")
+    );
+    // Two identifiers of 76 bytes each are 153 bytes: over a container name's 128.
+    let (ns, id) = ("n".repeat(76), "i".repeat(76));
+    assert!(!is_container_ref("containerd", &format!("{ns}/{id}")));
+    assert!(is_container_ref(
+        "containerd",
+        &format!("{ns}/{}", "i".repeat(51))
+    ));
     // A containment with containers is seven fields, the old-root uids and socket files
     // before them (even empty); they are sorted and distinct, each of docker or podman,
-    // a container name, an absolute socket path. Anything else does not decode.
+    // a container name (containerd's NAMESPACE/ID), an absolute socket path. Anything else
+    // does not decode.
     use repoch_protocol::manifest::{ContainerRef, Containment};
     let c = |engine: &str, name: &str, socket: &str| ContainerRef {
         engine: engine.into(),
@@ -410,17 +430,30 @@ fn containers_have_one_encoding_and_name_a_known_engine() {
     };
     let good = Containment {
         containers: vec![
+            c("containerd", "ops/old-root", "/run/containerd.sock"),
             c("docker", "old-root", "/run/docker.sock"),
             c("podman", "old-root", "/run/podman/podman.sock"),
         ],
         ..Containment::default()
     };
     assert_eq!(Containment::from_bytes(&good.to_bytes()).unwrap(), good);
-    assert_eq!(good.containers[1].spelled(), "podman:old-root");
+    assert_eq!(good.containers[2].spelled(), "podman:old-root");
+    assert_eq!(good.containers[0].spelled(), "containerd:ops/old-root");
     for bad in [
-        vec![good.containers[1].clone(), good.containers[0].clone()],
-        vec![good.containers[0].clone(), good.containers[0].clone()],
+        vec![good.containers[2].clone(), good.containers[1].clone()],
+        vec![good.containers[1].clone(), good.containers[1].clone()],
         vec![c("containerd", "old-root", "/run/c.sock")],
+        vec![c("containerd", "ops/", "/run/c.sock")],
+        vec![c("containerd", "/old-root", "/run/c.sock")],
+        vec![c("containerd", "ops/old/root", "/run/c.sock")],
+        vec![c("containerd", "ops/old--root", "/run/c.sock")],
+        vec![c("containerd", "ops/old-root-", "/run/c.sock")],
+        vec![c(
+            "containerd",
+            &format!("ops/{}", "a".repeat(77)),
+            "/run/c.sock",
+        )],
+        vec![c("crio", "old-root", "/run/c.sock")],
         vec![c("docker", "-old", "/run/docker.sock")],
         vec![c("docker", "a/b", "/run/docker.sock")],
         vec![c("docker", "old-root", "run/docker.sock")],
