@@ -18,12 +18,36 @@ use http_body_util::BodyExt as _;
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 
+pub mod containerd;
+
 /// The largest answer read for one call (an inspect is a few KiB).
 pub const ANSWER_BYTES_MAX: usize = 1 << 20;
-/// The longest event line read from an event stream.
-pub const EVENT_BYTES_MAX: usize = 64 * 1024;
+/// The longest event line read from an event stream: as long as a whole answer, so that a
+/// bystander's labels of tens of KiB (an event carries them) do not end the stream for
+/// every recovery on that engine.
+pub const EVENT_BYTES_MAX: usize = ANSWER_BYTES_MAX;
 /// Events a [`Watch`] keeps; past it only counted.
 pub const EVENTS_KEPT_MAX: usize = 64;
+/// The name prefix of the volumes [`Engine::caught_up`] creates and removes.
+pub const CAUGHT_UP_VOLUME: &str = "repoch-caught-up-";
+
+/// A nonce for repoch's own events and volumes: the process, the time, a counter.
+fn nonce() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!(
+        "{}{}{}{n}",
+        std::process::id(),
+        now.as_secs(),
+        now.subsec_nanos()
+    )
+}
+
+/// The most bytes of events one catch-up read ([`Engine::events_until_now`]) takes.
+pub const EVENTS_READ_BYTES_MAX: usize = 16 << 20;
 /// The longest wait for one answer; the caller's deadline is clamped to it.
 pub const CALL_SECONDS_MAX: u64 = 30;
 
@@ -43,6 +67,10 @@ pub enum Error {
 pub struct Container {
     /// The full id.
     pub id: String,
+    /// When the engine created it (Docker's `Created`, containerd's `created_at`): a
+    /// container removed and created again under the same id (containerd's ids are their
+    /// names) is another one.
+    pub created: String,
     /// The name, without Docker's leading `/`.
     pub name: String,
     /// `State.Status`: `created`, `running`, `exited`, … (podman also says `stopped`).
@@ -57,8 +85,13 @@ pub struct Container {
     pub restart_policy: String,
     /// Exec sessions the engine holds for it (`ExecIDs`).
     pub exec_sessions: usize,
-    /// When it last started (`State.StartedAt`, the engine's text): a start between two
-    /// looks changes it, whatever the event stream has delivered yet.
+    /// The cgroup (v2, from the hierarchy's root) the engine reports for it: containerd's
+    /// spec (`linux.cgroupsPath`). `None`: the engine reports none (the Docker Engine API
+    /// names no cgroup for a container).
+    pub cgroup: Option<String>,
+    /// When it last started (`State.StartedAt`, the engine's text; containerd, which keeps
+    /// no start time: its task's pid and exit, or `no task`): a start between two looks
+    /// changes it, whatever the event stream has delivered yet.
     pub started_at: String,
 }
 
@@ -84,6 +117,33 @@ pub struct Seen {
     pub more: u64,
     /// Why the stream ended, if it did: from then on nothing is watched.
     pub ended: Option<String>,
+    /// The containers followed whose removal the engine reported (Docker's and podman's
+    /// full ids, containerd's `NAMESPACE/ID`), the first [`EVENTS_KEPT_MAX`]: a container
+    /// found gone is gone by the engine's word only once its removal came through, and
+    /// then everything before it (a start among them) came through too.
+    pub removed: Vec<String>,
+}
+
+impl Seen {
+    /// `self` with what `other` saw too (a catch-up read's events past the ones kept are
+    /// counted; removals merged).
+    pub fn merged(mut self, other: Seen) -> Seen {
+        for e in other.events {
+            if self.events.len() < EVENTS_KEPT_MAX {
+                self.events.push(e);
+            } else {
+                self.more = self.more.saturating_add(1);
+            }
+        }
+        self.more = self.more.saturating_add(other.more);
+        for r in other.removed {
+            if self.removed.len() < EVENTS_KEPT_MAX && !self.removed.contains(&r) {
+                self.removed.push(r);
+            }
+        }
+        self.ended = self.ended.or(other.ended);
+        self
+    }
 }
 
 /// The actions that neither start nor change a stopped container: its end, its removal.
@@ -92,6 +152,8 @@ pub struct Seen {
 pub const HARMLESS_ACTIONS: &[&str] = &[
     "die", "stop", "kill", "destroy", "remove", "cleanup", "oom", "died",
 ];
+/// The actions that say a container was removed (Docker's `destroy`, podman's `remove`).
+pub const REMOVAL_ACTIONS: &[&str] = &["destroy", "remove"];
 
 /// One engine, asked over its unix socket.
 #[derive(Debug)]
@@ -106,6 +168,7 @@ pub struct Engine {
 #[serde(rename_all = "PascalCase")]
 struct Inspect {
     id: String,
+    created: String,
     name: String,
     state: State,
     host_config: HostConfig,
@@ -140,6 +203,10 @@ struct RestartPolicy {
 /// An event line: Docker's and podman's compatible API both give these fields.
 #[derive(Debug, serde::Deserialize)]
 struct EventLine {
+    /// `container` or `volume` (the query asks for these two); a volume's event is judged
+    /// only as repoch's own mark.
+    #[serde(rename = "Type", default)]
+    kind: String,
     #[serde(rename = "Action")]
     action: String,
     #[serde(rename = "Actor")]
@@ -166,6 +233,7 @@ impl TryFrom<Inspect> for Container {
         Ok(Container {
             name: i.name.trim_start_matches('/').to_owned(),
             id: i.id,
+            created: i.created,
             status: i.state.status,
             running: i.state.running,
             restarting: i.state.restarting,
@@ -173,6 +241,7 @@ impl TryFrom<Inspect> for Container {
             pid: i.state.pid,
             restart_policy: i.host_config.restart_policy.name,
             exec_sessions,
+            cgroup: None,
             started_at: i.state.started_at,
         })
     }
@@ -188,6 +257,16 @@ fn runtime() -> Result<tokio::runtime::Runtime, Error> {
 /// Sends `GET path` over a new connection to `socket`; the answer's status and the
 /// response, its headers read (the body is the caller's to read).
 async fn send(socket: &Path, path: &str) -> Result<hyper::Response<hyper::body::Incoming>, Error> {
+    request(socket, hyper::Method::GET, path, Vec::new()).await
+}
+
+/// Sends `METHOD path` with `body` (JSON when not empty) over a new connection to `socket`.
+async fn request(
+    socket: &Path,
+    method: hyper::Method,
+    path: &str,
+    body: Vec<u8>,
+) -> Result<hyper::Response<hyper::body::Incoming>, Error> {
     let stream = tokio::net::UnixStream::connect(socket)
         .await
         .map_err(|e| Error::Unreachable(format!("{}: {e}", socket.display())))?;
@@ -195,14 +274,17 @@ async fn send(socket: &Path, path: &str) -> Result<hyper::Response<hyper::body::
         .await
         .map_err(|e| Error::Unreachable(format!("{}: HTTP: {e}", socket.display())))?;
     tokio::spawn(conn);
-    let req = hyper::Request::get(path)
+    let req = hyper::Request::builder()
+        .method(method.clone())
+        .uri(path)
         .header(hyper::header::HOST, "localhost")
-        .body(http_body_util::Empty::<Bytes>::new())
+        .header(hyper::header::CONTENT_TYPE, "application/json")
+        .body(http_body_util::Full::new(Bytes::from(body)))
         .map_err(|e| Error::Answer(format!("a request for {path}: {e}")))?;
     sender
         .send_request(req)
         .await
-        .map_err(|e| Error::Unreachable(format!("{}: GET {path}: {e}", socket.display())))
+        .map_err(|e| Error::Unreachable(format!("{}: {method} {path}: {e}", socket.display())))
 }
 
 /// The whole body of `r`, at most [`ANSWER_BYTES_MAX`] bytes.
@@ -237,11 +319,21 @@ impl Engine {
 
     /// `GET path`, whole answer, within the deadline.
     fn get(&self, path: &str) -> Result<(hyper::StatusCode, Vec<u8>), Error> {
+        self.call(hyper::Method::GET, path, Vec::new())
+    }
+
+    /// `METHOD path` with `body`, whole answer, within the deadline.
+    fn call(
+        &self,
+        method: hyper::Method,
+        path: &str,
+        body_bytes: Vec<u8>,
+    ) -> Result<(hyper::StatusCode, Vec<u8>), Error> {
         let socket = self.socket.clone();
         let deadline = self.deadline;
         self.rt.block_on(async move {
             let call = async {
-                let r = send(&socket, path).await?;
+                let r = request(&socket, method, path, body_bytes).await?;
                 let status = r.status();
                 Ok((status, body(r).await?))
             };
@@ -249,7 +341,7 @@ impl Engine {
                 .await
                 .unwrap_or_else(|_| {
                     Err(Error::Unreachable(format!(
-                        "{}: GET {path}: no answer within {} ms",
+                        "{}: {path}: no answer within {} ms",
                         socket.display(),
                         deadline.as_millis()
                     )))
@@ -293,6 +385,109 @@ impl Engine {
     pub fn watch(&self, names: &[String], since: SystemTime) -> Result<Watch, Error> {
         Watch::open(self.socket.clone(), names, since, self.deadline)
     }
+
+    /// Returns once `watch` has read every event the engine logged before this call: a
+    /// volume of repoch's own (`repoch-caught-up-NONCE`) is created and removed, and its
+    /// creation's event came back through the stream (an engine's events come in the
+    /// order it logs them). podman's service reads its events from a file a while after
+    /// they happened, and answers nothing to `/events?until=` a time already past: this is
+    /// how its stream is known to be caught up.
+    pub fn caught_up(&self, watch: &Watch) -> Result<(), Error> {
+        let name = format!("{CAUGHT_UP_VOLUME}{}", nonce());
+        let create = serde_json::json!({ "Name": name }).to_string().into_bytes();
+        let (status, bytes) = self.call(hyper::Method::POST, "/volumes/create", create)?;
+        if !status.is_success() {
+            return Err(Error::Answer(format!(
+                "/volumes/create: {status}: {}",
+                message(&bytes)
+            )));
+        }
+        let path = format!("/volumes/{}", escape_segment(&name));
+        let (status, bytes) = self.call(hyper::Method::DELETE, &path, Vec::new())?;
+        if !status.is_success() {
+            return Err(Error::Answer(format!(
+                "DELETE {path}: {status}: {}",
+                message(&bytes)
+            )));
+        }
+        watch.await_mark(&name, self.deadline)
+    }
+
+    /// Every event of the containers named or pinned (`ids`) from `since` to now, as the
+    /// engine has logged them (`GET /events?since&until=now`, an answer that ends): what a
+    /// [`Watch`] may not have been delivered yet (podman's service reads its events from a
+    /// file, up to a quarter second behind). At most [`EVENTS_READ_BYTES_MAX`] bytes.
+    pub fn events_until_now(
+        &self,
+        names: &[String],
+        ids: &[String],
+        since: SystemTime,
+    ) -> Result<Seen, Error> {
+        let path = format!(
+            "{}&until={}",
+            events_query(since),
+            seconds(SystemTime::now())
+        );
+        let shared = Mutex::new(Shared {
+            names: names.to_vec(),
+            ids: ids.to_vec(),
+            ..Shared::default()
+        });
+        let socket = self.socket.clone();
+        let deadline = self.deadline;
+        self.rt.block_on(async {
+            let read = async {
+                let r = send(&socket, &path).await?;
+                if r.status() != hyper::StatusCode::OK {
+                    let status = r.status();
+                    let bytes = body(r).await.unwrap_or_default();
+                    return Err(Error::Answer(format!(
+                        "/events: {status}: {}",
+                        message(&bytes)
+                    )));
+                }
+                read_events(r.into_body(), &shared).await
+            };
+            tokio::time::timeout(deadline, read)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Error::Unreachable(format!(
+                        "{}: /events until now: no end within {} ms",
+                        socket.display(),
+                        deadline.as_millis()
+                    )))
+                })
+        })?;
+        Ok(shared
+            .into_inner()
+            .map_or_else(|_| Seen::default(), |s| s.seen))
+    }
+}
+
+/// Reads a whole event answer into `shared`, at most [`EVENTS_READ_BYTES_MAX`] bytes; a
+/// last line without its newline is read as a line.
+async fn read_events(mut body: hyper::body::Incoming, shared: &Mutex<Shared>) -> Result<(), Error> {
+    let mut line = Vec::new();
+    let mut total = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| Error::Unreachable(format!("/events: cut: {e}")))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        total = total.saturating_add(data.len());
+        if total > EVENTS_READ_BYTES_MAX {
+            return Err(Error::Answer(format!(
+                "/events: over {EVENTS_READ_BYTES_MAX} bytes"
+            )));
+        }
+        take_lines(&mut line, &data, shared)
+            .map_err(|why| Error::Answer(format!("/events: {why}")))?;
+    }
+    if !line.is_empty() {
+        take_lines(&mut line, b"\n", shared)
+            .map_err(|why| Error::Answer(format!("/events: {why}")))?;
+    }
+    Ok(())
 }
 
 /// A path segment as the URL carries it.
@@ -304,16 +499,18 @@ fn escape_segment(s: &str) -> String {
 /// at the engine: Docker matches a name filter against a container's current name, so a
 /// container renamed away would not be followed; [`Watch`] matches each event itself.
 fn events_query(since: SystemTime) -> String {
-    let filters = serde_json::json!({"type": ["container"]});
-    let since = since
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default();
+    let filters = serde_json::json!({"type": ["container", "volume"]});
     format!(
-        "/events?since={}.{:09}&filters={}",
-        since.as_secs(),
-        since.subsec_nanos(),
+        "/events?since={}&filters={}",
+        seconds(since),
         escape_segment(&filters.to_string())
     )
+}
+
+/// A time as the engines' event queries take it: seconds since the epoch, with nanoseconds.
+fn seconds(t: SystemTime) -> String {
+    let t = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    format!("{}.{:09}", t.as_secs(), t.subsec_nanos())
 }
 
 /// What the reader shares with its [`Watch`]: what it saw, and what it follows: the names
@@ -323,9 +520,39 @@ struct Shared {
     seen: Seen,
     names: Vec<String>,
     ids: Vec<String>,
+    /// containerd: the topics of repoch's own events come back through the stream (the
+    /// last [`EVENTS_KEPT_MAX`]).
+    marks: Vec<String>,
 }
 
 impl Shared {
+    /// Notes that repoch's own event or volume `topic` came back through the stream (the
+    /// last [`EVENTS_KEPT_MAX`] kept).
+    fn mark(&mut self, topic: &str) {
+        if self.marks.len() >= EVENTS_KEPT_MAX {
+            self.marks.remove(0);
+        }
+        self.marks.push(topic.to_owned());
+    }
+
+    /// Notes that the engine reported `container` removed.
+    fn removed(&mut self, container: &str) {
+        let r = &mut self.seen.removed;
+        if r.len() < EVENTS_KEPT_MAX && !r.iter().any(|c| c == container) {
+            r.push(container.to_owned());
+        }
+    }
+
+    /// Keeps `e`, or counts it past [`EVENTS_KEPT_MAX`].
+    fn keep(&mut self, e: Event) {
+        let s = &mut self.seen;
+        if s.events.len() >= EVENTS_KEPT_MAX {
+            s.more = s.more.saturating_add(1);
+            return;
+        }
+        s.events.push(e);
+    }
+
     /// Whether `e` is of a container followed: by its name now or before a rename
     /// (`oldName`), by a pinned id, or by the id prefix it was named by.
     fn follows(&self, e: &EventLine) -> bool {
@@ -345,6 +572,9 @@ impl Shared {
     }
 }
 
+/// How a reader says whether the engine accepted its subscription.
+type Ready = std::sync::mpsc::Sender<Result<(), Error>>;
+
 /// An engine's event stream, read by a thread of its own until dropped.
 #[derive(Debug)]
 pub struct Watch {
@@ -361,6 +591,20 @@ impl Watch {
         deadline: Duration,
     ) -> Result<Watch, Error> {
         let path = events_query(since);
+        Watch::start(names, deadline, move |shared, ready, stopped| {
+            follow(socket, path, deadline, shared, ready, stopped)
+        })
+    }
+
+    /// Runs `reader` on a thread of its own, with a runtime of its own, following `names`;
+    /// returns once it said the engine accepted the subscription (or why not).
+    fn start<F, R>(names: &[String], deadline: Duration, reader: R) -> Result<Watch, Error>
+    where
+        R: FnOnce(Arc<Mutex<Shared>>, Ready, tokio::sync::oneshot::Receiver<()>) -> F
+            + Send
+            + 'static,
+        F: std::future::Future<Output = ()>,
+    {
         let seen = Arc::new(Mutex::new(Shared {
             names: names.to_vec(),
             ..Shared::default()
@@ -372,7 +616,7 @@ impl Watch {
         let thread = std::thread::Builder::new()
             .name("repoch-engine-events".into())
             .spawn(move || {
-                rt.block_on(follow(socket, path, deadline, shared, ready, stopped));
+                rt.block_on(reader(shared, ready, stopped));
             })
             .map_err(|e| Error::Unreachable(format!("a thread for the event stream: {e}")))?;
         let watch = Watch {
@@ -399,6 +643,33 @@ impl Watch {
             },
             |s| s.seen.clone(),
         )
+    }
+
+    /// Whether repoch's own event or volume `mark` came back through the stream.
+    fn marked(&self, mark: &str) -> bool {
+        self.seen
+            .lock()
+            .is_ok_and(|s| s.marks.iter().any(|m| m == mark))
+    }
+
+    /// Waits until `mark` came back through the stream: every event the engine logged
+    /// before it has then come through too. The stream ended, or `deadline` passed first:
+    /// unreachable.
+    fn await_mark(&self, mark: &str, deadline: Duration) -> Result<(), Error> {
+        let start = std::time::Instant::now();
+        while !self.marked(mark) {
+            if let Some(why) = self.seen().ended {
+                return Err(Error::Unreachable(why));
+            }
+            if start.elapsed() > deadline {
+                return Err(Error::Unreachable(format!(
+                    "the event stream did not deliver repoch's own {mark} within {} ms",
+                    deadline.as_millis()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
     }
 
     /// Follows the container `id` too, whatever it is named from now on.
@@ -429,7 +700,7 @@ async fn follow(
     path: String,
     deadline: Duration,
     seen: Arc<Mutex<Shared>>,
-    ready: std::sync::mpsc::Sender<Result<(), Error>>,
+    ready: Ready,
     mut stopped: tokio::sync::oneshot::Receiver<()>,
 ) {
     let subscribed = tokio::time::timeout(deadline, send(&socket, &path)).await;
@@ -507,15 +778,23 @@ fn take_lines(line: &mut Vec<u8>, data: &[u8], seen: &Mutex<Shared>) -> Result<(
 /// sends container events alone (its `type` filter); the event's own type is not judged.
 fn record(shared: &Mutex<Shared>, e: EventLine) {
     let Ok(mut s) = shared.lock() else { return };
-    if !s.follows(&e) || HARMLESS_ACTIONS.contains(&e.action.as_str()) {
+    if e.kind == "volume" {
+        let name = e.actor.attributes.get("name").unwrap_or(&e.actor.id);
+        if name.starts_with(CAUGHT_UP_VOLUME) {
+            s.mark(name);
+        }
         return;
     }
-    let s = &mut s.seen;
-    if s.events.len() >= EVENTS_KEPT_MAX {
-        s.more = s.more.saturating_add(1);
+    if !s.follows(&e) {
         return;
     }
-    s.events.push(Event {
+    if REMOVAL_ACTIONS.contains(&e.action.as_str()) {
+        s.removed(&e.actor.id);
+    }
+    if HARMLESS_ACTIONS.contains(&e.action.as_str()) {
+        return;
+    }
+    s.keep(Event {
         name: e.actor.attributes.get("name").cloned().unwrap_or_default(),
         action: e.action,
         id: e.actor.id,
@@ -529,7 +808,7 @@ mod tests {
 
     #[test]
     fn an_inspect_lacking_a_judged_field_is_no_answer() {
-        let whole = r#"{"Id":"abc","Name":"/old-root","State":{"Status":"exited","Running":false,"Restarting":false,"Paused":false,"Pid":0,"StartedAt":"2026-12-04T19:00:00Z"},"HostConfig":{"RestartPolicy":{"Name":"always"}},"ExecIDs":null}"#;
+        let whole = r#"{"Id":"abc","Created":"2026-12-04T18:59:00Z","Name":"/old-root","State":{"Status":"exited","Running":false,"Restarting":false,"Paused":false,"Pid":0,"StartedAt":"2026-12-04T19:00:00Z"},"HostConfig":{"RestartPolicy":{"Name":"always"}},"ExecIDs":null}"#;
         let read = |text: &str| {
             serde_json::from_str::<Inspect>(text)
                 .map_err(|e| e.to_string())
@@ -587,6 +866,20 @@ mod tests {
             (s.events[0].action.as_str(), s.events[0].name.as_str()),
             ("start", "old-root")
         );
+        assert!(s.removed.is_empty(), "{s:?}");
+        // A removal is noted by the id, not kept as an event; a bystander's is not noted.
+        let shared = following(&["old-root"], &[]);
+        for e in [
+            event("destroy", "abc", r#""name":"old-root""#),
+            event("remove", "def", r#""name":"bystander""#),
+        ] {
+            take_lines(&mut Vec::new(), &[&e[..], b"\n"].concat(), &shared).unwrap();
+        }
+        let s = shared.into_inner().unwrap().seen;
+        assert_eq!(
+            (s.events.len(), s.removed.as_slice()),
+            (0, &["abc".to_owned()][..])
+        );
         let shared = following(&["old-root"], &[]);
         assert!(take_lines(&mut Vec::new(), b"{not json}\n", &shared).is_err());
         let long = vec![b'x'; EVENT_BYTES_MAX + 1];
@@ -622,6 +915,33 @@ mod tests {
         let e = event("start", "abc123", r#""name":"anything""#);
         take_lines(&mut Vec::new(), &[&e[..], b"\n"].concat(), &shared).unwrap();
         assert_eq!(shared.lock().unwrap().seen.events.len(), 1);
+    }
+
+    #[test]
+    fn what_a_catch_up_read_saw_is_added_to_what_the_stream_saw() {
+        let e = |action: &str| Event {
+            action: action.into(),
+            id: "abc".into(),
+            name: "old-root".into(),
+            time: 1,
+        };
+        let stream = Seen {
+            events: vec![e("start")],
+            removed: vec!["abc".into()],
+            ..Seen::default()
+        };
+        let logged = Seen {
+            events: (0..EVENTS_KEPT_MAX).map(|_| e("exec_create")).collect(),
+            more: 2,
+            removed: vec!["abc".into(), "def".into()],
+            ended: None,
+        };
+        let m = stream.merged(logged);
+        assert_eq!(m.events.len(), EVENTS_KEPT_MAX);
+        assert_eq!(m.events[0].action, "start");
+        // One past the kept, and the two the read counted.
+        assert_eq!(m.more, 3);
+        assert_eq!(m.removed, ["abc", "def"]);
     }
 
     #[test]
