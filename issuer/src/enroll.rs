@@ -580,24 +580,24 @@ fn containers(
         let (engine, name) = spelled
             .split_once(':')
             .ok_or_else(|| field(&at, "expected ENGINE:NAME, such as docker:billing"))?;
-        if engine == "containerd" {
-            return Err(field(
-                &at,
-                "containerd's containers are not observed by this version: delete the old \
-                 root's task (`ctr task delete`) and list its unit under containment.units \
-                 (docs/OPERATOR.md, \"Containers\")",
-            ));
-        }
         if !repoch_protocol::manifest::CONTAINER_ENGINES.contains(&engine) {
             return Err(field(
                 &at,
-                format!("engine {engine:?}: one of docker, podman"),
+                format!("engine {engine:?}: one of docker, podman, containerd"),
             ));
         }
-        if !repoch_protocol::manifest::is_container_name(name) {
+        if !repoch_protocol::manifest::is_container_ref(engine, name) {
             return Err(field(
                 &at,
-                "a container name or id: a letter or digit, then letters, digits, _ . or -",
+                match engine {
+                    "containerd" => {
+                        "NAMESPACE/ID: each letters and digits, runs joined by one _ . or -, \
+                         at most 76 bytes"
+                    }
+                    _ => {
+                        "a container name or id: a letter or digit, then letters, digits, _ . or -"
+                    }
+                },
             ));
         }
         let socket = engine_socket(engine, engines)?;

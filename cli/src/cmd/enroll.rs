@@ -74,37 +74,49 @@ pub fn run(ctx: &Ctx, manifest: &Path) -> CmdResult {
         || e.id.to_hex(),
     );
     if !ctx.json {
-        if let Some(w) = &journal_err {
-            warn(&format!("repoch: warning: the producer journal is not append-only ({w}); lineage verification will refuse it (lineage-unprotected)"));
-        }
-        for (kind, path, what) in &absent {
-            warn(&format!("repoch: warning: {kind} {path} {what}: it is observed as absent (contained), so a misspelt path checks nothing; the deployment cannot be re-enrolled"));
-        }
-        if let Some(r) = &v.registry {
-            let hosts: Vec<String> = e
-                .fleet_hosts
-                .iter()
-                .map(|h| format!("{} (deployment {})", escape(&h.host), h.deployment))
-                .collect();
-            let (id, established) = e.fleet.expect("a [registry] enrolls a fleet");
-            let how = match established {
-                true => format!(
-                    "established by this enrollment; every other host joins it with registry.fleet_id = \"{id}\""
-                ),
-                false => "joined".to_owned(),
-            };
-            warn(&format!(
-                "repoch: fleet {} (id {id}, {how}): this host is {}; the hosts that may recover it: {}",
-                r.fleet,
-                r.host,
-                hosts.join(", ")
-            ));
-        }
-        if let Some(w) = &log_err {
-            warn(&format!("repoch: warning: the epoch log is not append-only ({w}); only its owner and mode protect it"));
-        }
+        warn_human(&v, &e, &absent);
     }
     Ok(Outcome::Success)
+}
+
+/// What the human form says on stderr after an enrollment: the journal and the epoch log
+/// when not append-only, each object absent now, and the fleet joined or established.
+fn warn_human(
+    v: &repoch_issuer::enroll::Validated,
+    e: &repoch_issuer::enroll::Enrolled,
+    absent: &[(&'static str, String, String)],
+) {
+    let journal_err = e.journal_append_only.clone().err();
+    let log_err = e.log_append_only.clone().err();
+    if let Some(w) = &journal_err {
+        warn(&format!("repoch: warning: the producer journal is not append-only ({w}); lineage verification will refuse it (lineage-unprotected)"));
+    }
+    for (kind, path, what) in absent {
+        warn(&format!("repoch: warning: {kind} {path} {}: it is observed as absent (contained), so a misspelt path checks nothing; the deployment cannot be re-enrolled", escape(what)));
+    }
+    if let Some(r) = &v.registry {
+        let hosts: Vec<String> = e
+            .fleet_hosts
+            .iter()
+            .map(|h| format!("{} (deployment {})", escape(&h.host), h.deployment))
+            .collect();
+        let (id, established) = e.fleet.expect("a [registry] enrolls a fleet");
+        let how = match established {
+            true => format!(
+                "established by this enrollment; every other host joins it with registry.fleet_id = \"{id}\""
+            ),
+            false => "joined".to_owned(),
+        };
+        warn(&format!(
+            "repoch: fleet {} (id {id}, {how}): this host is {}; the hosts that may recover it: {}",
+            r.fleet,
+            r.host,
+            hosts.join(", ")
+        ));
+    }
+    if let Some(w) = &log_err {
+        warn(&format!("repoch: warning: the epoch log is not append-only ({w}); only its owner and mode protect it"));
+    }
 }
 
 /// The enrolled cgroups and executables that cannot be what they name now, in manifest
@@ -114,28 +126,35 @@ pub fn run(ctx: &Ctx, manifest: &Path) -> CmdResult {
 /// contained: right once the old root is gone, but a misspelt path checks nothing.
 /// Enrollment happens while the old root runs, so each is named (docs/OPERATOR.md,
 /// "Enrolling a deployment (once)"). A path that cannot be checked otherwise is not named:
-/// observation reports it.
-fn absent_now(
-    c: &repoch_protocol::manifest::Containment,
-) -> Vec<(&'static str, String, &'static str)> {
+/// observation reports it. A named container its engine has none of is named too, and one
+/// whose engine could not be asked.
+fn absent_now(c: &repoch_protocol::manifest::Containment) -> Vec<(&'static str, String, String)> {
     const MISSING: &str = "does not exist now";
     let missing = |p: &Path| matches!(std::fs::metadata(p), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
     let mut out = Vec::new();
     if let Ok(root) = repoch_sys::cgroup::mount_point() {
         for g in &c.cgroups {
             if missing(&root.join(g.trim_start_matches('/'))) {
-                out.push(("cgroup", g.clone(), MISSING));
+                out.push(("cgroup", g.clone(), MISSING.into()));
             }
         }
     }
     for x in &c.executables {
         match std::fs::metadata(x) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                out.push(("executable", x.clone(), MISSING))
+                out.push(("executable", x.clone(), MISSING.into()))
             }
-            Ok(m) if !m.is_file() => out.push(("executable", x.clone(), "is not a regular file")),
+            Ok(m) if !m.is_file() => {
+                out.push(("executable", x.clone(), "is not a regular file".into()))
+            }
             _ => {}
         }
     }
+    let containers = repoch_issuer::observe::containers::absent_now(&c.containers);
+    out.extend(
+        containers
+            .into_iter()
+            .map(|(n, what)| ("container", n, what)),
+    );
     out
 }

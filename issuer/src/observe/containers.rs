@@ -3,10 +3,15 @@
 //! asked of its engine at every observation and held, from the first observation on, by
 //! the engine's event stream.
 //!
+//! Docker and podman are asked through the Docker Engine API, containerd through its own
+//! (a container is its `NAMESPACE/ID`, its state its task's, its restart policy the restart
+//! monitor's label: see `repoch_engines::containerd`).
+//!
 //! Contained means, for each: its engine's socket is root's; the engine answers; the
 //! container is absent, or present and not running, restarting or paused, with no process
 //! and no exec session, and a restart policy that cannot start it again (`no`); it is the
-//! container of the first observation (its full id pinned then); and the engine reported
+//! container of the first observation (its full id and creation time pinned then, and its
+//! last start); and the engine reported
 //! no event that could start or change it since (a start, restart, unpause, exec, update,
 //! create: anything but its end and its removal). An event stream that ended is unknown,
 //! never quiet.
@@ -14,6 +19,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
+use repoch_engines::containerd::Containerd;
 use repoch_engines::{Container, Engine, Watch};
 use repoch_protocol::manifest::{ContainerRef, Manifest};
 use repoch_protocol::{Fact, Reason};
@@ -28,16 +34,66 @@ const KIND: &str = "container";
 /// then).
 #[derive(Debug, Default)]
 pub struct Containers {
-    engines: BTreeMap<String, (Engine, Option<Watch>)>,
+    engines: BTreeMap<Socket, Held>,
     pinned: BTreeMap<ContainerRef, Option<Pinned>>,
     started: bool,
 }
 
-/// A container as the first observation found it: its full id and when it last started.
+/// A container as the first observation found it: its full id, when it was created and
+/// when it last started.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pinned {
     pub id: String,
+    pub created: String,
     pub started_at: String,
+}
+
+/// One engine as an issuance holds it: its client, its event stream, and when the stream
+/// was opened.
+#[derive(Debug)]
+struct Held {
+    client: Client,
+    watch: Watch,
+    since: SystemTime,
+}
+
+/// An engine's socket, and the engine (`docker`, `podman`, `containerd`).
+type Socket = (String, String);
+
+/// An engine's client: the Docker Engine API (Docker, podman) or containerd's.
+#[derive(Debug)]
+enum Client {
+    Api(Engine),
+    Containerd(Containerd),
+}
+
+impl Client {
+    fn new(socket: &Socket, deadline: Duration) -> Result<Client, repoch_engines::Error> {
+        let path = std::path::Path::new(&socket.0);
+        Ok(match socket.1.as_str() {
+            "containerd" => Client::Containerd(Containerd::new(path, deadline)?),
+            _ => Client::Api(Engine::new(path, deadline)?),
+        })
+    }
+    fn ping(&self) -> Result<(), repoch_engines::Error> {
+        match self {
+            Client::Api(e) => e.ping(),
+            Client::Containerd(c) => c.ping(),
+        }
+    }
+    /// Follows the containers named, from now on (Docker's API replays from `since`).
+    fn watch(&self, names: &[String], since: SystemTime) -> Result<Watch, repoch_engines::Error> {
+        match self {
+            Client::Api(e) => e.watch(names, since),
+            Client::Containerd(c) => c.watch(names),
+        }
+    }
+    fn inspect(&self, name: &str) -> Result<Option<Container>, repoch_engines::Error> {
+        match self {
+            Client::Api(e) => e.inspect(name),
+            Client::Containerd(c) => c.inspect(name),
+        }
+    }
 }
 
 /// Observes every named container (nothing when none is named).
@@ -53,29 +109,89 @@ pub(super) fn containers(m: &Manifest, held: &mut Containers, facts: &mut Vec<Fa
             facts.extend(refs.iter().map(|c| f.about(c)));
             continue;
         }
-        let (engine, watch) = &held.engines[&socket];
-        let watch = watch.as_ref();
-        let seen = watch.map(Watch::seen);
+        let mut looked = Vec::with_capacity(refs.len());
         for c in refs {
-            let pinned = held.pinned.get(&c).cloned();
-            let now = match look(engine, &c, pinned.as_ref()) {
+            match look(&held.engines[&socket].client, &c, held.pinned.get(&c)) {
                 Err(e) => {
-                    facts.push(Failure::unknown(&format!("the engine: {e}")).about(&c));
-                    continue;
+                    // An engine restarted or gone: its event stream says so first.
+                    let ended = held.engines[&socket].watch.seen().ended;
+                    let why = match ended {
+                        Some(w) => format!("its event stream: {w}; then the engine: {e}"),
+                        None => format!("the engine: {e}"),
+                    };
+                    facts.push(Failure::unknown(&why).about(&c));
                 }
-                Ok(now) => now,
-            };
-            if first {
-                let pin = now.as_ref().map(|k| Pinned {
-                    id: k.id.clone(),
-                    started_at: k.started_at.clone(),
-                });
-                if let (Some(p), Some(w)) = (&pin, watch) {
-                    w.pin(&p.id);
-                }
-                held.pinned.insert(c.clone(), pin);
+                Ok(now) => looked.push((c, now)),
             }
-            facts.push(judge(&c, now.as_ref(), held.pinned.get(&c), seen.as_ref()));
+        }
+        if first {
+            pin(held, &socket, &looked);
+        }
+        // The engine's word up to the looks: what its stream may not have delivered yet.
+        let seen = match caught_up(held, &socket, &looked) {
+            Ok(seen) => seen,
+            Err(f) => {
+                facts.extend(looked.iter().map(|(c, _)| f.about(c)));
+                continue;
+            }
+        };
+        for (c, now) in &looked {
+            facts.push(judge(c, now.as_ref(), held.pinned.get(c), Some(&seen)));
+        }
+    }
+}
+
+/// Pins each container as the first observation found it (and follows its id).
+fn pin(held: &mut Containers, socket: &Socket, looked: &[(ContainerRef, Option<Container>)]) {
+    for (c, now) in looked {
+        let pin = now.as_ref().map(|k| Pinned {
+            id: k.id.clone(),
+            created: k.created.clone(),
+            started_at: k.started_at.clone(),
+        });
+        if let Some(p) = &pin {
+            held.engines[socket].watch.pin(&p.id);
+        }
+        held.pinned.insert(c.clone(), pin);
+    }
+}
+
+/// What the engine's stream delivered, and what it had not yet: Docker's events logged from
+/// the subscription to now, read whole (dockerd keeps them in memory); podman's stream read
+/// up to a volume of repoch's own created now (its service reads its events from a file a
+/// while later, and answers nothing to `/events?until=` a time already past); containerd's
+/// stream read up to an event of repoch's own published now.
+fn caught_up(
+    held: &Containers,
+    socket: &Socket,
+    looked: &[(ContainerRef, Option<Container>)],
+) -> Result<repoch_engines::Seen, Failure> {
+    let e = &held.engines[socket];
+    let failed = |e: repoch_engines::Error| Failure::unknown(&format!("its event stream: {e}"));
+    match &e.client {
+        Client::Api(engine) if socket.1 == "podman" => {
+            engine.caught_up(&e.watch).map_err(failed)?;
+            Ok(e.watch.seen())
+        }
+        Client::Api(engine) => {
+            let names: Vec<String> = looked.iter().map(|(c, _)| c.name.clone()).collect();
+            let ids: Vec<String> = looked
+                .iter()
+                .filter_map(|(c, _)| held.pinned.get(c).cloned().flatten())
+                .map(|p| p.id)
+                .collect();
+            let logged = engine
+                .events_until_now(&names, &ids, e.since)
+                .map_err(failed)?;
+            Ok(e.watch.seen().merged(logged))
+        }
+        Client::Containerd(c) => {
+            let namespace = looked
+                .first()
+                .and_then(|(r, _)| r.name.split_once('/'))
+                .map_or("default", |(ns, _)| ns);
+            c.caught_up(&e.watch, namespace).map_err(failed)?;
+            Ok(e.watch.seen())
         }
     }
 }
@@ -83,12 +199,13 @@ pub(super) fn containers(m: &Manifest, held: &mut Containers, facts: &mut Vec<Fa
 /// The container as its engine reports it now: by the id pinned at the first observation
 /// (a container renamed away is still the one to judge), and by name when none was pinned
 /// or the pinned one is gone (something created under the name since is judged then).
+/// containerd's ids are their names: asked by name alone.
 fn look(
-    engine: &Engine,
+    engine: &Client,
     c: &ContainerRef,
     pinned: Option<&Option<Pinned>>,
 ) -> Result<Option<Container>, repoch_engines::Error> {
-    if let Some(Some(p)) = pinned {
+    if let (Client::Api(_), Some(Some(p))) = (engine, pinned) {
         if let Some(k) = engine.inspect(&p.id)? {
             return Ok(Some(k));
         }
@@ -96,11 +213,12 @@ fn look(
     engine.inspect(&c.name)
 }
 
-/// The named containers by engine socket, in the manifest's order.
-fn by_socket(named: &[ContainerRef]) -> BTreeMap<String, Vec<ContainerRef>> {
-    let mut by: BTreeMap<String, Vec<ContainerRef>> = BTreeMap::new();
+/// The named containers by engine socket (and API), in the manifest's order.
+fn by_socket(named: &[ContainerRef]) -> BTreeMap<Socket, Vec<ContainerRef>> {
+    let mut by: BTreeMap<Socket, Vec<ContainerRef>> = BTreeMap::new();
     for c in named {
-        by.entry(c.socket.clone()).or_default().push(c.clone());
+        let key = (c.socket.clone(), c.engine.clone());
+        by.entry(key).or_default().push(c.clone());
     }
     by
 }
@@ -136,10 +254,11 @@ impl Failure {
 /// the one already held.
 fn engine_of(
     held: &mut Containers,
-    socket: &str,
+    key: &Socket,
     refs: &[ContainerRef],
     first: bool,
 ) -> Result<(), Failure> {
+    let socket = key.0.as_str();
     // No socket at all: the engine does not run (or not there): unknown, not unprotected.
     if let Err(e) = std::fs::symlink_metadata(socket) {
         if e.kind() == std::io::ErrorKind::NotFound {
@@ -154,14 +273,13 @@ fn engine_of(
         reason: Reason::ContainerEngineUnprotected,
     })?;
     if !first {
-        return match held.engines.contains_key(socket) {
+        return match held.engines.contains_key(key) {
             true => Ok(()),
             false => Err(Failure::unknown("not reached at the first observation")),
         };
     }
     let deadline = Duration::from_secs(ENGINE_CALL_SECONDS_MAX);
-    let engine = Engine::new(std::path::Path::new(socket), deadline)
-        .map_err(|e| Failure::unknown(&e.to_string()))?;
+    let engine = Client::new(key, deadline).map_err(|e| Failure::unknown(&e.to_string()))?;
     // From the moment of the subscription (the engine replays what it kept since then,
     // should its subscription begin after its answer's headers): an event between it and
     // the first inspect is one the inspect may already show, and is counted anyway.
@@ -173,8 +291,14 @@ fn engine_of(
     engine
         .ping()
         .map_err(|e| Failure::unknown(&e.to_string()))?;
-    held.engines
-        .insert(socket.to_owned(), (engine, Some(watch)));
+    held.engines.insert(
+        key.clone(),
+        Held {
+            client: engine,
+            watch,
+            since,
+        },
+    );
     Ok(())
 }
 
@@ -193,7 +317,12 @@ fn judge(
                 .zip(now)
                 .and_then(|(f, k)| against_pin(c, k, f.as_ref()))
         })
-        .or_else(|| now.and_then(against_state));
+        .or_else(|| match (pinned, now) {
+            (Some(Some(f)), None) => against_removal(c, f, seen),
+            _ => None,
+        })
+        .or_else(|| now.and_then(against_state))
+        .or_else(|| now.and_then(against_cgroup));
     match (failed, now) {
         (Some((expected, observed, reason)), _) => {
             Fact::failed(KIND, &c.spelled(), &expected, &observed, reason)
@@ -243,10 +372,10 @@ fn against_pin(c: &ContainerRef, k: &Container, first: Option<&Pinned>) -> Optio
             Reason::ContainerReplaced,
         ));
     };
-    if f.id != k.id {
+    if f.id != k.id || f.created != k.created {
         return Some((
-            format!("container {}", short(&f.id)),
-            format!("container {}", short(&k.id)),
+            format!("container {} created at {}", short(&f.id), f.created),
+            format!("container {} created at {}", short(&k.id), k.created),
             Reason::ContainerReplaced,
         ));
     }
@@ -254,8 +383,8 @@ fn against_pin(c: &ContainerRef, k: &Container, first: Option<&Pinned>) -> Optio
     // delivered yet.
     if f.started_at != k.started_at {
         return Some((
-            format!("last started at {}", f.started_at),
-            format!("started at {}", k.started_at),
+            format!("its last start as first observed: {}", f.started_at),
+            format!("its last start now: {}", k.started_at),
             Reason::ContainerChanged,
         ));
     }
@@ -267,6 +396,29 @@ fn against_pin(c: &ContainerRef, k: &Container, first: Option<&Pinned>) -> Optio
             format!("named {}", c.name),
             format!("container {} renamed {}", short(&k.id), k.name),
             Reason::ContainerChanged,
+        )
+    })
+}
+
+/// The container of the first observation gone since: gone by its engine's word only once
+/// its removal came through the event stream (which is in order: a start before the
+/// removal came through first). An engine whose events lag (podman reads them from a
+/// file) or were never written (a client run with `--events-backend none`) leaves it
+/// unknown.
+fn against_removal(
+    c: &ContainerRef,
+    first: &Pinned,
+    seen: Option<&repoch_engines::Seen>,
+) -> Option<Failed> {
+    let reported = seen.is_some_and(|s| s.removed.iter().any(|r| *r == first.id || *r == c.name));
+    (!reported).then(|| {
+        (
+            format!(
+                "container {} removed, as its engine's events report",
+                short(&first.id)
+            ),
+            "absent, its removal not reported by its engine's events (yet)".to_owned(),
+            Reason::ControllerUnknown,
         )
     })
 }
@@ -285,10 +437,37 @@ fn against_state(k: &Container) -> Option<Failed> {
     })
 }
 
+/// The cgroup its engine reports for it (containerd's spec) holding a process or thread:
+/// the old root left in, or moved into, a container that is stopped by its engine's word
+/// (the cgroup facts of `containment.cgroups`, recursively). A cgroup that cannot be read
+/// is unknown.
+fn against_cgroup(k: &Container) -> Option<Failed> {
+    use repoch_sys::cgroup;
+    let rel = k.cgroup.as_deref()?;
+    let expected = format!("its cgroup {rel}: no process, no thread");
+    let occupancy = cgroup::mount_point().and_then(|root| cgroup::occupancy(&root, rel));
+    match occupancy {
+        Err(e) => Some((expected, e.to_string(), Reason::ControllerUnknown)),
+        Ok(o) if o.empty() => None,
+        Ok(o) => Some((
+            expected,
+            super::containment::occupied(&o),
+            Reason::ContainerRunning,
+        )),
+    }
+}
+
 /// Why the container counts as running, if it does: its state, a process, exec sessions,
 /// or a status that is no known stopped one.
 fn running(k: &Container) -> Option<String> {
-    const STOPPED: &[&str] = &["created", "exited", "dead", "stopped", "configured"];
+    const STOPPED: &[&str] = &[
+        "created",
+        "exited",
+        "dead",
+        "stopped",
+        "configured",
+        "no task",
+    ];
     if k.running || k.restarting || k.paused || k.pid != 0 {
         return Some(format!("{} (pid {})", k.status, k.pid));
     }
@@ -306,6 +485,30 @@ fn short(id: &str) -> &str {
     id.get(..12).unwrap_or(id)
 }
 
+/// The named containers their engines have none of now, or that could not be asked:
+/// `(ENGINE:NAME, what)`, in manifest order. Observation finds such a container absent,
+/// which is contained: right once the old root is gone, but a misspelt name checks
+/// nothing. Enrollment happens while the old root runs, so it names each
+/// (docs/OPERATOR.md, "Enrolling a deployment (once)").
+pub fn absent_now(named: &[ContainerRef]) -> Vec<(String, String)> {
+    let deadline = Duration::from_secs(ENGINE_CALL_SECONDS_MAX);
+    named
+        .iter()
+        .filter_map(|c| {
+            let key = (c.socket.clone(), c.engine.clone());
+            let asked = Client::new(&key, deadline).and_then(|e| e.inspect(&c.name));
+            match asked {
+                Ok(Some(_)) => None,
+                Ok(None) => Some((c.spelled(), "does not exist now".to_owned())),
+                Err(e) => Some((
+                    c.spelled(),
+                    format!("could not be asked of its engine ({e})"),
+                )),
+            }
+        })
+        .collect()
+}
+
 /// Whether the socket at `path` is root's: every directory on the way owned by root and
 /// writable by no one else (or sticky, as `/tmp`, whose next entry is then root's), no
 /// symbolic link, and the socket itself owned by root and not writable by everyone.
@@ -320,6 +523,9 @@ pub fn root_only(path: &str) -> Result<(), String> {
     let last = parts.pop();
     for part in parts.into_iter().chain(last) {
         let st = rustix::fs::lstat(&at).map_err(|e| format!("{}: {e}", at.display()))?;
+        if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
+            return Err(format!("{}: a symbolic link (not followed)", at.display()));
+        }
         let mode = Mode::from_raw_mode(st.st_mode);
         if st.st_uid != 0
             || (mode.intersects(Mode::WGRP | Mode::WOTH) && !mode.contains(Mode::SVTX))
@@ -360,6 +566,7 @@ mod tests {
     fn stopped(id: &str, policy: &str) -> Container {
         Container {
             id: id.into(),
+            created: "2026-12-04T18:59:00Z".into(),
             name: "old-root".into(),
             status: "exited".into(),
             running: false,
@@ -368,6 +575,7 @@ mod tests {
             pid: 0,
             restart_policy: policy.into(),
             exec_sessions: 0,
+            cgroup: None,
             started_at: "2026-12-04T19:00:00Z".into(),
         }
     }
@@ -375,6 +583,7 @@ mod tests {
     fn pin(id: &str) -> Option<Pinned> {
         Some(Pinned {
             id: id.into(),
+            created: "2026-12-04T18:59:00Z".into(),
             started_at: "2026-12-04T19:00:00Z".into(),
         })
     }
@@ -429,6 +638,15 @@ mod tests {
                 "{k:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_container_is_judged_against_the_first_observation() {
+        let c = docker("old-root");
+        let judged = |k: Option<&Container>, pinned: Option<&Option<Pinned>>| {
+            let f = judge(&c, k, pinned, None);
+            (f.holds(), f.reason)
+        };
         // Another container under the name, or one created since an absent first look.
         let first = pin("a1");
         assert_eq!(
@@ -439,11 +657,58 @@ mod tests {
             judged(Some(&stopped("b2", "no")), Some(&None)),
             (false, Some(Reason::ContainerReplaced))
         );
-        assert_eq!(judged(None, Some(&first)), (true, None));
+        // containerd's ids are their names: one removed and created again under the same id
+        // is known by when it was created.
+        let again = Container {
+            created: "2026-12-04T20:00:00Z".into(),
+            ..stopped("a1", "no")
+        };
+        assert_eq!(
+            judged(Some(&again), Some(&first)),
+            (false, Some(Reason::ContainerReplaced))
+        );
+        // containerd's container without a task: stopped; with the restart label: armed.
+        let no_task = Container {
+            status: "no task".into(),
+            ..stopped("a1", "no")
+        };
+        assert_eq!(judged(Some(&no_task), Some(&first)), (true, None));
+        let labelled = Container {
+            restart_policy: "containerd.io/restart.status=running".into(),
+            ..no_task
+        };
+        assert_eq!(
+            judged(Some(&labelled), Some(&first)),
+            (false, Some(Reason::ContainerRestartable))
+        );
+        // Gone since the first observation: by the engine's word only once its removal
+        // came through its events.
+        assert_eq!(
+            judged(None, Some(&first)),
+            (false, Some(Reason::ControllerUnknown))
+        );
+        let removed = repoch_engines::Seen {
+            removed: vec!["a1".into()],
+            ..Default::default()
+        };
+        assert!(judge(&c, None, Some(&first), Some(&removed)).holds());
         assert_eq!(
             judged(Some(&stopped("a1", "no")), Some(&first)),
             (true, None)
         );
+    }
+
+    #[test]
+    fn a_symbolic_link_on_the_way_to_an_engine_socket_is_named_as_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        // Refused at the link, before the socket itself is looked at.
+        let sock = link.join("engine.sock");
+        let why = root_only(sock.to_str().unwrap()).unwrap_err();
+        assert!(why.contains("a symbolic link"), "{why}");
     }
 
     #[test]
@@ -459,7 +724,7 @@ mod tests {
         let seen = repoch_engines::Seen {
             events: vec![start],
             more: 2,
-            ended: None,
+            ..Default::default()
         };
         let f = judge(&c, Some(&k), None, Some(&seen));
         assert_eq!(f.reason, Some(Reason::ContainerChanged));

@@ -67,18 +67,21 @@ pub(super) fn cgroups(m: &Manifest, facts: &mut Vec<Fact>) {
             Err(e) => Fact::failed("cgroup", c, WANT, &e.to_string(), Reason::ObserveFailed),
             Ok(o) if !o.exists => Fact::ok("cgroup", c, WANT, "absent"),
             Ok(o) if o.empty() => Fact::ok("cgroup", c, WANT, "empty"),
-            Ok(o) => {
-                let observed = format!(
-                    "at {} populated {} procs {:?} threads {:?}",
-                    o.at.unwrap_or_default(),
-                    u8::from(o.populated),
-                    &o.procs[..o.procs.len().min(cgroup::TASKS_SHOWN_MAX)],
-                    &o.threads[..o.threads.len().min(cgroup::TASKS_SHOWN_MAX)]
-                );
-                Fact::failed("cgroup", c, WANT, &observed, Reason::CgroupPopulated)
-            }
+            Ok(o) => Fact::failed("cgroup", c, WANT, &occupied(&o), Reason::CgroupPopulated),
         });
     }
+}
+
+/// What an occupied cgroup subtree holds, as a fact shows it: where first, and the first
+/// `TASKS_SHOWN_MAX` processes and threads.
+pub(super) fn occupied(o: &cgroup::Occupancy) -> String {
+    format!(
+        "at {} populated {} procs {:?} threads {:?}",
+        o.at.as_deref().unwrap_or_default(),
+        u8::from(o.populated),
+        &o.procs[..o.procs.len().min(cgroup::TASKS_SHOWN_MAX)],
+        &o.threads[..o.threads.len().min(cgroup::TASKS_SHOWN_MAX)]
+    )
 }
 
 /// The enrolled listeners, held by repochd from the first observation on (`repoch_sys::hold`):

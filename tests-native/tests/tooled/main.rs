@@ -142,6 +142,21 @@ const DOCKER: &[Need] = &[
         package: "busybox-static",
     },
 ];
+/// A containerd of the test's own, its `ctr`, and busybox-static for the root file system.
+const CONTAINERD: &[Need] = &[
+    Need::Program {
+        name: "containerd",
+        package: "containerd",
+    },
+    Need::Program {
+        name: "ctr",
+        package: "containerd",
+    },
+    Need::Dir {
+        path: "/usr/share/doc/busybox-static",
+        package: "busybox-static",
+    },
+];
 /// A podman service of the test's own, and busybox-static for the image.
 const PODMAN: &[Need] = &[
     Need::Program {
@@ -391,8 +406,23 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            containers::podman_s_event_stream_is_caught_up_by_a_volume_of_repochs_own,
+            PODMAN
+        ),
+        trial!(
+            root,
             containers::a_docker_container_its_engine_could_start_again_is_refused_until_its_policy_is_no,
             DOCKER
+        ),
+        trial!(
+            root,
+            containers::a_containerd_container_its_restart_monitor_would_start_is_refused_until_unlabelled_and_its_task_deleted,
+            CONTAINERD
+        ),
+        trial!(
+            root,
+            containers::a_containerd_container_started_while_repochd_waits_or_containerd_gone_is_never_granted,
+            CONTAINERD
         ),
         trial!(
             root,
