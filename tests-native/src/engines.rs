@@ -465,6 +465,30 @@ impl Containerd {
         format!("containerd = \"unix://{}\"", self.socket.display())
     }
 
+    /// Deletes container `id`'s record under its task and creates it again (`ctr container
+    /// create --config`) with its spec but for `linux.cgroupsPath`, naming `runtime`: a
+    /// record that leads tasks.Get to another runtime than its task's and names an empty
+    /// cgroup.
+    pub fn recreate_record(&self, id: &str, runtime: &str, cgroups_path: &str) {
+        let info: serde_json::Value =
+            serde_json::from_str(&self.ok(&["container", "info", id])).unwrap();
+        let mut spec = info["Spec"].clone();
+        spec["linux"]["cgroupsPath"] = cgroups_path.into();
+        let path = self.dir.join(format!("{id}.spec.json"));
+        std::fs::write(&path, spec.to_string()).unwrap();
+        self.delete_record(id);
+        let config = path.to_str().unwrap();
+        self.ok(&[
+            "container",
+            "create",
+            "--runtime",
+            runtime,
+            "--config",
+            config,
+            id,
+        ]);
+    }
+
     /// Deletes container `id`'s record through containerd's API, whatever its task does
     /// (containerd's containers service does not look; `ctr container rm` refuses a
     /// container with a task, any other client need not).

@@ -668,7 +668,8 @@ pub(crate) fn a_containerd_container_started_while_repochd_waits_or_containerd_g
     // keeps no start time; only its events service, subscribed before the first look,
     // can), refused container-changed; removed and created again under its id (another
     // creation time), refused; started after the intent, withheld. A task whose container
-    // record was deleted under it: container-running. A spec naming its cgroup by no clean
+    // record was deleted under it, or whose record was created again naming another
+    // runtime and an empty cgroup: container-running. A spec naming its cgroup by no clean
     // absolute path: controller-unknown. containerd stopped: refused controller-unknown,
     // nothing written.
     require_root!();
@@ -711,6 +712,14 @@ pub(crate) fn a_containerd_container_started_while_repochd_waits_or_containerd_g
     c.run_sleeping("orphan", false);
     c.delete_record("orphan");
     let (s, id) = enrolled_on(&c.engines_toml(), &[c.spelled("orphan")]);
+    assert_refused(&s.observe(&id), "container-running");
+    // Its record deleted under its running task and created again naming containerd's
+    // legacy runtime and an empty cgroup: tasks.Get asks that runtime, which has no such
+    // task. Found by attacking the release binaries: "no task", and granted.
+    c.run_sleeping("moved", false);
+    let decoy = format!("/{}/decoy", c.namespace);
+    c.recreate_record("moved", "io.containerd.runtime.v1.linux", &decoy);
+    let (s, id) = enrolled_on(&c.engines_toml(), &[c.spelled("moved")]);
     assert_refused(&s.observe(&id), "container-running");
 
     assert_an_unclean_cgroup_path_is_unknown(&c);
