@@ -992,6 +992,11 @@ impl<C: ConsumerLink, W: World> Verified2<C, W> {
                 return Err(withhold(self.s.c, &mut self.s.consumer, r));
             }
         }
+        // What the observer follows (engine events) still shows no change: final
+        // verification #2's look is not the dispatch.
+        if let Some(r) = self.s.c.observer.still_held() {
+            return Err(withhold(self.s.c, &mut self.s.consumer, r));
+        }
         self.s.c.say(
             "dispatch",
             format!(

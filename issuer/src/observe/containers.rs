@@ -24,6 +24,8 @@ use repoch_engines::{Container, Engine, Watch};
 use repoch_protocol::manifest::{ContainerRef, Manifest};
 use repoch_protocol::{Fact, Reason};
 
+use crate::refusal::Refusal;
+
 /// The longest wait for one engine's answer at an observation.
 pub const ENGINE_CALL_SECONDS_MAX: u64 = 5;
 
@@ -139,6 +141,38 @@ pub(super) fn containers(m: &Manifest, held: &mut Containers, facts: &mut Vec<Fa
             facts.push(judge(c, now.as_ref(), held.pinned.get(c), Some(&seen)));
         }
     }
+}
+
+/// At the dispatch decision, after final verification #2 (whose look is not the
+/// dispatch): each engine's stream caught up once more; an event of a named container
+/// since the first observation, or a stream that ended, withholds (found by attacking the
+/// release binaries: a container started between that verification and the dispatch was
+/// granted). The first such change, as a refusal.
+pub(super) fn still_held(m: &Manifest, held: &Containers) -> Option<Refusal> {
+    for (socket, refs) in by_socket(&m.containment.containers) {
+        let Some(c) = refs.first() else { continue };
+        let fact = if held.engines.contains_key(&socket) {
+            let looked: Vec<(ContainerRef, Option<Container>)> =
+                refs.iter().map(|c| (c.clone(), None)).collect();
+            match caught_up(held, &socket, &looked) {
+                Err(f) => Some(f.about(c)),
+                Ok(seen) => against_events(&seen).map(|(expected, observed, reason)| {
+                    Fact::failed(KIND, &c.spelled(), &expected, &observed, reason)
+                }),
+            }
+        } else {
+            Some(Failure::unknown("its engine, not followed since the first observation").about(c))
+        };
+        if let Some(f) = fact {
+            return Some(Refusal::new(
+                f.reason.unwrap_or(Reason::ControllerUnknown),
+                format!("{} {}", f.kind, f.subject),
+                f.expected,
+                f.observed,
+            ));
+        }
+    }
+    None
 }
 
 /// Pins each container as the first observation found it (and follows its id).

@@ -62,6 +62,13 @@ pub trait Observe {
     fn observe(&mut self, fences: &mut Fences) -> Observation;
     /// The consumer executable's identity and digest as first observed.
     fn consumer_exe_baseline(&self) -> Option<(Identity, Hash)>;
+    /// At the dispatch decision, after final verification #2: what the observer follows
+    /// from the first observation on (the named containers' engine events) still shows no
+    /// change; the first change, as the refusal that withholds. An observer that follows
+    /// nothing keeps the default.
+    fn still_held(&mut self) -> Option<crate::refusal::Refusal> {
+        None
+    }
 }
 
 impl Observe for Observer {
@@ -70,6 +77,9 @@ impl Observe for Observer {
     }
     fn consumer_exe_baseline(&self) -> Option<(Identity, Hash)> {
         Observer::consumer_exe_baseline(self)
+    }
+    fn still_held(&mut self) -> Option<crate::refusal::Refusal> {
+        containers::still_held(&self.manifest, &self.containers)
     }
 }
 

@@ -93,7 +93,9 @@ pub(crate) fn a_docker_container_started_or_recreated_while_repochd_waits_is_nev
     // another id), refused; renamed away, its policy set to always and started under the
     // new name (found by attacking the release binaries: granted, as nothing named
     // "old-root" was left and the engine's events were filtered by the current name):
-    // refused before the intent, withheld after it. Never granted.
+    // refused before the intent, withheld after it. Started after final verification #2,
+    // before the dispatch (found by attacking the release binaries: granted, the stream
+    // not read again after that verification): withheld. Never granted.
     require_root!();
     let sb = Sandbox::new();
     let d = Dockerd::start(&sb.path("docker"));
@@ -104,6 +106,7 @@ pub(crate) fn a_docker_container_started_or_recreated_while_repochd_waits_is_nev
         ("after-observe", "recreate", "enrolled"),
         ("after-connect", "rename", "enrolled"),
         ("after-intent", "rename", "withheld"),
+        ("after-final-2", "start", "withheld"),
     ] {
         d.run_sleeping("old-root", "no");
         d.ok(&["stop", "-t", "1", "old-root"]);
@@ -466,7 +469,8 @@ pub(crate) fn a_podman_container_started_while_repochd_waits_or_its_service_gone
     // refused container-changed (its last start moved, whether or not the event was
     // delivered yet); started and removed there by a client that writes no event:
     // refused controller-unknown (gone, and no removal reported); started at after-intent:
-    // withheld. Podman's service stopped (its socket left): refused controller-unknown,
+    // withheld, and after final verification #2, before the dispatch, withheld. Podman's
+    // service stopped (its socket left): refused controller-unknown,
     // nothing written.
     require_root!();
     let sb = Sandbox::new();
@@ -480,6 +484,7 @@ pub(crate) fn a_podman_container_started_while_repochd_waits_or_its_service_gone
         ("after-connect", "run-rm", "enrolled"),
         ("after-observe", "recreate", "enrolled"),
         ("after-intent", "start", "withheld"),
+        ("after-final-2", "start", "withheld"),
     ] {
         if act != "run-rm" {
             p.run_sleeping("old-root", "no");
@@ -667,7 +672,8 @@ pub(crate) fn a_containerd_container_started_while_repochd_waits_or_containerd_g
     // written; started and deleted again there (no later look can see it: containerd
     // keeps no start time; only its events service, subscribed before the first look,
     // can), refused container-changed; removed and created again under its id (another
-    // creation time), refused; started after the intent, withheld. A task whose container
+    // creation time), refused; started after the intent, or after final verification #2,
+    // withheld. A task whose container
     // record was deleted under it, or whose record was created again naming another
     // runtime and an empty cgroup: container-running. A spec naming its cgroup by no clean
     // absolute path: controller-unknown. containerd stopped: refused controller-unknown,
@@ -681,6 +687,7 @@ pub(crate) fn a_containerd_container_started_while_repochd_waits_or_containerd_g
         ("after-connect", "blink", "enrolled"),
         ("after-observe", "recreate", "enrolled"),
         ("after-intent", "start", "withheld"),
+        ("after-final-2", "start", "withheld"),
     ] {
         c.create_sleeping("old-root");
         let (s, id) = enrolled_on(&c.engines_toml(), &refs);
