@@ -368,14 +368,59 @@ impl Engine {
     pub fn inspect(&self, name_or_id: &str) -> Result<Option<Container>, Error> {
         let path = format!("/containers/{}/json", escape_segment(name_or_id));
         let (status, bytes) = self.get(&path)?;
-        match status {
-            hyper::StatusCode::NOT_FOUND => Ok(None),
+        let found = match status {
+            hyper::StatusCode::NOT_FOUND => return Ok(None),
             hyper::StatusCode::OK => serde_json::from_slice::<Inspect>(&bytes)
                 .map_err(|e| e.to_string())
                 .and_then(Container::try_from)
-                .map(Some)
-                .map_err(|e| Error::Answer(format!("{path}: {e}"))),
-            s => Err(Error::Answer(format!("{path}: {s}: {}", message(&bytes)))),
+                .map_err(|e| Error::Answer(format!("{path}: {e}")))?,
+            s => return Err(Error::Answer(format!("{path}: {s}: {}", message(&bytes)))),
+        };
+        self.unambiguous(name_or_id, &found)?;
+        Ok(Some(found))
+    }
+
+    /// Docker and podman take a reference as a full id, then a name, then an id prefix: a
+    /// short id that another container took as its name names that one instead (found by
+    /// attacking the release binaries: a stopped container named by the old root's short
+    /// id, and the recovery granted while the old root ran). A reference that is a name
+    /// here and begins another container's id is refused as ambiguous.
+    fn unambiguous(&self, spelled: &str, found: &Container) -> Result<(), Error> {
+        let hex = |c: char| c.is_ascii_digit() || ('a'..='f').contains(&c);
+        if found.name != spelled || spelled.len() >= 64 || !spelled.chars().all(hex) {
+            return Ok(());
+        }
+        let filters = serde_json::json!({ "id": [spelled] }).to_string();
+        let path = format!(
+            "/containers/json?all=1&filters={}",
+            escape_segment(&filters)
+        );
+        let (status, bytes) = self.get(&path)?;
+        if status != hyper::StatusCode::OK {
+            return Err(Error::Answer(format!(
+                "{path}: {status}: {}",
+                message(&bytes)
+            )));
+        }
+        #[derive(serde::Deserialize)]
+        struct Listed {
+            #[serde(rename = "Id")]
+            id: String,
+        }
+        let listed: Vec<Listed> =
+            serde_json::from_slice(&bytes).map_err(|e| Error::Answer(format!("{path}: {e}")))?;
+        match listed
+            .iter()
+            .find(|l| l.id != found.id && l.id.starts_with(spelled))
+        {
+            // Short: a fact's observed text is clipped (docs/OPERATOR.md, "Containers",
+            // says what to name instead: a full id, or a name that is no id's beginning).
+            Some(other) => Err(Error::Answer(format!(
+                "ambiguous: {}'s name, {}'s id",
+                short_id(&found.id),
+                short_id(&other.id)
+            ))),
+            None => Ok(()),
         }
     }
 
@@ -491,6 +536,11 @@ async fn read_events(mut body: hyper::body::Incoming, shared: &Mutex<Shared>) ->
 }
 
 /// A path segment as the URL carries it.
+/// An id's first 12 characters, as the engines print it.
+fn short_id(id: &str) -> &str {
+    id.get(..12).unwrap_or(id)
+}
+
 fn escape_segment(s: &str) -> String {
     percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
 }

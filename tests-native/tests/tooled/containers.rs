@@ -769,3 +769,50 @@ pub(crate) fn podman_s_event_stream_is_caught_up_by_a_volume_of_repochs_own() {
     let volumes = p.ok(&["volume", "ls", "-q"]);
     assert!(volumes.is_empty(), "repoch's volumes left: {volumes}");
 }
+
+pub(crate) fn a_docker_short_id_another_container_took_as_its_name_is_refused() {
+    // Proves: see `assert_a_taken_short_id_is_ambiguous`, with Docker.
+    require_root!();
+    let sb = Sandbox::new();
+    let d = Dockerd::start(&sb.path("docker"));
+    assert_a_taken_short_id_is_ambiguous(&d);
+}
+
+pub(crate) fn a_podman_short_id_another_container_took_as_its_name_is_refused() {
+    // Proves: see `assert_a_taken_short_id_is_ambiguous`, with podman.
+    require_root!();
+    let sb = Sandbox::new();
+    let p = Podman::start(&sb.path("podman"));
+    assert_a_taken_short_id_is_ambiguous(&p);
+}
+
+/// Docker and podman take a reference as a full id, then a name, then an id prefix. The old
+/// root, running, enrolled by its short id: refused container-running; then a stopped
+/// container created with that short id as its name, which the engine answers for the
+/// reference (found by attacking the release binaries: granted while the old root ran):
+/// refused controller-unknown, naming both. Enrolled by its full id: still the old root.
+fn assert_a_taken_short_id_is_ambiguous(e: &impl Engine) {
+    e.import_busybox();
+    let full = e.run_sleeping("old-root", "always");
+    let short = &full[..12];
+    let (s, id) = enrolled_on(&e.engines_toml(), &[format!("{}:{short}", e.name())]);
+    assert_refused(&s.observe(&id), "container-running");
+    e.ok(&[
+        "create",
+        "--name",
+        short,
+        "--network",
+        "none",
+        BUSYBOX_IMAGE,
+        "true",
+    ]);
+    let r = s.observe(&id);
+    assert_refused(&r, "controller-unknown");
+    assert!(
+        r.stdout.contains("ambiguous: ") && r.stdout.contains(&format!(", {short}'s id")),
+        "{}",
+        r.stdout
+    );
+    let (s, id) = enrolled_on(&e.engines_toml(), &[format!("{}:{full}", e.name())]);
+    assert_refused(&s.observe(&id), "container-running");
+}

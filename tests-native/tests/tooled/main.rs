@@ -441,6 +441,16 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            containers::a_docker_short_id_another_container_took_as_its_name_is_refused,
+            DOCKER
+        ),
+        trial!(
+            root,
+            containers::a_podman_short_id_another_container_took_as_its_name_is_refused,
+            PODMAN
+        ),
+        trial!(
+            root,
             fleet_trust::a_fleet_record_rewritten_or_huge_values_planted_never_hide_a_replaced_claim,
             ETCD
         ),
