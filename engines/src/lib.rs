@@ -172,6 +172,7 @@ struct Inspect {
     name: String,
     state: State,
     host_config: HostConfig,
+    config: Config,
     /// Required, null or a list: a missing field is no answer, never "no session".
     #[serde(rename = "ExecIDs")]
     exec_ids: serde_json::Value,
@@ -199,6 +200,16 @@ struct HostConfig {
 struct RestartPolicy {
     name: String,
 }
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct Config {
+    labels: Option<std::collections::BTreeMap<String, String>>,
+}
+
+/// The label Docker's swarm puts on a service's task containers: the swarm, not the
+/// container's restart policy (`no`, as swarm sets it), starts the service's task again.
+const SWARM_SERVICE_LABEL: &str = "com.docker.swarm.service.id";
 
 /// An event line: Docker's and podman's compatible API both give these fields.
 #[derive(Debug, serde::Deserialize)]
@@ -230,6 +241,7 @@ impl TryFrom<Inspect> for Container {
             serde_json::Value::Array(ids) => ids.len(),
             other => return Err(format!("ExecIDs: {other}, not a list")),
         };
+        let restart_policy = restart_policy(&i);
         Ok(Container {
             name: i.name.trim_start_matches('/').to_owned(),
             id: i.id,
@@ -239,11 +251,25 @@ impl TryFrom<Inspect> for Container {
             restarting: i.state.restarting,
             paused: i.state.paused,
             pid: i.state.pid,
-            restart_policy: i.host_config.restart_policy.name,
+            restart_policy,
             exec_sessions,
             cgroup: None,
             started_at: i.state.started_at,
         })
+    }
+}
+
+/// What can start the container again: a swarm service's task container is its service's
+/// (found by attacking the release binaries: a stopped task read as policy `no` and the
+/// recovery granted while swarm ran the service's next task); else its restart policy.
+fn restart_policy(i: &Inspect) -> String {
+    let labels = i.config.labels.as_ref();
+    match labels.and_then(|l| l.get(SWARM_SERVICE_LABEL)) {
+        Some(service) => {
+            let name = labels.and_then(|l| l.get("com.docker.swarm.service.name"));
+            format!("swarm service {}", name.unwrap_or(service))
+        }
+        None => i.host_config.restart_policy.name.clone(),
     }
 }
 
@@ -858,7 +884,7 @@ mod tests {
 
     #[test]
     fn an_inspect_lacking_a_judged_field_is_no_answer() {
-        let whole = r#"{"Id":"abc","Created":"2026-12-04T18:59:00Z","Name":"/old-root","State":{"Status":"exited","Running":false,"Restarting":false,"Paused":false,"Pid":0,"StartedAt":"2026-12-04T19:00:00Z"},"HostConfig":{"RestartPolicy":{"Name":"always"}},"ExecIDs":null}"#;
+        let whole = r#"{"Id":"abc","Created":"2026-12-04T18:59:00Z","Name":"/old-root","State":{"Status":"exited","Running":false,"Restarting":false,"Paused":false,"Pid":0,"StartedAt":"2026-12-04T19:00:00Z"},"HostConfig":{"RestartPolicy":{"Name":"always"}},"Config":{"Labels":null},"ExecIDs":null}"#;
         let read = |text: &str| {
             serde_json::from_str::<Inspect>(text)
                 .map_err(|e| e.to_string())
@@ -879,6 +905,15 @@ mod tests {
         }
         let two = whole.replace("\"ExecIDs\":null", "\"ExecIDs\":[\"e1\",\"e2\"]");
         assert_eq!(read(&two).unwrap().exec_sessions, 2);
+        assert!(read(&whole.replace(",\"Config\":{\"Labels\":null}", "")).is_err());
+        // A swarm service's task: its policy "no" is not what starts it again.
+        let task = whole
+            .replace("\"always\"", "\"\"")
+            .replace(
+                "\"Labels\":null",
+                r#""Labels":{"com.docker.swarm.service.id":"x1","com.docker.swarm.service.name":"billing"}"#,
+            );
+        assert_eq!(read(&task).unwrap().restart_policy, "swarm service billing");
         // podman's compatible API says "stopped": a state like any other.
         let podman = whole.replace("\"exited\"", "\"stopped\"");
         assert!(read(&podman).is_ok());
