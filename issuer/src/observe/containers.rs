@@ -111,59 +111,63 @@ pub(super) fn containers(m: &Manifest, held: &mut Containers, facts: &mut Vec<Fa
             facts.extend(refs.iter().map(|c| f.about(c)));
             continue;
         }
-        let mut looked = Vec::with_capacity(refs.len());
-        for c in refs {
-            match look(&held.engines[&socket].client, &c, held.pinned.get(&c)) {
-                Err(e) => {
-                    // An engine restarted or gone: its event stream says so first.
-                    let ended = held.engines[&socket].watch.seen().ended;
-                    let why = match ended {
-                        Some(w) => format!("its event stream: {w}; then the engine: {e}"),
-                        None => format!("the engine: {e}"),
-                    };
-                    facts.push(Failure::unknown(&why).about(&c));
-                }
-                Ok(now) => looked.push((c, now)),
-            }
-        }
-        if first {
-            pin(held, &socket, &looked);
-        }
-        // The engine's word up to the looks: what its stream may not have delivered yet.
-        let seen = match caught_up(held, &socket, &looked) {
-            Ok(seen) => seen,
-            Err(f) => {
-                facts.extend(looked.iter().map(|(c, _)| f.about(c)));
-                continue;
-            }
-        };
-        for (c, now) in &looked {
-            facts.push(judge(c, now.as_ref(), held.pinned.get(c), Some(&seen)));
-        }
+        facts.extend(judged_now(held, &socket, &refs, first));
     }
 }
 
-/// At the dispatch decision, after final verification #2 (whose look is not the
-/// dispatch): each engine's stream caught up once more; an event of a named container
-/// since the first observation, or a stream that ended, withholds (found by attacking the
-/// release binaries: a container started between that verification and the dispatch was
-/// granted). The first such change, as a refusal.
-pub(super) fn still_held(m: &Manifest, held: &Containers) -> Option<Refusal> {
-    for (socket, refs) in by_socket(&m.containment.containers) {
-        let Some(c) = refs.first() else { continue };
-        let fact = if held.engines.contains_key(&socket) {
-            let looked: Vec<(ContainerRef, Option<Container>)> =
-                refs.iter().map(|c| (c.clone(), None)).collect();
-            match caught_up(held, &socket, &looked) {
-                Err(f) => Some(f.about(c)),
-                Ok(seen) => against_events(&seen).map(|(expected, observed, reason)| {
-                    Fact::failed(KIND, &c.spelled(), &expected, &observed, reason)
-                }),
+/// Each container of the engine at `socket` looked at now (pinned when `first`), the
+/// engine's stream caught up to the looks, and each judged.
+fn judged_now(
+    held: &mut Containers,
+    socket: &Socket,
+    refs: &[ContainerRef],
+    first: bool,
+) -> Vec<Fact> {
+    let mut facts = Vec::with_capacity(refs.len());
+    let mut looked = Vec::with_capacity(refs.len());
+    for c in refs {
+        match look(&held.engines[socket].client, c, held.pinned.get(c)) {
+            Err(e) => {
+                // An engine restarted or gone: its event stream says so first.
+                let ended = held.engines[socket].watch.seen().ended;
+                let why = match ended {
+                    Some(w) => format!("its event stream: {w}; then the engine: {e}"),
+                    None => format!("the engine: {e}"),
+                };
+                facts.push(Failure::unknown(&why).about(c));
             }
-        } else {
-            Some(Failure::unknown("its engine, not followed since the first observation").about(c))
+            Ok(now) => looked.push((c.clone(), now)),
+        }
+    }
+    if first {
+        pin(held, socket, &looked);
+    }
+    // The engine's word up to the looks: what its stream may not have delivered yet.
+    match caught_up(held, socket, &looked) {
+        Ok(seen) => facts.extend(
+            looked
+                .iter()
+                .map(|(c, now)| judge(c, now.as_ref(), held.pinned.get(c), Some(&seen))),
+        ),
+        Err(f) => facts.extend(looked.iter().map(|(c, _)| f.about(c))),
+    }
+    facts
+}
+
+/// At the dispatch decision, after final verification #2 (whose look is not the
+/// dispatch): each container looked at once more and its engine's stream caught up, judged
+/// as an observation judges: an event of a named container since the first observation, a
+/// container running, replaced or gone unreported, or a stream that ended, withholds
+/// (found by attacking the release binaries: a container started between that
+/// verification and the dispatch was granted, by a podman client that writes no event
+/// too). The first such fact, as a refusal.
+pub(super) fn still_held(m: &Manifest, held: &mut Containers) -> Option<Refusal> {
+    for (socket, refs) in by_socket(&m.containment.containers) {
+        let facts = match engine_of(held, &socket, &refs, false) {
+            Ok(()) => judged_now(held, &socket, &refs, false),
+            Err(f) => refs.iter().map(|c| f.about(c)).collect(),
         };
-        if let Some(f) = fact {
+        if let Some(f) = facts.into_iter().find(|f| !f.holds()) {
             return Some(Refusal::new(
                 f.reason.unwrap_or(Reason::ControllerUnknown),
                 format!("{} {}", f.kind, f.subject),

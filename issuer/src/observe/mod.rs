@@ -79,7 +79,7 @@ impl Observe for Observer {
         Observer::consumer_exe_baseline(self)
     }
     fn still_held(&mut self) -> Option<crate::refusal::Refusal> {
-        containers::still_held(&self.manifest, &self.containers)
+        containers::still_held(&self.manifest, &mut self.containers)
     }
 }
 
