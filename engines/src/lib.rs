@@ -563,7 +563,7 @@ async fn read_events(mut body: hyper::body::Incoming, shared: &Mutex<Shared>) ->
 
 /// A path segment as the URL carries it.
 /// An id's first 12 characters, as the engines print it.
-fn short_id(id: &str) -> &str {
+pub fn short_id(id: &str) -> &str {
     id.get(..12).unwrap_or(id)
 }
 

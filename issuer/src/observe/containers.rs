@@ -167,13 +167,8 @@ pub(super) fn still_held(m: &Manifest, held: &mut Containers) -> Option<Refusal>
             Ok(()) => judged_now(held, &socket, &refs, false),
             Err(f) => refs.iter().map(|c| f.about(c)).collect(),
         };
-        if let Some(f) = facts.into_iter().find(|f| !f.holds()) {
-            return Some(Refusal::new(
-                f.reason.unwrap_or(Reason::ControllerUnknown),
-                format!("{} {}", f.kind, f.subject),
-                f.expected,
-                f.observed,
-            ));
+        if let Some(r) = facts.iter().find_map(Refusal::from_fact) {
+            return Some(r);
         }
     }
     None
@@ -370,7 +365,7 @@ fn judge(
             KIND,
             &c.spelled(),
             "stopped, restart policy no",
-            &format!("{} {}", k.status, short(&k.id)),
+            &format!("{} {}", k.status, repoch_engines::short_id(&k.id)),
         ),
     }
 }
@@ -387,7 +382,12 @@ fn against_events(s: &repoch_engines::Seen) -> Option<Failed> {
         };
         return Some((
             "no start, exec or change since the first observation".into(),
-            format!("{} of {} at {}{more}", e.action, short(&e.id), e.time),
+            format!(
+                "{} of {} at {}{more}",
+                e.action,
+                repoch_engines::short_id(&e.id),
+                e.time
+            ),
             Reason::ContainerChanged,
         ));
     }
@@ -406,14 +406,22 @@ fn against_pin(c: &ContainerRef, k: &Container, first: Option<&Pinned>) -> Optio
     let Some(f) = first else {
         return Some((
             "absent, as at the first observation".into(),
-            format!("container {}", short(&k.id)),
+            format!("container {}", repoch_engines::short_id(&k.id)),
             Reason::ContainerReplaced,
         ));
     };
     if f.id != k.id || f.created != k.created {
         return Some((
-            format!("container {} created at {}", short(&f.id), f.created),
-            format!("container {} created at {}", short(&k.id), k.created),
+            format!(
+                "container {} created at {}",
+                repoch_engines::short_id(&f.id),
+                f.created
+            ),
+            format!(
+                "container {} created at {}",
+                repoch_engines::short_id(&k.id),
+                k.created
+            ),
             Reason::ContainerReplaced,
         ));
     }
@@ -432,7 +440,11 @@ fn against_pin(c: &ContainerRef, k: &Container, first: Option<&Pinned>) -> Optio
     (k.name != c.name && !f.id.starts_with(c.name.as_str())).then(|| {
         (
             format!("named {}", c.name),
-            format!("container {} renamed {}", short(&k.id), k.name),
+            format!(
+                "container {} renamed {}",
+                repoch_engines::short_id(&k.id),
+                k.name
+            ),
             Reason::ContainerChanged,
         )
     })
@@ -453,7 +465,7 @@ fn against_removal(
         (
             format!(
                 "container {} removed, as its engine's events report",
-                short(&first.id)
+                repoch_engines::short_id(&first.id)
             ),
             "absent, its removal not reported by its engine's events (yet)".to_owned(),
             Reason::ControllerUnknown,
@@ -516,11 +528,6 @@ fn running(k: &Container) -> Option<String> {
         return Some(format!("{}: not a stopped state", k.status));
     }
     None
-}
-
-/// The first 12 digits of an id, as engines print them.
-fn short(id: &str) -> &str {
-    id.get(..12).unwrap_or(id)
 }
 
 /// The named containers their engines have none of now, or that could not be asked:
