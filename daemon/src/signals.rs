@@ -5,9 +5,18 @@
 //!
 //! - [`STOP`] (SIGTERM, SIGINT, SIGQUIT): the stop (docs/ARCHITECTURE.md, "Stopping"): a
 //!   recovery before its intent ends refused `daemon-stopping`, one past it runs to its end;
-//! - [`IGNORED`] and the real-time signals: ignored, and logged (a terminal's hangup, a
-//!   "reload" habit's SIGHUP — repochd reads its configuration at start only —, a UPS
-//!   daemon's SIGPWR, a stray SIGUSR1);
+//! - [`IGNORED`]: ignored, and logged (a terminal's hangup, a "reload" habit's SIGHUP —
+//!   repochd reads its configuration at start only —, a UPS daemon's SIGPWR, a stray
+//!   SIGUSR1);
+//! - [`DISCARDED`] and the real-time signals: set to `SIG_IGN`, so the kernel discards them
+//!   as they are sent. A job-control signal (Ctrl-Z in the terminal that runs repochd, a
+//!   background repochd reading or writing its terminal) would stop the process, a stall
+//!   that burns a recovery past its intent; a handler would not do: a background process
+//!   that catches SIGTTOU has its terminal write restarted after the handler, again and
+//!   again. A flood of queued real-time signals would keep the async thread busy for a
+//!   minute; ignored, none is queued. Signals 32 and 33, below SIGRTMIN, are glibc's own
+//!   (thread cancellation, and the set*id calls across threads) and it refuses to change
+//!   them: they keep their default;
 //! - the fault signals (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGSYS, SIGTRAP) keep
 //!   their default: they mean the process is broken, as `panic = "abort"` does, and whoever
 //!   can send one to root's process can send SIGKILL; either leaves the epoch as a crash
@@ -41,6 +50,14 @@ pub const IGNORED: &[(i32, &str)] = &[
     (nix::libc::SIGSTKFLT, "SIGSTKFLT"),
 ];
 
+/// The job-control signals, set to `SIG_IGN` with the real-time ones: each stops a process
+/// by default, and a caught one is no answer (the module's comment).
+pub const DISCARDED: &[(i32, &str)] = &[
+    (nix::libc::SIGTSTP, "SIGTSTP"),
+    (nix::libc::SIGTTIN, "SIGTTIN"),
+    (nix::libc::SIGTTOU, "SIGTTOU"),
+];
+
 /// The real-time signals, SIGRTMIN to SIGRTMAX, as this C library numbers them, each with
 /// the name `kill -l` gives it.
 fn realtime() -> Vec<(i32, String)> {
@@ -59,7 +76,7 @@ fn realtime() -> Vec<(i32, String)> {
 }
 
 /// The installed handlers: [`Signals::stop`] resolves at the first stopping signal; every
-/// ignored one is logged as it comes, by a task of its own.
+/// ignored one is logged as it comes, by a task of its own. The discarded ones have none.
 #[derive(Debug)]
 pub struct Signals {
     term: Signal,
@@ -69,20 +86,21 @@ pub struct Signals {
 }
 
 impl Signals {
-    /// Installs a handler for every stopping and ignored signal. From here on none of them
-    /// ends the process by its default action.
+    /// Sets every discarded signal to `SIG_IGN` and installs a handler for every stopping and
+    /// ignored one. From here on none of them ends or stops the process by its default action.
     pub fn install() -> Result<Signals, String> {
+        let mut discarded: Vec<(i32, String)> =
+            DISCARDED.iter().map(|&(n, s)| (n, s.to_owned())).collect();
+        discarded.extend(realtime());
+        crate::sys::ignore_signals(&discarded)?;
         let listen = |n: i32, name: &str| {
             signal(SignalKind::from_raw(n)).map_err(|e| format!("a handler for {name}: {e}"))
         };
         let [(t, term), (i, int), (q, quit)] = STOP;
         let (term, int, quit) = (listen(t, term)?, listen(i, int)?, listen(q, quit)?);
-        let mut ignored: Vec<(i32, String)> =
-            IGNORED.iter().map(|&(n, s)| (n, s.to_owned())).collect();
-        ignored.extend(realtime());
-        let mut ignoring = Vec::with_capacity(ignored.len());
-        for (n, name) in ignored {
-            let mut s = listen(n, &name)?;
+        let mut ignoring = Vec::with_capacity(IGNORED.len());
+        for &(n, name) in IGNORED {
+            let mut s = listen(n, name)?;
             ignoring.push(tokio::spawn(async move {
                 while s.recv().await.is_some() {
                     tracing::warn!(
@@ -135,11 +153,15 @@ mod tests {
         assert_eq!(rt[rt.len() - 1], (max, "SIGRTMAX".to_owned()));
     }
 
-    /// No signal is both stopped on and ignored, and none of the fault signals is either.
+    /// No signal is in two of the lists, and none of the fault signals is in any.
     #[test]
     fn the_stopping_and_ignored_signals_are_disjoint_and_leave_the_faults_alone() {
         for (n, name) in &STOP {
             assert!(!IGNORED.iter().any(|(m, _)| m == n), "{name}");
+            assert!(!DISCARDED.iter().any(|(m, _)| m == n), "{name}");
+        }
+        for (n, name) in IGNORED {
+            assert!(!DISCARDED.iter().any(|(m, _)| m == n), "{name}");
         }
         for fault in [
             nix::libc::SIGSEGV,
@@ -150,7 +172,11 @@ mod tests {
             nix::libc::SIGSYS,
             nix::libc::SIGTRAP,
         ] {
-            assert!(!STOP.iter().chain(IGNORED).any(|(n, _)| *n == fault));
+            assert!(!STOP
+                .iter()
+                .chain(IGNORED)
+                .chain(DISCARDED)
+                .any(|(n, _)| *n == fault));
         }
     }
 }

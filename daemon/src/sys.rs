@@ -1,5 +1,6 @@
-//! The daemon's one use of `unsafe`: adopting the listening sockets systemd passes by
-//! socket activation (`LISTEN_FDS`), which arrive as bare fd numbers.
+//! The daemon's uses of `unsafe`: adopting the listening sockets systemd passes by
+//! socket activation (`LISTEN_FDS`), which arrive as bare fd numbers, and setting signals
+//! to `SIG_IGN` (nix and rustix offer it only as `unsafe`, for any handler).
 #![allow(unsafe_code)]
 
 use std::os::fd::{FromRawFd as _, OwnedFd, RawFd};
@@ -30,4 +31,24 @@ pub fn adopt_listen_fds(n: usize) -> Result<Vec<OwnedFd>, String> {
         out.push(owned);
     }
     Ok(out)
+}
+
+/// Sets each of `signals` to `SIG_IGN`: the kernel then discards it when it is sent (none is
+/// queued, no handler runs, no job-control stop happens). An ignored disposition survives
+/// `execve`, so the children repochd starts (`systemctl`) begin with these ignored too; none
+/// of them relies on their default.
+pub fn ignore_signals(signals: &[(i32, String)]) -> Result<(), String> {
+    for (n, name) in signals {
+        // SAFETY: SIG_IGN installs no handler, so no code of this process runs on a signal
+        // and nothing it shares can be observed half-written; `signal` only replaces the
+        // disposition of signal `n` for the whole process, which nothing else here sets.
+        let previous = unsafe { nix::libc::signal(*n, nix::libc::SIG_IGN) };
+        if previous == nix::libc::SIG_ERR {
+            return Err(format!(
+                "ignoring {name}: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    Ok(())
 }

@@ -89,3 +89,14 @@ pub fn wait_with_peak(pid: u32) -> (i32, u64) {
     assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
     (status, u64::try_from(usage.ru_maxrss).unwrap_or(0))
 }
+
+/// Sends signal number `sig` to `pid`: any number, the real-time ones too (rustix names only
+/// the standard signals without `unsafe`).
+pub fn send_signal_number(pid: u32, sig: i32) -> std::io::Result<()> {
+    // SAFETY: kill(2) takes two integers and touches no memory of this process.
+    if unsafe { libc::kill(pid as libc::pid_t, sig) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
