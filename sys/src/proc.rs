@@ -89,6 +89,22 @@ fn gone(e: Errno) -> bool {
     e == Errno::NOENT || e == Errno::SRCH
 }
 
+/// Whether `e`, met reading an entry of the task directory `task`, says the task exited:
+/// [`gone`], or `EACCES` from a task reaped between the entry's lookup and its read (procfs
+/// checks access against a task it no longer finds, and refuses), told apart from a real
+/// refusal by the task's own `stat`, which no longer opens.
+fn exited(e: Errno, task: &OwnedFd) -> bool {
+    gone(e)
+        || (e == Errno::ACCESS
+            && rustix::fs::openat(
+                task,
+                "stat",
+                OFlags::RDONLY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .is_err_and(gone))
+}
+
 /// Reads one line of `r` into `buf`, keeping at most `keep` bytes of it (the rest is read
 /// and dropped). `None` at the end; else whether the line was cut.
 fn read_line_kept(
@@ -367,7 +383,7 @@ fn examine(judge: &mut Judge<'_, '_>, task: &OwnedFd) -> Result<Option<Seen>, Er
     let exe = match rustix::fs::openat(task, "exe", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
     {
         Ok(fd) => fd,
-        Err(e) if gone(e) => return Ok(None),
+        Err(e) if exited(e, task) => return Ok(None),
         Err(e) => return Err(Error::Found(format!("exe: {e}"))),
     };
     let same_mnt = judge.own_mnt.is_some()
@@ -413,7 +429,7 @@ fn mapped_content(
         Mode::empty(),
     ) {
         Ok(fd) => fd,
-        Err(e) if gone(e) => return Ok(None),
+        Err(e) if exited(e, task) => return Ok(None),
         Err(e) => return Err(Error::Found(format!("{file}: {e}"))),
     };
     let m = judge.content_of(&fd, true)?;
@@ -437,7 +453,7 @@ fn examine_maps(
     ) {
         Ok(fd) => fd,
         // Exited after its exe was judged: what the exe showed stands.
-        Err(e) if gone(e) => return Ok((seen.any() != 0).then_some(seen)),
+        Err(e) if exited(e, task) => return Ok((seen.any() != 0).then_some(seen)),
         Err(e) => return Err(Error::Found(format!("maps: {e}"))),
     };
     let mut r = std::io::BufReader::new(std::fs::File::from(maps));
@@ -451,7 +467,7 @@ fn examine_maps(
             Err(e)
                 if e.raw_os_error()
                     .map(Errno::from_raw_os_error)
-                    .is_some_and(gone) =>
+                    .is_some_and(|e| exited(e, task)) =>
             {
                 return Ok((seen.any() != 0).then_some(seen))
             }
@@ -902,7 +918,36 @@ impl<P: Fn(TaskStatus, &OwnedFd) -> bool> Walk<'_, '_, '_, P> {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_maps_line, read_line_kept, same_path};
+    use super::{exited, parse_maps_line, read_line_kept, same_path};
+    use rustix::fs::{Mode, OFlags};
+    use rustix::io::Errno;
+
+    /// `EACCES` from an entry of a task that was reaped meanwhile is its exit (procfs
+    /// answers it in the window between an entry's lookup and its read); from a task that
+    /// lives, it is a refusal, and any other error is one too.
+    #[test]
+    fn a_refused_entry_of_a_reaped_task_is_its_exit_and_of_a_live_one_a_refusal() {
+        let open = |pid: u32| {
+            rustix::fs::open(
+                format!("/proc/{pid}").as_str(),
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .unwrap()
+        };
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let dir = open(child.id());
+        assert!(!exited(Errno::ACCESS, &dir), "a live task's EACCES");
+        assert!(exited(Errno::SRCH, &dir));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(exited(Errno::ACCESS, &dir), "a reaped task's EACCES");
+        assert!(!exited(Errno::PERM, &dir), "EPERM is no exit");
+        assert!(!exited(Errno::IO, &dir), "EIO is no exit");
+    }
 
     #[test]
     fn maps_lines_parse_range_device_inode_and_a_path_with_spaces() {
