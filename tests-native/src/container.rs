@@ -75,7 +75,7 @@ pub struct Container {
     pub nspawn: std::process::Child,
     pub leader: u32,
     /// nspawn makes a mount namespace: see [`mount_namespace_guard`].
-    _guard: std::sync::MutexGuard<'static, ()>,
+    _guard: std::sync::RwLockReadGuard<'static, ()>,
 }
 
 /// Longest wait for a container's systemd to come up.

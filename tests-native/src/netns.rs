@@ -2,14 +2,25 @@
 
 use std::process::Command;
 
-/// Serializes tests that make new mount namespaces (`ip netns exec` copies every mount of
-/// the moment) with tests that must really unmount a file system (power loss): a copied
-/// mount would keep the shut-down superblock alive and the remount would reuse it.
-static MOUNT_NAMESPACES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// Keeps tests that make new mount namespaces (`ip netns exec`, `unshare -m` and
+/// `systemd-nspawn` copy every mount of the moment) apart from tests that must really
+/// unmount a file system (power loss, a full or dead disk, a read-only remount): a copied
+/// mount would keep the shut-down superblock alive and the remount would reuse it. Makers
+/// of namespaces copy nothing of each other's that matters, so any number of them run at
+/// once; a test that unmounts runs alone.
+static MOUNT_NAMESPACES: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
-pub fn mount_namespace_guard() -> std::sync::MutexGuard<'static, ()> {
+/// Taken by a test while it makes mount namespaces: shared with every other such test.
+pub fn mount_namespace_guard() -> std::sync::RwLockReadGuard<'static, ()> {
     MOUNT_NAMESPACES
-        .lock()
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Taken by a test that must really unmount a file system: no namespace is made meanwhile.
+pub fn no_mount_namespaces_guard() -> std::sync::RwLockWriteGuard<'static, ()> {
+    MOUNT_NAMESPACES
+        .write()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
@@ -17,7 +28,7 @@ pub fn mount_namespace_guard() -> std::sync::MutexGuard<'static, ()> {
 #[derive(Debug)]
 pub struct Netns {
     pub name: String,
-    _guard: Option<std::sync::MutexGuard<'static, ()>>,
+    _guard: Option<std::sync::RwLockReadGuard<'static, ()>>,
 }
 
 impl Netns {
@@ -29,7 +40,8 @@ impl Netns {
     }
 
     /// Another namespace in a test that already holds one from [`Netns::new`] (whose
-    /// guard serializes it with the power-loss tests; a second guard would wait for it).
+    /// guard keeps it apart from the power-loss tests; a second guard taken by the same
+    /// test could wait behind one of them, which waits for the first).
     pub fn another(tag: &str) -> Netns {
         let name = format!("repoch-{tag}");
         let o = Command::new("ip")

@@ -287,7 +287,7 @@ fn a_fence_on_a_read_only_mount_is_still_acquired_and_held() {
     // read-only bind mount (same device, inode and birth time), observation still acquires
     // it, and a helper cannot take it meanwhile (through the in-process observer).
     require_root!();
-    let _no_netns = mount_namespace_guard();
+    let _no_namespaces = no_mount_namespaces_guard();
     let s = Sandbox::new();
     let id = s.enroll();
     let lock = s.srv.join("lock");

@@ -11,7 +11,7 @@ use repoch_tests_native::*;
 
 pub(crate) fn a_fence_on_a_btrfs_subvolume_is_held_granted_and_its_holder_named() {
     require_root!();
-    let _no_netns = mount_namespace_guard();
+    let _no_namespaces = no_mount_namespaces_guard();
     let fs = Ext4::btrfs();
     let sub = fs.mnt.join("sub");
     sh(

@@ -52,7 +52,7 @@ enum Failure {
 /// continues: the outcome is uncertain naming the cause, the consumer gets nothing, the log
 /// is byte-for-byte as it was, and repochd refuses every later recovery until restarted.
 fn disk_fails_before(barrier: &str, kind: &str, failure: Failure, kept: &[&str]) {
-    let _no_netns = mount_namespace_guard();
+    let _no_namespaces = no_mount_namespaces_guard();
     let fs = Ext4::new();
     // The intent and the receipt are larger than a block (the image has 1 KiB blocks): they
     // need a new block whatever the last block's slack, so a full disk fails them. (The
@@ -219,7 +219,7 @@ pub(crate) fn a_full_disk_never_leaves_a_partial_record() {
     use repoch_protocol::grant::{Challenge, ConsumerPeer};
     use repoch_protocol::{DeploymentId, Fact, Hash, Identity};
 
-    let _no_netns = mount_namespace_guard();
+    let _no_namespaces = no_mount_namespaces_guard();
     let fs = Ext4::new();
     let s = Sandbox::within(Some(&fs.mnt));
     let id = s.enroll();

@@ -12,7 +12,7 @@ pub(crate) fn a_failed_append_is_uncertain_never_retried_and_repochd_stops_issui
     // fdatasync fails: the outcome is uncertain (exit 3), the consumer is told, and
     // repochd refuses every later recovery with store-poisoned until restarted.
     require_root!();
-    let _no_netns = mount_namespace_guard();
+    let _no_namespaces = no_mount_namespaces_guard();
     let fs = Ext4::new();
     let s = Sandbox::within(Some(&fs.mnt));
     let id = s.enroll();

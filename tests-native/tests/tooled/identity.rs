@@ -44,7 +44,7 @@ pub(crate) fn a_store_deleted_and_recreated_on_the_same_inode_number_is_store_re
     // until ext4 hands the same inode number out again (same st_dev, same st_ino, same
     // content): the birth time tells the new file apart, and observation refuses it.
     require_root!();
-    let _no_netns = mount_namespace_guard();
+    let _no_namespaces = no_mount_namespaces_guard();
     let fs = Ext4::new();
     let s = Sandbox::within(Some(&fs.mnt));
     let id = s.enroll();
@@ -59,7 +59,7 @@ pub(crate) fn a_fence_deleted_and_recreated_on_the_same_inode_number_is_fence_re
     // The same with the lock fence: a new fence on the old number gives no exclusion over
     // whoever still holds the old (unlinked) one, so it must read as replaced.
     require_root!();
-    let _no_netns = mount_namespace_guard();
+    let _no_namespaces = no_mount_namespaces_guard();
     let fs = Ext4::new();
     let s = Sandbox::within(Some(&fs.mnt));
     let id = s.enroll();

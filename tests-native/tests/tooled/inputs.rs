@@ -13,7 +13,7 @@ pub(crate) fn a_read_only_state_directory_is_refused_before_anything_is_written(
     // (before: `observe-failed`, the log was opened for writing), and a recovery is refused
     // `state-read-only` with the cause named, exit 2, before any observation or write.
     require_root!();
-    let _no_netns = mount_namespace_guard();
+    let _no_namespaces = no_mount_namespaces_guard();
     let fs = Ext4::new();
     let s = Sandbox::within(Some(&fs.mnt));
     let id = s.enroll();
@@ -52,7 +52,7 @@ pub(crate) fn a_journal_append_whose_write_fails_is_uncertain_exit_3() {
     // cannot know whether its record reached the disk: uncertain, exit 3, naming the cause
     // (docs/EXIT-CODES.md). Before, a failed write(2) was exit 70, "a bug".
     require_root!();
-    let _no_netns = mount_namespace_guard();
+    let _no_namespaces = no_mount_namespaces_guard();
     let fs = Ext4::new();
     let s = Sandbox::new();
     let j = fs.mnt.join("journal");

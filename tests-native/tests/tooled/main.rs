@@ -738,10 +738,14 @@ fn declared() -> Vec<Declared> {
 }
 
 /// A panic in the trial is its failure (libtest-mimic catches it and reports its message).
+/// Each trial that ends prints its wall time on stderr (`trial NAME: 12.3 s`): the run's
+/// budget (docs/ACCEPTANCE.md, "CI's time") is read from them.
 fn trial(d: &Declared) -> libtest_mimic::Trial {
-    let run = d.run;
+    let (run, name) = (d.run, d.name);
     libtest_mimic::Trial::test(d.name, move || {
+        let started = std::time::Instant::now();
         run();
+        eprintln!("trial {name}: {:.1} s", started.elapsed().as_secs_f64());
         Ok(())
     })
     .with_ignored_flag(d.privilege == Privilege::Root)
@@ -780,7 +784,16 @@ fn arguments() -> (libtest_mimic::Arguments, Vec<String>) {
     if filters.len() == 1 {
         rest.append(&mut filters);
     }
-    (libtest_mimic::Arguments::from_iter(rest), filters)
+    let mut args = libtest_mimic::Arguments::from_iter(rest);
+    // As std's harness does: `--test-threads`, else RUST_TEST_THREADS (.cargo/config.toml
+    // sets it for the workspace: README.md, "Test it"), else one thread a core.
+    if args.test_threads.is_none() {
+        args.test_threads = std::env::var("RUST_TEST_THREADS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .filter(|&n: &usize| n > 0);
+    }
+    (args, filters)
 }
 
 /// Whether `t` is out of every one of `filters` (never, when there are none).

@@ -12,7 +12,7 @@ use repoch_issuer::store::Deployment;
 use repoch_protocol::epoch::{Contender, EpochBody, EpochRecord, SignedEpochRecord};
 use repoch_protocol::grant::{Challenge, ConsumerPeer};
 use repoch_protocol::{DeploymentId, Hash, Identity};
-use repoch_tests_native::{mount_namespace_guard, require_root, Ext4, Outcome, Sandbox};
+use repoch_tests_native::{no_mount_namespaces_guard, require_root, Ext4, Outcome, Sandbox};
 
 /// Real storage whose `sync_data` cuts the power instead of syncing, at a chosen call.
 struct CutBeforeSync<'a> {
@@ -154,7 +154,7 @@ fn record(
 }
 
 fn power_loss_at(phase: usize, before_sync: bool) {
-    let _no_netns = mount_namespace_guard();
+    let _no_namespaces = no_mount_namespaces_guard();
     let fs = Ext4::new();
     let s = Sandbox::within(Some(&fs.mnt));
     let id = s.enroll();
@@ -217,7 +217,7 @@ pub(crate) fn power_loss_right_before_each_fsync_loses_only_the_unsynced_record(
 pub(crate) fn power_loss_right_after_enrollment_keeps_the_deployment() {
     // enroll returns only after every file and directory is fsynced.
     require_root!();
-    let _no_netns = mount_namespace_guard();
+    let _no_namespaces = no_mount_namespaces_guard();
     let fs = Ext4::new();
     let s = Sandbox::within(Some(&fs.mnt));
     let id = s.enroll();

@@ -243,7 +243,7 @@ fn power_cut_at(barrier: &str) {
         .1;
     let what = format!("power cut at {barrier}");
     // No mount namespace may copy this mount (it would keep the shut-down superblock).
-    let _no_netns = mount_namespace_guard();
+    let _no_namespaces = no_mount_namespaces_guard();
     // Declared before every process, so dropped after them: each is killed and reaped
     // before the file system is unmounted and its loop device detached, even on a panic.
     let fs = Ext4::new();
