@@ -6,6 +6,13 @@
 # exclusions and its tests, mutating a copy of the tree (never this checkout) built in its
 # own target directory (target/mutants), so mutated binaries never reach target/debug.
 #
+# With REPOCH_MUTANTS_IN_PLACE=1 (.ci/run, after its test step) it mutates this checkout in
+# place and builds in its own target directory, where the test step has just built and
+# passed every test: each mutant then rebuilds only its crate and those above it, and the
+# unmutated tree's tests are not run again (--baseline=skip). cargo mutants puts each file
+# back after its mutant, and at an interrupt; a mutant's build is left in target/debug until
+# the next build, which rebuilds the restored file (a checkout mid-run is not to be used).
+#
 # Scopes:
 #   protocol   protocol verifiers and the consumer library, by their own packages' tests
 #   issuance   the issuance and the fleet registry's steps, by the issuer's unit tests, the
@@ -63,8 +70,12 @@ mutants_run() {
   esac
   # The checker's random walks at a fifth of their default: its exhaustive searches are
   # what catch a mutant; the walks are for paths beyond the bound (docs/MUTANTS.md).
-  REPOCH_SIM_SEEDS=2000 CARGO_TARGET_DIR="$PWD/target/mutants" \
-    cargo mutants --no-shuffle --timeout "$timeout" "${args[@]}"
+  local target=$PWD/target/mutants where=()
+  if [ "${REPOCH_MUTANTS_IN_PLACE:-}" = 1 ]; then
+    target=${CARGO_TARGET_DIR:-$PWD/target} where=(--in-place --baseline=skip)
+  fi
+  REPOCH_SIM_SEEDS=2000 CARGO_TARGET_DIR="$target" \
+    cargo mutants --no-shuffle --timeout "$timeout" "${where[@]}" "${args[@]}"
 }
 
 # The shard of the day (0-7): REPOCH_MUTANTS_SHARD when set, else the day of the year mod 8.
