@@ -10,6 +10,7 @@ pub mod epochs;
 pub mod handshake;
 pub mod limits;
 pub mod link;
+pub mod logwriter;
 pub mod notify;
 pub mod repochd;
 pub mod server;

@@ -47,7 +47,7 @@ fn init_tracing(filter: &str) {
             .with(
                 tracing_subscriber::fmt::layer()
                     .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-                    .with_writer(std::io::stderr),
+                    .with_writer(crate::logwriter::StderrWhenWritable),
             )
             .init(),
     }

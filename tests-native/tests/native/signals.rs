@@ -260,3 +260,60 @@ fn a_flood_of_real_time_signals_past_the_intent_queues_nothing_and_the_recovery_
         "a real-time flood at after-intent",
     );
 }
+
+/// repochd's log written to a pipe nobody reads (a terminal paused with Ctrl-S, a stalled
+/// SSH session, `repochd 2>&1 | less` left paused), full before the recovery starts: the
+/// lines that do not fit are dropped, nothing waits for the reader, and the recovery is
+/// granted.
+#[test]
+#[ignore = "needs root"]
+fn a_log_nobody_reads_stalls_nothing_and_the_recovery_is_granted() {
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let (r, w) = rustix::pipe::pipe().unwrap();
+    rustix::pipe::fcntl_setpipe_size(&w, 4096).unwrap();
+    // The pipe opened again (a description of its own, so that making it non-blocking
+    // leaves repochd's blocking): how the test fills it.
+    let filler = std::fs::OpenOptions::new()
+        .write(true)
+        .open(format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(&w)
+        ))
+        .unwrap();
+    let _d = Daemon {
+        child: s
+            .cmd("repochd")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::from(w))
+            .spawn()
+            .unwrap(),
+        log: s.path("repochd.log"),
+    };
+    // Read until repochd is ready, then never again.
+    let mut log = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&log).contains("repochd ready") {
+        let n = rustix::io::read(&r, &mut buf).unwrap();
+        assert!(n > 0, "repochd's log ended before it was ready");
+        log.extend_from_slice(&buf[..n]);
+    }
+    rustix::io::ioctl_fionbio(&filler, true).unwrap();
+    while rustix::io::write(&filler, b"x").is_ok() {}
+    let mut c = Guard::spawn(s.consumer(&id[..6], "consumer.key", "grant.cbor", &[]));
+    std::thread::sleep(Duration::from_millis(500));
+    let mut rec = Guard::spawn(s.recover(&id[..6], 20, &[]));
+    let r2 = rec
+        .finish_within(Duration::from_secs(END_SECONDS_MAX))
+        .expect("a log nobody reads: repoch recover did not end");
+    assert_eq!(r2.code, Outcome::Success, "{}", r2.stdout);
+    assert_eq!(r2.outcome()["outcome"], "granted");
+    assert_eq!(c.finish().code, Outcome::Success);
+    assert_eq!(
+        records(&s, &id),
+        ["genesis", "intent", "consume", "receipt"]
+    );
+    drop(r);
+}
