@@ -89,20 +89,17 @@ fn gone(e: Errno) -> bool {
     e == Errno::NOENT || e == Errno::SRCH
 }
 
-/// Whether `e`, met reading an entry of the task directory `task`, says the task exited:
-/// [`gone`], or `EACCES` from a task reaped between the entry's lookup and its read (procfs
-/// checks access against a task it no longer finds, and refuses), told apart from a real
-/// refusal by the task's own `stat`, which no longer opens.
-fn exited(e: Errno, task: &OwnedFd) -> bool {
+/// Whether `e`, met reading an entry of the task directory of task `id`, says the task
+/// exited: [`gone`], or `EACCES` from a task reaped between the entry's lookup and its read
+/// (procfs checks access against a task it no longer finds, and refuses), told apart from a
+/// real refusal by the kernel's own answer for `id` (`kill(id, 0)`: no such process). Not
+/// by a file under the task's directory: root in this mount namespace can mount over one,
+/// and the answer would be the mount's.
+fn exited(e: Errno, id: u32) -> bool {
     gone(e)
         || (e == Errno::ACCESS
-            && rustix::fs::openat(
-                task,
-                "stat",
-                OFlags::RDONLY | OFlags::CLOEXEC,
-                Mode::empty(),
-            )
-            .is_err_and(gone))
+            && rustix::process::Pid::from_raw(id as i32)
+                .is_some_and(|p| rustix::process::test_kill_process(p) == Err(Errno::SRCH)))
 }
 
 /// Reads one line of `r` into `buf`, keeping at most `keep` bytes of it (the rest is read
@@ -377,13 +374,13 @@ impl Seen {
 /// Examines the task directory `task` (`/proc/PID` or `/proc/PID/task/TID`) of a
 /// principal's task with memory: its `exe`, then its maps for what its `exe` is not.
 /// `Ok(None)`: it has no memory (a kernel thread, a zombie) or exited meanwhile.
-fn examine(judge: &mut Judge<'_, '_>, task: &OwnedFd) -> Result<Option<Seen>, Error> {
+fn examine(judge: &mut Judge<'_, '_>, task: &OwnedFd, id: u32) -> Result<Option<Seen>, Error> {
     let all: u16 = (1u16 << judge.wanted.len()) - 1;
     let mut seen = Seen::default();
     let exe = match rustix::fs::openat(task, "exe", OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
     {
         Ok(fd) => fd,
-        Err(e) if exited(e, task) => return Ok(None),
+        Err(e) if exited(e, id) => return Ok(None),
         Err(e) => return Err(Error::Found(format!("exe: {e}"))),
     };
     let same_mnt = judge.own_mnt.is_some()
@@ -401,7 +398,7 @@ fn examine(judge: &mut Judge<'_, '_>, task: &OwnedFd) -> Result<Option<Seen>, Er
     if seen.any() == all {
         return Ok(Some(seen));
     }
-    examine_maps(judge, task, same_mnt, seen)
+    examine_maps(judge, task, id, same_mnt, seen)
 }
 
 /// The wanted indices (bit set) whose content the file mapped at `range` has, judged once
@@ -410,6 +407,7 @@ fn examine(judge: &mut Judge<'_, '_>, task: &OwnedFd) -> Result<Option<Seen>, Er
 fn mapped_content(
     judge: &mut Judge<'_, '_>,
     task: &OwnedFd,
+    id: u32,
     range: &str,
     key: (u32, u32, u64),
 ) -> Result<Option<u16>, Error> {
@@ -429,7 +427,7 @@ fn mapped_content(
         Mode::empty(),
     ) {
         Ok(fd) => fd,
-        Err(e) if exited(e, task) => return Ok(None),
+        Err(e) if exited(e, id) => return Ok(None),
         Err(e) => return Err(Error::Found(format!("{file}: {e}"))),
     };
     let m = judge.content_of(&fd, true)?;
@@ -442,6 +440,7 @@ fn mapped_content(
 fn examine_maps(
     judge: &mut Judge<'_, '_>,
     task: &OwnedFd,
+    id: u32,
     same_mnt: bool,
     mut seen: Seen,
 ) -> Result<Option<Seen>, Error> {
@@ -453,7 +452,7 @@ fn examine_maps(
     ) {
         Ok(fd) => fd,
         // Exited after its exe was judged: what the exe showed stands.
-        Err(e) if exited(e, task) => return Ok((seen.any() != 0).then_some(seen)),
+        Err(e) if exited(e, id) => return Ok((seen.any() != 0).then_some(seen)),
         Err(e) => return Err(Error::Found(format!("maps: {e}"))),
     };
     let mut r = std::io::BufReader::new(std::fs::File::from(maps));
@@ -467,7 +466,7 @@ fn examine_maps(
             Err(e)
                 if e.raw_os_error()
                     .map(Errno::from_raw_os_error)
-                    .is_some_and(|e| exited(e, task)) =>
+                    .is_some_and(|e| exited(e, id)) =>
             {
                 return Ok((seen.any() != 0).then_some(seen))
             }
@@ -498,7 +497,7 @@ fn examine_maps(
         if judge.wanted.iter().all(|w| w.content.is_none()) {
             continue;
         }
-        if let Some(m) = mapped_content(judge, task, range, (maj, min, ino))? {
+        if let Some(m) = mapped_content(judge, task, id, range, (maj, min, ino))? {
             seen.mapped_copy |= m;
         }
     }
@@ -627,7 +626,7 @@ impl<P: Fn(TaskStatus, &OwnedFd) -> bool> Walk<'_, '_, '_, P> {
         // The leader, then (when it has no memory, or is not a principal's while another
         // thread may be) each thread.
         let mut result = if is_principal {
-            examine(self.judge, &dir).map(|s| s.map(|s| (pid, s)))
+            examine(self.judge, &dir, pid).map(|s| s.map(|s| (pid, s)))
         } else {
             Ok(None)
         };
@@ -683,7 +682,7 @@ impl<P: Fn(TaskStatus, &OwnedFd) -> bool> Walk<'_, '_, '_, P> {
                     _ => continue,
                 }
             }
-            result = examine(self.judge, &t).map(|s| s.map(|s| (tid, s)));
+            result = examine(self.judge, &t, tid).map(|s| s.map(|s| (tid, s)));
             if !matches!(result, Ok(None)) {
                 break;
             }
@@ -919,34 +918,28 @@ impl<P: Fn(TaskStatus, &OwnedFd) -> bool> Walk<'_, '_, '_, P> {
 #[cfg(test)]
 mod tests {
     use super::{exited, parse_maps_line, read_line_kept, same_path};
-    use rustix::fs::{Mode, OFlags};
     use rustix::io::Errno;
 
     /// `EACCES` from an entry of a task that was reaped meanwhile is its exit (procfs
     /// answers it in the window between an entry's lookup and its read); from a task that
-    /// lives, it is a refusal, and any other error is one too.
+    /// lives, it is a refusal, and any other error is one too. Whether it lives is the
+    /// kernel's answer for its pid, which no mount over its directory's files can change.
     #[test]
     fn a_refused_entry_of_a_reaped_task_is_its_exit_and_of_a_live_one_a_refusal() {
-        let open = |pid: u32| {
-            rustix::fs::open(
-                format!("/proc/{pid}").as_str(),
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty(),
-            )
-            .unwrap()
-        };
         let mut child = std::process::Command::new("sleep")
             .arg("60")
             .spawn()
             .unwrap();
-        let dir = open(child.id());
-        assert!(!exited(Errno::ACCESS, &dir), "a live task's EACCES");
-        assert!(exited(Errno::SRCH, &dir));
+        let id = child.id();
+        assert!(!exited(Errno::ACCESS, id), "a live task's EACCES");
+        assert!(exited(Errno::SRCH, id));
         child.kill().unwrap();
         child.wait().unwrap();
-        assert!(exited(Errno::ACCESS, &dir), "a reaped task's EACCES");
-        assert!(!exited(Errno::PERM, &dir), "EPERM is no exit");
-        assert!(!exited(Errno::IO, &dir), "EIO is no exit");
+        assert!(exited(Errno::ACCESS, id), "a reaped task's EACCES");
+        assert!(!exited(Errno::PERM, id), "EPERM is no exit");
+        assert!(!exited(Errno::IO, id), "EIO is no exit");
+        // This process lives, whatever its directory's files say.
+        assert!(!exited(Errno::ACCESS, std::process::id()));
     }
 
     #[test]
