@@ -74,8 +74,12 @@ pub fn debian_package() -> Option<PathBuf> {
 pub struct Container {
     pub nspawn: std::process::Child,
     pub leader: u32,
-    /// nspawn makes a mount namespace: see [`mount_namespace_guard`].
-    _guard: std::sync::RwLockReadGuard<'static, ()>,
+    /// nspawn makes a mount namespace: see [`mount_namespace_guard`]; its recoveries search
+    /// every network namespace: see [`namespaced_trial_guard`].
+    _guard: (
+        std::sync::MutexGuard<'static, ()>,
+        std::sync::RwLockReadGuard<'static, ()>,
+    ),
 }
 
 /// Longest wait for a container's systemd to come up.
@@ -84,7 +88,7 @@ pub const CONTAINER_BOOT_SECONDS_MAX: u64 = 180;
 impl Container {
     pub fn boot(tag: &str) -> Container {
         let rootfs = nspawn_rootfs();
-        let guard = mount_namespace_guard();
+        let guard = (namespaced_trial_guard(), mount_namespace_guard());
         let nspawn = Command::new("systemd-nspawn")
             .args([
                 "-q",

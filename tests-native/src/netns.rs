@@ -10,6 +10,18 @@ use std::process::Command;
 /// once; a test that unmounts runs alone.
 static MOUNT_NAMESPACES: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
+/// Serializes the trials that run in network namespaces or a systemd container with each
+/// other: their observations search every network namespace, and their deployments use the
+/// same fixed ports (a container's recovery found the `tcp:*:7071` a namespace trial bound).
+static NAMESPACED_TRIALS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Taken by a trial in a network namespace or a systemd container, for its life.
+pub fn namespaced_trial_guard() -> std::sync::MutexGuard<'static, ()> {
+    NAMESPACED_TRIALS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Taken by a test while it makes mount namespaces: shared with every other such test.
 pub fn mount_namespace_guard() -> std::sync::RwLockReadGuard<'static, ()> {
     MOUNT_NAMESPACES
@@ -28,12 +40,15 @@ pub fn no_mount_namespaces_guard() -> std::sync::RwLockWriteGuard<'static, ()> {
 #[derive(Debug)]
 pub struct Netns {
     pub name: String,
-    _guard: Option<std::sync::RwLockReadGuard<'static, ()>>,
+    _guard: Option<(
+        std::sync::MutexGuard<'static, ()>,
+        std::sync::RwLockReadGuard<'static, ()>,
+    )>,
 }
 
 impl Netns {
     pub fn new(tag: &str) -> Netns {
-        let guard = mount_namespace_guard();
+        let guard = (namespaced_trial_guard(), mount_namespace_guard());
         let mut ns = Netns::another(tag);
         ns._guard = Some(guard);
         ns
