@@ -74,7 +74,9 @@ mutants_run() {
   if [ "${REPOCH_MUTANTS_IN_PLACE:-}" = 1 ]; then
     target=${CARGO_TARGET_DIR:-$PWD/target} where=(--in-place --baseline=skip)
   fi
-  REPOCH_SIM_SEEDS=2000 CARGO_TARGET_DIR="$target" \
+  # A mutant's failing property test must not write its seed into the tree's
+  # proptest-regressions files (in place, they are the checkout's own).
+  REPOCH_SIM_SEEDS=2000 CARGO_TARGET_DIR="$target" PROPTEST_DISABLE_FAILURE_PERSISTENCE=1 \
     cargo mutants --no-shuffle --timeout "$timeout" "${where[@]}" "${args[@]}"
 }
 
