@@ -146,30 +146,35 @@ fn finish_granted(
     (d, s, id)
 }
 
+/// repochd, sent `sig` during the recovery of `id`, has not exited and still serves: a
+/// second recovery of the deployment is answered (its epoch used).
+fn serves_on(d: &mut AtBarrier, s: &Sandbox, id: &str, sig: &str) {
+    assert_eq!(
+        d.exit_within(Duration::from_millis(200)),
+        None,
+        "SIG{sig}: repochd exited"
+    );
+    let r = Guard::spawn(s.recover(&id[..6], 20, &[])).finish();
+    assert_eq!(
+        r.reasons(),
+        ["epoch-consumed"],
+        "after SIG{sig}: {}",
+        r.stdout
+    );
+}
+
 #[test]
 #[ignore = "needs root"]
 fn a_signal_that_ends_a_process_by_default_is_ignored_past_the_intent_and_repochd_serves_on() {
     require_root!();
     for &(sig, logged) in IGNORED {
         let (mut d, s, id) = signalled_at("after-intent", sig, When::Stopped);
-        assert_eq!(
-            d.exit_within(Duration::from_millis(200)),
-            None,
-            "SIG{sig}: repochd exited"
-        );
         assert!(
             d.text().contains(&format!("{logged} ignored")),
             "SIG{sig} not logged as ignored:\n{}",
             d.text()
         );
-        // Still serving: a second recovery of the deployment is answered (its epoch used).
-        let r = Guard::spawn(s.recover(&id[..6], 20, &[])).finish();
-        assert_eq!(
-            r.reasons(),
-            ["epoch-consumed"],
-            "after SIG{sig}: {}",
-            r.stdout
-        );
+        serves_on(&mut d, &s, &id, sig);
     }
 }
 
@@ -210,18 +215,7 @@ fn a_job_control_or_real_time_signal_past_the_intent_is_discarded_and_stops_noth
             "SIG{sig} is not ignored by repochd"
         );
         assert!(!stopped(d.pid()), "SIG{sig} stopped repochd");
-        assert_eq!(
-            d.exit_within(Duration::from_millis(200)),
-            None,
-            "SIG{sig}: repochd exited"
-        );
-        let r = Guard::spawn(s.recover(&id[..6], 20, &[])).finish();
-        assert_eq!(
-            r.reasons(),
-            ["epoch-consumed"],
-            "after SIG{sig}: {}",
-            r.stdout
-        );
+        serves_on(&mut d, &s, &id, sig);
     }
 }
 
