@@ -598,12 +598,28 @@ impl Etcd {
             }
             assert!(
                 start.elapsed() < Duration::from_secs(ETCD_READY_SECONDS_MAX),
-                "etcd did not become healthy: {}{}",
+                "etcd did not become healthy: {}{}{}",
                 String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
+                String::from_utf8_lossy(&out.stderr),
+                self.logs_tail(members)
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// The last lines each member named logged: why one did not serve.
+    fn logs_tail(&self, members: &[usize]) -> String {
+        const LINES: usize = 8;
+        let mut said = String::new();
+        for &i in members {
+            let name = &self.members[i].name;
+            let log =
+                std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(LINES)..].join("\n");
+            said.push_str(&format!("\n--- {name}.log, last {LINES} lines:\n{tail}"));
+        }
+        said
     }
 
     /// `kill -9` of member `i`.
@@ -735,7 +751,7 @@ fn in_netns(netns: Option<&str>, program: &str) -> Command {
     }
 }
 
-fn fastrand_u64() -> u64 {
+pub(crate) fn fastrand_u64() -> u64 {
     let mut b = [0u8; 8];
     rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty()).unwrap();
     u64::from_le_bytes(b)

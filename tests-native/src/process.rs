@@ -104,13 +104,37 @@ pub fn kill_pid(pid: u32) {
 }
 
 /// A TCP or UDP port free now on every address (bound on the IPv6 wildcard, then closed).
+/// The ports [`free_port`] hands out: below the kernel's ephemeral range (32768–60999 by
+/// default), which every outgoing connection draws its source port from. A port taken from
+/// that range and released (bind to 0) was once given to a client's connection before the
+/// test's server bound it: an etcd member found its peer port taken and the cluster never
+/// became healthy.
+const TEST_PORTS: std::ops::Range<u16> = 20_000..32_000;
+
+/// A port no listener of this machine holds (for a TCP or a UDP bind), never the same twice
+/// in one test process and outside the ephemeral range: a server a test starts binds it.
 pub fn free_port(udp: bool) -> u16 {
-    let a = if udp {
-        std::net::UdpSocket::bind("[::]:0").unwrap().local_addr()
-    } else {
-        std::net::TcpListener::bind("[::]:0").unwrap().local_addr()
-    };
-    a.unwrap().port()
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let span = TEST_PORTS.end - TEST_PORTS.start;
+    let _ = NEXT.compare_exchange(
+        0,
+        u16::try_from(crate::etcd::fastrand_u64() % u64::from(span)).unwrap(),
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
+    for _ in 0..span {
+        let port = TEST_PORTS.start + NEXT.fetch_add(1, Ordering::Relaxed) % span;
+        let free = if udp {
+            std::net::UdpSocket::bind(("::", port)).is_ok()
+        } else {
+            std::net::TcpListener::bind(("::", port)).is_ok()
+        };
+        if free {
+            return port;
+        }
+    }
+    panic!("no free port in {TEST_PORTS:?}");
 }
 
 /// Whether `pid` is stopped (state T in /proc/PID/stat).

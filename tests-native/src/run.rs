@@ -160,36 +160,29 @@ pub fn run(mut c: Command) -> Run {
 }
 
 /// Runs `c` to its end: what it printed, and its peak resident set (KiB) as the kernel
-/// counted it at exit.
-#[allow(
-    clippy::zombie_processes,
-    reason = "waited for by wait4, which std cannot do"
-)]
-pub fn run_with_peak(mut c: Command) -> (Run, u64) {
-    use std::io::Read as _;
-    use std::os::unix::process::ExitStatusExt as _;
-    let mut child = c
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    let errs = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = err.read_to_end(&mut v);
-        v
-    });
-    let mut stdout = Vec::new();
-    let _ = out.read_to_end(&mut stdout);
-    let stderr = errs.join().unwrap();
-    let (status, peak) = crate::sys::wait_with_peak(child.id());
-    let o = Output {
-        status: std::process::ExitStatus::from_raw(status),
-        stdout,
-        stderr,
-    };
-    (o.into(), peak)
+/// counted it at exit. `c` is run by the test helper's `peak`: a child's `ru_maxrss` holds
+/// the peak of the address space it was forked from (exec records it), and a test process
+/// running trials beside each other can be hundreds of MiB.
+pub fn run_with_peak(c: Command) -> (Run, u64) {
+    let file = tempfile::NamedTempFile::new().expect("a file for the peak");
+    let mut wrapped = crate::process::helper(&["peak", file.path().to_str().unwrap()]);
+    wrapped.arg(c.get_program()).args(c.get_args());
+    for (k, v) in c.get_envs() {
+        match v {
+            Some(v) => wrapped.env(k, v),
+            None => wrapped.env_remove(k),
+        };
+    }
+    if let Some(dir) = c.get_current_dir() {
+        wrapped.current_dir(dir);
+    }
+    let r = run(wrapped);
+    let peak = std::fs::read_to_string(file.path())
+        .expect("the helper wrote the peak")
+        .trim()
+        .parse()
+        .expect("a number of KiB");
+    (r, peak)
 }
 
 pub fn finish(c: std::process::Child) -> Run {

@@ -271,6 +271,11 @@ fn sleep_forever() -> ! {
     }
 }
 
+/// Whether a wait status is a normal exit (`WIFEXITED`).
+fn libc_exited(status: i32) -> bool {
+    status & 0x7f == 0
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
@@ -307,6 +312,25 @@ fn main() {
             std::mem::forget(child);
         }
         Some("sleep") => sleep_forever(),
+        Some("peak") => {
+            // `peak FILE PROGRAM ARGS…`: runs PROGRAM with this process's stdio and writes its
+            // peak resident set (KiB) to FILE. A child's `ru_maxrss` counts the memory of the
+            // process it was forked from (exec records the old address space's peak), so the
+            // program is forked from this small process, never from a test's large one.
+            #[allow(clippy::zombie_processes, reason = "waited for by wait4")]
+            let child = Command::new(&args[3])
+                .args(&args[4..])
+                .spawn()
+                .expect("spawn");
+            let (status, peak) = repoch_tests_native::sys::wait_with_peak(child.id());
+            std::fs::write(&args[2], peak.to_string()).expect("write the peak");
+            let code = if libc_exited(status) {
+                (status >> 8) & 0xff
+            } else {
+                128 + (status & 0x7f)
+            };
+            std::process::exit(code);
+        }
         Some("steal-fds") => {
             // Takes a copy of each descriptor 0..STEAL_FDS_MAX of PID with pidfd_getfd (the
             // kernel allows it to a process of the same uid when PID is dumpable). Prints
