@@ -155,6 +155,10 @@ pub enum FleetVerdict {
     /// A claim names this log's deployment, and this log's issuer key did not sign it: an
     /// etcd writer's claim, not this host's (whatever the log holds).
     Forged { registry: String, log: String },
+    /// A claim naming this log's deployment sits at another key than its own
+    /// (`PREFIX/epochs/FLEET`): an etcd writer's copy, which never counts as the
+    /// deployment's registration.
+    Planted { registry: String, log: String },
 }
 
 /// A log (its intents, the token it consumed with, `summary` of it) against the claim
@@ -197,15 +201,24 @@ fn against_claim(
 #[derive(Debug)]
 pub struct Naming<'a> {
     issuer: &'a repoch_protocol::PublicKey,
+    /// The registry's prefix: a claim counts only at its own key, `PREFIX/epochs/FLEET`.
+    prefix: String,
     by_deployment: std::collections::BTreeMap<
         repoch_protocol::DeploymentId,
         (Option<FleetEpoch>, Option<FleetEpoch>),
     >,
+    /// For each audited deployment, the first claim naming it found at another key than
+    /// its own: an etcd writer's copy, planted (a claim is created at its own key only).
+    planted: std::collections::BTreeMap<repoch_protocol::DeploymentId, FleetEpoch>,
 }
 
 impl<'a> Naming<'a> {
     /// Slots for the deployments of `logs`.
-    pub fn new(logs: &[Audited], issuer: &'a repoch_protocol::PublicKey) -> Naming<'a> {
+    pub fn new(
+        logs: &[Audited],
+        issuer: &'a repoch_protocol::PublicKey,
+        prefix: &str,
+    ) -> Naming<'a> {
         let by_deployment = logs
             .iter()
             .filter_map(|a| a.report.deployment())
@@ -213,17 +226,26 @@ impl<'a> Naming<'a> {
             .collect();
         Naming {
             issuer,
+            prefix: prefix.to_owned(),
             by_deployment,
+            planted: std::collections::BTreeMap::new(),
         }
     }
 
     /// Keeps `e` if it is the first claim naming an audited deployment, or the first one
-    /// naming it that the issuer key signed.
+    /// naming it that the issuer key signed; a claim at another key than its own is kept
+    /// as planted, never as the deployment's registration.
     pub fn offer(&mut self, e: &FleetEpoch) {
         let Ok(c) = &e.claim else { return };
         let Some((ours, any)) = self.by_deployment.get_mut(&c.deployment) else {
             return;
         };
+        if e.key != format!("{}/epochs/{}", self.prefix, c.fleet) {
+            self.planted
+                .entry(c.deployment)
+                .or_insert_with(|| e.clone());
+            return;
+        }
         if any.is_none() {
             *any = Some(e.clone());
         }
@@ -266,6 +288,16 @@ pub fn compare_fleet(named: &Naming<'_>, logs: &[Audited]) -> Vec<FleetVerdict> 
             );
             // A claim this host signed is its own; one naming it that it did not sign is
             // only a writer's.
+            if let Some(p) = r.deployment().and_then(|d| named.planted.get(&d)) {
+                let c = p.claim.as_ref().expect("a claim");
+                return FleetVerdict::Planted {
+                    registry: format!(
+                        "{}: a claim naming host {} (intent {}) at a key not its own, {}/epochs/{}: planted",
+                        p.key, c.host, c.intent, named.prefix, c.fleet
+                    ),
+                    log: summary,
+                };
+            }
             let (ours, naming) = named.of(r.deployment());
             if let (None, Some(forged)) = (ours, naming) {
                 let c = forged.claim.as_ref().expect("a claim");

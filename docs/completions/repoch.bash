@@ -225,12 +225,20 @@ _repoch() {
             return 0
             ;;
         repoch__subcmd__enroll)
-            opts="-h --root --json --help"
+            opts="-h --fleet-admin-cert --fleet-admin-key --root --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --fleet-admin-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --fleet-admin-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --root)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

@@ -37,6 +37,8 @@ complete -c repoch -n "__fish_repoch_needs_command" -f -a "checkpoint" -d 'Print
 complete -c repoch -n "__fish_repoch_needs_command" -f -a "audit" -d 'Verify epoch logs and the chain between deployments, offline'
 complete -c repoch -n "__fish_repoch_needs_command" -f -a "journal" -d 'Producer journal records, for roots not written in Rust'
 complete -c repoch -n "__fish_repoch_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c repoch -n "__fish_repoch_using_subcommand enroll" -l fleet-admin-cert -d 'Establishing a fleet (a `[registry]` without `fleet_id`): an etcd administrator\'s client certificate (PEM), which writes the fleet record no host\'s credential may write. Used for that one write (and its removal if the enrollment fails), never kept. Root\'s file, in root\'s directories' -r -F
+complete -c repoch -n "__fish_repoch_using_subcommand enroll" -l fleet-admin-key -d 'The key of `--fleet-admin-cert` (PEM; root\'s, 0600)' -r -F
 complete -c repoch -n "__fish_repoch_using_subcommand enroll" -l root -d 'Relocate /etc/repoch, /var/lib/repoch and /run/repoch under DIR (tests, demo)' -r -F
 complete -c repoch -n "__fish_repoch_using_subcommand enroll" -l json -d 'Machine-readable output: one JSON object per line on stdout'
 complete -c repoch -n "__fish_repoch_using_subcommand enroll" -s h -l help -d 'Print help (see more with \'--help\')'

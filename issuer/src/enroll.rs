@@ -374,8 +374,13 @@ pub struct Validated {
     pub registry: Option<repoch_protocol::fleet::Registry>,
     /// `registry.fleet_id`: the fleet this host joins; `None`: it establishes one.
     pub fleet_id: Option<repoch_protocol::fleet::FleetId>,
-    /// `registry.token_floor`: the floor of the fleet this enrollment establishes.
+    /// `registry.token_floor`: the floor of the fleet this enrollment establishes, or the
+    /// least floor the fleet it joins may hold.
     pub token_floor: u64,
+    /// An etcd administrator's client certificate and key (paths; `repoch enroll
+    /// --fleet-admin-cert/--fleet-admin-key`): what writes the record of a fleet this
+    /// enrollment establishes, which no host's credential may write. Never kept.
+    pub fleet_admin: Option<(String, String)>,
 }
 
 /// Parses and validates a TOML manifest: every path absolute and canonical, every list
@@ -418,6 +423,7 @@ pub fn validate(text: &str) -> Result<Validated, EnrollError> {
     Ok(Validated {
         fleet_id,
         token_floor,
+        fleet_admin: None,
         label: m.label,
         fences: m.fences,
         stores: m.stores,
@@ -647,8 +653,8 @@ fn engine_socket(engine: &str, engines: &EnginesToml) -> Result<String, EnrollEr
     Ok(path.to_owned())
 }
 
-/// `[registry]`'s fleet id (joining a fleet) and token floor (establishing one): only one
-/// of the two.
+/// `[registry]`'s fleet id (joining a fleet) and token floor (the floor of a fleet it
+/// establishes, or the least floor of the fleet it joins).
 fn registry_pins(
     r: Option<&RegistryToml>,
 ) -> Result<(Option<repoch_protocol::fleet::FleetId>, u64), EnrollError> {
@@ -657,13 +663,7 @@ fn registry_pins(
         None => None,
     };
     let token_floor = match r.map(|r| (r.token_floor, r.fleet_id.is_some())) {
-        Some((Some(_), true)) => {
-            return Err(field(
-                "registry.token_floor",
-                "only the enrollment that establishes a fleet sets its floor (this one names registry.fleet_id: the fleet's record holds its floor)",
-            ))
-        }
-        Some((Some(f), false)) if f > repoch_protocol::fleet::FLOOR_MAX => {
+        Some((Some(f), _)) if f > repoch_protocol::fleet::FLOOR_MAX => {
             return Err(field(
                 "registry.token_floor",
                 format!("{f}: at most {}", repoch_protocol::fleet::FLOOR_MAX),
@@ -852,49 +852,55 @@ pub struct Enrolled {
     pub fleet: Option<(repoch_protocol::fleet::FleetId, bool)>,
 }
 
-/// A fleet as an enrollment found it, or made it: the connected client, the `[registry]`
-/// with its pin, whether this enrollment established the fleet, and each registry key it
-/// created with its create revision (removed if the enrollment fails).
+/// A fleet as an enrollment found it, or made it: the connected client (and the
+/// administrator's, which wrote the fleet record, when this enrollment established it),
+/// the `[registry]` with its pin, whether this enrollment established the fleet, and each
+/// registry key it created with its create revision (removed if the enrollment fails).
 #[derive(Debug)]
 struct FleetJoin {
     client: repoch_registry::Client,
+    admin: Option<repoch_registry::Client>,
     registry: repoch_protocol::fleet::Registry,
     pin: repoch_protocol::fleet::FleetPin,
     established: bool,
     recorded: Vec<(String, i64)>,
 }
 
-/// Reads the fleet `r` names (docs/OPERATOR.md, "A fleet registry"). With `join` (the
-/// manifest's `registry.fleet_id`): its record must exist under the prefix with that id,
-/// the answering cluster must be the record's, and its members a majority of the
-/// record's. Without: no record may exist; the fleet's pin is drawn (a random id) from the
-/// cluster's own answer. Refused either way when the fleet epoch is already used.
+/// Reads the fleet `r` names (docs/OPERATOR.md, "A fleet registry"), once this host's
+/// credential is proven unable to write the fleet record, another host's record or a key
+/// outside the prefix. With the manifest's `registry.fleet_id`: its record must exist
+/// under the prefix with that id, signed by the key the id names, the answering cluster
+/// must be the record's, and its members a majority of the record's. Without: no record
+/// may exist; the fleet is established with a record signed by this host's issuer key
+/// (`key`), written with the administrator's credential. Refused either way when the
+/// fleet epoch is already used.
 fn join_fleet(
     r: &repoch_protocol::fleet::Registry,
-    join: Option<repoch_protocol::fleet::FleetId>,
-    floor: u64,
+    v: &Validated,
+    (key, now): (&SigningKey, u64),
 ) -> Result<FleetJoin, EnrollError> {
     let unavailable = |e: repoch_registry::Error| {
         EnrollError::Registry(format!("registry {}: {e}", r.fleet_key()))
     };
-    // Credentials only root can write, each usable, or no enrollment: the field named
-    // (registry-unprotected or registry-unavailable at recovery).
-    let mut client =
-        crate::fleet::connect(r, true).map_err(|e| match e.subject.strip_prefix("registry.") {
-            Some(_) => field(e.subject.clone(), e.observed.clone()),
-            None => EnrollError::Registry(e.to_string()),
-        })?;
+    let mut client = connect_enrolling(r)?;
     let (header, mut voting) = client.members().map_err(unavailable)?;
     voting.sort_unstable();
     endpoints_cover(&mut client, r, &voting)?;
+    crate::fleet::least_privilege(&mut client, r).map_err(|refusal| {
+        field(
+            "registry.cert",
+            format!("{}: {}", refusal.reason.as_str(), refusal),
+        )
+    })?;
     let (_, entry) = client.get(r.fleet_key().as_bytes()).map_err(unavailable)?;
+    let mut admin = None;
     let (pin, record_revision, established, record) = pin_fleet(
-        &mut client,
+        (&mut client, &mut admin),
         r,
-        join,
+        v,
         entry.as_ref(),
         (&header, voting),
-        floor,
+        (key, now),
     )?;
     let mut recorded = Vec::new();
     if established {
@@ -902,6 +908,7 @@ fn join_fleet(
     }
     let mut join = FleetJoin {
         client,
+        admin,
         registry: repoch_protocol::fleet::Registry {
             pin: Some(pin.clone()),
             record_revision: u64::try_from(record_revision).unwrap_or(0),
@@ -925,6 +932,49 @@ fn join_fleet(
         });
     }
     Ok(join)
+}
+
+/// The client of an enrollment: credentials only root can write, each usable, or no
+/// enrollment (the field named; `registry-unprotected` or `registry-unavailable` at
+/// recovery).
+fn connect_enrolling(
+    r: &repoch_protocol::fleet::Registry,
+) -> Result<repoch_registry::Client, EnrollError> {
+    crate::fleet::connect(r, true).map_err(|e| match e.subject.strip_prefix("registry.") {
+        Some(_) => field(e.subject.clone(), e.observed.clone()),
+        None => EnrollError::Registry(e.to_string()),
+    })
+}
+
+/// The administrator's client that writes the record of a fleet `v` establishes
+/// (`--fleet-admin-cert`, `--fleet-admin-key`; the `[registry]`'s CA): refused when none
+/// was given, since no host's credential may write it.
+fn connect_admin(
+    r: &repoch_protocol::fleet::Registry,
+    v: &Validated,
+) -> Result<repoch_registry::Client, EnrollError> {
+    let Some((cert, key)) = &v.fleet_admin else {
+        return Err(field(
+            "registry.fleet_id",
+            format!(
+                "fleet {} has no record under {}: establishing it writes its record with an etcd administrator's credential (repoch enroll --fleet-admin-cert FILE --fleet-admin-key FILE), which no host's may write; to join an established fleet, set registry.fleet_id",
+                r.fleet, r.prefix
+            ),
+        ));
+    };
+    let admin = repoch_protocol::fleet::Registry {
+        cert: cert.clone(),
+        key: key.clone(),
+        ..r.clone()
+    };
+    crate::fleet::connect(&admin, true).map_err(|e| {
+        let flag = match e.subject.as_str() {
+            "registry.cert" => "--fleet-admin-cert".to_owned(),
+            "registry.key" => "--fleet-admin-key".to_owned(),
+            other => other.to_owned(),
+        };
+        field(flag, e.observed.clone())
+    })
 }
 
 /// Whether a majority of the pinned `members`, each endpoint asked alone, hold `key` as
@@ -1012,16 +1062,20 @@ fn endpoints_cover(
 }
 
 /// The fleet's pin, from the fleet record `entry` the cluster answering (`header`, its
-/// voting members) holds: checked against `join`'s id, or, with neither a record nor an
-/// id, drawn and established. With the record's create revision, and whether this
-/// enrollment established it.
+/// voting members) holds: checked against `v`'s fleet id and floor, or, with neither a
+/// record nor an id, established (its record signed by `key`, written by the
+/// administrator's client, kept in `admin`). With the record's create revision, its bytes,
+/// and whether this enrollment established it.
 fn pin_fleet(
-    client: &mut repoch_registry::Client,
+    (client, admin): (
+        &mut repoch_registry::Client,
+        &mut Option<repoch_registry::Client>,
+    ),
     r: &repoch_protocol::fleet::Registry,
-    join: Option<repoch_protocol::fleet::FleetId>,
+    v: &Validated,
     entry: Option<&repoch_registry::Entry>,
     (header, voting): (&repoch_registry::Header, Vec<u64>),
-    floor: u64,
+    (key, now): (&SigningKey, u64),
 ) -> Result<(repoch_protocol::fleet::FleetPin, i64, bool, Vec<u8>), EnrollError> {
     use repoch_protocol::fleet::FleetRecord;
     let record = entry
@@ -1034,13 +1088,13 @@ fn pin_fleet(
             })
         })
         .transpose()?;
-    Ok(match (join, record) {
+    Ok(match (v.fleet_id, record) {
         (None, Some(rec)) => {
             return Err(field(
                 "registry.fleet_id",
                 format!(
-                    "fleet {} is established under {} (id {}, by host {}): to join it, set registry.fleet_id = \"{}\"",
-                    r.fleet, r.prefix, rec.pin.id, rec.host, rec.pin.id
+                    "fleet {} already has a record under {} (id {}, naming host {} as its establisher, signed by key {}): join it with registry.fleet_id only if that host's own enrollment printed this id; a record no host of yours established was planted",
+                    r.fleet, r.prefix, rec.pin.id, rec.host, rec.key
                 ),
             ))
         }
@@ -1057,13 +1111,23 @@ fn pin_fleet(
         (Some(id), Some(rec)) => {
             let read = entry.expect("a record read");
             let pin = check_join(r, id, &rec, read, (header, &voting))?;
+            if pin.floor < v.token_floor {
+                return Err(field(
+                    "registry.token_floor",
+                    format!(
+                        "fleet {id}'s record holds the token floor {}, below this host's {}: its tokens could be at or below ones already used",
+                        pin.floor, v.token_floor
+                    ),
+                ));
+            }
             (pin, read.create_revision, false, read.value.clone())
         }
         (None, None) => {
-            let (pin, record) = new_fleet(r, header, voting, floor)?;
-            unused_epoch(client, r, &pin.members)?;
-            let revision = establish(client, r, &record)?;
-            (pin, revision, true, record.to_bytes())
+            let record = new_fleet(r, header, voting, (v.token_floor, now))?.signed(key);
+            unused_epoch(client, r, &record.pin.members)?;
+            let writer = admin.insert(connect_admin(r, v)?);
+            let revision = establish(writer, r, &record)?;
+            (record.pin.clone(), revision, true, record.to_bytes())
         }
     })
 }
@@ -1127,21 +1191,15 @@ fn check_join(
     Ok(pin)
 }
 
-/// A new fleet's pin and record: a random id, the answering cluster and its voting
-/// members.
+/// A new fleet's record, to be signed ([`FleetRecord::signed`] derives its id): the
+/// answering cluster and its voting members, the floor, this host, the time.
 fn new_fleet(
     r: &repoch_protocol::fleet::Registry,
     header: &repoch_registry::Header,
     voting: Vec<u64>,
-    floor: u64,
-) -> Result<
-    (
-        repoch_protocol::fleet::FleetPin,
-        repoch_protocol::fleet::FleetRecord,
-    ),
-    EnrollError,
-> {
-    use repoch_protocol::fleet::{FleetId, FleetPin, FleetRecord, MEMBERS_MAX};
+    (floor, now): (u64, u64),
+) -> Result<repoch_protocol::fleet::FleetRecord, EnrollError> {
+    use repoch_protocol::fleet::{FleetId, FleetPin, FleetRecord, FLEET_ID_BYTES, MEMBERS_MAX};
     if voting.is_empty() || voting.len() > MEMBERS_MAX || header.cluster == 0 {
         return Err(EnrollError::Registry(format!(
             "registry {}: cluster {:016x} lists {} voting members: 1 to {MEMBERS_MAX} can be pinned",
@@ -1150,22 +1208,20 @@ fn new_fleet(
             voting.len()
         )));
     }
-    let id = FleetId(
-        crate::keys::random::<16>().map_err(|e| EnrollError::Io(format!("getrandom: {e}")))?,
-    );
-    let pin = FleetPin {
-        id,
-        cluster: header.cluster,
-        members: voting,
-        floor,
-    };
-    let record = FleetRecord {
+    Ok(FleetRecord {
         fleet: r.fleet.clone(),
         prefix: r.prefix.clone(),
-        pin: pin.clone(),
+        pin: FleetPin {
+            id: FleetId([0; FLEET_ID_BYTES]),
+            cluster: header.cluster,
+            members: voting,
+            floor,
+        },
         host: r.host.clone(),
-    };
-    Ok((pin, record))
+        established: now,
+        key: PublicKey([0; 32]),
+        signature: [0; repoch_protocol::limits::SIGNATURE_BYTES],
+    })
 }
 
 /// The fleet epoch must be unused: a successor deployment takes a new fleet name.
@@ -1322,7 +1378,12 @@ pub const HOSTS_SHOWN_MAX: usize = 64;
 fn unregister(f: &mut FleetJoin, recorded: &[(String, i64)]) -> Result<(), String> {
     let mut left = Vec::new();
     for (key, revision) in recorded {
-        match f.client.remove(key.as_bytes(), *revision) {
+        // The fleet record was written by the administrator's client: only it may remove it.
+        let client = match (*key == f.registry.fleet_key(), f.admin.as_mut()) {
+            (true, Some(admin)) => admin,
+            _ => &mut f.client,
+        };
+        match client.remove(key.as_bytes(), *revision) {
             Ok(_) => {}
             Err(e) => left.push(format!(
                 "{key} (created at revision {revision}) is left in the registry ({e}): remove it with `etcdctl del {key}` once no host uses it"
@@ -1492,7 +1553,7 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
     // The fleet, before anything is written here: joined (its record read and this
     // cluster checked against it) or established (its record made now).
     let mut fleet = match &v.registry {
-        Some(r) => Some(join_fleet(r, v.fleet_id, v.token_floor)?),
+        Some(r) => Some(join_fleet(r, v, (&key, now))?),
         None => None,
     };
     let done = enroll_with(
@@ -1547,6 +1608,7 @@ fn predecessor_of(
                 ));
             }
             only_successor(layout, &issuer, pid)?;
+            floor_above(v, rep)?;
             crate::barrier::reach("enroll-after-successor-check");
             Some(Predecessor {
                 deployment: pid,
@@ -1554,6 +1616,36 @@ fn predecessor_of(
             })
         }
     })
+}
+
+/// A successor with a registry: its `token_floor` at least the fencing token its
+/// predecessor's log consumed with (the largest it holds). A cluster rebuilt from its
+/// template restarts its revisions, and no host can tell a rebuilt cluster from the one
+/// its predecessor claimed in: without the floor, the successor's token could be at or
+/// below its predecessor's, which a store keeping the largest token would take as older.
+fn floor_above(v: &Validated, rep: &repoch_protocol::epoch::LogReport) -> Result<(), EnrollError> {
+    use repoch_protocol::epoch::EpochBody;
+    if v.registry.is_none() {
+        return Ok(());
+    }
+    let consumed = rep
+        .records
+        .iter()
+        .filter_map(|r| match &r.record.record.body {
+            EpochBody::Consume { fencing, .. } => *fencing,
+            _ => None,
+        })
+        .max_by_key(|t| t.revision);
+    match consumed {
+        Some(t) if v.token_floor < t.revision => Err(field(
+            "registry.token_floor",
+            format!(
+                "{} is below the fencing token {} (cluster {:016x}) the predecessor's log consumed with: set token_floor = {} or more",
+                v.token_floor, t.revision, t.cluster, t.revision
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Every inventory object that must already exist (fences, stores), by identity.

@@ -48,6 +48,9 @@ pub trait Fleet: Send {
     /// ([`Client::probe_write`]): no alarm (a full cluster, a corrupt one), and this host
     /// allowed to write it.
     fn writable(&mut self, key: &[u8]) -> Result<(), Error>;
+    /// Whether this host's credential may write `key`, without writing it
+    /// ([`Client::may_write`]): `false` when etcd refuses it the permission.
+    fn may_write(&mut self, key: &[u8]) -> Result<bool, Error>;
 }
 
 /// One member's answer to a read of a key.
@@ -88,6 +91,55 @@ impl Fleet for Client {
     fn writable(&mut self, key: &[u8]) -> Result<(), Error> {
         Client::probe_write(self, key)
     }
+    fn may_write(&mut self, key: &[u8]) -> Result<bool, Error> {
+        Client::may_write(self, key)
+    }
+}
+
+/// The keys no host's credential may write (docs/OPERATOR.md, "A fleet registry", "Roles first"): the fleet record,
+/// another host's record of the fleet (and a key beside this host's own, which a grant of
+/// its record as a prefix would cover), and keys outside the prefix: right after it
+/// without its `/` (a grant of the prefix as a prefix), the first key there is and one past
+/// every printable one (a grant of a range from some key).
+pub fn forbidden_keys(r: &Registry) -> Vec<Vec<u8>> {
+    vec![
+        r.fleet_key().into_bytes(),
+        format!("{}!", r.hosts_prefix()).into_bytes(),
+        format!("{}!", r.host_key()).into_bytes(),
+        format!("{}!", r.prefix).into_bytes(),
+        b"\x00".to_vec(),
+        b"\x7f".to_vec(),
+    ]
+}
+
+/// Proves that this host's credential cannot write any of [`forbidden_keys`], one
+/// transaction per key whose compare never holds (nothing is written): with etcd's
+/// authentication off, or a role granting more, one host's credential could plant, copy
+/// or replay the fleet record. `registry-overprivileged` naming the first key it could
+/// write; `registry-unavailable` when a probe got no answer.
+pub fn least_privilege(fleet: &mut dyn Fleet, r: &Registry) -> Result<(), Refusal> {
+    for key in forbidden_keys(r) {
+        let shown = String::from_utf8_lossy(&key).into_owned();
+        match fleet.may_write(&key) {
+            Ok(false) => {}
+            Ok(true) => {
+                return Err(Refusal::new(
+                    Reason::RegistryOverprivileged,
+                    format!("registry credential {}", r.cert),
+                    format!("a credential etcd refuses a write of {shown}"),
+                    format!("etcd would take its write of {shown} (authentication off, or a role granting it)"),
+                ))
+            }
+            Err(e) => {
+                return Err(unavailable(
+                    r,
+                    &format!("an answer to the permission probe of {shown}"),
+                    e,
+                ))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The PEM bytes of a `[registry]`'s CA, client certificate and client key.
@@ -196,15 +248,30 @@ fn ids(ids: &[u64]) -> String {
 
 impl Vouch for Pinned {
     fn members(&self, h: &Header, voting: &[u64]) -> Result<(), String> {
-        if self.pin.majority_of(voting) {
-            return Ok(());
+        if !self.pin.majority_of(voting) {
+            return Err(format!(
+                "member {:016x} lists the members {}: no majority of the pinned {}",
+                h.member,
+                ids(voting),
+                ids(&self.pin.members)
+            ));
         }
-        Err(format!(
-            "member {:016x} lists the members {}: no majority of the pinned {}",
-            h.member,
-            ids(voting),
-            ids(&self.pin.members)
-        ))
+        // And the pinned members a majority of the listed ones: a fleet pinned on one
+        // member of a cluster grown to three would take that member's copy, started alone,
+        // for the fleet.
+        let listed = FleetPin {
+            members: voting.to_vec(),
+            ..self.pin.clone()
+        };
+        if !listed.majority_of(&self.pin.members) {
+            return Err(format!(
+                "member {:016x} lists the members {}: the pinned {} are no majority of them (the cluster grew: enroll successor deployments, which pin its members of the day)",
+                h.member,
+                ids(voting),
+                ids(&self.pin.members)
+            ));
+        }
+        Ok(())
     }
     fn record_key(&self) -> Vec<u8> {
         self.r.fleet_key().into_bytes()
@@ -312,8 +379,13 @@ fn taken(
             c.fleet_id, pin.id
         ));
     }
-    if c.host == r.host && c.signed_by(own) {
-        return refusal(Reason::EpochConsumed, held);
+    // A claim naming this host is judged by this host's own key alone: a host record
+    // recreated by an etcd writer with a key of its own vouches for nothing here.
+    if c.host == r.host {
+        return match c.signed_by(own) {
+            true => refusal(Reason::EpochConsumed, held),
+            false => forged("it names this host, whose issuer key did not sign it".into()),
+        };
     }
     let key = format!("{}{}", r.hosts_prefix(), c.host);
     let heard = match majority(fleet, r, &key) {
@@ -415,6 +487,7 @@ pub fn look(fleet: &mut dyn Fleet, r: &Registry, own: &PublicKey) -> Result<(), 
     if let Some(e) = heard.into_iter().find_map(|said| said.entry) {
         return Err(taken(fleet, r, own, (subject, "unclaimed".into()), &e));
     }
+    least_privilege(fleet, r)?;
     fleet
         .writable(r.epoch_key().as_bytes())
         .map_err(|e| unavailable(r, "a registry that takes the claim", e))
@@ -579,6 +652,9 @@ mod tests {
         host_members: Vec<u64>,
         /// Each member's answer of a host record read, when scripted so.
         host_each: Vec<Vec<Result<Said, Error>>>,
+        /// The keys this host's credential may write, of those no host's may; none: the
+        /// least privilege.
+        privileged: Vec<Vec<u8>>,
     }
 
     /// A read's answer: the cluster and the key's entry, if any.
@@ -650,6 +726,9 @@ mod tests {
                 true => Ok(()),
                 false => self.writables.remove(0),
             }
+        }
+        fn may_write(&mut self, key: &[u8]) -> Result<bool, Error> {
+            Ok(self.privileged.iter().any(|k| k == key))
         }
     }
 
@@ -806,11 +885,20 @@ mod tests {
         );
     }
 
+    /// The key that signed the fleet record [`pinned`] pins.
+    fn fleet_key() -> ed25519_dalek::SigningKey {
+        ed25519_dalek::SigningKey::from_bytes(&[5; 32])
+    }
+
     fn pinned() -> Pinned {
         Pinned {
             r: reg(),
             pin: FleetPin {
-                id: repoch_protocol::fleet::FleetId([5; 16]),
+                id: repoch_protocol::fleet::FleetId::of(
+                    &PublicKey::from(&fleet_key().verifying_key()),
+                    &reg().prefix,
+                    &reg().fleet,
+                ),
                 cluster: CLUSTER,
                 members: vec![1, 2, 3],
                 floor: 0,
@@ -843,6 +931,21 @@ mod tests {
             p.members(&header(CLUSTER, 1), &[1]).unwrap_err(),
             "member 0000000000000001 lists the members [0000000000000001]: no majority of the pinned [0000000000000001, 0000000000000002, 0000000000000003]"
         );
+        // A fleet pinned on one member of a cluster grown to three: that member's copy,
+        // started alone, would list a majority of the pin; the pin is no majority of what
+        // the cluster lists.
+        let one = Pinned {
+            pin: FleetPin {
+                members: vec![1],
+                ..pinned().pin
+            },
+            ..pinned()
+        };
+        assert_eq!(one.members(&header(CLUSTER, 1), &[1]), Ok(()));
+        assert_eq!(
+            one.members(&header(CLUSTER, 1), &[1, 2, 3]).unwrap_err(),
+            "member 0000000000000001 lists the members [0000000000000001, 0000000000000002, 0000000000000003]: the pinned [0000000000000001] are no majority of them (the cluster grew: enroll successor deployments, which pin its members of the day)"
+        );
         assert_eq!(p.record_key(), b"/repoch/fleets/billing".to_vec());
         let mut p = pinned();
         p.r.record_revision = 9;
@@ -854,13 +957,19 @@ mod tests {
     #[test]
     fn a_pinned_cluster_holds_the_fleet_record_with_the_pinned_id() {
         let p = pinned();
-        let record = |pin: FleetPin, prefix: &str| FleetRecord {
-            fleet: "billing".into(),
-            prefix: prefix.into(),
-            pin,
-            host: "a".into(),
+        let record = |pin: FleetPin, prefix: &str, key: &ed25519_dalek::SigningKey| {
+            FleetRecord {
+                fleet: "billing".into(),
+                prefix: prefix.into(),
+                pin,
+                host: "a".into(),
+                established: 0,
+                key: PublicKey([0; 32]),
+                signature: [0; 64],
+            }
+            .signed(key)
         };
-        let ok = record(p.pin.clone(), "/repoch").to_bytes();
+        let ok = record(p.pin.clone(), "/repoch", &fleet_key()).to_bytes();
         assert_eq!(p.record(Some(&entry(ok.clone(), 3, 3))), Ok(()));
         assert_eq!(
             p.record(None).unwrap_err(),
@@ -876,25 +985,32 @@ mod tests {
             .record(Some(&entry(b"junk".to_vec(), 3, 3)))
             .unwrap_err()
             .starts_with("/repoch/fleets/billing: no fleet record ("));
-        let other = FleetPin {
-            id: repoch_protocol::fleet::FleetId([6; 16]),
-            ..p.pin.clone()
-        };
-        let e = p.record(Some(&entry(record(other, "/repoch").to_bytes(), 3, 3)));
+        // Another fleet's record: another key, so another id.
+        let other = record(
+            p.pin.clone(),
+            "/repoch",
+            &ed25519_dalek::SigningKey::from_bytes(&[6; 32]),
+        );
+        let e = p.record(Some(&entry(other.to_bytes(), 3, 3)));
         assert_eq!(
             e.unwrap_err(),
             format!(
                 "/repoch/fleets/billing holds fleet id {}, not fleet id {}",
-                "06".repeat(16),
-                "05".repeat(16)
+                other.pin.id, p.pin.id
             )
         );
         let e = p.record(Some(&entry(
-            record(p.pin.clone(), "/other").to_bytes(),
+            record(p.pin.clone(), "/other", &fleet_key()).to_bytes(),
             3,
             3,
         )));
         assert!(e.unwrap_err().contains("under prefix \"/other\""));
+        // The pinned fleet's own record re-encoded by an etcd writer (another floor, the
+        // same id and signature): no record of that id.
+        let mut copied = record(p.pin.clone(), "/repoch", &fleet_key());
+        copied.pin.floor = 1 << 62;
+        let e = p.record(Some(&entry(copied.to_bytes(), 3, 3)));
+        assert!(e.unwrap_err().contains("did not sign"));
     }
 
     #[test]
@@ -926,6 +1042,57 @@ mod tests {
             look(&mut f, &reg(), &own()).unwrap_err().reason,
             Reason::EpochConsumed
         );
+    }
+
+    #[test]
+    fn look_refuses_a_credential_that_could_write_what_no_hosts_may_naming_the_key() {
+        for key in forbidden_keys(&reg()) {
+            let mut f = Script {
+                gets: vec![Ok((CLUSTER, None))],
+                privileged: vec![key.clone()],
+                ..Script::default()
+            };
+            let r = look(&mut f, &reg(), &own()).unwrap_err();
+            assert_eq!(r.reason, Reason::RegistryOverprivileged);
+            let shown = repoch_protocol::text::escape(&String::from_utf8_lossy(&key)).into_owned();
+            assert_eq!(
+                r.observed,
+                format!(
+                    "etcd would take its write of {shown} (authentication off, or a role granting it)"
+                )
+            );
+        }
+        // Among them the fleet record, another host's record and keys outside the prefix.
+        let keys: Vec<String> = forbidden_keys(&reg())
+            .iter()
+            .map(|k| String::from_utf8_lossy(k).into_owned())
+            .collect();
+        assert!(keys.contains(&reg().fleet_key()));
+        assert!(keys.contains(&format!("{}!", reg().hosts_prefix())));
+        assert!(keys
+            .iter()
+            .any(|k| !k.starts_with(&format!("{}/", reg().prefix))));
+        // A probe unanswered: unavailable, not overprivileged, not passed.
+        struct Silent(Script);
+        impl Fleet for Silent {
+            fn get(&mut self, key: &[u8]) -> Result<(u64, Option<Entry>), Error> {
+                self.0.get(key)
+            }
+            fn get_each(&mut self, key: &[u8]) -> Vec<Result<Said, Error>> {
+                self.0.get_each(key)
+            }
+            fn claim(&mut self, key: &[u8], value: &[u8]) -> Result<Claimed, Error> {
+                self.0.claim(key, value)
+            }
+            fn writable(&mut self, key: &[u8]) -> Result<(), Error> {
+                self.0.writable(key)
+            }
+            fn may_write(&mut self, _: &[u8]) -> Result<bool, Error> {
+                Err(no_answer())
+            }
+        }
+        let r = look(&mut Silent(gets(Ok((CLUSTER, None)))), &reg(), &own()).unwrap_err();
+        assert_eq!(r.reason, Reason::RegistryUnavailable);
     }
 
     #[test]
@@ -1160,7 +1327,6 @@ mod tests {
             .signed(&forger)
         };
         let at_b = format!("{}b", reg().hosts_prefix());
-        let at_a = format!("{}a", reg().hosts_prefix());
         let cases: Vec<(Vec<u8>, Vec<HostAnswer>, Reason, String)> = vec![
             // Another host's claim, its record unmodified and holding its key.
             (
@@ -1192,11 +1358,20 @@ mod tests {
                 Reason::RegistryForged,
                 "a claim for fleet payroll".into(),
             ),
+            // A claim naming this host is this host's key's to vouch for, whatever its host
+            // record says: no record is read for it, not even one an etcd writer recreated
+            // holding the forger's key (once read as epoch-consumed, "claimed by host a").
             (
                 by_forger("a").to_bytes(),
-                vec![host_entry(&host_record("a", &key_of("a")), 4, 4)],
+                vec![],
                 Reason::RegistryForged,
-                format!("{at_a} holds another issuer key than the claim's signer"),
+                "it names this host, whose issuer key did not sign it".into(),
+            ),
+            (
+                by_forger("a").to_bytes(),
+                vec![host_entry(&host_record("a", &forger), 4, 4)],
+                Reason::RegistryForged,
+                "it names this host, whose issuer key did not sign it".into(),
             ),
             (
                 by_forger("b").to_bytes(),

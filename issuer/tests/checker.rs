@@ -1112,6 +1112,12 @@ fn no_answer() -> RegistryError {
 }
 
 impl Fleet for SimFleet {
+    /// The modelled registry grants each host the least privilege: every probe of a key no
+    /// host may write is refused (its unanswered probe is a refusal before the intent, as
+    /// the epoch key's probe, which the model explores).
+    fn may_write(&mut self, _key: &[u8]) -> Result<bool, RegistryError> {
+        Ok(false)
+    }
     /// The modelled cluster is one member (the manifest pins none): its one answer.
     fn get_each(&mut self, key: &[u8]) -> Vec<Result<Said, RegistryError>> {
         let answer = self.get(key).map(|(cluster, entry)| Said {

@@ -32,9 +32,27 @@ pub const MEMBERS_MAX: usize = 9;
 /// A fleet id: random, drawn by the enrollment that establishes the fleet.
 pub const FLEET_ID_BYTES: usize = 16;
 
-/// The random id of an established fleet, shown as 32 lowercase hex digits.
+/// The id of an established fleet, shown as 32 lowercase hex digits: derived from the key
+/// that signs the fleet's record, its prefix and its name ([`FleetId::of`]), so that an id
+/// names exactly one signing key (docs/PROTOCOL.md, "The fleet registry").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FleetId(pub [u8; FLEET_ID_BYTES]);
+
+impl FleetId {
+    /// The id of fleet `fleet` under `prefix` whose record `key` signs: the first 16 bytes
+    /// of sha256 over the canonical array `["repoch/v1/fleet-id", key, prefix, fleet]`.
+    pub fn of(key: &PublicKey, prefix: &str, fleet: &str) -> FleetId {
+        let bytes = cbor::encode(&cbor::array(vec![
+            cbor::text("repoch/v1/fleet-id"),
+            cbor::bytes(&key.0),
+            cbor::text(prefix),
+            cbor::text(fleet),
+        ]));
+        let mut id = [0u8; FLEET_ID_BYTES];
+        id.copy_from_slice(&Hash::of(&bytes).0[..FLEET_ID_BYTES]);
+        FleetId(id)
+    }
+}
 
 impl std::fmt::Display for FleetId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -417,7 +435,7 @@ impl Canonical for FencingToken {
     }
 }
 
-pub const FLEET_RECORD_VERSION: u64 = 1;
+pub const FLEET_RECORD_VERSION: u64 = 2;
 /// Claims name the fleet id they were made for and its token floor: version 4 (versions 1
 /// to 3 read as no claim). A claim of another fleet of the same name (another prefix,
 /// another cluster), copied with its host's record, is then no claim of this fleet; and
@@ -533,8 +551,9 @@ impl std::fmt::Display for FleetClaim {
 }
 
 /// The value of `PREFIX/fleets/FLEET`: the fleet as the enrollment that established it
-/// found it. Created only if absent, with that enrollment's host record in one
-/// transaction; never modified by repoch.
+/// found it, signed by that host's issuer key, whose id names the key. Created only if
+/// absent, with an administrator's credential (no host's may write it); never modified by
+/// repoch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FleetRecord {
     pub fleet: String,
@@ -542,12 +561,65 @@ pub struct FleetRecord {
     pub pin: FleetPin,
     /// The host whose enrollment established it.
     pub host: String,
+    /// When it was established (Unix seconds).
+    pub established: u64,
+    /// The establishing host's issuer key: `pin.id` is [`FleetId::of`] it.
+    pub key: PublicKey,
+    /// `key`'s signature over the other fields ([`FleetRecord::body`], context
+    /// `repoch/v1/fleet-record`).
+    pub signature: [u8; SIGNATURE_BYTES],
 }
 
 impl FleetRecord {
-    /// Whether this record is the fleet `r` names and pinned: its name, prefix, id and
-    /// cluster. The reason when it is not.
+    /// The signed part: every field but the signature, in order.
+    fn body(&self) -> Vec<Value> {
+        vec![
+            cbor::uint(FLEET_RECORD_VERSION),
+            cbor::text(&self.fleet),
+            cbor::text(&self.prefix),
+            self.pin.to_value(),
+            cbor::text(&self.host),
+            cbor::uint(self.established),
+            cbor::bytes(&self.key.0),
+        ]
+    }
+
+    /// This record signed by `key` (the establishing host's issuer key), its id derived
+    /// from that key.
+    pub fn signed(mut self, key: &ed25519_dalek::SigningKey) -> FleetRecord {
+        self.key = PublicKey::from(&key.verifying_key());
+        self.pin.id = FleetId::of(&self.key, &self.prefix, &self.fleet);
+        let body = cbor::encode(&cbor::array(self.body()));
+        self.signature = crate::sign::sign(key, crate::sign::Context::FleetRecord, &body);
+        self
+    }
+
+    /// Whether this record is its own: its id derived from its key, prefix and name, and
+    /// signed by that key. A record anyone else wrote (planted, re-encoded under another
+    /// prefix or with another floor) is not.
+    pub fn genuine(&self) -> Result<(), String> {
+        if self.pin.id != FleetId::of(&self.key, &self.prefix, &self.fleet) {
+            return Err(format!(
+                "fleet id {} is not the id of its key, prefix and name",
+                self.pin.id
+            ));
+        }
+        let body = cbor::encode(&cbor::array(self.body()));
+        match crate::sign::verify(
+            &self.key,
+            crate::sign::Context::FleetRecord,
+            &body,
+            &self.signature,
+        ) {
+            true => Ok(()),
+            false => Err(format!("a record its key {} did not sign", self.key)),
+        }
+    }
+
+    /// Whether this record is the fleet `r` names and pinned: genuine, its name, prefix,
+    /// id and cluster. The reason when it is not.
     pub fn matches(&self, r: &Registry, pin: &FleetPin) -> Result<(), String> {
+        self.genuine()?;
         if self.fleet != r.fleet || self.prefix != r.prefix {
             return Err(format!(
                 "the record of fleet {:?} under prefix {:?}",
@@ -566,16 +638,12 @@ impl FleetRecord {
 
 impl Canonical for FleetRecord {
     fn to_value(&self) -> Value {
-        cbor::array(vec![
-            cbor::uint(FLEET_RECORD_VERSION),
-            cbor::text(&self.fleet),
-            cbor::text(&self.prefix),
-            self.pin.to_value(),
-            cbor::text(&self.host),
-        ])
+        let mut fields = self.body();
+        fields.push(cbor::bytes(&self.signature));
+        cbor::array(fields)
     }
     fn from_value(v: Value) -> Result<Self, DecodeError> {
-        let mut f = Fields::open(v, "fleet-record", 5)?;
+        let mut f = Fields::open(v, "fleet-record", 8)?;
         if f.uint()? != FLEET_RECORD_VERSION {
             return Err(DecodeError::schema("fleet-record", "unsupported version"));
         }
@@ -584,6 +652,9 @@ impl Canonical for FleetRecord {
             prefix: f.text(PREFIX_BYTES_MAX)?,
             pin: FleetPin::from_value(f.field()?)?,
             host: f.text(FLEET_NAME_BYTES_MAX)?,
+            established: f.uint()?,
+            key: PublicKey(f.bytes()?),
+            signature: f.bytes()?,
         };
         check_prefix(&r.prefix)
             .and_then(|()| check_name("fleet", &r.fleet))
@@ -813,15 +884,71 @@ mod tests {
         .signed_by(&pk(&key)));
     }
 
-    #[test]
-    fn a_fleet_record_round_trips_and_matches_only_its_own_fleet() {
-        let rec = FleetRecord {
+    fn record() -> FleetRecord {
+        FleetRecord {
             fleet: "billing".into(),
             prefix: "/repoch/prod".into(),
             pin: pin(),
             host: "host-a".into(),
+            established: 1_700_000_000,
+            key: PublicKey([0; 32]),
+            signature: [0; SIGNATURE_BYTES],
+        }
+        .signed(&ed25519_dalek::SigningKey::from_bytes(&[9; 32]))
+    }
+
+    #[test]
+    fn a_fleet_record_is_genuine_only_signed_by_the_key_its_id_names() {
+        let rec = record();
+        assert_eq!(rec.genuine(), Ok(()));
+        assert_eq!(
+            rec.pin.id,
+            FleetId::of(&rec.key, "/repoch/prod", "billing"),
+            "the id is the key's, the prefix's and the name's"
+        );
+        // An etcd writer's copies: re-encoded under another prefix, with another floor, or
+        // re-signed by a key of its own under the id it copied. None is genuine.
+        let moved = FleetRecord {
+            prefix: "/repoch/Prod".into(),
+            ..rec.clone()
         };
+        assert!(moved
+            .genuine()
+            .unwrap_err()
+            .contains("not the id of its key"));
+        let floored = FleetRecord {
+            pin: FleetPin {
+                floor: 1 << 62,
+                ..rec.pin.clone()
+            },
+            ..rec.clone()
+        };
+        assert!(floored.genuine().unwrap_err().contains("did not sign"));
+        let resigned = rec
+            .clone()
+            .signed(&ed25519_dalek::SigningKey::from_bytes(&[10; 32]));
+        assert_ne!(resigned.pin.id, rec.pin.id, "another key is another fleet");
+        let forged = FleetRecord {
+            pin: rec.pin.clone(),
+            ..resigned
+        };
+        assert!(forged.genuine().is_err());
+        let r = Registry {
+            pin: Some(rec.pin.clone()),
+            ..registry()
+        };
+        assert!(moved.matches(&r, &rec.pin).is_err());
+    }
+
+    #[test]
+    fn a_fleet_record_round_trips_and_matches_only_its_own_fleet() {
+        let rec = record();
+        let pin = || rec.pin.clone();
         assert_eq!(FleetRecord::from_bytes(&rec.to_bytes()).unwrap(), rec);
+        let registry = || Registry {
+            pin: Some(pin()),
+            ..registry()
+        };
         let r = registry();
         assert_eq!(rec.matches(&r, &pin()), Ok(()));
         let other = |f: &dyn Fn(&mut Registry, &mut FleetPin)| {
@@ -833,7 +960,7 @@ mod tests {
         assert!(other(&|r, _| r.fleet = "billing2".into()).contains("\"billing\""));
         assert_eq!(
             other(&|_, p| p.id = FleetId([8; 16])),
-            format!("fleet id {}", "07".repeat(16))
+            format!("fleet id {}", rec.pin.id)
         );
         assert_eq!(
             other(&|_, p| p.cluster = 0xc2),

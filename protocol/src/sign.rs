@@ -34,6 +34,8 @@ pub enum Context {
     Checkpoint,
     /// A fleet registry claim, signed by the claiming host's issuer key.
     FleetClaim,
+    /// A fleet record, signed by the issuer key of the host that established the fleet.
+    FleetRecord,
 }
 
 impl Context {
@@ -48,6 +50,7 @@ impl Context {
             Context::KeyProof => "repoch/v1/key-proof",
             Context::Checkpoint => "repoch/v1/checkpoint",
             Context::FleetClaim => "repoch/v1/fleet-claim",
+            Context::FleetRecord => "repoch/v1/fleet-record",
         }
     }
 }

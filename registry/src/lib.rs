@@ -328,6 +328,9 @@ fn host_of(url: &str) -> Result<String, Error> {
     Ok(host.to_owned())
 }
 
+/// How [`status`] spells etcd's refusal of a request this client's user may not make.
+const DENIED: &str = "PermissionDenied:";
+
 fn status(e: tonic::Status) -> Error {
     use tonic::Code;
     match e.code() {
@@ -1020,6 +1023,19 @@ impl Client {
             ));
         }
         Ok(())
+    }
+
+    /// Whether this client may write `key`, without writing it: the probe of
+    /// [`Client::probe_write`], answered (`true`: a write would be taken) or refused with
+    /// etcd's `PermissionDenied` (`false`). etcd checks a transaction's permissions on every
+    /// key its branches name before it evaluates the compare, so a compare that never holds
+    /// proves the permission and applies nothing either way.
+    pub fn may_write(&mut self, key: &[u8]) -> Result<bool, Error> {
+        match self.probe_write(key) {
+            Ok(()) => Ok(true),
+            Err(Error::Refused(why)) if why.starts_with(DENIED) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// One transaction: delete `key` only if it was created at `create_revision` (the

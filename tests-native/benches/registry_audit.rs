@@ -36,7 +36,11 @@ fn fleet_keys(prefix: &str, i: u64, cluster: u64) -> [(String, Vec<u8>); 3] {
         prefix: prefix.to_owned(),
         pin,
         host: host.clone(),
-    };
+        established: 0,
+        key: PublicKey([0; 32]),
+        signature: [0; 64],
+    }
+    .signed(&key);
     let deployment = DeploymentId([(i % 253) as u8; 16]);
     let h = FleetHost {
         fleet: fleet.clone(),
@@ -48,7 +52,7 @@ fn fleet_keys(prefix: &str, i: u64, cluster: u64) -> [(String, Vec<u8>); 3] {
     };
     let claim = FleetClaim {
         fleet: fleet.clone(),
-        fleet_id: FleetId([(i % 251) as u8; 16]),
+        fleet_id: record.pin.id,
         host: host.clone(),
         deployment,
         intent: Hash([2; 32]),

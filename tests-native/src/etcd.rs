@@ -72,6 +72,8 @@ pub struct Etcd {
     ctl_netns: Option<String>,
     /// More flags for every member (`--quota-backend-bytes`, ...).
     extra: Vec<String>,
+    /// Every host granted its role ([`Etcd::grant_host`]): (prefix, fleet, host).
+    granted: std::sync::Mutex<Vec<(String, String, String)>>,
 }
 
 impl Drop for Etcd {
@@ -100,8 +102,9 @@ fn openssl(dir: &Path, args: &[&str]) {
 }
 
 /// A CA, one server certificate for every member (`IP:127.0.0.1` and every address of
-/// `addrs`, both server and client use: members authenticate each other with it), and a
-/// client certificate for repoch.
+/// `addrs`, both server and client use: members authenticate each other with it), and the
+/// administrator's client certificate (CN `root`: etcd's root user once authentication is
+/// on). Each host's own certificate is made by [`Etcd::host_credential`].
 fn certificates(dir: &Path, addrs: &[&str]) {
     let mut san = String::from("subjectAltName=IP:127.0.0.1,DNS:localhost");
     for a in addrs.iter().filter(|a| **a != "127.0.0.1") {
@@ -128,56 +131,69 @@ fn certificates(dir: &Path, addrs: &[&str]) {
             "ca.pem",
         ],
     );
-    for (name, cn, san) in [
-        ("member", "etcd member", san.as_str()),
-        ("client", "repoch", "subjectAltName=DNS:repoch"),
-    ] {
-        openssl(
-            dir,
-            &[
-                "req",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:P-256",
-                "-nodes",
-                "-subj",
-                &format!("/CN={cn}"),
-                "-keyout",
-                &format!("{name}.key"),
-                "-out",
-                &format!("{name}.csr"),
-            ],
-        );
-        let ext =
-            format!("{san}\nextendedKeyUsage=serverAuth,clientAuth\nbasicConstraints=CA:FALSE\n");
-        std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
-        openssl(
-            dir,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &format!("{name}.csr"),
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-days",
-                "2",
-                "-extfile",
-                &format!("{name}.ext"),
-                "-out",
-                &format!("{name}.pem"),
-            ],
-        );
-    }
+    signed_certificate(dir, "member", "etcd member", &san);
+    client_certificate(dir, "client", "root");
     // The keys as an operator keeps them: root's, 0600 (repochd refuses others).
-    for key in ["ca.key", "member.key", "client.key"] {
+    for key in ["ca.key", "member.key"] {
         use std::os::unix::fs::PermissionsExt as _;
         std::fs::set_permissions(dir.join(key), std::fs::Permissions::from_mode(0o600)).unwrap();
     }
+}
+
+/// A certificate `NAME.pem` (and its key `NAME.key`, 0600) with common name `cn` and the
+/// extensions `san`, signed by the CA of `dir`.
+fn signed_certificate(dir: &Path, name: &str, cn: &str, san: &str) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-subj",
+            &format!("/CN={cn}"),
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.csr"),
+        ],
+    );
+    let ext = format!("{san}\nextendedKeyUsage=serverAuth,clientAuth\nbasicConstraints=CA:FALSE\n");
+    std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{name}.csr"),
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            &format!("{name}.ext"),
+            "-out",
+            &format!("{name}.pem"),
+        ],
+    );
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(
+        dir.join(format!("{name}.key")),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+}
+
+/// A client certificate `NAME.pem` with common name `cn`: etcd's user of that name once
+/// authentication is on.
+fn client_certificate(dir: &Path, name: &str, cn: &str) {
+    signed_certificate(dir, name, cn, &format!("subjectAltName=DNS:{cn}"));
 }
 
 impl Etcd {
@@ -231,11 +247,13 @@ impl Etcd {
             token,
             ctl_netns: ctl_netns.map(str::to_owned),
             extra: Vec::new(),
+            granted: std::sync::Mutex::default(),
         };
         for i in 0..n {
             etcd.spawn(i, Spawn::New);
         }
         etcd.wait_ready(&(0..n).collect::<Vec<_>>());
+        etcd.enable_auth();
         etcd
     }
 
@@ -275,12 +293,14 @@ impl Etcd {
             token: self.token.clone(),
             ctl_netns: Some(ns.to_owned()),
             extra: self.extra.clone(),
+            granted: std::sync::Mutex::new(self.granted.lock().unwrap().clone()),
         };
         let all: Vec<usize> = (0..twin.members.len()).collect();
         for &i in &all {
             twin.spawn(i, Spawn::New);
         }
         twin.wait_ready(&all);
+        twin.restore_auth();
         twin
     }
 
@@ -312,6 +332,7 @@ impl Etcd {
             token: self.token.clone(),
             ctl_netns: self.ctl_netns.clone(),
             extra: self.extra.clone(),
+            granted: std::sync::Mutex::new(self.granted.lock().unwrap().clone()),
         };
         fork.spawn(0, Spawn::ForceNewCluster);
         fork.wait_ready(&[0]);
@@ -319,8 +340,16 @@ impl Etcd {
     }
 
     /// Every member killed, its data deleted, and the cluster started again from its
-    /// template (the same names, ports and token): a cluster rebuilt after a data loss.
+    /// template (the same names, ports and token, users and roles): a cluster rebuilt after
+    /// a data loss.
     pub fn rebuild(&mut self) {
+        self.rebuild_bare();
+        self.restore_auth();
+    }
+
+    /// [`Etcd::rebuild`] from a template that holds no users, roles or authentication: a
+    /// cluster any client certificate of its CA may write all of.
+    pub fn rebuild_bare(&mut self) {
         let all: Vec<usize> = (0..self.members.len()).collect();
         for &i in &all {
             self.kill(i);
@@ -407,13 +436,24 @@ impl Etcd {
             key: std::fs::read(self.client_key()).unwrap(),
         }
     }
+    /// The [`repoch_registry::Spec`] of host `host`'s own credential (its user's least
+    /// privilege): what the holder of that one host's etcd credential can do.
+    pub fn spec_as(&self, host: &str) -> repoch_registry::Spec {
+        let (cert, key) = self.host_credential(host);
+        repoch_registry::Spec {
+            cert: std::fs::read(cert).unwrap(),
+            key: std::fs::read(key).unwrap(),
+            ..self.spec()
+        }
+    }
     pub fn endpoints(&self) -> Vec<String> {
         self.members.iter().map(Member::endpoint).collect()
     }
 
     /// The manifest's `[registry]` table for this cluster: as an operator writes it, with
     /// the fleet's id when the fleet is established (its record read from the cluster),
-    /// without when this host will establish it.
+    /// without when this host will establish it; the host's own credential, its user
+    /// granted the least privilege ([`Etcd::grant_host`]).
     pub fn registry_toml(&self, fleet: &str, host: &str, prefix: &str) -> String {
         let id = self.fleet_id(prefix, fleet);
         self.registry_toml_as(fleet, host, prefix, id.as_deref())
@@ -429,13 +469,108 @@ impl Etcd {
     ) -> String {
         let eps: Vec<String> = self.endpoints().iter().map(|e| format!("{e:?}")).collect();
         let id = fleet_id.map_or_else(String::new, |id| format!("fleet_id = {id:?}\n"));
+        let (cert, key) = self.host_credential(host);
+        self.grant_host(prefix, fleet, host);
         format!(
             "[registry]\nendpoints = [{}]\nca = {:?}\ncert = {:?}\nkey = {:?}\nprefix = {prefix:?}\nfleet = {fleet:?}\nhost = {host:?}\n{id}",
             eps.join(", "),
             self.ca().display().to_string(),
-            self.client_cert().display().to_string(),
-            self.client_key().display().to_string(),
+            cert.display().to_string(),
+            key.display().to_string(),
         )
+    }
+
+    /// Host `host`'s client certificate and key (CN `host`: etcd's user of that name once
+    /// authentication is on), made on first use.
+    pub fn host_credential(&self, host: &str) -> (PathBuf, PathBuf) {
+        let tls = self.dir.join("tls");
+        let (cert, key) = (
+            tls.join(format!("host-{host}.pem")),
+            tls.join(format!("host-{host}.key")),
+        );
+        if !cert.exists() {
+            client_certificate(&tls, &format!("host-{host}"), host);
+        }
+        (cert, key)
+    }
+
+    /// Authentication on, as OPERATOR.md's "Roles" sets it up: the `root` user (the
+    /// administrator's certificate), then `auth enable`.
+    pub fn enable_auth(&self) {
+        let all: Vec<usize> = (0..self.members.len()).collect();
+        for args in [
+            &["user", "add", "root", "--no-password"][..],
+            &["user", "grant-role", "root", "root"],
+            &["auth", "enable"],
+        ] {
+            let o = self.etcdctl(&all, args);
+            assert!(
+                o.status.success(),
+                "etcdctl {args:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+    }
+
+    /// Host `host` of fleet `fleet` under `prefix` given the least privilege OPERATOR.md's
+    /// "Roles" grants: read on the prefix, write on its own host record and on the fleet
+    /// epochs. Its user is its certificate's CN.
+    pub fn grant_host(&self, prefix: &str, fleet: &str, host: &str) {
+        let role = format!("repoch-{host}");
+        let own = format!("{prefix}/hosts/{fleet}/{host}");
+        let read = format!("{prefix}/");
+        let epochs = format!("{prefix}/epochs/");
+        self.etcdctl_quiet(&["role", "add", &role]);
+        self.etcdctl_quiet(&["user", "add", host, "--no-password"]);
+        for args in [
+            &["role", "grant-permission", &role, "read", &read, "--prefix"][..],
+            &["role", "grant-permission", &role, "readwrite", &own],
+            &[
+                "role",
+                "grant-permission",
+                &role,
+                "readwrite",
+                &epochs,
+                "--prefix",
+            ],
+        ] {
+            let o = self.etcdctl_live(args);
+            assert!(
+                o.status.success(),
+                "etcdctl {args:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        self.etcdctl_quiet(&["user", "grant-role", host, &role]);
+        let grant = (prefix.to_owned(), fleet.to_owned(), host.to_owned());
+        let mut granted = self.granted.lock().unwrap();
+        if !granted.contains(&grant) {
+            granted.push(grant);
+        }
+    }
+
+    /// The users, roles and authentication of this cluster set up again, as its template
+    /// holds them: after a rebuild, or in a twin.
+    fn restore_auth(&self) {
+        self.enable_auth();
+        let granted = self.granted.lock().unwrap().clone();
+        for (prefix, fleet, host) in granted {
+            self.grant_host(&prefix, &fleet, &host);
+        }
+    }
+
+    /// `etcdctl` against every member that runs.
+    pub fn etcdctl_live(&self, args: &[&str]) -> std::process::Output {
+        let live: Vec<usize> = (0..self.members.len())
+            .filter(|&i| self.members[i].child.is_some())
+            .collect();
+        self.etcdctl(&live, args)
+    }
+
+    /// [`Etcd::etcdctl_live`] of a command that may have been made before (a role or user
+    /// that exists): its failure is not looked at.
+    fn etcdctl_quiet(&self, args: &[&str]) {
+        let _ = self.etcdctl_live(args);
     }
 
     /// The id of `fleet` under `prefix`, as its record in this cluster holds it.

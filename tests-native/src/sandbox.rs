@@ -123,6 +123,27 @@ impl Sandbox {
         self.run("repoch", args)
     }
 
+    /// `repoch --json enroll MANIFEST`, as an operator runs it: for a manifest that
+    /// establishes a fleet (a `[registry]` without `fleet_id`), with the etcd
+    /// administrator's credential beside the host's (`--fleet-admin-cert`, `--fleet-admin-key`:
+    /// the test cluster's `client.pem`, CN `root`, next to the host's certificate).
+    pub fn enroll_cmd(&self, manifest: &Path) -> Command {
+        let mut c = self.cmd("repoch");
+        c.args(["--json", "enroll", manifest.to_str().unwrap()]);
+        let text = std::fs::read_to_string(manifest).unwrap_or_default();
+        c.args(fleet_admin_flags(&text));
+        c
+    }
+
+    /// [`Sandbox::enroll_cmd`] run to its end.
+    pub fn enroll_manifest(&self, manifest: &Path) -> Run {
+        self.enroll_cmd(manifest)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("spawn")
+            .into()
+    }
+
     /// A manifest with the sandbox's fixtures and the given extra TOML sections.
     pub fn manifest(&self, extra: &str) -> String {
         let s = self.srv.display();
@@ -140,7 +161,7 @@ impl Sandbox {
     pub fn enroll_with(&self, manifest: &str) -> String {
         let p = self.path("manifest.toml");
         std::fs::write(&p, manifest).unwrap();
-        let r = self.repoch(&["--json", "enroll", p.to_str().unwrap()]);
+        let r = self.enroll_manifest(&p);
         assert_eq!(
             r.code,
             Outcome::Success,
@@ -421,5 +442,28 @@ pub fn open_to_all(s: &Sandbox) {
     for p in ["root", "root/run", "root/run/repoch"] {
         std::fs::set_permissions(s.dir.path().join(p), std::fs::Permissions::from_mode(0o755))
             .unwrap();
+    }
+}
+
+/// The administrator's flags for an enrollment of `manifest` (its text) that establishes a
+/// fleet: the test cluster's `client.pem` and `client.key` (CN `root`), in the directory of
+/// the `[registry]`'s `cert`; none for a manifest without a registry or naming `fleet_id`.
+pub fn fleet_admin_flags(manifest: &str) -> Vec<String> {
+    if manifest.lines().any(|l| l.starts_with("fleet_id")) {
+        return Vec::new();
+    }
+    let cert = manifest.lines().find_map(|l| {
+        l.strip_prefix("cert = \"")
+            .and_then(|r| r.strip_suffix('"'))
+            .map(|c| Path::new(c).with_file_name(""))
+    });
+    match cert {
+        Some(dir) => vec![
+            "--fleet-admin-cert".into(),
+            dir.join("client.pem").display().to_string(),
+            "--fleet-admin-key".into(),
+            dir.join("client.key").display().to_string(),
+        ],
+        None => Vec::new(),
     }
 }

@@ -79,7 +79,7 @@ fn audit_registry(
         .map_err(|_| Failure::Usage(format!("{}: not UTF-8 text", file.display()).into()))?;
     let r = repoch_issuer::enroll::registry_of(&text)
         .map_err(|e| Failure::Usage(format!("{}: {e}", file.display()).into()))?;
-    let mut named = crate::audit::Naming::new(logs, issuer);
+    let mut named = crate::audit::Naming::new(logs, issuer, &r.prefix);
     let mut read = read_registry(&r, &mut named)?;
     let (rows, finding) = log_rows(logs, &crate::audit::compare_fleet(&named, logs));
     read.logs = rows;
@@ -338,10 +338,11 @@ fn log_rows(
             let (verdict, evidence) = match v {
                 V::Consistent { key } => ("consistent", json!({"key": key})),
                 V::Unclaimed => ("unclaimed", json!(null)),
-                V::Rollback { registry, log } | V::Unregistered { registry, log } | V::Forged { registry, log } => {
+                V::Rollback { registry, log } | V::Unregistered { registry, log } | V::Forged { registry, log } | V::Planted { registry, log } => {
                     let (name, reason) = match v {
                         V::Rollback { .. } => ("rollback", Reason::RegistryRollback),
                         V::Unregistered { .. } => ("unregistered", Reason::RegistryRollback),
+                        V::Planted { .. } => ("planted", Reason::RegistryForged),
                         _ => ("forged", Reason::RegistryForged),
                     };
                     finding.get_or_insert_with(|| {

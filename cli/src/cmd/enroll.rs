@@ -23,7 +23,11 @@ fn read_manifest(path: &Path) -> Result<String, String> {
     String::from_utf8(bytes).map_err(|_| "not UTF-8 text".into())
 }
 
-pub fn run(ctx: &Ctx, manifest: &Path) -> CmdResult {
+pub fn run(
+    ctx: &Ctx,
+    manifest: &Path,
+    fleet_admin: Option<(std::path::PathBuf, std::path::PathBuf)>,
+) -> CmdResult {
     require_root("enroll")?;
     let text = read_manifest(manifest)
         .map_err(|e| Failure::Usage(format!("{}: {e}", manifest.display()).into()))?;
@@ -35,7 +39,18 @@ pub fn run(ctx: &Ctx, manifest: &Path) -> CmdResult {
             e.to_string(),
         ))
     };
-    let v = repoch_issuer::enroll::validate(&text).map_err(|e| invalid(&e))?;
+    let mut v = repoch_issuer::enroll::validate(&text).map_err(|e| invalid(&e))?;
+    v.fleet_admin = match fleet_admin {
+        None => None,
+        Some((cert, key)) => {
+            let absolute = |p: &Path| {
+                std::path::absolute(p)
+                    .map(|p| p.display().to_string())
+                    .map_err(|e| Failure::Usage(format!("{}: {e}", p.display()).into()))
+            };
+            Some((absolute(&cert)?, absolute(&key)?))
+        }
+    };
     // docs/EXIT-CODES.md: a manifest the host cannot enroll as written (a field, an object
     // that exists or is missing, a predecessor that already has a successor) is 64; the
     // host failing to write its files is a refusal (2) that kept nothing.

@@ -100,6 +100,15 @@ pub enum Cmd {
     Enroll {
         /// The manifest (see docs/OPERATOR.md and docs/examples/).
         manifest: PathBuf,
+        /// Establishing a fleet (a `[registry]` without `fleet_id`): an etcd
+        /// administrator's client certificate (PEM), which writes the fleet record no
+        /// host's credential may write. Used for that one write (and its removal if the
+        /// enrollment fails), never kept. Root's file, in root's directories.
+        #[arg(long, value_name = "FILE", requires = "fleet_admin_key")]
+        fleet_admin_cert: Option<PathBuf>,
+        /// The key of `--fleet-admin-cert` (PEM; root's, 0600).
+        #[arg(long, value_name = "FILE", requires = "fleet_admin_cert")]
+        fleet_admin_key: Option<PathBuf>,
     },
     /// Ask repochd to run the one recovery of DEPLOYMENT; streams each step.
     Recover {
@@ -212,7 +221,11 @@ pub enum JournalCmd {
 pub fn run(args: Args) -> Outcome {
     let ctx = Ctx::new(args.root.as_deref(), args.json);
     let r = match args.cmd {
-        Cmd::Enroll { manifest } => enroll::run(&ctx, &manifest),
+        Cmd::Enroll {
+            manifest,
+            fleet_admin_cert,
+            fleet_admin_key,
+        } => enroll::run(&ctx, &manifest, fleet_admin_cert.zip(fleet_admin_key)),
         Cmd::Recover {
             deployment,
             approve_ready,

@@ -185,6 +185,11 @@ fn pin(held: &mut Containers, socket: &Socket, looked: &[(ContainerRef, Option<C
         if let Some(p) = &pin {
             held.engines[socket].watch.pin(&p.id);
         }
+        // Found by its name: the name is no id prefix to follow (a bystander's random id
+        // may begin with it).
+        if now.as_ref().is_some_and(|k| k.name == c.name) {
+            held.engines[socket].watch.named(&c.name);
+        }
         held.pinned.insert(c.clone(), pin);
     }
 }
@@ -213,8 +218,14 @@ fn caught_up(
                 .filter_map(|(c, _)| held.pinned.get(c).cloned().flatten())
                 .map(|p| p.id)
                 .collect();
+            // A name that found a container by that name is no id prefix.
+            let prefixes: Vec<String> = looked
+                .iter()
+                .filter(|(c, now)| now.as_ref().is_none_or(|k| k.name != c.name))
+                .map(|(c, _)| c.name.clone())
+                .collect();
             let logged = engine
-                .events_until_now(&names, &ids, e.since)
+                .events_until_now(&names, &ids, &prefixes, e.since)
                 .map_err(failed)?;
             Ok(e.watch.seen().merged(logged))
         }

@@ -588,7 +588,11 @@ pub fn samples() -> Vec<(&'static str, Vec<u8>)> {
                 prefix: "/repoch/prod".into(),
                 pin: registry().pin.unwrap(),
                 host: "host-a".into(),
+                established: 1_700_000_000,
+                key: pk(&issuer()),
+                signature: [0; 64],
             }
+            .signed(&issuer())
             .to_bytes(),
         ),
     ]);

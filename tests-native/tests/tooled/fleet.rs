@@ -600,7 +600,7 @@ pub(crate) fn members_killed_stopped_and_restarted_never_give_a_grant_without_th
         let m = s.manifest(&etcd.registry_toml("billing", "host-b", &px));
         let p = s.path("manifest.toml");
         std::fs::write(&p, &m).unwrap();
-        let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
+        let r = s.enroll_manifest(&p);
         assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
         assert!(
             r.stdout.contains("is used") || r.stderr.contains("is used"),
@@ -617,7 +617,10 @@ pub(crate) fn a_successors_fencing_token_is_larger_than_its_predecessors() {
     // Proves: a deployment recovered with a registry, then its successor (enrolled with
     // `predecessor`, a new fleet name, on the same cluster) recovered too: the successor's
     // fencing token has the same cluster and a larger revision, so storage that keeps the
-    // largest token refuses the predecessor's root.
+    // largest token refuses the predecessor's root. The successor's enrollment refuses a
+    // token floor below the token its predecessor's log consumed with (found by attacking
+    // the release binaries: a successor enrolled with floor 5 after a predecessor's 44 got
+    // token 9, and enroll, recover and the audit all exited 0).
     require_root!();
     let sb = Sandbox::new();
     let etcd = Etcd::start(&sb.path("etcd"));
@@ -631,18 +634,34 @@ pub(crate) fn a_successors_fencing_token_is_larger_than_its_predecessors() {
     };
     forget_grant(&first.s);
     let Host { s, id } = first;
-    let m = s
-        .manifest(&format!(
-            "predecessor = {id:?}\n{}",
-            etcd.registry_toml("billing-next", "host-a", &px)
-        ))
-        .replace(
-            &format!("{}/journal", s.srv.display()),
-            &format!("{}/journal-next", s.srv.display()),
-        );
     let p = s.path("successor.toml");
-    std::fs::write(&p, &m).unwrap();
-    let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
+    let successor = |floor: u64| {
+        let m = s
+            .manifest(&format!(
+                "predecessor = {id:?}\n{}token_floor = {floor}\n",
+                etcd.registry_toml("billing-next", "host-a", &px)
+            ))
+            .replace(
+                &format!("{}/journal", s.srv.display()),
+                &format!("{}/journal-next", s.srv.display()),
+            );
+        std::fs::write(&p, &m).unwrap();
+        s.enroll_manifest(&p)
+    };
+    // A floor below the token the predecessor's log consumed with: refused, naming it
+    // (once enrolled: a cluster rebuilt in between gave the successor a smaller token).
+    let t1_revision = t1["revision"].as_u64().unwrap();
+    let r = successor(t1_revision - 1);
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains(&format!(
+            "below the fencing token {t1_revision} (cluster {})",
+            t1["cluster"].as_str().unwrap()
+        )),
+        "{}",
+        r.stdout
+    );
+    let r = successor(t1_revision);
     assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
     let next = Host {
         id: r.json()["deployment"].as_str().unwrap().to_owned(),
@@ -700,8 +719,7 @@ pub(crate) fn enroll_host_in(
     let m = s.manifest(&etcd.registry_toml(fleet, host, prefix));
     let p = s.path("manifest.toml");
     std::fs::write(&p, &m).unwrap();
-    let mut c = s.cmd("repoch");
-    c.args(["--json", "enroll", p.to_str().unwrap()]);
+    let c = s.enroll_cmd(&p);
     let r = run(within(ns, c));
     assert_eq!(
         r.code,
@@ -830,7 +848,7 @@ fn enroll_again(
     );
     let p = s.path(&format!("manifest-{n}.toml"));
     std::fs::write(&p, &m).unwrap();
-    let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
+    let r = s.enroll_manifest(&p);
     assert_eq!(
         r.code,
         Outcome::Success,
@@ -1114,7 +1132,7 @@ pub(crate) fn registry_credentials_others_can_write_are_refused_at_enrollment_an
         let p = s.path("manifest.toml");
         std::fs::write(&p, &m).unwrap();
         let start = std::time::Instant::now();
-        let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
+        let r = s.enroll_manifest(&p);
         assert!(start.elapsed().as_secs() < 10, "enrollment blocked");
         r
     };
@@ -1157,7 +1175,8 @@ pub(crate) fn registry_credentials_others_can_write_are_refused_at_enrollment_an
     // A key others can read, after enrollment.
     let (a, _) = enroll_host(&etcd, &px, "billing", "host-a");
     let _d = a.s.daemon();
-    std::fs::set_permissions(etcd.client_key(), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let host_key = etcd.host_credential("host-a").1;
+    std::fs::set_permissions(&host_key, std::fs::Permissions::from_mode(0o644)).unwrap();
     let (r, got) = recover(&a);
     assert!(!granted(&r, &got));
     assert_eq!(
@@ -1168,7 +1187,7 @@ pub(crate) fn registry_credentials_others_can_write_are_refused_at_enrollment_an
         r.stderr
     );
     assert_eq!(epoch_of(&a), "enrolled", "nothing written");
-    std::fs::set_permissions(etcd.client_key(), std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::set_permissions(&host_key, std::fs::Permissions::from_mode(0o600)).unwrap();
     let (r, got) = recover(&a);
     assert!(granted(&r, &got), "{}{}", r.stdout, r.stderr);
 }

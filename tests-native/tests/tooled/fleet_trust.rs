@@ -18,8 +18,7 @@ fn enroll_toml(ns: Option<&Netns>, toml: &str) -> (Sandbox, Run) {
     let s = Sandbox::new();
     let p = s.path("manifest.toml");
     std::fs::write(&p, s.manifest(toml)).unwrap();
-    let mut c = s.cmd("repoch");
-    c.args(["--json", "enroll", p.to_str().unwrap()]);
+    let c = s.enroll_cmd(&p);
     let r = run(within(ns, c));
     (s, r)
 }
@@ -77,12 +76,15 @@ pub(crate) fn a_fleet_is_established_once_and_joined_only_by_its_id_under_its_ex
     let id = fleet["id"].as_str().unwrap().to_owned();
     assert_eq!(etcd.fleet_id(&px, "billing").as_deref(), Some(id.as_str()));
 
-    // Without the id: refused, naming the id to join with.
+    // Without the id: refused, naming the record's id and its key, and never telling the
+    // operator to join it (a record planted before the first enrollment reads the same).
     let (s, r) = enroll_toml(None, &etcd.registry_toml_as("billing", "host-b", &px, None));
     assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
     assert!(
         r.stdout
-            .contains(&format!("registry.fleet_id = \\\"{id}\\\"")),
+            .contains(&format!("already has a record under {px} (id {id}"))
+            && r.stdout
+                .contains("only if that host's own enrollment printed this id"),
         "{}",
         r.stdout
     );
@@ -300,7 +302,7 @@ pub(crate) fn a_failed_enrollment_leaves_no_record_in_the_registry() {
         let p = s.path("manifest.toml");
         std::fs::write(&p, s.manifest(&toml)).unwrap();
         let full = OnePage::over(&s.root.join("var/lib/repoch/deployments"));
-        let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
+        let r = s.enroll_manifest(&p);
         drop(full);
         assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
         assert_eq!(
@@ -309,7 +311,7 @@ pub(crate) fn a_failed_enrollment_leaves_no_record_in_the_registry() {
             "{}",
             r.stdout
         );
-        move || s.repoch(&["--json", "enroll", p.to_str().unwrap()])
+        move || s.enroll_manifest(&p)
     };
     let (fleet_key, host_a) = (
         format!("{px}/fleets/billing"),
@@ -599,13 +601,14 @@ pub(crate) fn unusable_registry_credentials_are_named_at_enrollment_and_at_recov
     let px = prefix(&sb);
     let toml = etcd.registry_toml("billing", "host-a", &px);
     let member_key = std::fs::read(etcd.dir.join("tls/member.key")).unwrap();
+    let (host_cert, host_key) = etcd.host_credential("host-a");
     let cases: [(&str, std::path::PathBuf, &[u8], &str); 4] = [
         ("ca", etcd.ca(), b"garbage", "no PEM certificate"),
-        ("cert", etcd.client_cert(), b"garbage", "no PEM certificate"),
-        ("key", etcd.client_key(), b"garbage", "no PEM private key"),
+        ("cert", host_cert, b"garbage", "no PEM certificate"),
+        ("key", host_key.clone(), b"garbage", "no PEM private key"),
         (
             "key",
-            etcd.client_key(),
+            host_key,
             &member_key,
             "not the key of the certificate",
         ),
@@ -697,9 +700,7 @@ pub(crate) fn a_claim_an_etcd_writer_planted_naming_a_host_is_reported_forged_no
     assert!(!granted(&res, &got));
     assert_eq!(res.reasons(), ["registry-forged"], "{}", res.stdout);
     assert!(
-        detail(&res).contains(&format!(
-            "{px}/hosts/billing/host-a holds another issuer key than the claim's signer"
-        )),
+        detail(&res).contains("it names this host, whose issuer key did not sign it"),
         "{}",
         res.stdout
     );
@@ -926,14 +927,18 @@ pub(crate) fn a_fleet_record_planted_with_a_minority_of_the_members_cannot_be_jo
             floor: 0,
         },
         host: "ghost".into(),
-    };
+        established: 0,
+        key: repoch_protocol::PublicKey([0; 32]),
+        signature: [0; 64],
+    }
+    .signed(&ed25519_dalek::SigningKey::from_bytes(&[7; 32]));
     let mut writer =
         repoch_registry::Client::connect(&etcd.spec(), std::time::Duration::from_secs(5)).unwrap();
     use repoch_protocol::Canonical as _;
     writer
         .create(format!("{px}/fleets/pay").as_bytes(), &planted.to_bytes())
         .unwrap();
-    let id = "11".repeat(16);
+    let id = planted.pin.id.to_string();
     let (_, r) = enroll_toml(
         None,
         &etcd.registry_toml_as("pay", "host-c", &px, Some(&id)),
@@ -982,7 +987,8 @@ pub(crate) fn a_fleet_established_after_a_rebuild_with_a_floor_gives_a_larger_to
     // log (`repoch audit --json`: logs[].fencing) and establishes the successor fleet
     // billing-2 with registry.token_floor = T; its grant's token is above T (without the
     // floor it was below: a storage fence keeping the largest token would refuse the
-    // legitimate new root). A joining host cannot set a floor.
+    // legitimate new root). A joining host's floor is a least one: a record below it is
+    // refused.
     require_root!();
     let sb = Sandbox::new();
     let mut etcd = Etcd::start(&sb.path("etcd"));
@@ -1007,15 +1013,24 @@ pub(crate) fn a_fleet_established_after_a_rebuild_with_a_floor_gives_a_larger_to
         .unwrap();
     etcd.rebuild();
 
-    // A joining host may not set a floor: the record holds it.
     let floor = format!("token_floor = {before}\n");
-    let toml = etcd.registry_toml_as("billing-2", "host-d", &px, Some(&"ab".repeat(16)));
-    let (_, r) = enroll_toml(None, &format!("{toml}{floor}"));
-    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
-    assert!(r.stdout.contains("registry.token_floor"), "{}", r.stdout);
-
     let toml = etcd.registry_toml("billing-2", "host-c", &px);
     let c = enrolled(&format!("{toml}{floor}"));
+    // A joining host's own floor is a least one: the record's floor may not be below it
+    // (no record overrules the operator's floor); at it, the host joins.
+    let toml = etcd.registry_toml("billing-2", "host-d", &px);
+    let above = format!("token_floor = {}\n", before + 1000);
+    let (_, r) = enroll_toml(None, &format!("{toml}{above}"));
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains(&format!(
+            "holds the token floor {before}, below this host's {}",
+            before + 1000
+        )),
+        "{}",
+        r.stdout
+    );
+    enrolled(&format!("{toml}{floor}"));
     let _d = c.s.daemon();
     let (r, got) = recover(&c);
     assert!(granted(&r, &got), "{}{}", r.stdout, r.stderr);
@@ -1176,10 +1191,14 @@ pub(crate) fn a_copy_of_the_fleet_one_members_key_serves_is_outvoted_by_the_othe
         format!("10.214.0.2:{}", copy.members[0].client_port),
     );
     let via_relay = |host: &str| through(relay.port, &etcd.registry_toml("billing", host, &px), 2);
+    // The copy's maker gives each host its user there (the copy answers as the fleet).
+    copy.grant_host(&px, "billing", "host-b");
     let b = enrolled(&via_relay("host-b"));
     relay.switch();
     // Enrolling through the copy: the host record lands there alone.
     let refused = |host: &str, why: &str| {
+        // The copy's maker gives the host its user there too.
+        copy.grant_host(&px, "billing", host);
         let (_s, r) = enroll_toml(None, &via_relay(host));
         assert_ne!(r.code, Outcome::Success, "{host}: {}{}", r.stdout, r.stderr);
         assert!(r.stdout.contains(why), "{host}: {}{}", r.stdout, r.stderr);

@@ -27,6 +27,7 @@ mod containment;
 mod disks;
 mod e2e;
 mod fleet;
+mod fleet_keys;
 mod fleet_trust;
 mod identity;
 mod inputs;
@@ -482,6 +483,26 @@ fn declared() -> Vec<Declared> {
         trial!(
             root,
             fleet_trust::a_claim_and_host_record_copied_from_another_fleet_of_the_same_name_are_forged,
+            ETCD
+        ),
+        trial!(
+            root,
+            fleet_keys::a_credential_that_could_write_what_no_hosts_may_is_refused_before_the_intent,
+            ETCD
+        ),
+        trial!(
+            root,
+            fleet_keys::no_host_credential_can_plant_copy_or_replay_a_fleet_record,
+            ETCD
+        ),
+        trial!(
+            root,
+            fleet_keys::a_cluster_rebuilt_from_its_template_never_accepts_the_old_fleet_again,
+            ETCD
+        ),
+        trial!(
+            root,
+            fleet_keys::a_claim_copied_to_another_key_is_planted_and_never_makes_the_audit_consistent,
             ETCD
         ),
         trial!(
