@@ -59,11 +59,19 @@ impl Daemon {
             }
         };
         let (tx, rx) = mpsc::channel::<AdminEvent>(EVENTS_BUFFERED_MAX);
+        let (outcome_tx, outcome_rx) = tokio::sync::oneshot::channel::<AdminEvent>();
+        let events = Events {
+            tx,
+            outcome: outcome_tx,
+            dropped: Arc::default(),
+        };
+        let dropped = Arc::clone(&events.dropped);
         crate::notify::notify(&format!("STATUS=recovering {}", req.deployment));
         tracing::info!(deployment = %req.deployment, "recovery requested");
         let d = self.clone();
-        let worker = tokio::task::spawn_blocking(move || d.recover(req, contender, operator, tx));
-        forward(s, rx).await;
+        let worker =
+            tokio::task::spawn_blocking(move || d.recover(req, contender, operator, events));
+        forward(s, (rx, outcome_rx), dropped, self.stop.clone()).await;
         let _ = worker.await;
         crate::notify::notify("STATUS=waiting for recoveries");
     }
@@ -117,24 +125,32 @@ impl Daemon {
         req: Recover,
         contender: Contender,
         operator: OwnedFd,
-        tx: mpsc::Sender<AdminEvent>,
+        events: Events,
     ) {
         let Recover {
             deployment,
             approve_ready,
             consumer_wait,
         } = req;
-        let progress_tx = tx.clone();
+        let Events {
+            tx,
+            outcome: outcome_tx,
+            dropped,
+        } = events;
+        // Never waits for the operator's client: an event it has no room for is counted
+        // (the forwarder says how many), and the issuance goes on.
         let progress: issuance::Progress = Box::new(move |e: AdminEvent| {
             log_event(&e);
-            let _ = progress_tx.blocking_send(e);
+            if tx.try_send(e).is_err() {
+                dropped.fetch_add(1, Ordering::Relaxed);
+            }
         });
         let key = match repoch_issuer::enroll::issuer_key(&self.layout, false) {
             Ok(k) => k,
             Err(e) => {
                 let r = Refusal::new(Reason::Internal, "issuer key", "readable", e.to_string());
                 let e = outcome_event(Verdict::Internal, vec![r], "no issuer key", None);
-                let _ = tx.blocking_send(e);
+                let _ = outcome_tx.send(e);
                 return;
             }
         };
@@ -186,8 +202,7 @@ impl Daemon {
             }
         };
         log_event(&event);
-        let _ = tx.blocking_send(event);
-        drop(tx);
+        let _ = outcome_tx.send(event);
         if let Some(r) = unissuable {
             // Recorded first: a consumer that finishes its handshake after this is
             // refused as it would wait (`Registry::push`); one already waiting is told now.
@@ -215,21 +230,78 @@ struct Recover {
     consumer_wait: Duration,
 }
 
-/// Forwards a recovery's events to its admin client. A client that stops reading is dropped
-/// and the issuance still runs to its end: it must not stall it.
-async fn forward(s: UnixStream, mut rx: mpsc::Receiver<AdminEvent>) {
+/// What an issuance sends its operator: its events (at most [`EVENTS_BUFFERED_MAX`] waiting;
+/// past them, counted in `dropped`), and its outcome, sent last on a channel of its own.
+struct Events {
+    tx: mpsc::Sender<AdminEvent>,
+    outcome: tokio::sync::oneshot::Sender<AdminEvent>,
+    dropped: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// Forwards a recovery's events, then how many found no room, then its outcome, to its admin
+/// client. A client that does not read (a suspended `repoch recover`: Ctrl-Z, a paused
+/// terminal) is waited for, never dropped: its outcome is the consumer's, read once it reads
+/// again. The issuance never waits for it (its events find room or are counted). Dropped
+/// only when it hangs up, or repochd stops.
+async fn forward(
+    s: UnixStream,
+    (mut rx, outcome): (
+        mpsc::Receiver<AdminEvent>,
+        tokio::sync::oneshot::Receiver<AdminEvent>,
+    ),
+    dropped: Arc<std::sync::atomic::AtomicU64>,
+    stop: Stop,
+) {
     let mut client = Some(s);
     while let Some(e) = rx.recv().await {
-        if let Some(c) = client.as_mut() {
-            let sent =
-                tokio::time::timeout(Duration::from_secs(ADMIN_WRITE_SECONDS_MAX), send(c, &e))
-                    .await;
-            if !matches!(sent, Ok(Ok(()))) {
-                tracing::warn!(
-                    "the admin client stopped reading; the issuance continues without it"
-                );
-                client = None;
+        deliver(&mut client, &e, &stop).await;
+    }
+    let n = dropped.load(Ordering::Relaxed);
+    if n > 0 {
+        let e = AdminEvent::Progress {
+            step: "events".into(),
+            detail: format!(
+                "{n} progress events not delivered: this client read them slower than the recovery made them"
+            ),
+        };
+        deliver(&mut client, &e, &stop).await;
+    }
+    if let Ok(e) = outcome.await {
+        deliver(&mut client, &e, &stop).await;
+    }
+}
+
+/// Writes `e` to the client however long it takes to read it, unless it hangs up or repochd
+/// stops (then it is dropped).
+async fn deliver(client: &mut Option<UnixStream>, e: &AdminEvent, stop: &Stop) {
+    let Some(c) = client.as_mut() else {
+        return;
+    };
+    if !written(c, e, stop).await {
+        *client = None;
+    }
+}
+
+/// Whether `e` was written whole to `c`: waited for however long the client takes to read,
+/// unless it hangs up or repochd stops.
+async fn written(c: &mut UnixStream, e: &AdminEvent, stop: &Stop) -> bool {
+    let write = send(c, e);
+    tokio::pin!(write);
+    loop {
+        match tokio::time::timeout(Duration::from_secs(ADMIN_STOP_CHECK_SECONDS), &mut write).await
+        {
+            Ok(Ok(())) => return true,
+            Ok(Err(_)) => {
+                tracing::warn!("the admin client went away; the issuance continues without it");
+                return false;
             }
+            Err(_) if stop.is_set() => {
+                tracing::warn!(
+                    "repochd is stopping: the admin client that does not read is dropped"
+                );
+                return false;
+            }
+            Err(_) => {}
         }
     }
 }

@@ -36,11 +36,17 @@ pub const CUSTODY_SECONDS_MAX: u64 = 10;
 pub const PERSISTED_ACK_SECONDS_MAX: u64 = 30;
 /// Time a peer gets to take a whole refusal or `accepted` frame before it is dropped.
 pub const REFUSAL_WRITE_SECONDS_MAX: u64 = 5;
-/// Longest wait to write one event to the admin client before it is dropped.
-pub const ADMIN_WRITE_SECONDS_MAX: u64 = 5;
+/// How often a write to an admin client that does not read looks whether repochd is
+/// stopping (the client itself is waited for, never dropped for being slow).
+pub const ADMIN_STOP_CHECK_SECONDS: u64 = 1;
 /// Beyond the deadlines of a recovery past its intent (custody, then the acknowledgement),
 /// how long a stopping repochd waits for it: its final verifications and appends.
 pub const STOP_MARGIN_SECONDS_MAX: u64 = 30;
+/// Peers turned away during one consumer wait that the operator's stream names one by one
+/// (the rest are counted, said once).
+pub const PEER_EVENTS_SHOWN_MAX: usize = 16;
+/// Seconds between two "waiting for the consumer" events of one wait.
+pub const WAIT_TICK_SECONDS: u64 = 10;
 /// Events buffered between an issuance and its admin connection.
 pub const EVENTS_BUFFERED_MAX: usize = 256;
 

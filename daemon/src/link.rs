@@ -228,16 +228,24 @@ impl Registry {
             step: "connect".into(),
             detail: format!("waiting for the consumer (deadline {}s)", wait.as_secs()),
         });
+        // What the operator is told while it waits is bounded, whoever connects: a tick
+        // every WAIT_TICK_SECONDS, the first PEER_EVENTS_SHOWN_MAX peers turned away, then
+        // how many more.
+        let mut told = Told::default();
+        let mut last_tick = start;
         while Instant::now() < deadline {
             if self.stop.is_set() {
                 return Err(Stop::refusal("the recovery ended waiting for its consumer"));
             }
             let Some(p) = self.take(&id, deadline) else {
-                let e = start.elapsed().as_secs();
-                progress(AdminEvent::Progress {
-                    step: "connect".into(),
-                    detail: format!("waiting for the consumer: {e}s of {}s", wait.as_secs()),
-                });
+                if last_tick.elapsed() >= Duration::from_secs(WAIT_TICK_SECONDS) {
+                    last_tick = Instant::now();
+                    let e = start.elapsed().as_secs();
+                    progress(AdminEvent::Progress {
+                        step: "connect".into(),
+                        detail: format!("waiting for the consumer: {e}s of {}s", wait.as_secs()),
+                    });
+                }
                 continue;
             };
             // A consumer that went away while pending must not be taken: it would burn the
@@ -246,10 +254,10 @@ impl Registry {
                 .map_err(LinkError::from)
                 .and_then(|_| hung_up(&p.stream))
             {
-                progress(AdminEvent::Progress {
-                    step: "connect".into(),
-                    detail: format!("dropped a stale consumer (pid {}): {e}", p.peer.pid),
-                });
+                told.peer(
+                    progress,
+                    format!("dropped a stale consumer (pid {}): {e}", p.peer.pid),
+                );
                 continue;
             }
             let mut conn = Connection::new(p.stream);
@@ -257,21 +265,16 @@ impl Registry {
                 Ok(a) => a,
                 Err(r) => {
                     conn.refuse(r.reason, &r.detail());
-                    progress(AdminEvent::Progress {
-                        step: "connect".into(),
-                        detail: format!("rejected a peer: {r}"),
-                    });
+                    told.peer(progress, format!("rejected a peer: {r}"));
                     continue;
                 }
             };
             let by = Instant::now() + Duration::from_secs(REFUSAL_WRITE_SECONDS_MAX);
             if conn.write_msg(&GrantMsg::Accepted, by).is_err() {
-                progress(AdminEvent::Progress {
-                    step: "connect".into(),
-                    detail: format!("consumer pid {} went away", p.peer.pid),
-                });
+                told.peer(progress, format!("consumer pid {} went away", p.peer.pid));
                 continue;
             }
+            told.more(progress);
             return Ok((
                 SocketLink {
                     conn,
@@ -283,12 +286,47 @@ impl Registry {
                 authenticated,
             ));
         }
+        told.more(progress);
         Err(Refusal::new(
             Reason::ConsumerAbsent,
             "grant socket",
             "the enrolled consumer",
             format!("none within {}s; nothing written", wait.as_secs()),
         ))
+    }
+}
+
+/// The peers a consumer wait told the operator of: the first [`PEER_EVENTS_SHOWN_MAX`], and
+/// how many more (said once, when the wait ends).
+#[derive(Default)]
+struct Told {
+    shown: usize,
+    more: u64,
+}
+
+impl Told {
+    fn peer(&mut self, progress: &mut dyn FnMut(AdminEvent), detail: String) {
+        if self.shown < PEER_EVENTS_SHOWN_MAX {
+            self.shown += 1;
+            progress(AdminEvent::Progress {
+                step: "connect".into(),
+                detail,
+            });
+        } else {
+            self.more = self.more.saturating_add(1);
+        }
+    }
+
+    fn more(&mut self, progress: &mut dyn FnMut(AdminEvent)) {
+        if self.more > 0 {
+            progress(AdminEvent::Progress {
+                step: "connect".into(),
+                detail: format!(
+                    "and {} more peers turned away (the first {PEER_EVENTS_SHOWN_MAX} are named)",
+                    std::mem::take(&mut self.more)
+                ),
+            });
+        }
     }
 }
 

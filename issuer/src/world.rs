@@ -109,7 +109,7 @@ impl World for Host {
         Real
     }
     fn observer(&mut self, manifest: &Manifest, approve_ready: Option<Hash>) -> Observer {
-        Observer::new(manifest.clone(), self.layout.clone(), approve_ready)
+        Observer::new(manifest.clone(), self.layout.clone(), approve_ready).holding_execs()
     }
     fn stop(&self) -> Stop {
         self.stop.clone()

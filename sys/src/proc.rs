@@ -22,6 +22,7 @@ use rustix::io::Errno;
 
 use super::procfs::pids;
 
+pub mod exec_hold;
 mod watch;
 pub use watch::{Known, OwnedWanted, Report, Watch, RUNNERS_KEPT_MAX, SETTLE_WAIT_MS, TRACKED_MAX};
 
@@ -772,6 +773,23 @@ impl Procfs {
                         == own_userns)
         }
     }
+}
+
+/// Whether live process `pid` is a principal's now, as a walk judges it (its uids, or a
+/// capability in our user namespace), and its real uid; `None` when its status cannot be
+/// read (gone, or hidden).
+pub fn principal_now(pid: u32, principals: &[u32]) -> Option<(bool, u32)> {
+    let fs = Procfs::open().ok()?;
+    let dir = rustix::fs::openat(
+        &fs.dir,
+        pid.to_string(),
+        OFlags::CLOEXEC | OFlags::DIRECTORY,
+        Mode::empty(),
+    )
+    .ok()?;
+    let t = task_status(&dir, "status")?;
+    let uid = t.uids[0];
+    Some((fs.principal(principals)(t, &dir), uid))
 }
 
 /// What one walk of `/proc` found.

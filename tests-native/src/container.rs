@@ -96,6 +96,9 @@ impl Container {
                 "--register=no",
                 "--keep-unit",
                 "--volatile=overlay",
+                // nspawn's own filter keeps fanotify's calls from the container; a host
+                // gives repochd them (its unit's filter lets them through).
+                "--system-call-filter=fanotify_init fanotify_mark",
                 "-M",
             ])
             .arg(format!(

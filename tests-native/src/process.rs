@@ -48,6 +48,36 @@ pub fn spawn_ready(mut cmd: Command) -> Proc {
     }
 }
 
+/// How long [`exec_held`] waits for the exec to wait in the kernel.
+pub const EXEC_HELD_WAIT_MS: u64 = 5_000;
+
+/// `exe args…` started by root through `sh` (which prints its pid, then execs it), once
+/// its exec waits in the kernel for repochd's exec hold to answer (its `wchan` is
+/// fanotify's): repochd stopped at a barrier cannot answer, so a plain spawn would wait
+/// for it. Denied, `sh` then exits with 126 (or the exec's failure).
+pub fn exec_held(exe: &std::path::Path, args: &[&str]) -> Proc {
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg("echo $$; exec \"$0\" \"$@\"")
+        .arg(exe)
+        .args(args);
+    let p = spawn_ready(c);
+    let pid = p.pid();
+    let start = std::time::Instant::now();
+    loop {
+        let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+        if wchan.contains("fanotify") {
+            return p;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_millis(EXEC_HELD_WAIT_MS),
+            "pid {pid}'s exec of {} never waited for the exec hold (wchan {wchan:?})",
+            exe.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
 /// A command run by the helper's `reaped` in a cgroup (`cgroup.procs` of `cg`), every
 /// process orphaned below it reaped there: on drop, the reaper kills that cgroup, reaps
 /// what it held, and exits (bounded wait; then it is killed).

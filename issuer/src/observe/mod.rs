@@ -113,6 +113,13 @@ impl Observer {
         }
     }
 
+    /// This observer holds every exec of an enrolled executable from its first
+    /// observation on (an issuance's: `repoch observe` changes nothing of the world).
+    pub fn holding_execs(mut self) -> Observer {
+        self.processes.hold_execs = true;
+        self
+    }
+
     /// Observes everything, in the fixed order. Acquires the fences on first use and keeps
     /// them in `fences`; later observations re-verify the held fences.
     pub fn observe(&mut self, fences: &mut Fences) -> Observation {

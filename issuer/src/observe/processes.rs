@@ -13,6 +13,7 @@
 
 use repoch_protocol::manifest::Manifest;
 use repoch_protocol::{Fact, Reason};
+use repoch_sys::proc::exec_hold::ExecHold;
 use repoch_sys::proc::{self, Runner, Walked, Watch};
 use repoch_sys::{cgroup, procevents};
 
@@ -22,6 +23,10 @@ pub struct ProcessSpace {
     /// The `process-space` fact's observed text, fixed by the first observation.
     held: Option<String>,
     watch: Option<Watch>,
+    /// Whether every exec of an enrolled executable is held from the first observation on
+    /// (an issuance's observer), and the hold, or why there is none.
+    pub(super) hold_execs: bool,
+    hold: Option<Result<ExecHold, String>>,
 }
 
 /// The `process-space` fact's observed text when events hold it.
@@ -142,15 +147,78 @@ impl ProcessSpace {
         merged(walked.found, after.found)
     }
 
-    /// The `process-space` fact (after the first observation's search).
-    fn fact(&self) -> Option<Fact> {
-        let held = self.held.as_deref()?;
-        Some(Fact::ok(
+    /// Holds every exec of `exes` (from the first call on; the later ones add the files
+    /// the paths name now), when this space holds execs.
+    fn hold(&mut self, exes: &[String], principals: &[u32]) {
+        if !self.hold_execs {
+            return;
+        }
+        let paths: Vec<&str> = exes.iter().map(String::as_str).collect();
+        match &mut self.hold {
+            None => {
+                let started = ExecHold::start(&paths, principals).map_err(|e| e.to_string());
+                if let Err(why) = &started {
+                    tracing::info!("no exec hold: {why}");
+                }
+                self.hold = Some(started);
+            }
+            Some(Ok(h)) => {
+                if let Err(e) = h.mark(&paths) {
+                    self.hold = Some(Err(e.to_string()));
+                }
+            }
+            Some(Err(_)) => {}
+        }
+    }
+
+    /// What the exec hold denied of `exe` (its principals' execs), or why it no longer
+    /// holds: a failed fact's observed text.
+    fn denied(&self, exe: &str) -> Option<String> {
+        let Some(Ok(h)) = &self.hold else {
+            return None;
+        };
+        let (attempts, more, dead) = h.attempts();
+        if let Some(why) = dead {
+            return Some(format!("the exec hold stopped: {why}"));
+        }
+        let mut said: Vec<String> = attempts
+            .iter()
+            .filter(|a| a.path == exe)
+            .map(ToString::to_string)
+            .collect();
+        if said.is_empty() {
+            return None;
+        }
+        if more > 0 {
+            said.push(format!("{more} more attempts"));
+        }
+        Some(said.join(", "))
+    }
+
+    /// The `process-space` fact (after the first observation's search), and the
+    /// `exec-hold` fact when this space holds execs: both fixed by the first observation.
+    fn facts(&self) -> Vec<Fact> {
+        let Some(held) = self.held.as_deref() else {
+            return Vec::new();
+        };
+        let mut facts = vec![Fact::ok(
             "process-space",
             proc::SPACE,
             "each process judged at its fork, exec or change of ids (one gone before it was looked at is counted, not judged)",
             held,
-        ))
+        )];
+        let hold = match &self.hold {
+            Some(Ok(_)) => "held (fanotify permission events)".to_owned(),
+            Some(Err(why)) => format!("not held: {why}"),
+            None => return facts,
+        };
+        facts.push(Fact::ok(
+            "exec-hold",
+            "fanotify",
+            "every exec of an enrolled executable waits for a judgement: a principal's is denied",
+            &hold,
+        ));
+        facts
     }
 }
 
@@ -213,6 +281,8 @@ pub(super) fn executables(m: &Manifest, space: &mut ProcessSpace, facts: &mut Ve
     if exes.is_empty() {
         return;
     }
+    // Held before the listing: from then on no exec of them goes unjudged.
+    space.hold(exes, &m.containment.principals());
     let now: Vec<Result<proc::Wanted<'_>, String>> = exes.iter().map(|e| wanted_now(e)).collect();
     let wanted: Vec<proc::Wanted<'_>> = now.iter().filter_map(|w| w.clone().ok()).collect();
     let mut running = space
@@ -225,11 +295,25 @@ pub(super) fn executables(m: &Manifest, space: &mut ProcessSpace, facts: &mut Ve
                 .next()
                 .unwrap_or_else(|| Err("no walk for it".into())),
         };
-        facts.push(match running {
-            Err(e) => Fact::failed("process", exe, WANT, &e, Reason::ObserveFailed),
-            Ok(r) if r.is_empty() => Fact::ok("process", exe, WANT, "none"),
-            Ok(r) => Fact::failed("process", exe, WANT, &describe(&r), Reason::EscapedTask),
+        let denied = space.denied(exe);
+        facts.push(match (running, denied) {
+            (Err(e), _) => Fact::failed("process", exe, WANT, &e, Reason::ObserveFailed),
+            (Ok(r), Some(d)) if d.starts_with("the exec hold stopped") && r.is_empty() => {
+                Fact::failed("process", exe, WANT, &d, Reason::ObserveFailed)
+            }
+            (Ok(r), Some(d)) if r.is_empty() => {
+                Fact::failed("process", exe, WANT, &d, Reason::EscapedTask)
+            }
+            (Ok(r), Some(d)) => Fact::failed(
+                "process",
+                exe,
+                WANT,
+                &format!("{}; {d}", describe(&r)),
+                Reason::EscapedTask,
+            ),
+            (Ok(r), None) if r.is_empty() => Fact::ok("process", exe, WANT, "none"),
+            (Ok(r), None) => Fact::failed("process", exe, WANT, &describe(&r), Reason::EscapedTask),
         });
     }
-    facts.extend(space.fact());
+    facts.extend(space.facts());
 }

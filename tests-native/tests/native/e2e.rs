@@ -1069,11 +1069,11 @@ fn a_contained_executable_started_after_the_intent_is_withheld() {
             &s,
             &format!("[containment]\nexecutables = [\"{}\"]", exe.display()),
         );
+        // The old root started again: its exec waits for repochd's exec hold (repochd is
+        // stopped at the barrier), which denies it once it goes on.
         let mut old = None;
         let start = || {
-            let mut c = Command::new(&exe);
-            c.arg("threads");
-            old = Some(spawn_ready(c));
+            old = Some(exec_held(&exe, &["threads"]));
         };
         late_mutation(
             &s,
@@ -1107,11 +1107,7 @@ fn a_fact_that_changes_while_the_consumer_is_awaited_is_refused_before_the_inten
         let consumer = Consumer::start(&s, &id, side, &side.exe());
         let rec = recover_bg(&s, &id[..6], 20);
         d.reached();
-        let old = spawn_ready({
-            let mut c = Command::new(&exe);
-            c.arg("threads");
-            c
-        });
+        let old = exec_held(&exe, &["threads"]);
         d.signal(rustix::process::Signal::CONT);
         let r = finish(rec);
         assert_eq!(r.code, Outcome::Refused, "{}", r.stdout);

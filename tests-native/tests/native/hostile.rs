@@ -531,3 +531,66 @@ fn a_process_of_the_consumers_uid_cannot_take_a_copy_of_its_connection() {
     let out = c.finish();
     assert_eq!(out.code, Outcome::Success, "{}{}", out.stdout, out.stderr);
 }
+
+/// Peers a consumer wait names one by one in the operator's stream (the daemon's
+/// `PEER_EVENTS_SHOWN_MAX`, docs/OPERATOR.md, "Recovering (once)").
+const PEER_EVENTS_SHOWN: usize = 16;
+
+#[test]
+#[ignore = "needs root"]
+fn a_suspended_recover_reads_the_outcome_its_consumer_got_however_many_peers_were_turned_away() {
+    // The operator's `repoch recover` is suspended (Ctrl-Z, a paused terminal) while it
+    // waits; 60 peers of the consumer's uid, running another copy of the consumer
+    // executable, are turned away (consumer-rejected); the consumer is granted. Resumed,
+    // `recover` reads granted, as its consumer did: repochd never drops an operator for
+    // reading slowly, and the peers turned away are named up to a bound, then counted.
+    // Found by attacking the release binaries: every rejected peer added an event, the
+    // suspended operator was dropped once its buffer filled, the consumer started the new
+    // root, and `recover`, resumed, read uncertain (exit 3).
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let _d = s.daemon();
+    let copy = s.path("consume-copy");
+    std::fs::copy(bin("repoch-consume"), &copy).unwrap();
+    let mut rec = s
+        .recover(&id, 60, &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(rec.stdout.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut out, &mut first).unwrap();
+    assert!(first.contains("\"start\""), "{first}");
+    let pid = rustix::process::Pid::from_raw(rec.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+    let turned_away = 60;
+    for _ in 0..turned_away {
+        let r = run(s.consumer_from(&copy, &id[..8], "consumer.key", "other.cbor", &[]));
+        assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
+    }
+    let c = run(s.consumer(&id[..8], "consumer.key", "grant.cbor", &[]));
+    assert_eq!(c.code, Outcome::Success, "{}{}", c.stdout, c.stderr);
+    rustix::process::kill_process(pid, rustix::process::Signal::CONT).unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let status = rec.wait().unwrap();
+    assert!(status.success(), "recover: {status}: {rest}");
+    assert!(
+        rest.lines().last().unwrap_or("").contains("\"granted\""),
+        "{rest}"
+    );
+    let named = rest
+        .lines()
+        .filter(|l| l.contains("rejected a peer"))
+        .count();
+    assert_eq!(named, PEER_EVENTS_SHOWN, "{rest}");
+    assert!(
+        rest.contains(&format!(
+            "and {} more peers turned away",
+            turned_away - PEER_EVENTS_SHOWN
+        )),
+        "{rest}"
+    );
+}

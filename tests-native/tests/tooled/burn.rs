@@ -34,6 +34,9 @@ fn nobody(mut c: Command) -> Command {
     c
 }
 
+/// The actions that exec the enrolled file itself (3: it, 7: a chain of it).
+const EXECS_THE_OLD_ROOT: [usize; 2] = [3, 7];
+
 /// One outsider action, started; what it leaves running is killed when dropped.
 fn act(
     k: usize,
@@ -219,11 +222,21 @@ pub(crate) fn another_user_acting_at_random_moments_of_many_recoveries_never_den
             .unwrap();
         let rec = recover_bg(&s, &id[..6], 20);
         d.reached();
-        let left: Vec<Box<dyn std::any::Any>> = actions
+        let mut left: Vec<Box<dyn std::any::Any>> = actions
             .iter()
+            .filter(|k| !EXECS_THE_OLD_ROOT.contains(k))
             .flat_map(|k| act(*k, &s, &exe, &unix, ports))
             .collect();
         d.signal(rustix::process::Signal::CONT);
+        // The execs of the enrolled file wait for repochd's exec hold, which a repochd
+        // stopped at a barrier cannot answer: started once it goes on (another user's run
+        // is let through at once).
+        left.extend(
+            actions
+                .iter()
+                .filter(|k| EXECS_THE_OLD_ROOT.contains(k))
+                .flat_map(|k| act(*k, &s, &exe, &unix, ports)),
+        );
         let r = finish(rec);
         let c = finish(consumer);
         assert_eq!(

@@ -168,6 +168,14 @@ pub(crate) fn recover_under_systemd(c: &Container) {
     );
     assert_eq!(r.code, Outcome::Success, "recover: {}", j(&r));
     assert_eq!(r.outcome()["outcome"], "granted", "{}", j(&r));
+    // repochd under its real unit holds every exec of the enrolled executable (its
+    // system-call filter lets fanotify's two calls through, CAP_SYS_ADMIN is kept).
+    assert!(
+        r.stdout
+            .contains(r#""kind":"exec-hold","observed":"held (fanotify permission events)""#),
+        "{}",
+        j(&r)
+    );
     let st = run_in(c, &format!("repoch --json status {id}"));
     let kinds: Vec<String> = st.json()["records"]
         .as_array()
