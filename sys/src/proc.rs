@@ -165,6 +165,8 @@ struct TaskStatus {
     uids: [u32; 4],
     /// Whether it holds any capability (permitted, effective or ambient).
     capable: bool,
+    /// Whether it holds an ambient capability (kept across an exec of a plain file).
+    ambient: bool,
     threads: usize,
 }
 
@@ -175,6 +177,7 @@ fn task_status(dir: impl AsFd, status: &str) -> Option<TaskStatus> {
     let f = rustix::fs::openat(dir, status, OFlags::CLOEXEC, Mode::empty()).ok()?;
     let mut r = std::io::BufReader::new(std::fs::File::from(f));
     let (mut tgid, mut uids, mut threads, mut capable, mut amb) = (None, None, None, false, false);
+    let mut ambient = false;
     let mut line = Vec::new();
     while !amb {
         read_line_kept(&mut r, &mut line, STATUS_LINE_KEPT_BYTES).ok()??;
@@ -193,14 +196,17 @@ fn task_status(dir: impl AsFd, status: &str) -> Option<TaskStatus> {
             .iter()
             .find_map(|k| text.strip_prefix(k).map(|v| (*k, v)))
         {
-            capable |= u64::from_str_radix(set.trim(), 16).ok()? != 0;
+            let held = u64::from_str_radix(set.trim(), 16).ok()? != 0;
+            capable |= held;
             amb = name == "CapAmb:";
+            ambient |= amb && held;
         }
     }
     Some(TaskStatus {
         tgid: tgid?,
         uids: uids?,
         capable,
+        ambient,
         threads: threads?,
     })
 }
@@ -775,10 +781,13 @@ impl Procfs {
     }
 }
 
-/// Whether live process `pid` is a principal's now, as a walk judges it (its uids, or a
-/// capability in our user namespace), and its real uid; `None` when its status cannot be
-/// read (gone, or hidden).
-pub fn principal_now(pid: u32, principals: &[u32]) -> Option<(bool, u32)> {
+/// Whether live process `pid`, waiting in its exec of `file`, will be a principal's once
+/// the exec is done, as a walk would judge it then, and its real uid; `None` when its status
+/// cannot be read (gone, or hidden). The exec sets the saved and file-system uids to the
+/// effective one (the file's owner when it is set-user-ID) and keeps only ambient
+/// capabilities (a set-user-ID file none); a file with capabilities of its own gives them to
+/// whoever runs it, so its exec is a principal's whoever runs it.
+pub fn principal_after_exec(pid: u32, principals: &[u32], file: impl AsFd) -> Option<(bool, u32)> {
     let fs = Procfs::open().ok()?;
     let dir = rustix::fs::openat(
         &fs.dir,
@@ -788,8 +797,21 @@ pub fn principal_now(pid: u32, principals: &[u32]) -> Option<(bool, u32)> {
     )
     .ok()?;
     let t = task_status(&dir, "status")?;
-    let uid = t.uids[0];
-    Some((fs.principal(principals)(t, &dir), uid))
+    let st = rustix::fs::fstat(&file).ok()?;
+    let setuid = st.st_mode & 0o4000 != 0;
+    let file_caps = match rustix::fs::fgetxattr(&file, "security.capability", &mut [0u8; 64]) {
+        Ok(_) => true,
+        Err(Errno::NODATA) | Err(Errno::OPNOTSUPP) => false,
+        Err(_) => return None,
+    };
+    let euid = if setuid { st.st_uid } else { t.uids[1] };
+    let after = TaskStatus {
+        uids: [t.uids[0], euid, euid, euid],
+        capable: t.ambient && !setuid,
+        ..t
+    };
+    let principal = file_caps || fs.principal(principals)(after, &dir);
+    Some((principal, t.uids[0]))
 }
 
 /// What one walk of `/proc` found.

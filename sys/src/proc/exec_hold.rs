@@ -1,9 +1,10 @@
 //! The exec hold (docs/THREAT-MODEL.md, "Who can change a fact"): from the first
 //! observation to the dispatch, every exec of an enrolled executable waits in the kernel for
 //! repochd's answer (fanotify, `FAN_OPEN_EXEC_PERM` on each file's inode). While the exec
-//! waits, the process is alive and still its old self: it is judged as the walk judges a
-//! task (a principal's: one of its uids is a principal's, or it holds a capability in our
-//! user namespace). A principal's exec is denied (`execve` fails with `EPERM`) and kept as
+//! waits, the process is alive and still its old self: it is judged as the walk will judge
+//! it once the exec is done (a principal's: one of its uids is a principal's, or it holds a
+//! capability in our user namespace; the exec makes the saved uid the effective one, and
+//! keeps only ambient capabilities), `proc::principal_after_exec`. A principal's exec is denied (`execve` fails with `EPERM`) and kept as
 //! an attempt, which the observations report; another user's is allowed. The process
 //! events name a pid, not a file, and one that exits before the reader looks cannot be
 //! judged: the hold leaves no such process, since the file cannot run before it is judged.
@@ -224,7 +225,7 @@ fn answer(
         .map_or_else(String::new, |(_, p)| p.clone());
     let verdict = match pid == me {
         true => Some((false, me)),
-        false => super::principal_now(pid, principals),
+        false => super::principal_after_exec(pid, principals, fd),
     };
     let allow = matches!(verdict, Some((false, _)));
     if !allow {
@@ -273,6 +274,15 @@ mod tests {
             .status()
             .unwrap()
             .success());
+        // By another user whose saved uid is still root's (setpriv --reuid sets the real
+        // and effective ones): no principal once the exec is done (it makes the saved uid
+        // the effective one, and clears the capabilities): it runs.
+        let other = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&held)
+            .status()
+            .unwrap();
+        assert!(other.success(), "{other}");
         // The held file, by root (a principal): denied, EPERM, and kept.
         let denied = std::process::Command::new(&held).status().unwrap_err();
         assert_eq!(denied.raw_os_error(), Some(1), "{denied}");
