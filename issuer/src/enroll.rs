@@ -332,6 +332,16 @@ fn parse_inet(kind: &str, rest: &str) -> Result<Inet, String> {
                 "{addr} is link-local: it needs an interface, which a listener cannot name"
             ))
         }
+        ip if ip.is_multicast() => {
+            return Err(format!(
+                "{addr} is a multicast address: a socket bound to it serves no one (hold the address the service answers on)"
+            ))
+        }
+        IpAddr::V4(v4) if v4.is_broadcast() => {
+            return Err(format!(
+                "{addr} is the broadcast address: a socket bound to it serves no one (hold the address the service answers on)"
+            ))
+        }
         ip => Inet::at(ip, p),
     };
     canonical(at)
@@ -1952,6 +1962,22 @@ mod tests {
                 "{path} {mode:o} {uid:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_listener_on_a_multicast_or_broadcast_address_is_refused() {
+        // Such an address binds yet serves no one: held, it holds nothing the old root
+        // served, and a grant of it would hand the new root a socket no client reaches.
+        for (l, why) in [
+            ("udp:224.0.0.251:5353", "multicast"),
+            ("udp:239.1.2.3:9", "multicast"),
+            ("udp:[ff02::fb]:5353", "multicast"),
+            ("tcp:255.255.255.255:80", "broadcast"),
+        ] {
+            let e = parse_listener(l).unwrap_err();
+            assert!(e.contains(why), "{l}: {e}");
+        }
+        assert!(parse_listener("udp:223.255.255.255:9").is_ok());
     }
 
     #[test]
