@@ -50,11 +50,18 @@ fn expected_deployment(path: &Path) -> Option<DeploymentId> {
         .and_then(DeploymentId::from_hex)
 }
 
+/// A path as every audit sink prints it (a terminal, `--json`, a usage error): escaped
+/// (docs/PROTOCOL.md, "Text"), since a file name in a directory an auditor globs is
+/// anyone's text.
+pub fn shown(p: &Path) -> String {
+    repoch_protocol::text::escape(&p.to_string_lossy()).into_owned()
+}
+
 /// Reads a regular file of at most `max` bytes, following no symlink (a FIFO never hangs
 /// the reader: `repoch_sys::fs::read_regular`).
 pub fn read_bounded(p: &Path, max: usize) -> Result<Vec<u8>, String> {
     repoch_sys::fs::read_regular(p, max, repoch_sys::fs::Links::Refuse)
-        .map_err(|e| format!("{}: {e}", p.display()))
+        .map_err(|e| format!("{}: {e}", shown(p)))
 }
 
 /// The deployments in chain order, or why the links do not verify (with its reason).

@@ -78,6 +78,37 @@ fn audit_of_a_missing_file_is_a_usage_error() {
     assert_eq!(code, Some(Outcome::Usage), "{out}");
 }
 
+#[test]
+fn audit_never_prints_a_path_it_was_given_raw() {
+    // A file name that colours the terminal and sets its title, in a directory an auditor
+    // globs: every sink (the usage error, human or --json) carries it escaped.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("k.pub"),
+        "3b6a27bcceb6a42d62a3a8d02a6f0d73653215771de243a63ac048a18b59da29\n",
+    )
+    .unwrap();
+    let evil = dir.path().join("\u{1b}]0;owned\u{7}\u{1b}[31mepoch.log");
+    let key = dir.path().join("k.pub");
+    for json in [true, false] {
+        let mut args = vec!["audit", "--issuer-key", key.to_str().unwrap()];
+        if json {
+            args.insert(0, "--json");
+        }
+        args.push(evil.to_str().unwrap());
+        let (code, out, err) = repoch(&args);
+        assert_eq!(code, Some(Outcome::Usage), "{out}{err}");
+        assert!(
+            !out.contains('\u{1b}') && !err.contains('\u{1b}'),
+            "raw ESC: {out:?} {err:?}"
+        );
+        assert!(
+            format!("{out}{err}").contains("\\u{001b}"),
+            "{out:?} {err:?}"
+        );
+    }
+}
+
 // ---- audit: forks and duplicate ids (offline, no root) ----
 
 use repoch_protocol::cbor::Canonical as _;

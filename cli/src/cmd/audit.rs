@@ -34,7 +34,7 @@ fn audit_checkpoint(
     let bytes = repoch_sys::fs::read_regular(note, max, repoch_sys::fs::Links::Refuse).map_err(
         |e| match e.kind() {
             std::io::ErrorKind::FileTooLarge => invalid(format!("{e}")),
-            _ => Failure::Usage(format!("{}: {e}", note.display()).into()),
+            _ => Failure::Usage(format!("{}: {e}", crate::audit::shown(note)).into()),
         },
     )?;
     let text = String::from_utf8(bytes).map_err(|_| invalid("not UTF-8".into()))?;
@@ -75,10 +75,11 @@ fn audit_registry(
 ) -> Result<(Registered, Option<Refusal>), Failure> {
     let bytes = crate::audit::read_bounded(file, repoch_protocol::limits::MANIFEST_TOML_BYTES_MAX)
         .map_err(|e| Failure::Usage(e.into()))?;
-    let text = String::from_utf8(bytes)
-        .map_err(|_| Failure::Usage(format!("{}: not UTF-8 text", file.display()).into()))?;
+    let text = String::from_utf8(bytes).map_err(|_| {
+        Failure::Usage(format!("{}: not UTF-8 text", crate::audit::shown(file)).into())
+    })?;
     let r = repoch_issuer::enroll::registry_of(&text)
-        .map_err(|e| Failure::Usage(format!("{}: {e}", file.display()).into()))?;
+        .map_err(|e| Failure::Usage(format!("{}: {e}", crate::audit::shown(file)).into()))?;
     let mut named = crate::audit::Naming::new(logs, issuer, &r.prefix);
     let mut read = read_registry(&r, &mut named)?;
     let (rows, finding) = log_rows(logs, &crate::audit::compare_fleet(&named, logs));
@@ -351,7 +352,7 @@ fn log_rows(
                     (name, json!({"registry": registry, "log": log}))
                 }
             };
-            json!({"path": a.path, "deployment": a.report.deployment().map(|d| d.to_hex()), "verdict": verdict, "evidence": evidence})
+            json!({"path": crate::audit::shown(&a.path), "deployment": a.report.deployment().map(|d| d.to_hex()), "verdict": verdict, "evidence": evidence})
         })
         .collect();
     (rows, finding)
@@ -366,7 +367,7 @@ fn log_row(a: &crate::audit::Audited) -> serde_json::Value {
         repoch_protocol::epoch::EpochBody::Consume { fencing, .. } => *fencing,
         _ => None,
     });
-    json!({"path": a.path, "deployment": r.deployment().map(|d| d.to_hex()), "epoch": r.classification.as_str(),
+    json!({"path": crate::audit::shown(&a.path), "deployment": r.deployment().map(|d| d.to_hex()), "epoch": r.classification.as_str(),
            "fencing": fencing.map(|t| json!({"cluster": format!("{:016x}", t.cluster), "revision": t.revision})),
            "records": r.records.len(), "head": r.last_hash().map(|h| h.to_hex()),
            "predecessor": r.genesis().and_then(|(_, p)| p).map(|p| p.deployment.to_hex()),
@@ -506,7 +507,7 @@ fn print_text(report: &Report<'_>, logs: &[crate::audit::Audited], cp: Option<&O
         if let Some((at, why)) = &r.problem {
             s.push_str(&format!(
                 "  {}: problem at offset {at}: {why}\n",
-                a.path.display()
+                crate::audit::shown(&a.path)
             ));
         }
     }
