@@ -51,6 +51,8 @@ pub trait Fleet: Send {
     /// Whether this host's credential may write `key`, without writing it
     /// ([`Client::may_write`]): `false` when etcd refuses it the permission.
     fn may_write(&mut self, key: &[u8]) -> Result<bool, Error>;
+    /// The keys under `prefix` (a linearizable read), at most `max` (more is an error).
+    fn keys(&mut self, prefix: &[u8], max: usize) -> Result<Vec<Vec<u8>>, Error>;
 }
 
 /// One member's answer to a read of a key.
@@ -94,7 +96,16 @@ impl Fleet for Client {
     fn may_write(&mut self, key: &[u8]) -> Result<bool, Error> {
         Client::may_write(self, key)
     }
+    fn keys(&mut self, prefix: &[u8], max: usize) -> Result<Vec<Vec<u8>>, Error> {
+        let mut keys = Vec::new();
+        Client::scan(self, prefix, max, |e| keys.push(e.key))?;
+        Ok(keys)
+    }
 }
+
+/// The host records of a fleet the permission proof reads, to probe each other host's
+/// own key: a fleet has a few hosts; more keys than this under `hosts/FLEET/` refuse.
+pub const HOSTS_PROBED_MAX: usize = 256;
 
 /// The keys no host's credential may write (docs/OPERATOR.md, "A fleet registry", "Roles first"): the fleet record,
 /// another host's record of the fleet (and a key beside this host's own, which a grant of
@@ -118,7 +129,14 @@ pub fn forbidden_keys(r: &Registry) -> Vec<Vec<u8>> {
 /// or replay the fleet record. `registry-overprivileged` naming the first key it could
 /// write; `registry-unavailable` when a probe got no answer.
 pub fn least_privilege(fleet: &mut dyn Fleet, r: &Registry) -> Result<(), Refusal> {
-    for key in forbidden_keys(r) {
+    // Each other host's own record too (a role may grant one host's key exactly, which no
+    // fixed key names): the hosts enrolled now, as the registry lists them.
+    let others = fleet
+        .keys(r.hosts_prefix().as_bytes(), HOSTS_PROBED_MAX)
+        .map_err(|e| unavailable(r, "the fleet's host records listed", e))?
+        .into_iter()
+        .filter(|k| *k != r.host_key().as_bytes());
+    for key in forbidden_keys(r).into_iter().chain(others) {
         let shown = String::from_utf8_lossy(&key).into_owned();
         match fleet.may_write(&key) {
             Ok(false) => {}
@@ -655,6 +673,8 @@ mod tests {
         /// The keys this host's credential may write, of those no host's may; none: the
         /// least privilege.
         privileged: Vec<Vec<u8>>,
+        /// The host records' keys the registry lists.
+        listed: Vec<Vec<u8>>,
     }
 
     /// A read's answer: the cluster and the key's entry, if any.
@@ -729,6 +749,9 @@ mod tests {
         }
         fn may_write(&mut self, key: &[u8]) -> Result<bool, Error> {
             Ok(self.privileged.iter().any(|k| k == key))
+        }
+        fn keys(&mut self, _prefix: &[u8], _max: usize) -> Result<Vec<Vec<u8>>, Error> {
+            Ok(self.listed.clone())
         }
     }
 
@@ -1072,6 +1095,17 @@ mod tests {
         assert!(keys
             .iter()
             .any(|k| !k.starts_with(&format!("{}/", reg().prefix))));
+        // Another host's own record, granted exactly: found by listing the hosts.
+        let other = format!("{}host-b", reg().hosts_prefix()).into_bytes();
+        let mut f = Script {
+            gets: vec![Ok((CLUSTER, None))],
+            listed: vec![reg().host_key().into_bytes(), other.clone()],
+            privileged: vec![other],
+            ..Script::default()
+        };
+        let r = look(&mut f, &reg(), &own()).unwrap_err();
+        assert_eq!(r.reason, Reason::RegistryOverprivileged);
+        assert!(r.observed.contains("host-b"), "{}", r.observed);
         // A probe unanswered: unavailable, not overprivileged, not passed.
         struct Silent(Script);
         impl Fleet for Silent {
@@ -1089,6 +1123,9 @@ mod tests {
             }
             fn may_write(&mut self, _: &[u8]) -> Result<bool, Error> {
                 Err(no_answer())
+            }
+            fn keys(&mut self, p: &[u8], max: usize) -> Result<Vec<Vec<u8>>, Error> {
+                self.0.keys(p, max)
             }
         }
         let r = look(&mut Silent(gets(Ok((CLUSTER, None)))), &reg(), &own()).unwrap_err();

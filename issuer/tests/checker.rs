@@ -1118,6 +1118,9 @@ impl Fleet for SimFleet {
     fn may_write(&mut self, _key: &[u8]) -> Result<bool, RegistryError> {
         Ok(false)
     }
+    fn keys(&mut self, _prefix: &[u8], _max: usize) -> Result<Vec<Vec<u8>>, RegistryError> {
+        Ok(Vec::new())
+    }
     /// The modelled cluster is one member (the manifest pins none): its one answer.
     fn get_each(&mut self, key: &[u8]) -> Vec<Result<Said, RegistryError>> {
         let answer = self.get(key).map(|(cluster, entry)| Said {

@@ -781,17 +781,22 @@ impl Procfs {
     }
 }
 
-/// Whether live process `pid`, waiting in its exec of `file`, will be a principal's once
-/// the exec is done, as a walk would judge it then, and its real uid; `None` when its status
-/// cannot be read (gone, or hidden). The exec sets the saved and file-system uids to the
+/// Whether live thread `tid`, waiting in its exec of `file`, will be a principal's once the
+/// exec is done, as a walk would judge it then, its real uid and its process (thread group);
+/// `None` when its status cannot be read (gone, or hidden). The exec sets the saved and file-system uids to the
 /// effective one (the file's owner when it is set-user-ID) and keeps only ambient
 /// capabilities (a set-user-ID file none); a file with capabilities of its own gives them to
 /// whoever runs it, so its exec is a principal's whoever runs it.
-pub fn principal_after_exec(pid: u32, principals: &[u32], file: impl AsFd) -> Option<(bool, u32)> {
+pub fn principal_after_exec(
+    tid: u32,
+    principals: &[u32],
+    file: impl AsFd,
+) -> Option<(bool, u32, Option<u32>)> {
     let fs = Procfs::open().ok()?;
+    // `/proc/TID` is the thread's own: its status holds that thread's credentials.
     let dir = rustix::fs::openat(
         &fs.dir,
-        pid.to_string(),
+        tid.to_string(),
         OFlags::CLOEXEC | OFlags::DIRECTORY,
         Mode::empty(),
     )
@@ -811,7 +816,7 @@ pub fn principal_after_exec(pid: u32, principals: &[u32], file: impl AsFd) -> Op
         ..t
     };
     let principal = file_caps || fs.principal(principals)(after, &dir);
-    Some((principal, t.uids[0]))
+    Some((principal, t.uids[0], Some(t.tgid)))
 }
 
 /// What one walk of `/proc` found.

@@ -86,7 +86,13 @@ impl ExecHold {
     /// judgement against `principals`.
     pub fn start(paths: &[&str], principals: &[u32]) -> Result<ExecHold, Error> {
         let group = Fanotify::init(
-            InitFlags::FAN_CLASS_CONTENT | InitFlags::FAN_CLOEXEC | InitFlags::FAN_NONBLOCK,
+            // FAN_REPORT_TID: the event names the thread that execs, whose credentials are
+            // the exec's (a process's threads may each hold their own: one root thread of a
+            // process whose leader dropped to another uid runs the file as root).
+            InitFlags::FAN_CLASS_CONTENT
+                | InitFlags::FAN_CLOEXEC
+                | InitFlags::FAN_NONBLOCK
+                | InitFlags::FAN_REPORT_TID,
             EventFFlags::O_RDONLY | EventFFlags::O_CLOEXEC | EventFFlags::O_LARGEFILE,
         )
         .map_err(|e| os("fanotify_init", e))?;
@@ -213,7 +219,7 @@ fn answer(
         // so no exec went unjudged; said all the same.
         return end(found, "the event queue overflowed".into());
     };
-    let pid = u32::try_from(event.pid()).unwrap_or(0);
+    let tid = u32::try_from(event.pid()).unwrap_or(0);
     let file = rustix::fs::fstat(fd)
         .map(|st| (st.st_dev, st.st_ino))
         .unwrap_or((0, 0));
@@ -223,14 +229,13 @@ fn answer(
         .iter()
         .find(|(m, _)| *m == file)
         .map_or_else(String::new, |(_, p)| p.clone());
-    let verdict = match pid == me {
-        true => Some((false, me)),
-        false => super::principal_after_exec(pid, principals, fd),
-    };
-    let allow = matches!(verdict, Some((false, _)));
+    let verdict = super::principal_after_exec(tid, principals, fd);
+    // repochd's own threads never run an enrolled file; were one to, it is not the old root.
+    let allow = verdict.is_some_and(|(principal, _, tgid)| !principal || tgid == Some(me));
+    let pid = verdict.and_then(|(_, _, tgid)| tgid).unwrap_or(tid);
     if !allow {
         let mut f = found.lock().unwrap_or_else(|p| p.into_inner());
-        let uid = verdict.map(|(_, uid)| uid);
+        let uid = verdict.map(|(_, uid, _)| uid);
         if f.attempts.len() < ATTEMPTS_KEPT_MAX {
             f.attempts.push(Attempt { pid, uid, path });
         } else {
@@ -242,7 +247,7 @@ fn answer(
         false => Response::FAN_DENY,
     };
     if let Err(e) = group.write_response(FanotifyResponse::new(fd, response)) {
-        end(found, format!("answering pid {pid}: {e}"));
+        end(found, format!("answering pid {pid} (thread {tid}): {e}"));
     }
 }
 

@@ -643,3 +643,52 @@ fn another_users_run_of_the_old_roots_executable_during_a_recovery_is_let_throug
         r.stdout
     );
 }
+
+/// A process whose leader drops to uid 65534 by the raw system call (that thread alone)
+/// while a second thread, still root, execs `exe`: exits 99 when the exec is denied (EPERM),
+/// 98 on another failure.
+const ROOT_THREAD_EXEC: &str = r#"
+import ctypes, os, sys, threading
+libc = ctypes.CDLL(None, use_errno=True)
+dropped = threading.Event()
+def run():
+    dropped.wait()
+    try:
+        os.execv(sys.argv[1], [sys.argv[1], "exit"])
+    except OSError as e:
+        os._exit(99 if e.errno == 1 else 98)
+t = threading.Thread(target=run)
+t.start()
+assert libc.syscall(119, 65534, 65534, 65534) == 0  # setresgid, this thread only
+assert libc.syscall(117, 65534, 65534, 65534) == 0  # setresuid, this thread only
+dropped.set()
+t.join()
+"#;
+
+#[test]
+#[ignore = "needs root"]
+fn a_root_thread_of_a_process_whose_leader_dropped_its_uid_is_denied_the_old_root() {
+    // The exec hold judges the thread that execs, not the process's leader: a leader at
+    // uid 65534 with a thread still root, that thread exec'ing the enrolled file, runs it as
+    // root. Found by attacking the release binaries: judged by the leader's status, the
+    // exec ran, and 4 recoveries of 6 were granted.
+    require_root!();
+    let (s, exe, id) = enrolled_exe("");
+    let mut code = None;
+    let (r, written) = while_repochd_waits(&s, &id, "after-hello", false, || {
+        let status = Command::new("python3")
+            .args(["-c", ROOT_THREAD_EXEC])
+            .arg(&exe)
+            .status()
+            .expect("python3");
+        code = status.code();
+    });
+    assert_eq!(code, Some(99), "the root thread's exec was not denied");
+    assert_eq!(written, ["genesis"], "{}", r.stdout);
+    assert_eq!(r.reasons(), ["escaped-task"], "{}", r.stdout);
+    assert!(
+        r.stdout.contains("(uid 0) tried to exec it: denied"),
+        "{}",
+        r.stdout
+    );
+}

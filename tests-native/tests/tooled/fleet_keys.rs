@@ -86,6 +86,17 @@ pub(crate) fn a_credential_that_could_write_what_no_hosts_may_is_refused_before_
         assert!(etcd.etcdctl_live(&narrow).status.success());
     }
 
+    // Another host's own record, granted exactly (no fixed key of the proof names it):
+    // found by listing the fleet's hosts. Found by attacking the release binaries: such a
+    // role enrolled and recovered, and wrote host b's record.
+    let _b = enroll_host(&etcd, &px, "billing", "host-b");
+    let host_b = format!("{px}/hosts/billing/host-b");
+    let widen = ["role", "grant-permission", role, "readwrite", &host_b];
+    assert!(etcd.etcdctl_live(&widen).status.success());
+    assert_overprivileged(&a, &host_b);
+    let narrow = ["role", "revoke-permission", role, &host_b];
+    assert!(etcd.etcdctl_live(&narrow).status.success());
+
     // Authentication off: any credential writes anything; so would this one.
     assert!(etcd.etcdctl_live(&["auth", "disable"]).status.success());
     assert_overprivileged(&a, &format!("{px}/fleets/billing"));
@@ -93,7 +104,7 @@ pub(crate) fn a_credential_that_could_write_what_no_hosts_may_is_refused_before_
     let p = s.path("manifest.toml");
     std::fs::write(
         &p,
-        s.manifest(&etcd.registry_toml("billing", "host-b", &px)),
+        s.manifest(&etcd.registry_toml("billing", "host-c", &px)),
     )
     .unwrap();
     let r = s.enroll_manifest(&p);
@@ -106,7 +117,7 @@ pub(crate) fn a_credential_that_could_write_what_no_hosts_may_is_refused_before_
         r.stdout
     );
     assert!(
-        etcd.get(&format!("{px}/hosts/billing/host-b")).is_none(),
+        etcd.get(&format!("{px}/hosts/billing/host-c")).is_none(),
         "nothing kept"
     );
     assert!(etcd.etcdctl_live(&["auth", "enable"]).status.success());
