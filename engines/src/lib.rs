@@ -264,14 +264,31 @@ impl TryFrom<Inspect> for Container {
 /// recovery granted while swarm ran the service's next task); else its restart policy.
 fn restart_policy(i: &Inspect) -> String {
     let labels = i.config.labels.as_ref();
-    match labels.and_then(|l| l.get(SWARM_SERVICE_LABEL)) {
-        Some(service) => {
-            let name = labels.and_then(|l| l.get("com.docker.swarm.service.name"));
-            format!("swarm service {}", name.unwrap_or(service))
-        }
-        None => i.host_config.restart_policy.name.clone(),
+    let label = |k: &str| labels.and_then(|l| l.get(k));
+    if let Some(service) = label(SWARM_SERVICE_LABEL) {
+        let name = label("com.docker.swarm.service.name");
+        return format!("swarm service {}", name.unwrap_or(service));
     }
+    // The controllers the engine itself names on the container: a systemd unit that runs
+    // it (what `podman generate systemd` and Quadlet write: `Restart=always`, `podman start
+    // -a NAME`), a kubelet that recreates it through CRI. Found by attacking the release
+    // binaries: a container of policy `no` whose unit was enabled, named alone, granted.
+    if let Some(unit) = label(PODMAN_SYSTEMD_UNIT_LABEL) {
+        return format!("{SYSTEMD_UNIT_POLICY}{unit}");
+    }
+    if let Some(pod) = label("io.kubernetes.pod.name") {
+        let ns = label("io.kubernetes.pod.namespace").map_or("?", String::as_str);
+        return format!("kubernetes pod {ns}/{pod}");
+    }
+    i.host_config.restart_policy.name.clone()
 }
+
+/// The label podman puts on a container a systemd unit runs (its value: the unit).
+const PODMAN_SYSTEMD_UNIT_LABEL: &str = "PODMAN_SYSTEMD_UNIT";
+
+/// How [`Container::restart_policy`] begins for a container a systemd unit runs; the unit
+/// follows.
+pub const SYSTEMD_UNIT_POLICY: &str = "systemd unit ";
 
 fn runtime() -> Result<tokio::runtime::Runtime, Error> {
     tokio::runtime::Builder::new_current_thread()
@@ -930,6 +947,24 @@ mod tests {
                 r#""Labels":{"com.docker.swarm.service.id":"x1","com.docker.swarm.service.name":"billing"}"#,
             );
         assert_eq!(read(&task).unwrap().restart_policy, "swarm service billing");
+        // A systemd unit podman names as the one that runs it, of policy "no"; a pod's
+        // container a kubelet recreates.
+        let unit = whole.replace("\"always\"", "\"no\"").replace(
+            "\"Labels\":null",
+            r#""Labels":{"PODMAN_SYSTEMD_UNIT":"container-billing.service"}"#,
+        );
+        assert_eq!(
+            read(&unit).unwrap().restart_policy,
+            "systemd unit container-billing.service"
+        );
+        let pod = whole.replace(
+            "\"Labels\":null",
+            r#""Labels":{"io.kubernetes.pod.name":"billing","io.kubernetes.pod.namespace":"prod"}"#,
+        );
+        assert_eq!(
+            read(&pod).unwrap().restart_policy,
+            "kubernetes pod prod/billing"
+        );
         // podman's compatible API says "stopped": a state like any other.
         let podman = whole.replace("\"exited\"", "\"stopped\"");
         assert!(read(&podman).is_ok());

@@ -51,7 +51,8 @@ pub trait Fleet: Send {
     /// Whether this host's credential may write `key`, without writing it
     /// ([`Client::may_write`]): `false` when etcd refuses it the permission.
     fn may_write(&mut self, key: &[u8]) -> Result<bool, Error>;
-    /// The keys under `prefix` (a linearizable read), at most `max` (more is an error).
+    /// The first `max` keys under `prefix` whose last segment is a name (a linearizable
+    /// read of every key, page by page; keys that name nothing, planted, are passed over).
     fn keys(&mut self, prefix: &[u8], max: usize) -> Result<Vec<Vec<u8>>, Error>;
 }
 
@@ -98,13 +99,21 @@ impl Fleet for Client {
     }
     fn keys(&mut self, prefix: &[u8], max: usize) -> Result<Vec<Vec<u8>>, Error> {
         let mut keys = Vec::new();
-        Client::scan(self, prefix, max, |e| keys.push(e.key))?;
+        Client::scan(self, prefix, usize::MAX, |e| {
+            let named = e.key.strip_prefix(prefix).is_some_and(|name| {
+                std::str::from_utf8(name)
+                    .is_ok_and(|n| repoch_protocol::fleet::check_name("host", n).is_ok())
+            });
+            if named && keys.len() < max {
+                keys.push(e.key);
+            }
+        })?;
         Ok(keys)
     }
 }
 
-/// The host records of a fleet the permission proof reads, to probe each other host's
-/// own key: a fleet has a few hosts; more keys than this under `hosts/FLEET/` refuse.
+/// The host records of a fleet the permission proof probes, each other host's own key (the
+/// first ones by name): a fleet has a few hosts.
 pub const HOSTS_PROBED_MAX: usize = 256;
 
 /// The keys no host's credential may write (docs/OPERATOR.md, "A fleet registry", "Roles first"): the fleet record,

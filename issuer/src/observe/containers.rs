@@ -39,6 +39,9 @@ pub struct Containers {
     engines: BTreeMap<Socket, Held>,
     pinned: BTreeMap<ContainerRef, Option<Pinned>>,
     started: bool,
+    /// The manifest's `containment.units`: a container a systemd unit runs is held by its
+    /// unit when the unit is one of them.
+    units: Vec<String>,
 }
 
 /// A container as the first observation found it: its full id, when it was created and
@@ -106,6 +109,7 @@ pub(super) fn containers(m: &Manifest, held: &mut Containers, facts: &mut Vec<Fa
     }
     let first = !held.started;
     held.started = true;
+    held.units.clone_from(&m.containment.units);
     for (socket, refs) in by_socket(named) {
         if let Err(f) = engine_of(held, &socket, &refs, first) {
             facts.extend(refs.iter().map(|c| f.about(c)));
@@ -144,11 +148,15 @@ fn judged_now(
     }
     // The engine's word up to the looks: what its stream may not have delivered yet.
     match caught_up(held, socket, &looked) {
-        Ok(seen) => facts.extend(
-            looked
-                .iter()
-                .map(|(c, now)| judge(c, now.as_ref(), held.pinned.get(c), Some(&seen))),
-        ),
+        Ok(seen) => facts.extend(looked.iter().map(|(c, now)| {
+            judge(
+                c,
+                now.as_ref(),
+                held.pinned.get(c),
+                Some(&seen),
+                &held.units,
+            )
+        })),
         Err(f) => facts.extend(looked.iter().map(|(c, _)| f.about(c))),
     }
     facts
@@ -353,6 +361,7 @@ fn judge(
     now: Option<&Container>,
     pinned: Option<&Option<Pinned>>,
     seen: Option<&repoch_engines::Seen>,
+    units: &[String],
 ) -> Fact {
     let failed = seen
         .and_then(against_events)
@@ -365,7 +374,7 @@ fn judge(
             (Some(Some(f)), None) => against_removal(c, f, seen),
             _ => None,
         })
-        .or_else(|| now.and_then(against_state))
+        .or_else(|| now.and_then(|k| against_state(k, units)))
         .or_else(|| now.and_then(against_cgroup));
     match (failed, now) {
         (Some((expected, observed, reason)), _) => {
@@ -484,10 +493,28 @@ fn against_removal(
     })
 }
 
-/// The container's own state: running, or stopped with a policy that can start it.
-fn against_state(k: &Container) -> Option<Failed> {
+/// The container's own state: running, or stopped with a policy that can start it. A
+/// systemd unit that runs it (its engine's own label names it) is held by the unit fact
+/// when the manifest names it in `containment.units` (masked), and is a policy that can
+/// start it when it does not.
+fn against_state(k: &Container, units: &[String]) -> Option<Failed> {
     if let Some(why) = running(k) {
         return Some(("stopped".into(), why, Reason::ContainerRunning));
+    }
+    let unit = k
+        .restart_policy
+        .strip_prefix(repoch_engines::SYSTEMD_UNIT_POLICY);
+    if let Some(unit) = unit {
+        return (!units.iter().any(|u| u == unit)).then(|| {
+            (
+                format!("restart policy no, or its unit {unit} in containment.units"),
+                format!(
+                    "{}, run by systemd unit {unit} (its engine's label), which containment.units does not name",
+                    k.status
+                ),
+                Reason::ContainerRestartable,
+            )
+        });
     }
     (!matches!(k.restart_policy.as_str(), "no" | "")).then(|| {
         (
@@ -645,10 +672,32 @@ mod tests {
     }
 
     #[test]
+    fn a_container_a_systemd_unit_runs_is_held_only_by_its_named_unit() {
+        // podman's label names the unit that runs it (Restart=always, podman start -a):
+        // refused unless containment.units names the unit, whose own fact then holds it.
+        let c = docker("old-root");
+        let k = stopped("a1", "systemd unit container-old-root.service");
+        let f = judge(&c, Some(&k), None, None, &[]);
+        assert_eq!(f.reason, Some(Reason::ContainerRestartable));
+        assert!(
+            f.observed
+                .contains("run by systemd unit container-old-root.service"),
+            "{}",
+            f.observed
+        );
+        let named = ["container-old-root.service".to_owned()];
+        assert!(judge(&c, Some(&k), None, None, &named).holds());
+        let other = ["other.service".to_owned()];
+        assert!(!judge(&c, Some(&k), None, None, &other).holds());
+        let pod = stopped("a1", "kubernetes pod default/billing");
+        assert!(!judge(&c, Some(&pod), None, None, &named).holds());
+    }
+
+    #[test]
     fn each_state_of_a_container_is_judged() {
         let c = docker("old-root");
         let judged = |k: Option<&Container>, pinned: Option<&Option<Pinned>>| {
-            let f = judge(&c, k, pinned, None);
+            let f = judge(&c, k, pinned, None, &[]);
             (f.holds(), f.reason)
         };
         assert_eq!(judged(None, None), (true, None));
@@ -700,7 +749,7 @@ mod tests {
     fn a_container_is_judged_against_the_first_observation() {
         let c = docker("old-root");
         let judged = |k: Option<&Container>, pinned: Option<&Option<Pinned>>| {
-            let f = judge(&c, k, pinned, None);
+            let f = judge(&c, k, pinned, None, &[]);
             (f.holds(), f.reason)
         };
         // Another container under the name, or one created since an absent first look.
@@ -747,7 +796,7 @@ mod tests {
             removed: vec!["a1".into()],
             ..Default::default()
         };
-        assert!(judge(&c, None, Some(&first), Some(&removed)).holds());
+        assert!(judge(&c, None, Some(&first), Some(&removed), &[]).holds());
         assert_eq!(
             judged(Some(&stopped("a1", "no")), Some(&first)),
             (true, None)
@@ -782,7 +831,7 @@ mod tests {
             more: 2,
             ..Default::default()
         };
-        let f = judge(&c, Some(&k), None, Some(&seen));
+        let f = judge(&c, Some(&k), None, Some(&seen), &[]);
         assert_eq!(f.reason, Some(Reason::ContainerChanged));
         assert!(
             f.observed.contains("start of a1 at 17 (and 2 more)"),
@@ -793,9 +842,9 @@ mod tests {
             ended: Some("the engine closed the event stream".into()),
             ..Default::default()
         };
-        let f = judge(&c, Some(&k), None, Some(&ended));
+        let f = judge(&c, Some(&k), None, Some(&ended), &[]);
         assert_eq!(f.reason, Some(Reason::ControllerUnknown));
         let quiet = repoch_engines::Seen::default();
-        assert!(judge(&c, Some(&k), None, Some(&quiet)).holds());
+        assert!(judge(&c, Some(&k), None, Some(&quiet), &[]).holds());
     }
 }

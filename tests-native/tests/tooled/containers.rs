@@ -418,6 +418,47 @@ pub(crate) fn a_podman_container_its_restart_at_boot_would_start_is_refused_unti
     assert_eq!(c.code, Outcome::Success, "{}", c.stdout);
 }
 
+pub(crate) fn a_podman_container_a_systemd_unit_runs_is_refused_unless_its_unit_is_named() {
+    // Proves: a container of restart policy `no` that a systemd unit runs (podman's own
+    // label PODMAN_SYSTEMD_UNIT names it, as `podman generate systemd` and Quadlet set it),
+    // stopped, the manifest naming the container alone: refused container-restartable,
+    // naming the unit (its next start brings the old root back). Found by attacking the
+    // release binaries: granted.
+    require_root!();
+    let sb = Sandbox::new();
+    let p = Podman::start(&sb.path("podman"));
+    p.import_busybox();
+    p.ok(&[
+        "run",
+        "-d",
+        "--name",
+        "old-root",
+        "--network",
+        "none",
+        "--restart=no",
+        "--label",
+        "PODMAN_SYSTEMD_UNIT=container-old-root.service",
+        "--ulimit",
+        "nofile=1024:1024",
+        "--ulimit",
+        "nproc=1024:1024",
+        BUSYBOX_IMAGE,
+        "sleep",
+        "1000000",
+    ]);
+    p.ok(&["stop", "-t", "1", "old-root"]);
+    let refs = ["podman:old-root".to_owned()];
+    let (s, id) = enrolled_on(&p.engines_toml(), &refs);
+    let r = s.observe(&id);
+    assert_refused(&r, "container-restartable");
+    assert!(
+        r.stdout
+            .contains("run by systemd unit container-old-root.service"),
+        "{}",
+        r.stdout
+    );
+}
+
 /// What the podman trial does to `old-root` while repochd waits (see its arms).
 fn podman_act(p: &Podman, act: &str) {
     match act {

@@ -402,6 +402,11 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            containers::a_podman_container_a_systemd_unit_runs_is_refused_unless_its_unit_is_named,
+            PODMAN
+        ),
+        trial!(
+            root,
             containers::a_podman_container_started_while_repochd_waits_or_its_service_gone_is_never_granted,
             PODMAN
         ),
