@@ -871,6 +871,17 @@ impl Etcd {
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         v["kvs"].as_array().and_then(|k| k.first().cloned())
     }
+
+    /// `key`'s create revision and value bytes, if it exists ([`Etcd::get`], its value
+    /// decoded).
+    pub fn value(&self, key: &str) -> Option<(i64, Vec<u8>)> {
+        use base64::Engine as _;
+        let kv = self.get(key)?;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(kv["value"].as_str().unwrap())
+            .unwrap();
+        Some((kv["create_revision"].as_i64().unwrap(), bytes))
+    }
 }
 
 /// `program`, run in network namespace `netns` (`ip netns exec`: the process that runs is

@@ -132,15 +132,11 @@ fn claim_of(
     prefix: &str,
     fleet: &str,
 ) -> Option<(i64, repoch_protocol::fleet::FleetClaim)> {
-    let kv = etcd.get(&format!("{prefix}/epochs/{fleet}"))?;
-    use base64::Engine as _;
-    let value = base64::engine::general_purpose::STANDARD
-        .decode(kv["value"].as_str().unwrap())
-        .unwrap();
+    let (created, value) = etcd.value(&format!("{prefix}/epochs/{fleet}"))?;
     let claim =
         <repoch_protocol::fleet::FleetClaim as repoch_protocol::Canonical>::from_bytes(&value)
             .unwrap();
-    Some((kv["create_revision"].as_i64().unwrap(), claim))
+    Some((created, claim))
 }
 
 /// The same: its create revision and the host it names.

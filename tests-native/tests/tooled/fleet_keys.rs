@@ -155,11 +155,7 @@ pub(crate) fn no_host_credential_can_plant_copy_or_replay_a_fleet_record() {
 
     // What an administrator's copy makes: the record's bytes under the other spelling, and
     // the record re-encoded with another floor under it. Neither is fleet `id` there.
-    let record = etcd.get(&format!("{px}/fleets/billing")).unwrap();
-    use base64::Engine as _;
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(record["value"].as_str().unwrap())
-        .unwrap();
+    let (_, bytes) = etcd.value(&format!("{px}/fleets/billing")).unwrap();
     let mut rec = repoch_protocol::fleet::FleetRecord::from_bytes(&bytes).unwrap();
     rec.prefix = typo.clone();
     rec.pin.floor = 1 << 62;
@@ -202,12 +198,7 @@ pub(crate) fn a_cluster_rebuilt_from_its_template_never_accepts_the_old_fleet_ag
     let (a, _) = enroll_host(&etcd, &px, "billing", "host-a");
     let (b, _) = enroll_host(&etcd, &px, "billing", "host-b");
     let key = format!("{px}/fleets/billing");
-    let record = etcd.get(&key).unwrap();
-    let created = record["create_revision"].as_i64().unwrap();
-    use base64::Engine as _;
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(record["value"].as_str().unwrap())
-        .unwrap();
+    let (created, bytes) = etcd.value(&key).unwrap();
     std::fs::write(sb.path("record"), &bytes).unwrap();
     {
         let _da = a.s.daemon();
@@ -277,12 +268,7 @@ pub(crate) fn a_claim_copied_to_another_key_is_planted_and_never_makes_the_audit
         let (res, got) = recover(&a);
         assert!(granted(&res, &got), "{}{}", res.stdout, res.stderr);
     }
-    let claim = etcd.get(&format!("{px}/epochs/billing")).unwrap();
-    let token = claim["create_revision"].as_i64().unwrap();
-    use base64::Engine as _;
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(claim["value"].as_str().unwrap())
-        .unwrap();
+    let (token, bytes) = etcd.value(&format!("{px}/epochs/billing")).unwrap();
     etcd.rebuild();
     let r = audit_registry(&a);
     assert_eq!(r.code, Outcome::Inconsistent, "{}{}", r.stdout, r.stderr);
