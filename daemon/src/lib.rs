@@ -15,4 +15,3 @@ pub mod notify;
 pub mod repochd;
 pub mod server;
 pub mod signals;
-pub mod sys;

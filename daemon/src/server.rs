@@ -92,7 +92,7 @@ pub fn listeners(layout: &Layout) -> Result<(StdListener, StdListener), String> 
             .ok()
             .and_then(|n| n.parse().ok())
             .unwrap_or(0);
-        let fds = crate::sys::adopt_listen_fds(n)?;
+        let fds = repoch_sys::kernel::adopt_listen_fds(n)?;
         let names: Vec<String> = std::env::var("LISTEN_FDNAMES")
             .unwrap_or_default()
             .split(':')

@@ -92,7 +92,7 @@ impl Signals {
         let mut discarded: Vec<(i32, String)> =
             DISCARDED.iter().map(|&(n, s)| (n, s.to_owned())).collect();
         discarded.extend(realtime());
-        crate::sys::ignore_signals(&discarded)?;
+        repoch_sys::kernel::ignore_signals(&discarded)?;
         let listen = |n: i32, name: &str| {
             signal(SignalKind::from_raw(n)).map_err(|e| format!("a handler for {name}: {e}"))
         };

@@ -1,13 +1,14 @@
 //! The only crate that reads procfs, cgroupfs or `/proc/locks`, opens a netlink socket,
 //! takes a pidfd, asks systemd, or sets an inode flag (docs/ARCHITECTURE.md, "Invariants";
 //! `tests-native/tests/native/architecture.rs` keeps it). Everything else receives facts.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod cgroup;
 pub mod digest;
 pub mod error;
 pub mod fs;
 pub mod hold;
+pub mod kernel;
 mod ne;
 pub mod net;
 pub mod peer;

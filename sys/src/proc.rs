@@ -773,21 +773,60 @@ impl Procfs {
         })
     }
 
-    /// A principal's task: one of its uids is a principal's, or it holds a capability in
-    /// our user namespace (root that gave up its uids but kept its power). Capabilities a
-    /// task holds in a user namespace of its own are that namespace's, not the host's.
+    /// A principal's task: one of its uids is a principal's; or it holds a capability in
+    /// our user namespace (root that gave up its uids but kept its power); or it lives in a
+    /// user namespace a principal made, or below one (a container of root's engine with
+    /// its root mapped to host uid 100000: whoever made a namespace holds every capability
+    /// in it, so its tasks are that principal's to run). Capabilities a task holds in a user
+    /// namespace another user made are that namespace's, not the host's.
     fn principal<'p>(&self, principals: &'p [u32]) -> impl Fn(TaskStatus, &OwnedFd) -> bool + 'p {
         let own_userns = self.own_userns;
         move |t: TaskStatus, dir: &OwnedFd| {
-            t.uids.iter().any(|u| principals.contains(u))
-                || (t.capable
-                    && own_userns.is_some()
-                    && rustix::fs::statat(dir, "ns/user", rustix::fs::AtFlags::empty())
-                        .ok()
-                        .map(|st| st.st_ino)
-                        == own_userns)
+            if t.uids.iter().any(|u| principals.contains(u)) {
+                return true;
+            }
+            let Some(own) = own_userns else {
+                return false;
+            };
+            let Ok(ns) = rustix::fs::openat(dir, "ns/user", OFlags::CLOEXEC, Mode::empty()) else {
+                // Gone: a task that exited is no one's.
+                return false;
+            };
+            match rustix::fs::fstat(&ns).map(|st| st.st_ino) {
+                Ok(ino) if ino == own => t.capable,
+                Ok(_) => made_by_a_principal(ns, own, principals),
+                Err(_) => true,
+            }
         }
     }
+}
+
+/// User namespaces nest at most 32 deep (the kernel's limit); a chain longer than this
+/// from a task's namespace up to ours is not the kernel's.
+pub const USERNS_DEPTH_MAX: usize = 33;
+
+/// Whether user namespace `ns` (not ours), or one of its ancestors below ours
+/// (`own`: its inode), was made by a principal. What cannot be asked counts as a
+/// principal's: unknown is never another user's.
+fn made_by_a_principal(mut ns: OwnedFd, own: u64, principals: &[u32]) -> bool {
+    for _ in 0..USERNS_DEPTH_MAX {
+        match crate::kernel::userns_owner(&ns) {
+            Ok(uid) if principals.contains(&uid) => return true,
+            Ok(_) => {}
+            Err(_) => return true,
+        }
+        match crate::kernel::userns_parent(&ns) {
+            // Above ours, or the initial one: the chain ends outside what we judge.
+            Ok(None) => return false,
+            Ok(Some(parent)) => match rustix::fs::fstat(&parent) {
+                Ok(st) if st.st_ino == own => return false,
+                Ok(_) => ns = parent,
+                Err(_) => return true,
+            },
+            Err(_) => return true,
+        }
+    }
+    true
 }
 
 /// Whether live thread `tid`, waiting in its exec of `file`, will be a principal's once the

@@ -692,3 +692,110 @@ fn a_root_thread_of_a_process_whose_leader_dropped_its_uid_is_denied_the_old_roo
         r.stdout
     );
 }
+
+/// A process that enters a user namespace of its own (made by root, its owner), prints its
+/// pid, waits until its maps are written (by [`map_root_to`]), becomes the namespace's root
+/// and execs `argv[1..]`: exits 99 when the exec is denied (EPERM), 98 on another failure,
+/// 97 when no map came.
+const USERNS_ROOT_EXEC: &str = r#"
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.unshare(0x10000000) == 0  # CLONE_NEWUSER
+print(os.getpid(), flush=True)
+for _ in range(500):
+    if open("/proc/self/uid_map").read().strip():
+        break
+    time.sleep(0.01)
+else:
+    os._exit(97)
+os.setresgid(0, 0, 0)
+os.setresuid(0, 0, 0)
+try:
+    os.execv(sys.argv[1], sys.argv[1:])
+except OSError as e:
+    os._exit(99 if e.errno == 1 else 98)
+"#;
+
+/// Process `pid`'s user namespace maps its root (and 65,535 ids after it) to host uid and
+/// gid `host`, as a userns-remapped engine maps a container's.
+fn map_root_to(pid: u32, host: u32) {
+    let map = format!("0 {host} 65536");
+    std::fs::write(format!("/proc/{pid}/uid_map"), &map).unwrap();
+    std::fs::write(format!("/proc/{pid}/setgroups"), "deny").unwrap();
+    std::fs::write(format!("/proc/{pid}/gid_map"), &map).unwrap();
+}
+
+/// `exe args…` run as the root of a user namespace root made, mapped to host uid 100000
+/// (what Docker's userns-remap or podman's `--userns=auto` run), once it printed its pid.
+fn userns_root_run(exe: &std::path::Path, args: &[&str]) -> Proc {
+    let mut c = Command::new("python3");
+    c.args(["-c", USERNS_ROOT_EXEC]).arg(exe).args(args);
+    let p = spawn_ready(c);
+    map_root_to(p.pid(), 100_000);
+    p
+}
+
+#[test]
+#[ignore = "needs root"]
+fn the_old_root_run_as_a_user_namespaces_root_that_root_made_is_an_escaped_task() {
+    // A runtime run by root (runc, a userns-remapped dockerd, rootful podman's
+    // --userns=auto) starts the old root's executable in a user namespace of root's making,
+    // its root mapped to host uid 100000: none of its uids is a principal's and its
+    // capabilities are that namespace's. Found by attacking the release binaries: with the
+    // executable enrolled, granted. Root made the namespace and holds every capability in
+    // it: its tasks are root's to run.
+    require_root!();
+    let (s, exe, id) = enrolled_exe("");
+    let p = userns_root_run(&exe, &["live-ms", "600000"]);
+    wait_exec(p.pid(), "old-root");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", p.pid())).unwrap();
+    assert!(
+        status.contains("Uid:\t100000\t100000\t100000\t100000"),
+        "{status}"
+    );
+    let r = s.observe(&id);
+    assert_refused(&r, "escaped-task");
+    assert!(
+        observed(&r, "process").contains(&format!("pid {}", p.pid())),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
+#[ignore = "needs root"]
+fn the_old_root_run_once_in_a_user_namespace_root_made_during_a_recovery_is_denied() {
+    // The same run while repochd waits, exiting at once: its exec is held, judged as the
+    // namespace's owner's, denied, and the recovery refused.
+    require_root!();
+    let (s, exe, id) = enrolled_exe("");
+    let mut code = None;
+    let (r, written) = while_repochd_waits(&s, &id, "after-hello", false, || {
+        let mut p = userns_root_run(&exe, &["exit"]);
+        code = p.child.wait().expect("wait").code();
+    });
+    assert_eq!(
+        code,
+        Some(99),
+        "the exec in the user namespace was not denied"
+    );
+    assert_eq!(written, ["genesis"], "{}", r.stdout);
+    assert_eq!(r.reasons(), ["escaped-task"], "{}", r.stdout);
+}
+
+#[test]
+#[ignore = "needs root"]
+fn another_users_user_namespace_running_the_old_root_changes_no_fact() {
+    // uid 65534's own namespace (`unshare -Ur`: its root is 65534 on the host), running a
+    // world-executable old root: another user's, as before.
+    require_root!();
+    let (s, exe, id) = enrolled_exe("");
+    let p = spawn_ready(as_nobody({
+        let mut c = Command::new("unshare");
+        c.args(["-Ur", "sh", "-c"])
+            .arg(format!("echo $$; exec {} live-ms 600000", exe.display()));
+        c
+    }));
+    wait_exec(p.pid(), "old-root");
+    assert_holds(&s.observe(&id));
+}
