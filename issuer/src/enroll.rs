@@ -1559,6 +1559,7 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
     // One enrollment at a time, from the successor check until the deployment exists.
     let _enrolling = lock_enrollments(layout)?;
     let predecessor = predecessor_of(layout, v, &issuer)?;
+    unnamed_controllers(v)?;
     let inventory = existing_inventory(v)?;
     // The fleet, before anything is written here: joined (its record read and this
     // cluster checked against it) or established (its record made now).
@@ -1584,6 +1585,37 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
             }
         }
         (done, _) => done,
+    }
+}
+
+/// Every service systemd could start that runs an enrolled executable is named under
+/// `containment.units` (docs/OPERATOR.md, "Controllers found, not only told"): one left out
+/// would start the old root again after the grant. Refused now, as every observation would.
+fn unnamed_controllers(v: &Validated) -> Result<(), EnrollError> {
+    use repoch_protocol::text::escape;
+    let c = &v.containment;
+    let systemctl = repoch_sys::systemd::systemctl_command();
+    match crate::observe::containment::unnamed_services(&c.executables, &c.units, &systemctl) {
+        None => Ok(()),
+        Some(Err(e)) => Err(field(
+            "containment.units",
+            format!(
+                "systemd could not be asked which services run the enrolled executables: {}",
+                escape(&e.to_string())
+            ),
+        )),
+        Some(Ok(u)) => match u.found.first() {
+            None => Ok(()),
+            Some((unit, how)) => Err(field(
+                "containment.units",
+                format!(
+                    "{} {}: a controller of the old root; name it here (and mask it before \
+                     recovering)",
+                    escape(unit),
+                    escape(how)
+                ),
+            )),
+        },
     }
 }
 

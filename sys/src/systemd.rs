@@ -79,21 +79,56 @@ pub fn show_all(cmd: &[String], units: &[String]) -> Vec<Result<UnitState, Error
 /// Runs `systemctl show` for `units` and splits its answer into one block per unit (the
 /// properties of each, separated by an empty line, in the order asked).
 fn ask(cmd: &[String], units: &[&String]) -> Result<Vec<String>, Error> {
+    show(
+        cmd,
+        "LoadState,ActiveState,SubState,MainPID,NeedDaemonReload",
+        units,
+        SYSTEMCTL_OUTPUT_BYTES_MAX,
+    )
+}
+
+/// Runs `systemctl show --property=PROPERTIES -- UNITS` and splits its answer into one block
+/// per unit, up to `bytes_max` of answer.
+fn show(
+    cmd: &[String],
+    properties: &str,
+    units: &[&String],
+    bytes_max: usize,
+) -> Result<Vec<String>, Error> {
+    let property = format!("--property={properties}");
+    let mut words = vec!["show", "--no-pager", &property, "--"];
+    words.extend(units.iter().map(|u| u.as_str()));
+    let out = run(cmd, &words, bytes_max)?;
+    Ok(out
+        .split("\n\n")
+        .filter(|b| !b.trim().is_empty())
+        .map(str::to_owned)
+        .collect())
+}
+
+/// Runs `systemctl WORDS` and returns what it printed. Its output is read while it runs (a
+/// pipe holds less than it may write), up to `bytes_max`: more is an error, never a cut
+/// answer; so is an exit status other than success, or no end within
+/// `SYSTEMCTL_TIMEOUT_SECONDS`.
+fn run(cmd: &[String], words: &[&str], bytes_max: usize) -> Result<String, Error> {
     let (prog, args) = cmd.split_first().ok_or("empty systemctl command")?;
     let mut child = Command::new(prog)
         .args(args)
-        .args([
-            "show",
-            "--no-pager",
-            "--property=LoadState,ActiveState,SubState,MainPID,NeedDaemonReload",
-            "--",
-        ])
-        .args(units)
+        .args(words)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .context(format_args!("{prog}"))?;
+    let stdout = child.stdout.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        use std::io::Read as _;
+        let mut out = Vec::new();
+        stdout
+            .take(bytes_max as u64 + 1)
+            .read_to_end(&mut out)
+            .map(|_| out)
+    });
     // Its end: a pidfd polled with the deadline (no sleep between looks).
     let exited = super::peer::pidfd_open(child.id()).and_then(|fd| {
         super::peer::ready_within(&fd, rustix::event::PollFlags::IN, SYSTEMCTL_TIMEOUT_SECONDS)
@@ -108,18 +143,21 @@ fn ask(cmd: &[String], units: &[&String]) -> Result<Vec<String>, Error> {
     if let Some(e) = failed {
         let _ = child.kill();
         let _ = child.wait();
+        let _ = reader.join();
         return Err(Error::Found(e));
     }
     let status = child.wait().context("systemctl show")?;
     use std::io::Read as _;
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .expect("piped")
-        .take(SYSTEMCTL_OUTPUT_BYTES_MAX as u64)
-        .read_to_string(&mut out)
-        .map_err(|e| e.to_string())?;
+    let out = reader
+        .join()
+        .map_err(|_| "systemctl show: its reader panicked")?
+        .context("systemctl show")?;
+    if out.len() > bytes_max {
+        return Err(Error::Found(format!(
+            "systemctl show answered more than {bytes_max} bytes"
+        )));
+    }
+    let out = String::from_utf8(out).map_err(|_| "systemctl show: not UTF-8")?;
     let mut err = String::new();
     let _ = child
         .stderr
@@ -133,11 +171,7 @@ fn ask(cmd: &[String], units: &[&String]) -> Result<Vec<String>, Error> {
             err.trim()
         )));
     }
-    Ok(out
-        .split("\n\n")
-        .filter(|b| !b.trim().is_empty())
-        .map(str::to_owned)
-        .collect())
+    Ok(out)
 }
 
 /// One unit's block of `systemctl show` output.
@@ -165,4 +199,141 @@ fn parse(out: &str) -> Result<UnitState, Error> {
             }
         },
     })
+}
+
+/// Bytes of the loaded services' commands read (`systemctl show '*.service'`).
+pub const SERVICES_OUTPUT_BYTES_MAX: usize = 8 << 20;
+/// Loaded services read.
+pub const SERVICES_MAX: usize = 16_384;
+/// The properties that hold a service's commands.
+pub const EXEC_PROPERTIES: &str =
+    "ExecCondition,ExecStartPre,ExecStart,ExecStartPost,ExecReload,ExecStop,ExecStopPost";
+
+/// Whether a systemd may be asked here: `REPOCH_SYSTEMCTL` names one, or this host was
+/// booted with systemd (`/run/systemd/system` is a directory, sd_booted(3)'s test).
+pub fn booted(cmd: &[String]) -> bool {
+    cmd != ["systemctl"]
+        || std::fs::symlink_metadata("/run/systemd/system").is_ok_and(|m| m.is_dir())
+}
+
+/// One command of a loaded service: the unit, the property that holds it
+/// (`ExecStart`, ...) and each word it names (its `path=` and its `argv[]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceCommand {
+    pub unit: String,
+    pub property: String,
+    pub words: Vec<String>,
+}
+
+/// Every command of every service systemd could start: each service unit file installed
+/// and not masked (enabled, static, disabled: `systemctl start` needs no more), and every
+/// service loaded now (transient ones, from `systemd-run`, included), in one
+/// `systemctl list-unit-files` and one `systemctl show`. A template (`NAME@.service`) is
+/// asked through the instances loaded now.
+pub fn service_commands(cmd: &[String]) -> Result<Vec<ServiceCommand>, Error> {
+    let listing = run(
+        cmd,
+        &[
+            "list-unit-files",
+            "--type=service",
+            "--no-legend",
+            "--no-pager",
+            "--plain",
+        ],
+        SERVICES_OUTPUT_BYTES_MAX,
+    )?;
+    let mut names: Vec<String> = listing
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let (name, state) = (w.next()?, w.next()?);
+            let startable = !state.starts_with("masked") && !name.ends_with("@.service");
+            startable.then(|| name.to_owned())
+        })
+        .collect();
+    if names.len() > SERVICES_MAX {
+        return Err(Error::Found(format!(
+            "over {SERVICES_MAX} service unit files installed"
+        )));
+    }
+    names.push("*.service".to_owned());
+    let asked: Vec<&String> = names.iter().collect();
+    let props = format!("Id,{EXEC_PROPERTIES}");
+    let blocks = show(cmd, &props, &asked, SERVICES_OUTPUT_BYTES_MAX)?;
+    if blocks.len() > 2 * SERVICES_MAX {
+        return Err(Error::Found(format!(
+            "systemd has over {SERVICES_MAX} services loaded"
+        )));
+    }
+    let mut out = Vec::new();
+    for b in &blocks {
+        let unit = b
+            .lines()
+            .find_map(|l| l.strip_prefix("Id="))
+            .ok_or("systemctl show: a block with no Id")?;
+        for line in b.lines() {
+            let Some((property, value)) = line.split_once('=') else {
+                continue;
+            };
+            if !EXEC_PROPERTIES.split(',').any(|p| p == property) {
+                continue;
+            }
+            out.push(ServiceCommand {
+                unit: unit.to_owned(),
+                property: property.to_owned(),
+                words: command_words(value),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The words of one `{ path=P ; argv[]=A B C ; ... }` value (several such groups when the
+/// property holds several commands): P and each of A B C.
+fn command_words(value: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    for field in value.split("} {").flat_map(|group| group.split(" ; ")) {
+        let field = field.trim_matches(['{', '}', ' ']);
+        if let Some(p) = field.strip_prefix("path=") {
+            words.push(p.to_owned());
+        } else if let Some(a) = field.strip_prefix("argv[]=") {
+            words.extend(a.split_whitespace().map(str::to_owned));
+        }
+    }
+    words
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// systemd's spelling of a command (one group, and two in one property) gives its path
+    /// and every argument; the other fields are not words.
+    #[test]
+    fn a_commands_path_and_arguments_are_its_words() {
+        let one = "{ path=/srv/old-root ; argv[]=/srv/old-root live-ms 5 ; ignore_errors=no ; \
+                   start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }";
+        assert_eq!(
+            command_words(one),
+            ["/srv/old-root", "/srv/old-root", "live-ms", "5"]
+        );
+        let two = "{ path=/bin/sh ; argv[]=sh -c /srv/x ; ignore_errors=no } \
+                   { path=/bin/true ; argv[]=true ; ignore_errors=yes }";
+        assert_eq!(
+            command_words(two),
+            ["/bin/sh", "sh", "-c", "/srv/x", "/bin/true", "true"]
+        );
+    }
+
+    /// An answer larger than the bound is an error, never a cut answer: `yes` never ends.
+    #[test]
+    fn an_answer_past_its_bound_is_an_error() {
+        let cmd = vec![
+            "sh".to_owned(),
+            "-c".to_owned(),
+            "head -c 100000 /dev/zero | tr '\\0' x; true".to_owned(),
+        ];
+        let e = show(&cmd, "Id", &[], 1000).unwrap_err();
+        assert!(e.to_string().contains("more than 1000 bytes"), "{e}");
+    }
 }

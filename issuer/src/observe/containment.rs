@@ -41,6 +41,86 @@ pub(super) fn units(m: &Manifest, systemctl: &[String], facts: &mut Vec<Fact>) {
     }
 }
 
+/// What `systemd::service_commands` found: how many services it read, and each service
+/// `units` does not name that runs one of `executables`, with what runs it
+/// ("ExecStart runs PATH").
+pub(crate) struct Unnamed {
+    pub services: usize,
+    pub found: Vec<(String, String)>,
+}
+
+/// Every service systemd could start that runs one of `executables` (one of its commands
+/// names it, by its path or another path to the same file) and that `units` does not name.
+/// `None` when there is nothing to search for (no executable) or no systemd here.
+pub(crate) fn unnamed_services(
+    executables: &[String],
+    units: &[String],
+    systemctl: &[String],
+) -> Option<Result<Unnamed, repoch_sys::error::Error>> {
+    if executables.is_empty() || !systemd::booted(systemctl) {
+        return None;
+    }
+    let commands = match systemd::service_commands(systemctl) {
+        Ok(c) => c,
+        Err(e) => return Some(Err(e)),
+    };
+    let ids: Vec<Option<(u64, u64)>> = executables.iter().map(|e| identity(e)).collect();
+    let runs = |word: &str| {
+        executables.iter().zip(&ids).find(|(e, id)| {
+            word == e.as_str() || (id.is_some() && word.starts_with('/') && identity(word) == **id)
+        })
+    };
+    // Each unnamed service once, with its first command that runs one.
+    let mut found: Vec<(String, String)> = Vec::new();
+    for c in &commands {
+        if units.contains(&c.unit) || found.iter().any(|(u, _)| *u == c.unit) {
+            continue;
+        }
+        if let Some((exe, _)) = c.words.iter().find_map(|w| runs(w)) {
+            found.push((c.unit.clone(), format!("{} runs {exe}", c.property)));
+        }
+    }
+    let services = commands
+        .iter()
+        .map(|c| &c.unit)
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    Some(Ok(Unnamed { services, found }))
+}
+
+/// The old root's controllers systemd knows and the manifest does not name
+/// ([`unnamed_services`]): each such service a `controller-unnamed` fact (whose name then
+/// belongs under `containment.units`, whose own facts hold it), or one fact that none is.
+pub(super) fn unnamed_units(m: &Manifest, systemctl: &[String], facts: &mut Vec<Fact>) {
+    const WANT: &str = "every service that runs an enrolled executable named in containment.units";
+    let c = &m.containment;
+    match unnamed_services(&c.executables, &c.units, systemctl) {
+        None => {}
+        Some(Err(e)) => facts.push(Fact::failed(
+            "unit-search",
+            "systemd",
+            WANT,
+            &e.to_string(),
+            Reason::ControllerUnknown,
+        )),
+        Some(Ok(u)) if u.found.is_empty() => {
+            let observed = format!("none unnamed of {} services", u.services);
+            facts.push(Fact::ok("unit-search", "systemd", WANT, &observed));
+        }
+        Some(Ok(u)) => {
+            for (unit, observed) in u.found {
+                let reason = Reason::ControllerUnnamed;
+                facts.push(Fact::failed("unit-search", &unit, WANT, &observed, reason));
+            }
+        }
+    }
+}
+
+/// The file at `path` as (device, inode), following links; `None` when there is none.
+fn identity(path: &str) -> Option<(u64, u64)> {
+    rustix::fs::stat(path).ok().map(|st| (st.st_dev, st.st_ino))
+}
+
 /// The enrolled cgroups: absent or empty, recursively.
 pub(super) fn cgroups(m: &Manifest, facts: &mut Vec<Fact>) {
     const WANT: &str = "no process, no thread, not populated (recursively)";

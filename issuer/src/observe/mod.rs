@@ -129,6 +129,7 @@ impl Observer {
             lineage::lineage(m, &self.layout, &mut facts);
         lineage::stores(m, &mut facts);
         containment::units(m, &self.systemctl, &mut facts);
+        containment::unnamed_units(m, &self.systemctl, &mut facts);
         containers::containers(m, &mut self.containers, &mut facts);
         containment::cgroups(m, &mut facts);
         containment::listeners(m, fences, &mut facts);

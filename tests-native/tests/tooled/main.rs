@@ -760,6 +760,11 @@ fn declared() -> Vec<Declared> {
             units::each_units_state_is_named_exactly_in_one_observation,
             CONTAINER
         ),
+        trial!(
+            root,
+            units::a_service_that_runs_the_old_roots_executable_must_be_named,
+            CONTAINER
+        ),
     ]
 }
 

@@ -119,3 +119,93 @@ pub(crate) fn each_units_state_is_named_exactly_in_one_observation() {
     assert_eq!(f.reason, Some(Reason::ControllerUnknown), "{f:?}");
     assert!(f.observed.contains("a pattern"), "{f:?}");
 }
+
+/// The old root's executable run by a service the manifest leaves out is found and refused:
+/// a loaded service (enabled, stopped) whose ExecStart names the enrolled file, by its path
+/// or by a link to it, is `controller-unnamed`: after the grant, its next start (a boot, a
+/// dependency, a socket) brings the old root back. Named under `containment.units` and
+/// masked, it holds; a service running something else changes nothing.
+pub(crate) fn a_service_that_runs_the_old_roots_executable_must_be_named() {
+    require_root!();
+    let s = Sandbox::new();
+    let exe = s.srv.join("old-root");
+    unique_copy(&bin("repoch-test-helper"), &exe, &s.tag);
+    let link = s.srv.join("old-root-link");
+    std::os::unix::fs::symlink(&exe, &link).unwrap();
+    let id = s.enroll_with(&s.manifest(&format!(
+        "[containment]\nexecutables = [\"{}\"]",
+        exe.display()
+    )));
+    let c = Container::boot(&s.tag);
+    let unit = |name: &str, exec: &str| {
+        format!(
+            "printf '[Service]\\nExecStart={exec} live-ms 5\\n\
+             [Install]\\nWantedBy=multi-user.target\\n' > /usr/lib/systemd/system/{name} && \
+             systemctl daemon-reload && systemctl enable {name}"
+        )
+    };
+    c.sh(&unit("bystander.service", "/bin/sleep"));
+    let r = observe_in(&s, &id, &c);
+    assert_eq!(r.code, Outcome::Success, "{}", r.stdout);
+    assert!(
+        observed_any(&r, "unit-search").starts_with("none unnamed of"),
+        "{}",
+        r.stdout
+    );
+    c.sh(&unit("oldroot.service", &exe.display().to_string()));
+    let r = observe_in(&s, &id, &c);
+    assert_eq!(reasons(&r), ["controller-unnamed"], "{}", r.stdout);
+    assert!(
+        observed(&r, "unit-search").contains(&format!("ExecStart runs {}", exe.display())),
+        "{}",
+        r.stdout
+    );
+    // Enrollment finds it too: the manifest that leaves it out is refused, naming it.
+    let p = s.path("unnamed.toml");
+    std::fs::write(
+        &p,
+        s.manifest(&format!(
+            "[containment]\nexecutables = [\"{}\"]",
+            exe.display()
+        )),
+    )
+    .unwrap();
+    let mut enroll = s.enroll_cmd(&p);
+    enroll.env("REPOCH_SYSTEMCTL", c.systemctl());
+    let r: Run = enroll.output().unwrap().into();
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
+    assert!(
+        (r.stdout.clone() + &r.stderr).contains("oldroot.service ExecStart runs"),
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
+    // Another spelling of the same file: its identity is the enrolled one.
+    c.sh(&format!(
+        "systemctl disable oldroot.service && rm /usr/lib/systemd/system/oldroot.service && {}",
+        unit("spelled.service", &link.display().to_string())
+    ));
+    let r = observe_in(&s, &id, &c);
+    assert_eq!(reasons(&r), ["controller-unnamed"], "{}", r.stdout);
+    // Named and masked: the unit's own fact holds it, and the search names none.
+    use repoch_issuer::observe::{Fences, Observer};
+    c.sh("systemctl mask spelled.service");
+    let mut m = s.deployment(&id).manifest.clone();
+    m.containment.units = vec!["spelled.service".into()];
+    let mut obs = Observer::new(m, repoch_issuer::Layout::new(Some(&s.root)), None);
+    obs.systemctl = c
+        .systemctl()
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    let o = obs.observe(&mut Fences::default());
+    let searched: Vec<_> = o.facts.iter().filter(|f| f.kind == "unit-search").collect();
+    assert_eq!(searched.len(), 1, "{searched:?}");
+    assert!(searched[0].holds(), "{searched:?}");
+    let unit = o
+        .facts
+        .iter()
+        .find(|f| f.kind == "unit")
+        .expect("the unit's fact");
+    assert!(unit.holds(), "{unit:?}");
+}
