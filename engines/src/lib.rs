@@ -271,7 +271,9 @@ fn restart_policy(i: &Inspect) -> String {
     }
     // The controllers the engine itself names on the container: a systemd unit that runs
     // it (what `podman generate systemd` and Quadlet write: `Restart=always`, `podman start
-    // -a NAME`), a kubelet that recreates it through CRI. Found by attacking the release
+    // -a NAME`), a kubelet that recreates it through CRI, a Nomad allocation. (Docker
+    // Compose's labels name no controller: `docker compose up` starts containers once, and
+    // their restart policy is what starts them again.) Found by attacking the release
     // binaries: a container of policy `no` whose unit was enabled, named alone, granted.
     if let Some(unit) = label(PODMAN_SYSTEMD_UNIT_LABEL) {
         return format!("{SYSTEMD_UNIT_POLICY}{unit}");
@@ -279,6 +281,12 @@ fn restart_policy(i: &Inspect) -> String {
     if let Some(pod) = label("io.kubernetes.pod.name") {
         let ns = label("io.kubernetes.pod.namespace").map_or("?", String::as_str);
         return format!("kubernetes pod {ns}/{pod}");
+    }
+    // Nomad's docker driver marks its task containers; Nomad restarts and reschedules an
+    // allocation's tasks whatever the container's own policy.
+    if let Some(alloc) = label("com.hashicorp.nomad.alloc_id") {
+        let job = label("com.hashicorp.nomad.job_name").map_or("?", String::as_str);
+        return format!("nomad job {job} (allocation {alloc})");
     }
     i.host_config.restart_policy.name.clone()
 }
@@ -964,6 +972,16 @@ mod tests {
         assert_eq!(
             read(&pod).unwrap().restart_policy,
             "kubernetes pod prod/billing"
+        );
+        // A Nomad allocation's task container, of policy "no": Nomad restarts and
+        // reschedules it.
+        let nomad = whole.replace("\"always\"", "\"no\"").replace(
+            "\"Labels\":null",
+            r#""Labels":{"com.hashicorp.nomad.alloc_id":"5e1c0c1a","com.hashicorp.nomad.job_name":"billing"}"#,
+        );
+        assert_eq!(
+            read(&nomad).unwrap().restart_policy,
+            "nomad job billing (allocation 5e1c0c1a)"
         );
         // podman's compatible API says "stopped": a state like any other.
         let podman = whole.replace("\"exited\"", "\"stopped\"");
