@@ -223,6 +223,8 @@ pub struct ServiceCommand {
     pub unit: String,
     pub property: String,
     pub words: Vec<String>,
+    /// Where its paths lead on the host.
+    pub paths: ServicePaths,
 }
 
 /// Every command of every service systemd could start: each service unit file installed
@@ -258,7 +260,7 @@ pub fn service_commands(cmd: &[String]) -> Result<Vec<ServiceCommand>, Error> {
     }
     names.push("*.service".to_owned());
     let asked: Vec<&String> = names.iter().collect();
-    let props = format!("Id,{EXEC_PROPERTIES}");
+    let props = format!("Id,{EXEC_PROPERTIES},{FILE_SYSTEM_PROPERTIES}");
     let blocks = show(cmd, &props, &asked, SERVICES_OUTPUT_BYTES_MAX)?;
     if blocks.len() > 2 * SERVICES_MAX {
         return Err(Error::Found(format!(
@@ -267,25 +269,99 @@ pub fn service_commands(cmd: &[String]) -> Result<Vec<ServiceCommand>, Error> {
     }
     let mut out = Vec::new();
     for b in &blocks {
-        let unit = b
-            .lines()
-            .find_map(|l| l.strip_prefix("Id="))
-            .ok_or("systemctl show: a block with no Id")?;
-        for line in b.lines() {
-            let Some((property, value)) = line.split_once('=') else {
-                continue;
-            };
-            if !EXEC_PROPERTIES.split(',').any(|p| p == property) {
-                continue;
-            }
-            out.push(ServiceCommand {
-                unit: unit.to_owned(),
-                property: property.to_owned(),
-                words: command_words(value),
-            });
-        }
+        out.extend(service_block(b)?);
     }
     Ok(out)
+}
+
+/// Properties asked of each service besides its commands: where its paths are resolved.
+pub const FILE_SYSTEM_PROPERTIES: &str = "RootDirectory,RootImage,BindPaths,BindReadOnlyPaths";
+
+/// One service's block of `systemctl show`: its commands. Every line must be one property
+/// asked, `Id` once: systemctl prints a command's arguments raw, so an argument holding a
+/// newline (a unit file's `\n`) could print a line of its own, such as another `Id=`.
+fn service_block(b: &str) -> Result<Vec<ServiceCommand>, Error> {
+    let asked = |p: &str| {
+        p == "Id"
+            || EXEC_PROPERTIES.split(',').any(|e| e == p)
+            || FILE_SYSTEM_PROPERTIES.split(',').any(|e| e == p)
+    };
+    let mut unit = None;
+    let mut paths = ServicePaths::default();
+    let mut commands = Vec::new();
+    for line in b.lines() {
+        let (property, value) = line
+            .split_once('=')
+            .filter(|(p, _)| asked(p))
+            .ok_or_else(|| format!("systemctl show: a line that is no property asked: {line:?}"))?;
+        match property {
+            "Id" if unit.is_some() => {
+                return Err(Error::Found(format!(
+                    "systemctl show: a block with two Ids ({value:?})"
+                )))
+            }
+            "Id" => unit = Some(value.to_owned()),
+            "RootDirectory" => paths.root = Some(value.to_owned()).filter(|v| !v.is_empty()),
+            "RootImage" => paths.image = Some(value.to_owned()).filter(|v| !v.is_empty()),
+            "BindPaths" | "BindReadOnlyPaths" => paths.binds.extend(binds(value)),
+            _ => commands.push((property.to_owned(), command_words(value))),
+        }
+    }
+    let unit = unit.ok_or("systemctl show: a block with no Id")?;
+    Ok(commands
+        .into_iter()
+        .map(|(property, words)| ServiceCommand {
+            unit: unit.clone(),
+            property,
+            words,
+            paths: paths.clone(),
+        })
+        .collect())
+}
+
+/// Where a service's command paths lead on the host: its root directory (or image), and
+/// its bind mounts (inside path to host path).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServicePaths {
+    pub root: Option<String>,
+    pub image: Option<String>,
+    pub binds: Vec<(String, String)>,
+}
+
+impl ServicePaths {
+    /// The host paths `word` (a path as the service sees it) may name: through a bind mount
+    /// of it or of a directory above it, else under its root directory, else itself.
+    pub fn on_host(&self, word: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for (host, inside) in &self.binds {
+            if let Some(rest) = word.strip_prefix(inside.as_str()) {
+                if rest.is_empty() || rest.starts_with('/') {
+                    out.push(format!("{host}{rest}"));
+                }
+            }
+        }
+        match &self.root {
+            Some(root) if word.starts_with('/') => {
+                out.push(format!("{}{word}", root.trim_end_matches('/')))
+            }
+            _ => out.push(word.to_owned()),
+        }
+        out
+    }
+}
+
+/// `BindPaths=`'s value as systemctl shows it: `SRC:DST:OPTIONS` items, space-separated,
+/// `-` before an optional source, DST left out when it is SRC.
+fn binds(value: &str) -> Vec<(String, String)> {
+    value
+        .split_whitespace()
+        .filter_map(|item| {
+            let mut parts = item.trim_start_matches('-').split(':');
+            let src = parts.next().filter(|s| !s.is_empty())?;
+            let dst = parts.next().filter(|d| !d.is_empty()).unwrap_or(src);
+            Some((src.to_owned(), dst.to_owned()))
+        })
+        .collect()
 }
 
 /// The words of one `{ path=P ; argv[]=A B C ; ... }` value (several such groups when the
@@ -323,6 +399,31 @@ mod tests {
             command_words(two),
             ["/bin/sh", "sh", "-c", "/srv/x", "/bin/true", "true"]
         );
+    }
+
+    /// A block whose lines are not all properties asked is no answer: an argument holding a
+    /// newline printed a line of its own (found by attacking the release binaries: a second
+    /// `Id=` naming a unit the manifest names hid the one that runs the old root).
+    #[test]
+    fn a_forged_line_in_a_services_block_is_no_answer() {
+        let forged = "ExecStart={ path=/srv/old-root ; argv[]=/srv/old-root x\n\
+                      Id=named.service\ny ; ignore_errors=no }\nId=evil.service";
+        let e = service_block(forged).unwrap_err();
+        assert!(e.to_string().contains("no property asked"), "{e}");
+        let two_ids =
+            "Id=named.service\nExecStart={ path=/srv/old-root ; argv[]=x }\nId=evil.service";
+        let e = service_block(two_ids).unwrap_err();
+        assert!(e.to_string().contains("two Ids"), "{e}");
+        let fine = "ExecStart={ path=/srv/old-root ; argv[]=/srv/old-root ; ignore_errors=no }\n\
+                    RootDirectory=/jail\nBindReadOnlyPaths=/srv/old-root:/usr/bin/billing:rbind\nId=ok.service";
+        let c = service_block(fine).unwrap();
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].unit, "ok.service");
+        assert_eq!(
+            c[0].paths.on_host("/usr/bin/billing"),
+            ["/srv/old-root", "/jail/usr/bin/billing"]
+        );
+        assert_eq!(c[0].paths.on_host("/old-root"), ["/jail/old-root"]);
     }
 
     /// An answer larger than the bound is an error, never a cut answer: `yes` never ends.

@@ -64,10 +64,20 @@ pub(crate) fn unnamed_services(
         Ok(c) => c,
         Err(e) => return Some(Err(e)),
     };
-    let ids: Vec<Option<(u64, u64)>> = executables.iter().map(|e| identity(e)).collect();
-    let runs = |word: &str| {
-        executables.iter().zip(&ids).find(|(e, id)| {
-            word == e.as_str() || (id.is_some() && word.starts_with('/') && identity(word) == **id)
+    let enrolled: Vec<Option<Known>> = executables.iter().map(|e| Known::of(e)).collect();
+    // A word names an enrolled executable by its path, by another path to the same file, or
+    // by a copy of it (the same size, then the same content), wherever the service's root
+    // directory and bind mounts lead it on the host.
+    let runs = |c: &systemd::ServiceCommand, word: &str| {
+        let on_host = c.paths.on_host(word);
+        executables.iter().zip(&enrolled).find(|(e, known)| {
+            word == e.as_str()
+                || on_host.iter().any(|p| {
+                    p == *e
+                        || known
+                            .as_ref()
+                            .is_some_and(|k| p.starts_with('/') && k.is(p))
+                })
         })
     };
     // Each unnamed service once, with its first command that runs one.
@@ -76,7 +86,7 @@ pub(crate) fn unnamed_services(
         if units.contains(&c.unit) || found.iter().any(|(u, _)| *u == c.unit) {
             continue;
         }
-        if let Some((exe, _)) = c.words.iter().find_map(|w| runs(w)) {
+        if let Some((exe, _)) = c.words.iter().find_map(|w| runs(c, w)) {
             found.push((c.unit.clone(), format!("{} runs {exe}", c.property)));
         }
     }
@@ -116,9 +126,54 @@ pub(super) fn unnamed_units(m: &Manifest, systemctl: &[String], facts: &mut Vec<
     }
 }
 
-/// The file at `path` as (device, inode), following links; `None` when there is none.
-fn identity(path: &str) -> Option<(u64, u64)> {
-    rustix::fs::stat(path).ok().map(|st| (st.st_dev, st.st_ino))
+/// An enrolled executable as the unit search compares files with it: its identity, its
+/// size and (read once, when a file of its size is met) its content.
+struct Known {
+    path: String,
+    id: (u64, u64),
+    size: u64,
+    digest: std::cell::OnceCell<Option<repoch_protocol::Hash>>,
+}
+
+impl Known {
+    fn of(path: &str) -> Option<Known> {
+        let st = rustix::fs::stat(path).ok()?;
+        Some(Known {
+            path: path.to_owned(),
+            id: (st.st_dev, st.st_ino),
+            size: st.st_size as u64,
+            digest: std::cell::OnceCell::new(),
+        })
+    }
+
+    /// Whether the file at `path` is this executable, or a regular file of its content.
+    fn is(&self, path: &str) -> bool {
+        let Ok(st) = rustix::fs::stat(path) else {
+            return false;
+        };
+        if (st.st_dev, st.st_ino) == self.id {
+            return true;
+        }
+        if st.st_size as u64 != self.size || st.st_mode & 0o170000 != 0o100000 {
+            return false;
+        }
+        let mine = self.digest.get_or_init(|| content(&self.path));
+        mine.is_some() && *mine == content(path)
+    }
+}
+
+/// The sha256 of the regular file at `path`, read once and bounded.
+fn content(path: &str) -> Option<repoch_protocol::Hash> {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY;
+    let f = rustix::fs::open(path, flags, Mode::empty()).ok()?;
+    let st = rustix::fs::fstat(&f).ok()?;
+    if st.st_mode & 0o170000 != 0o100000 {
+        return None;
+    }
+    repoch_sys::digest::hash(&f, repoch_sys::digest::EXE_BYTES_MAX)
+        .ok()
+        .map(|(h, _)| h)
 }
 
 /// The enrolled cgroups: absent or empty, recursively.

@@ -187,6 +187,41 @@ pub(crate) fn a_service_that_runs_the_old_roots_executable_must_be_named() {
     ));
     let r = observe_in(&s, &id, &c);
     assert_eq!(reasons(&r), ["controller-unnamed"], "{}", r.stdout);
+    // Found by attacking the release binaries, each granted: the file reached through the
+    // service's root directory, through a bind mount, and a copy of it at another path.
+    c.sh("systemctl disable spelled.service && rm /usr/lib/systemd/system/spelled.service");
+    let copy = s.srv.join("billing");
+    std::fs::copy(&exe, &copy).unwrap();
+    let srv = s.srv.display();
+    for (name, exec, more) in [
+        (
+            "rooted.service",
+            "/old-root".to_owned(),
+            format!("RootDirectory={srv}"),
+        ),
+        (
+            "bound.service",
+            "/usr/local/bin/billing".to_owned(),
+            format!("BindReadOnlyPaths={}:/usr/local/bin/billing", exe.display()),
+        ),
+        ("copied.service", copy.display().to_string(), String::new()),
+    ] {
+        c.sh(&format!(
+            "printf '[Service]\\n{more}\\nExecStart={exec} live-ms 5\\n' \
+             > /usr/lib/systemd/system/{name} && systemctl daemon-reload"
+        ));
+        let r = observe_in(&s, &id, &c);
+        assert_eq!(reasons(&r), ["controller-unnamed"], "{name}: {}", r.stdout);
+        assert!(
+            observed(&r, "unit-search").contains("ExecStart runs"),
+            "{}",
+            r.stdout
+        );
+        c.sh(&format!(
+            "rm /usr/lib/systemd/system/{name} && systemctl daemon-reload"
+        ));
+    }
+    c.sh(&unit("spelled.service", &link.display().to_string()));
     // Named and masked: the unit's own fact holds it, and the search names none.
     use repoch_issuer::observe::{Fences, Observer};
     c.sh("systemctl mask spelled.service");
@@ -198,6 +233,20 @@ pub(crate) fn a_service_that_runs_the_old_roots_executable_must_be_named() {
         .split_whitespace()
         .map(str::to_owned)
         .collect();
+    // An argument holding a newline prints a line of its own in systemctl's answer: here a
+    // second `Id=` naming the named unit, which would have hidden the unit that runs it.
+    c.sh(&format!(
+        "printf '[Service]\\nExecStart={} \"x\\\\nId=spelled.service\\\\ny\"\\n' \
+         > /usr/lib/systemd/system/forger.service && systemctl daemon-reload",
+        exe.display()
+    ));
+    let o = obs.observe(&mut Fences::default());
+    let searched: Vec<_> = o.facts.iter().filter(|f| f.kind == "unit-search").collect();
+    assert!(
+        !searched.is_empty() && searched.iter().all(|f| !f.holds()),
+        "{searched:?}"
+    );
+    c.sh("rm /usr/lib/systemd/system/forger.service && systemctl daemon-reload");
     let o = obs.observe(&mut Fences::default());
     let searched: Vec<_> = o.facts.iter().filter(|f| f.kind == "unit-search").collect();
     assert_eq!(searched.len(), 1, "{searched:?}");
