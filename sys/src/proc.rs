@@ -168,13 +168,24 @@ struct TaskStatus {
     /// Whether it holds an ambient capability (kept across an exec of a plain file).
     ambient: bool,
     threads: usize,
+    /// Its status file is on another mount than its directory: something mounted over it
+    /// (a forged status), which is no fact; the task counts as a principal's.
+    covered: bool,
+}
+
+/// The mount an open file is on (`statx`'s `STATX_MNT_ID`); `None` when it cannot be had.
+fn mnt_id(fd: impl AsFd) -> Option<u64> {
+    use rustix::fs::{AtFlags, StatxFlags};
+    let sx = rustix::fs::statx(fd, "", AtFlags::EMPTY_PATH, StatxFlags::MNT_ID).ok()?;
+    (sx.stx_mask & StatxFlags::MNT_ID.bits() != 0).then_some(sx.stx_mnt_id)
 }
 
 /// The status of the task under `dir` (its `status` file); `None` once it has exited.
 /// `CapAmb` comes last of the fields read, after `Tgid`, `Uid`, `Threads` and the other
 /// sets.
 fn task_status(dir: impl AsFd, status: &str) -> Option<TaskStatus> {
-    let f = rustix::fs::openat(dir, status, OFlags::CLOEXEC, Mode::empty()).ok()?;
+    let f = rustix::fs::openat(&dir, status, OFlags::CLOEXEC, Mode::empty()).ok()?;
+    let covered = mnt_id(&f).is_none() || mnt_id(&f) != mnt_id(&dir);
     let mut r = std::io::BufReader::new(std::fs::File::from(f));
     let (mut tgid, mut uids, mut threads, mut capable, mut amb) = (None, None, None, false, false);
     let mut ambient = false;
@@ -208,6 +219,7 @@ fn task_status(dir: impl AsFd, status: &str) -> Option<TaskStatus> {
         capable,
         ambient,
         threads: threads?,
+        covered,
     })
 }
 
@@ -574,6 +586,9 @@ struct Walk<'a, 'w, 'x, P> {
     proc_dir: &'a OwnedFd,
     /// The device of `proc_dir`'s procfs: a pid directory on another is a mount over it.
     proc_dev: u64,
+    /// The mount `proc_dir` is on: a pid directory on another (another process's pid
+    /// directory bound over it, procfs too) is a mount over it.
+    proc_mnt: Option<u64>,
     principal: &'a P,
     out: &'a mut Vec<Result<Vec<Runner>, Error>>,
     /// Each process judged and its verdict, when asked (for the event reader to follow).
@@ -611,7 +626,7 @@ impl<P: Fn(TaskStatus, &OwnedFd) -> bool> Walk<'_, '_, '_, P> {
         // Root can mount an empty directory over /proc/PID in our mount namespace: that
         // process would read as having exited. Not a fact to skip: the scan fails.
         match rustix::fs::fstat(&dir) {
-            Ok(st) if st.st_dev == self.proc_dev => {}
+            Ok(st) if st.st_dev == self.proc_dev && mnt_id(&dir) == self.proc_mnt => {}
             Ok(_) => {
                 self.fail(&format!("/proc/{pid}: not procfs (a mount over it)"));
                 return Visit::Seen { principal: true };
@@ -753,8 +768,13 @@ impl<P: Fn(TaskStatus, &OwnedFd) -> bool> Walk<'_, '_, '_, P> {
 struct Procfs {
     dir: OwnedFd,
     dev: u64,
+    /// The mount `/proc` is on.
+    mnt: Option<u64>,
     own_userns: Option<u64>,
     own_mnt: Option<u64>,
+    /// The mount our own user namespace's file is on (nsfs's): a namespace file on another
+    /// is one mounted over a task's.
+    ns_mnt: Option<u64>,
 }
 
 impl Procfs {
@@ -765,11 +785,16 @@ impl Procfs {
             .map_err(|e| Error::Found(format!("/proc: {e}")))?
             .st_dev;
         let ns = |n: &str| rustix::fs::stat(n).ok().map(|st| st.st_ino);
+        let ns_mnt = rustix::fs::open("/proc/self/ns/user", OFlags::CLOEXEC, Mode::empty())
+            .ok()
+            .and_then(mnt_id);
         Ok(Procfs {
+            mnt: mnt_id(&dir),
             dir,
             dev,
             own_userns: ns("/proc/self/ns/user"),
             own_mnt: ns("/proc/self/ns/mnt"),
+            ns_mnt,
         })
     }
 
@@ -780,18 +805,26 @@ impl Procfs {
     /// in it, so its tasks are that principal's to run). Capabilities a task holds in a user
     /// namespace another user made are that namespace's, not the host's.
     fn principal<'p>(&self, principals: &'p [u32]) -> impl Fn(TaskStatus, &OwnedFd) -> bool + 'p {
-        let own_userns = self.own_userns;
+        let (own_userns, ns_mnt) = (self.own_userns, self.ns_mnt);
         move |t: TaskStatus, dir: &OwnedFd| {
-            if t.uids.iter().any(|u| principals.contains(u)) {
+            if t.covered || t.uids.iter().any(|u| principals.contains(u)) {
                 return true;
             }
             let Some(own) = own_userns else {
                 return false;
             };
-            let Ok(ns) = rustix::fs::openat(dir, "ns/user", OFlags::CLOEXEC, Mode::empty()) else {
+            let dir_flags = OFlags::CLOEXEC | OFlags::DIRECTORY;
+            let Ok(nsdir) = rustix::fs::openat(dir, "ns", dir_flags, Mode::empty()) else {
                 // Gone: a task that exited is no one's.
                 return false;
             };
+            let Ok(ns) = rustix::fs::openat(&nsdir, "user", OFlags::CLOEXEC, Mode::empty()) else {
+                return false;
+            };
+            // Another task's namespace directory or file mounted over this one's: no fact.
+            if mnt_id(&nsdir) != mnt_id(dir) || ns_mnt.is_none() || mnt_id(&ns) != ns_mnt {
+                return true;
+            }
             match rustix::fs::fstat(&ns).map(|st| st.st_ino) {
                 Ok(ino) if ino == own => t.capable,
                 Ok(_) => made_by_a_principal(ns, own, principals),
@@ -923,6 +956,7 @@ pub fn walk(wanted: &[Wanted<'_>], principals: &[u32], chase: bool) -> Walked {
         judge: &mut judge,
         proc_dir: &fs.dir,
         proc_dev: fs.dev,
+        proc_mnt: fs.mnt,
         principal: &principal,
         out: &mut out,
         seeds: Some(Vec::new()),

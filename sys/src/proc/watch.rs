@@ -590,6 +590,7 @@ impl<'s> Reader<'s> {
             judge: &mut judge,
             proc_dir: &self.fs.dir,
             proc_dev: self.fs.dev,
+            proc_mnt: self.fs.mnt,
             principal: &principal,
             out: &mut out,
             seeds: None,

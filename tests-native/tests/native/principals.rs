@@ -799,3 +799,108 @@ fn another_users_user_namespace_running_the_old_root_changes_no_fact() {
     wait_exec(p.pid(), "old-root");
     assert_holds(&s.observe(&id));
 }
+
+/// `repoch observe` of `id` run in a mount namespace of its own in which each `(src, dst)`
+/// is bind-mounted over `dst` first: what repochd would see had root mounted them in its
+/// namespace.
+fn observe_under_mounts(s: &Sandbox, id: &str, mounts: &[(String, String)]) -> Run {
+    let observe = s.observe_cmd(id, &[]);
+    let mut script = String::new();
+    for (src, dst) in mounts {
+        script.push_str(&format!("mount --bind '{src}' '{dst}' && "));
+    }
+    script.push_str("exec \"$@\"");
+    let mut c = Command::new("unshare");
+    c.args(["-m", "--propagation", "private", "sh", "-c", &script, "sh"])
+        .arg(observe.get_program())
+        .args(observe.get_args());
+    for (k, v) in observe.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    c.output().expect("unshare").into()
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_mount_over_a_tasks_proc_files_makes_no_principal_read_as_another_user() {
+    // Found by attacking the release binaries: only the device of /proc/PID was checked.
+    // A copy of a root task's status with its uids 65534 and no capability, bind-mounted
+    // over /proc/PID/status in repochd's mount namespace, hid the old root from the walk,
+    // the event reader and the exec hold (a recovery granted); so did another user's
+    // namespace directory over /proc/PID/ns, and another user's /proc/PID2 over /proc/PID
+    // (procfs both: the same device). A file or directory of /proc/PID on another mount
+    // than /proc's is no fact: the task counts as a principal's, or the walk fails.
+    require_root!();
+    let (s, exe, id) = enrolled_exe("");
+    let root = spawn_ready({
+        let mut c = Command::new("sh");
+        c.arg("-c")
+            .arg(format!("echo $$; exec {} live-ms 600000", exe.display()));
+        c
+    });
+    wait_exec(root.pid(), "old-root");
+    assert_refused(&s.observe(&id), "escaped-task");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", root.pid())).unwrap();
+    let forged: String = status
+        .lines()
+        .map(|l| match l.split_once(':') {
+            Some(("Uid" | "Gid", _)) => format!("{}:\t65534\t65534\t65534\t65534", &l[..3]),
+            Some((k, _)) if k.starts_with("Cap") => format!("{k}:\t0000000000000000"),
+            _ => l.to_owned(),
+        })
+        .map(|l| l + "\n")
+        .collect();
+    let fake = s.path("status");
+    std::fs::write(&fake, forged).unwrap();
+    let nobody = spawn_ready(as_nobody({
+        let mut c = Command::new("unshare");
+        c.args(["-Ur", "sh", "-c", "echo $$; exec /bin/sleep 600"]);
+        c
+    }));
+    let (p, n) = (root.pid(), nobody.pid());
+    for mounts in [
+        vec![(fake.display().to_string(), format!("/proc/{p}/status"))],
+        vec![(format!("/proc/{n}"), format!("/proc/{p}"))],
+    ] {
+        let r = observe_under_mounts(&s, &id, &mounts);
+        assert_eq!(
+            r.code,
+            Outcome::Refused,
+            "{mounts:?}: {}{}",
+            r.stdout,
+            r.stderr
+        );
+        let reasons: Vec<String> = failed(&r).into_iter().map(|(_, why)| why).collect();
+        assert!(
+            reasons == ["escaped-task"] || reasons == ["observe-failed"],
+            "{mounts:?}: {}",
+            r.stdout
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_mount_over_a_tasks_namespace_directory_does_not_make_roots_namespace_another_users() {
+    // The old root in a user namespace root made, mapped to host uid 100000; another user's
+    // namespace directory mounted over its /proc/PID/ns would make it read as that user's.
+    require_root!();
+    let (s, exe, id) = enrolled_exe("");
+    let p = userns_root_run(&exe, &["live-ms", "600000"]);
+    wait_exec(p.pid(), "old-root");
+    assert_refused(&s.observe(&id), "escaped-task");
+    let nobody = spawn_ready(as_nobody({
+        let mut c = Command::new("unshare");
+        c.args(["-Ur", "sh", "-c", "echo $$; exec /bin/sleep 600"]);
+        c
+    }));
+    // (A namespace file itself cannot be mounted over: mount(2) answers ENOENT.)
+    let over = (
+        format!("/proc/{}/ns", nobody.pid()),
+        format!("/proc/{}/ns", p.pid()),
+    );
+    assert_refused(&observe_under_mounts(&s, &id, &[over]), "escaped-task");
+}
