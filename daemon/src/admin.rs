@@ -16,8 +16,9 @@ use repoch_protocol::{DeploymentId, Hash, Reason};
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 
+use crate::frames::{log_event, outcome_event, read_first_frame, send};
 use crate::limits::*;
-use crate::server::{read_first_frame, send, Daemon};
+use crate::server::Daemon;
 
 impl Daemon {
     /// An admin connection, root's (the accept loop turned every other uid away before it
@@ -318,43 +319,4 @@ fn epoch_unissuable(r: Reason) -> bool {
             | Reason::EpochForeign
             | Reason::EpochMissing
     )
-}
-
-pub(crate) fn outcome_event(
-    outcome: Verdict,
-    refusals: Vec<Refusal>,
-    detail: &str,
-    grant: Option<Vec<u8>>,
-) -> AdminEvent {
-    // The reasons travel as codes; subject/expected/observed go into the detail text.
-    let mut text = detail.to_owned();
-    for r in refusals.iter().map(ToString::to_string) {
-        if !text.contains(&r) {
-            text.push_str(&format!("\n{r}"));
-        }
-    }
-    AdminEvent::Outcome {
-        outcome,
-        reasons: refusals.iter().map(|r| r.reason).collect(),
-        detail: repoch_protocol::types::clip(&text, 4 * repoch_protocol::limits::TEXT_BYTES_MAX),
-        grant,
-    }
-}
-
-pub(crate) fn log_event(e: &AdminEvent) {
-    match e {
-        AdminEvent::Progress { step, detail } => tracing::info!(step, "{detail}"),
-        AdminEvent::Fact(f) if f.holds() => {
-            tracing::debug!(kind = %f.kind, subject = %f.subject, "fact holds")
-        }
-        AdminEvent::Fact(f) => {
-            tracing::warn!(kind = %f.kind, subject = %f.subject, reason = ?f.reason, expected = %f.expected, observed = %f.observed, "fact fails")
-        }
-        AdminEvent::Record { kind, seq, hash } => {
-            tracing::info!(kind, seq, %hash, "record appended and fsynced")
-        }
-        AdminEvent::Outcome {
-            outcome, reasons, ..
-        } => tracing::info!(outcome = outcome.as_str(), ?reasons, "issuance ended"),
-    }
 }

@@ -16,9 +16,10 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
 
 use crate::admission::HandshakeSlot;
+use crate::frames::read_first_frame;
 use crate::limits::*;
 use crate::link::Pending;
-use crate::server::{read_first_frame, refuse_over_bound, Daemon};
+use crate::server::{refuse_over_bound, Daemon};
 
 impl Daemon {
     /// Refuses a grant-socket peer at once, without reading from it or waiting on it: one

@@ -7,6 +7,7 @@ pub mod admin;
 pub mod admission;
 pub mod conn;
 pub mod epochs;
+pub mod frames;
 pub mod handshake;
 pub mod limits;
 pub mod link;

@@ -15,15 +15,15 @@ use std::time::Duration;
 use repoch_issuer::stop::Stop;
 use repoch_issuer::{Layout, Refusal};
 use repoch_protocol::cbor::Canonical;
-use repoch_protocol::wire::{bounded, frame, frame_len, AdminEvent, Verdict};
+use repoch_protocol::wire::{bounded, frame, Verdict};
 use repoch_protocol::Reason;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Semaphore;
 
-use crate::admin::outcome_event;
 use crate::admission::{Admission, Handshakes, Warnings};
 use crate::epochs::Epochs;
+use crate::frames::outcome_event;
 use crate::limits::*;
 use crate::link::Registry;
 
@@ -42,28 +42,6 @@ pub struct Daemon {
     /// Set on SIGTERM, SIGINT or SIGQUIT ([`Daemon::serve`]); shared with the registry and every
     /// issuance.
     pub(crate) stop: Stop,
-}
-
-/// Reads a peer's first frame, the WHOLE of it within `HANDSHAKE_SECONDS_MAX` (not per
-/// read: a peer dripping a byte at a time is cut off at the deadline).
-pub(crate) async fn read_first_frame(s: &mut UnixStream) -> Result<Vec<u8>, String> {
-    let whole = async {
-        let mut h = [0u8; 4];
-        s.read_exact(&mut h).await.map_err(|e| e.to_string())?;
-        let len = frame_len(h).map_err(|e| e.to_string())?;
-        let mut buf = vec![0u8; len];
-        s.read_exact(&mut buf).await.map_err(|e| e.to_string())?;
-        Ok(buf)
-    };
-    let secs = config().handshake_seconds;
-    tokio::time::timeout(Duration::from_secs(secs), whole)
-        .await
-        .map_err(|_| format!("the whole first frame did not arrive within {secs}s"))?
-}
-
-/// Sends an admin event, its texts clipped to the receiver's bounds ([`bounded`]).
-pub(crate) async fn send(s: &mut UnixStream, e: &AdminEvent) -> std::io::Result<()> {
-    s.write_all(&frame(&bounded(e.clone()).to_bytes())).await
 }
 
 /// A connection past a bound: one frame saying so, sent without waiting (`MSG_DONTWAIT`:

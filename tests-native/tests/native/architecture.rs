@@ -348,3 +348,61 @@ fn unsafe_is_written_once() {
         found.join("\n")
     );
 }
+
+/// No circle among a crate's modules: no module names (`crate::m`) one that, directly or
+/// through others, names it back. A newcomer reads the modules in an order where each
+/// uses only what came before (`daemon/src/admin.rs` and `server.rs` once imported each
+/// other; what both need is `frames.rs`'s).
+#[test]
+fn no_circle_among_a_crates_modules() {
+    use std::collections::{BTreeMap, BTreeSet};
+    // crate -> module -> the modules of the same crate it names.
+    let mut graphs: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for (rel, text) in production_sources() {
+        let mut parts = rel.split('/');
+        let (krate, _src, top) = (parts.next().unwrap(), parts.next(), parts.next().unwrap());
+        let module = top.trim_end_matches(".rs").to_owned();
+        if module == "lib" || module == "main" || module == "bin" {
+            continue;
+        }
+        let names = graphs
+            .entry(krate.to_owned())
+            .or_default()
+            .entry(module.clone())
+            .or_default();
+        // Production code only: a file's test module may reach anywhere.
+        let production = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for line in production.lines().map(code) {
+            for (i, _) in line.match_indices("crate::") {
+                let name: String = line[i + "crate::".len()..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if !name.is_empty() && name != module {
+                    names.insert(name);
+                }
+            }
+        }
+    }
+    let mut circles = Vec::new();
+    for (krate, graph) in &graphs {
+        for start in graph.keys() {
+            // Every module reachable from `start`; a circle when `start` is among them.
+            let mut seen = BTreeSet::new();
+            let mut todo: Vec<&String> = graph[start].iter().collect();
+            while let Some(m) = todo.pop() {
+                if seen.insert(m.clone()) {
+                    todo.extend(graph.get(m).into_iter().flatten());
+                }
+            }
+            if seen.contains(start) {
+                circles.push(format!("{krate}: {start}"));
+            }
+        }
+    }
+    assert!(
+        circles.is_empty(),
+        "modules on a circle of imports:\n{}",
+        circles.join("\n")
+    );
+}
