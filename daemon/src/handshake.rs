@@ -229,8 +229,10 @@ fn prove_key(
     }
     repoch_sys::peer::alive(pidfd).map_err(|e| rejected("the described peer", e.into()))?;
     // Whoever signed, the connection must be the pinned peer's alone.
-    repoch_sys::peer::sole_holder(&*s, peer.pid, peer.uid)
-        .map_err(|e| rejected("the peer as the connection's sole holder", e.into()))?;
+    repoch_sys::peer::sole_holder(&*s, peer.pid, peer.uid).map_err(|e| {
+        let e = repoch_sys::error::Error::from(e);
+        rejected("the peer as the connection's sole holder", e.into())
+    })?;
     if repoch_sys::procfs::start_ticks(peer.pid) != Some(start_ticks) {
         return Err(rejected("the described peer", "another process".into()));
     }

@@ -418,7 +418,8 @@ impl ConsumerLink for SocketLink {
 
     fn describe_again(&mut self) -> Result<ConsumerPeer, LinkError> {
         let p = &self.peer;
-        repoch_sys::peer::sole_holder(self.conn.stream(), p.pid, p.uid)?;
+        repoch_sys::peer::sole_holder(self.conn.stream(), p.pid, p.uid)
+            .map_err(repoch_sys::error::Error::from)?;
         Ok(repoch_sys::peer::describe(
             p.pid,
             p.uid,
@@ -486,8 +487,12 @@ impl ConsumerLink for SocketLink {
                 LinkError::failed(format_args!("the authenticated consumer pid {}", p.pid), e),
             )
         })?;
-        repoch_sys::peer::sole_holder(self.conn.stream(), p.pid, p.uid)
-            .map_err(|e| (Reason::ConsumerRejected, e.into()))?;
+        // A consumer that exits right after its acknowledgement has closed the connection
+        // before its pidfd says so: gone, not another holder.
+        repoch_sys::peer::sole_holder(self.conn.stream(), p.pid, p.uid).map_err(|e| match e {
+            repoch_sys::peer::NotSole::Gone(_) => (Reason::ConsumerLost, e.to_string().into()),
+            _ => (Reason::ConsumerRejected, e.to_string().into()),
+        })?;
         if Instant::now() >= deadline {
             return Err((
                 Reason::ConsumerLost,

@@ -206,17 +206,51 @@ fn dir_at(at: impl std::os::fd::AsFd, name: &str) -> rustix::io::Result<OwnedFd>
     rustix::fs::openat(at, name, OFlags::CLOEXEC, Mode::empty())
 }
 
+/// Why the other end of a connection is not held by its peer alone.
+#[derive(Debug, thiserror::Error)]
+pub enum NotSole {
+    /// No process holds it any more: the peer closed it, or exited (its descriptors are
+    /// closed before its exit is seen by a pidfd).
+    #[error("{0}")]
+    Gone(String),
+    /// Another process holds it, with the peer or without it.
+    #[error("{0}")]
+    Shared(String),
+    /// Its holders could not be found.
+    #[error(transparent)]
+    Unknown(#[from] Error),
+}
+
+impl From<NotSole> for Error {
+    fn from(e: NotSole) -> Error {
+        match e {
+            NotSole::Unknown(e) => e,
+            other => Error::Found(other.to_string()),
+        }
+    }
+}
+
 /// The process `pid` is the only holder of the other end of our connected unix socket
 /// `ours`: its peer socket is found with `NETLINK_SOCK_DIAG` (`UDIAG_SHOW_PEER` on our
 /// socket's inode), then the descriptors of every task of the peer's `uid` and of root
 /// are scanned for it ([`socket_holders`] says why no other user's).
-pub fn sole_holder(ours: impl std::os::fd::AsFd, pid: u32, uid: u32) -> Result<(), Error> {
+pub fn sole_holder(ours: impl std::os::fd::AsFd, pid: u32, uid: u32) -> Result<(), NotSole> {
     let st = rustix::fs::fstat(&ours).context("our socket")?;
-    let peer = super::sockdiag::peer_of(st.st_ino)?
-        .ok_or_else(|| format!("socket {}: no peer (the peer closed)", st.st_ino))?;
+    let Some(peer) = super::sockdiag::peer_of(st.st_ino)? else {
+        return Err(NotSole::Gone(format!(
+            "socket {}: no peer (the peer closed)",
+            st.st_ino
+        )));
+    };
     let holders = socket_holders(peer, &[uid, 0])?;
+    if holders.is_empty() {
+        return Err(NotSole::Gone(format!(
+            "the connection (peer socket {peer}) is held by no process: pid {pid} closed it \
+             or exited"
+        )));
+    }
     if holders != [pid] {
-        return Err(Error::Found(format!(
+        return Err(NotSole::Shared(format!(
             "the connection (peer socket {peer}) must be held by pid {pid} alone; its holders are pids {holders:?}"
         )));
     }
@@ -226,6 +260,10 @@ pub fn sole_holder(ours: impl std::os::fd::AsFd, pid: u32, uid: u32) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Held by the tests a thread's unshared descriptor table would disturb: that table is a
+    /// copy of every descriptor the process holds at that moment, another test's included.
+    static DESCRIPTOR_TABLE: std::sync::Mutex<()> = std::sync::Mutex::new(());
     use std::os::unix::fs::MetadataExt as _;
 
     fn inode(fd: &impl std::os::fd::AsFd) -> u64 {
@@ -241,7 +279,26 @@ mod tests {
     }
 
     #[test]
+    fn a_connection_whose_peer_closed_is_gone_and_one_held_by_another_is_shared() {
+        let _alone = DESCRIPTOR_TABLE.lock().unwrap_or_else(|e| e.into_inner());
+        // A consumer that exits right after its acknowledgement closes its end before its
+        // pidfd says it exited: the last word reads `consumer-lost`, not
+        // `consumer-rejected` ("its holders are pids []").
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (me, uid) = (std::process::id(), rustix::process::getuid().as_raw());
+        sole_holder(&ours, me, uid).unwrap();
+        assert!(matches!(
+            sole_holder(&ours, me + 1, uid),
+            Err(NotSole::Shared(_))
+        ));
+        drop(theirs);
+        let after = sole_holder(&ours, me, uid);
+        assert!(matches!(after, Err(NotSole::Gone(_))), "{after:?}");
+    }
+
+    #[test]
     fn a_socket_we_hold_is_held_by_us_alone_and_a_closed_one_by_no_one() {
+        let _alone = DESCRIPTOR_TABLE.lock().unwrap_or_else(|e| e.into_inner());
         let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
         let me = std::process::id();
         let uid = rustix::process::getuid().as_raw();
@@ -259,6 +316,7 @@ mod tests {
 
     #[test]
     fn a_connection_held_only_in_a_threads_own_descriptor_table_is_found() {
+        let _alone = DESCRIPTOR_TABLE.lock().unwrap_or_else(|e| e.into_inner());
         // A thread that unshared its descriptor table holds sockets its process's
         // `/proc/PID/fd` never shows: every task's table is read.
         let (tx, rx) = std::sync::mpsc::channel();
