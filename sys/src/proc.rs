@@ -827,88 +827,11 @@ impl Procfs {
             }
             match rustix::fs::fstat(&ns).map(|st| st.st_ino) {
                 Ok(ino) if ino == own => t.capable,
-                Ok(_) => mapped_by_another(dir, &ns) || made_by_a_principal(ns, own, principals),
+                Ok(_) => made_by_a_principal(ns, own, principals),
                 Err(_) => true,
             }
         }
     }
-}
-
-/// Bytes of a `uid_map` read (the kernel keeps at most 340 lines of three numbers).
-pub const UID_MAP_BYTES_MAX: usize = 16 * 1024;
-/// Bytes of `/etc/subuid` read.
-pub const SUBUID_BYTES_MAX: usize = 1 << 20;
-
-/// Whether the user namespace `ns` of the task under `dir` maps a uid its owner could not
-/// have mapped alone: an unprivileged owner may map its own uid, and through newuidmap(1)
-/// the ranges `/etc/subuid` gives it; anything else was written by a process privileged
-/// over the parent namespace (root: found by attacking the release binaries, root made a
-/// namespace with its effective uid 100000 for the one call, then mapped it
-/// `0 100000 65536`, as a container's runtime would, and the old root in it was granted).
-/// What cannot be read or parsed counts as mapped by another.
-fn mapped_by_another(dir: &OwnedFd, ns: &OwnedFd) -> bool {
-    let Ok(owner) = crate::kernel::userns_owner(ns) else {
-        return true;
-    };
-    let Ok(map) = crate::fs::open_at(dir, "uid_map", OFlags::RDONLY | OFlags::CLOEXEC, 0)
-        .and_then(|f| crate::fs::read_bounded(f, UID_MAP_BYTES_MAX))
-    else {
-        // Gone: a task that exited is no one's.
-        return false;
-    };
-    let Some(ranges) = std::str::from_utf8(&map).ok().and_then(uid_map_ranges) else {
-        return true;
-    };
-    let mut delegated: Option<Vec<(u64, u64)>> = None;
-    ranges.into_iter().any(|(first, count)| {
-        if count == 1 && first == u64::from(owner) {
-            return false;
-        }
-        let given = delegated.get_or_insert_with(|| subuid_ranges(owner));
-        !given.iter().any(|&(start, n)| {
-            first >= start && first.saturating_add(count) <= start.saturating_add(n)
-        })
-    })
-}
-
-/// The `(first host uid, count)` of each line of a `uid_map` read from our namespace.
-fn uid_map_ranges(text: &str) -> Option<Vec<(u64, u64)>> {
-    text.lines()
-        .map(|l| {
-            let w: Vec<u64> = l
-                .split_whitespace()
-                .map(|n| n.parse().ok())
-                .collect::<Option<_>>()?;
-            match w[..] {
-                [_, first, count] => Some((first, count)),
-                _ => None,
-            }
-        })
-        .collect()
-}
-
-/// The uid ranges `/etc/subuid` gives `uid` (by its number or its name); none when the file
-/// cannot be read.
-fn subuid_ranges(uid: u32) -> Vec<(u64, u64)> {
-    let path = std::path::Path::new("/etc/subuid");
-    let Ok(bytes) = crate::fs::read_regular(path, SUBUID_BYTES_MAX, crate::fs::Links::Follow)
-    else {
-        return Vec::new();
-    };
-    let name = nix::unistd::User::from_uid(uid.into())
-        .ok()
-        .flatten()
-        .map(|u| u.name);
-    let number = uid.to_string();
-    String::from_utf8_lossy(&bytes)
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.trim().split(':');
-            let who = f.next()?;
-            let (start, count) = (f.next()?.parse().ok()?, f.next()?.parse().ok()?);
-            (who == number || Some(who) == name.as_deref()).then_some((start, count))
-        })
-        .collect()
 }
 
 /// User namespaces nest at most 32 deep (the kernel's limit); a chain longer than this
