@@ -862,6 +862,46 @@ fn made_by_a_principal(mut ns: OwnedFd, own: u64, principals: &[u32]) -> bool {
     true
 }
 
+/// Bytes of `/proc/self/mountinfo` read.
+pub const MOUNTINFO_BYTES_MAX: usize = 4 << 20;
+
+/// Nothing in our mount namespace is mounted over a task's files in `/proc` (a forged
+/// `status`, `exe`, `maps` or `uid_map`, another task's directory, a tmpfs over `task`),
+/// and `/proc` is our pid namespace's (`/proc/self` is this process). Found by attacking
+/// the release binaries: each such mount in repochd's namespace hid a root task running
+/// the old root, and a recovery was granted. What `/proc` says of a task is believed only
+/// when this holds.
+pub fn tasks_unmounted() -> Result<(), Error> {
+    let me = rustix::fs::readlink("/proc/self", Vec::new()).context("/proc/self")?;
+    if me.to_bytes() != std::process::id().to_string().as_bytes() {
+        return Err(Error::Found(format!(
+            "/proc/self is {:?}, not this process ({}): /proc is another pid namespace's",
+            me.to_string_lossy(),
+            std::process::id()
+        )));
+    }
+    let path = std::path::Path::new("/proc/self/mountinfo");
+    let info = crate::fs::read_regular(path, MOUNTINFO_BYTES_MAX, crate::fs::Links::Follow)
+        .context("/proc/self/mountinfo")?;
+    for line in String::from_utf8_lossy(&info).lines() {
+        // ID PARENT MAJ:MIN ROOT MOUNT-POINT ...: the mount point, octal-escaped.
+        let Some(point) = line.split(' ').nth(4) else {
+            return Err(Error::Found(format!("/proc/self/mountinfo: {line:?}")));
+        };
+        let Some(rest) = point.strip_prefix("/proc/") else {
+            continue;
+        };
+        let first = rest.split('/').next().unwrap_or_default();
+        if first == "self" || first == "thread-self" || first.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(Error::Found(format!(
+                "a mount over a task's files at {}: /proc no longer tells who runs what",
+                repoch_protocol::text::escape(point)
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Whether live thread `tid`, waiting in its exec of `file`, will be a principal's once the
 /// exec is done, as a walk would judge it then, its real uid and its process (thread group);
 /// `None` when its status cannot be read (gone, or hidden). The exec sets the saved and file-system uids to the
@@ -896,7 +936,8 @@ pub fn principal_after_exec(
         capable: t.ambient && !setuid,
         ..t
     };
-    let principal = file_caps || fs.principal(principals)(after, &dir);
+    let principal =
+        file_caps || tasks_unmounted().is_err() || fs.principal(principals)(after, &dir);
     Some((principal, t.uids[0], Some(t.tgid)))
 }
 

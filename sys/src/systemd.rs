@@ -233,45 +233,63 @@ pub struct ServiceCommand {
 /// `systemctl list-unit-files` and one `systemctl show`. A template (`NAME@.service`) is
 /// asked through the instances loaded now.
 pub fn service_commands(cmd: &[String]) -> Result<Vec<ServiceCommand>, Error> {
-    let listing = run(
-        cmd,
-        &[
-            "list-unit-files",
-            "--type=service",
-            "--no-legend",
-            "--no-pager",
-            "--plain",
-        ],
-        SERVICES_OUTPUT_BYTES_MAX,
-    )?;
-    let mut names: Vec<String> = listing
-        .lines()
-        .filter_map(|l| {
-            let mut w = l.split_whitespace();
-            let (name, state) = (w.next()?, w.next()?);
-            let startable = !state.starts_with("masked") && !name.ends_with("@.service");
-            startable.then(|| name.to_owned())
-        })
-        .collect();
-    if names.len() > SERVICES_MAX {
-        return Err(Error::Found(format!(
-            "over {SERVICES_MAX} service unit files installed"
-        )));
-    }
-    names.push("*.service".to_owned());
+    let names = service_names(cmd)?;
     let asked: Vec<&String> = names.iter().collect();
     let props = format!("Id,{EXEC_PROPERTIES},{FILE_SYSTEM_PROPERTIES}");
     let blocks = show(cmd, &props, &asked, SERVICES_OUTPUT_BYTES_MAX)?;
-    if blocks.len() > 2 * SERVICES_MAX {
+    // One block per service asked, in the order asked, each its own Id: systemctl prints a
+    // command's arguments raw, and an argument holding an empty line would split a block in
+    // two (found by attacking the release binaries: the second half named a unit the
+    // manifest names, and the service that runs the old root was read without commands).
+    if blocks.len() != names.len() {
         return Err(Error::Found(format!(
-            "systemd has over {SERVICES_MAX} services loaded"
+            "systemctl show answered {} blocks for {} services",
+            blocks.len(),
+            names.len()
         )));
     }
     let mut out = Vec::new();
-    for b in &blocks {
-        out.extend(service_block(b)?);
+    for (name, b) in names.iter().zip(&blocks) {
+        let (unit, commands) = service_block(b)?;
+        if unit != *name {
+            return Err(Error::Found(format!(
+                "systemctl show answered for {unit:?} where {name:?} was asked"
+            )));
+        }
+        out.extend(commands);
     }
     Ok(out)
+}
+
+/// Every service systemd could start, by name, sorted and once each: each unit file
+/// installed that is neither masked, nor a template, nor an alias (shown under the unit
+/// it names), and every service loaded now.
+fn service_names(cmd: &[String]) -> Result<Vec<String>, Error> {
+    let listed = |words: &[&str], state_column: usize, keep: fn(&str) -> bool| {
+        run(cmd, words, SERVICES_OUTPUT_BYTES_MAX).map(|out| {
+            out.lines()
+                .filter_map(|l| {
+                    let w: Vec<&str> = l.split_whitespace().collect();
+                    let (name, state) = (*w.first()?, *w.get(state_column)?);
+                    (name.ends_with(".service") && !name.ends_with("@.service") && keep(state))
+                        .then(|| name.to_owned())
+                })
+                .collect::<Vec<String>>()
+        })
+    };
+    let plain = ["--type=service", "--no-legend", "--no-pager", "--plain"];
+    let files = [&["list-unit-files"][..], &plain[..]].concat();
+    let loaded = [&["list-units", "--all"][..], &plain[..]].concat();
+    let mut names = listed(&files, 1, |s| !s.starts_with("masked") && s != "alias")?;
+    names.extend(listed(&loaded, 1, |s| s == "loaded")?);
+    names.sort_unstable();
+    names.dedup();
+    if names.len() > SERVICES_MAX {
+        return Err(Error::Found(format!(
+            "over {SERVICES_MAX} services installed or loaded"
+        )));
+    }
+    Ok(names)
 }
 
 /// Properties asked of each service besides its commands: where its paths are resolved.
@@ -280,7 +298,7 @@ pub const FILE_SYSTEM_PROPERTIES: &str = "RootDirectory,RootImage,BindPaths,Bind
 /// One service's block of `systemctl show`: its commands. Every line must be one property
 /// asked, `Id` once: systemctl prints a command's arguments raw, so an argument holding a
 /// newline (a unit file's `\n`) could print a line of its own, such as another `Id=`.
-fn service_block(b: &str) -> Result<Vec<ServiceCommand>, Error> {
+fn service_block(b: &str) -> Result<(String, Vec<ServiceCommand>), Error> {
     let asked = |p: &str| {
         p == "Id"
             || EXEC_PROPERTIES.split(',').any(|e| e == p)
@@ -307,8 +325,8 @@ fn service_block(b: &str) -> Result<Vec<ServiceCommand>, Error> {
             _ => commands.push((property.to_owned(), command_words(value))),
         }
     }
-    let unit = unit.ok_or("systemctl show: a block with no Id")?;
-    Ok(commands
+    let unit: String = unit.ok_or("systemctl show: a block with no Id")?;
+    let commands = commands
         .into_iter()
         .map(|(property, words)| ServiceCommand {
             unit: unit.clone(),
@@ -316,7 +334,8 @@ fn service_block(b: &str) -> Result<Vec<ServiceCommand>, Error> {
             words,
             paths: paths.clone(),
         })
-        .collect())
+        .collect();
+    Ok((unit, commands))
 }
 
 /// Where a service's command paths lead on the host: its root directory (or image), and
@@ -416,7 +435,8 @@ mod tests {
         assert!(e.to_string().contains("two Ids"), "{e}");
         let fine = "ExecStart={ path=/srv/old-root ; argv[]=/srv/old-root ; ignore_errors=no }\n\
                     RootDirectory=/jail\nBindReadOnlyPaths=/srv/old-root:/usr/bin/billing:rbind\nId=ok.service";
-        let c = service_block(fine).unwrap();
+        let (unit, c) = service_block(fine).unwrap();
+        assert_eq!(unit, "ok.service");
         assert_eq!(c.len(), 1);
         assert_eq!(c[0].unit, "ok.service");
         assert_eq!(

@@ -288,6 +288,9 @@ pub(super) fn executables(m: &Manifest, space: &mut ProcessSpace, facts: &mut Ve
     let mut running = space
         .search(&wanted, &m.containment.principals())
         .into_iter();
+    // At every observation: what /proc says of a task is believed only with nothing
+    // mounted over a task's files in our namespace.
+    let unmounted = proc::tasks_unmounted().map_err(|e| e.to_string());
     for (exe, now) in exes.iter().zip(now) {
         let running = match now {
             Err(e) => Err(e),
@@ -295,6 +298,7 @@ pub(super) fn executables(m: &Manifest, space: &mut ProcessSpace, facts: &mut Ve
                 .next()
                 .unwrap_or_else(|| Err("no walk for it".into())),
         };
+        let running = running.and_then(|r| unmounted.clone().map(|()| r));
         let denied = space.denied(exe);
         facts.push(match (running, denied) {
             (Err(e), _) => Fact::failed("process", exe, WANT, &e, Reason::ObserveFailed),
