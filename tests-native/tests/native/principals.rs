@@ -46,6 +46,28 @@ fn as_nobody(mut c: Command) -> Command {
     c
 }
 
+/// A process of uid 65534 in a user namespace of its own making (`unshare -Ur`: its root
+/// is 65534 on the host, with every capability in that namespace), once it printed its pid.
+fn nobodys_own_namespace() -> Proc {
+    spawn_ready(as_nobody({
+        let mut c = Command::new("unshare");
+        c.args(["-Ur", "sh", "-c", "echo $$; exec /bin/sleep 600"]);
+        c
+    }))
+}
+
+/// `r` refused, its one failed reason `escaped-task` (the task judged a principal's) or
+/// `observe-failed` (the mount found first): either way nothing is granted.
+fn assert_refused_as_escaped_or_unknown(r: &Run, what: &str) {
+    assert_eq!(r.code, Outcome::Refused, "{what}: {}{}", r.stdout, r.stderr);
+    let reasons: Vec<String> = failed(r).into_iter().map(|(_, why)| why).collect();
+    assert!(
+        reasons == ["escaped-task"] || reasons == ["observe-failed"],
+        "{what}: {}",
+        r.stdout
+    );
+}
+
 #[test]
 #[ignore = "needs root"]
 fn another_user_mapping_or_running_an_enrolled_executable_changes_no_fact() {
@@ -233,11 +255,7 @@ fn root_that_gives_up_its_uids_but_keeps_its_capabilities_is_a_principal() {
     // Another user's task with capabilities only in a user namespace of its own is not.
     require_root!();
     let (s, exe, id) = enrolled_exe("");
-    let ns_root = spawn_ready(as_nobody({
-        let mut c = Command::new("unshare");
-        c.args(["-Ur", "sh", "-c", "echo $$; exec /bin/sleep 600"]);
-        c
-    }));
+    let ns_root = nobodys_own_namespace();
     let status = std::fs::read_to_string(format!("/proc/{}/status", ns_root.pid())).unwrap();
     assert!(!status.contains("CapEff:\t0000000000000000"), "{status}");
     assert_holds(&s.observe(&id));
@@ -855,30 +873,14 @@ fn a_mount_over_a_tasks_proc_files_makes_no_principal_read_as_another_user() {
         .collect();
     let fake = s.path("status");
     std::fs::write(&fake, forged).unwrap();
-    let nobody = spawn_ready(as_nobody({
-        let mut c = Command::new("unshare");
-        c.args(["-Ur", "sh", "-c", "echo $$; exec /bin/sleep 600"]);
-        c
-    }));
+    let nobody = nobodys_own_namespace();
     let (p, n) = (root.pid(), nobody.pid());
     for mounts in [
         vec![(fake.display().to_string(), format!("/proc/{p}/status"))],
         vec![(format!("/proc/{n}"), format!("/proc/{p}"))],
     ] {
         let r = observe_under_mounts(&s, &id, &mounts);
-        assert_eq!(
-            r.code,
-            Outcome::Refused,
-            "{mounts:?}: {}{}",
-            r.stdout,
-            r.stderr
-        );
-        let reasons: Vec<String> = failed(&r).into_iter().map(|(_, why)| why).collect();
-        assert!(
-            reasons == ["escaped-task"] || reasons == ["observe-failed"],
-            "{mounts:?}: {}",
-            r.stdout
-        );
+        assert_refused_as_escaped_or_unknown(&r, &format!("{mounts:?}"));
     }
 }
 
@@ -892,24 +894,14 @@ fn a_mount_over_a_tasks_namespace_directory_does_not_make_roots_namespace_anothe
     let p = userns_root_run(&exe, &["live-ms", "600000"]);
     wait_exec(p.pid(), "old-root");
     assert_refused(&s.observe(&id), "escaped-task");
-    let nobody = spawn_ready(as_nobody({
-        let mut c = Command::new("unshare");
-        c.args(["-Ur", "sh", "-c", "echo $$; exec /bin/sleep 600"]);
-        c
-    }));
+    let nobody = nobodys_own_namespace();
     // (A namespace file itself cannot be mounted over: mount(2) answers ENOENT.)
     let over = (
         format!("/proc/{}/ns", nobody.pid()),
         format!("/proc/{}/ns", p.pid()),
     );
     let r = observe_under_mounts(&s, &id, &[over]);
-    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
-    let reasons: Vec<String> = failed(&r).into_iter().map(|(_, why)| why).collect();
-    assert!(
-        reasons == ["escaped-task"] || reasons == ["observe-failed"],
-        "{}",
-        r.stdout
-    );
+    assert_refused_as_escaped_or_unknown(&r, "another user's ns directory");
     // At every observation, the mount itself is named.
     assert!(
         observed(&r, "process").contains("a mount over a task's files"),
