@@ -753,6 +753,14 @@ fn userns_root_run(exe: &std::path::Path, args: &[&str]) -> Proc {
     p
 }
 
+/// `exe` running (for ten minutes) as the root of a user namespace root made, mapped to
+/// host uid 100000, once it has exec'd.
+fn userns_root_running(exe: &std::path::Path) -> Proc {
+    let p = userns_root_run(exe, &["live-ms", "600000"]);
+    wait_exec(p.pid(), "old-root");
+    p
+}
+
 #[test]
 #[ignore = "needs root"]
 fn the_old_root_run_as_a_user_namespaces_root_that_root_made_is_an_escaped_task() {
@@ -764,8 +772,7 @@ fn the_old_root_run_as_a_user_namespaces_root_that_root_made_is_an_escaped_task(
     // it: its tasks are root's to run.
     require_root!();
     let (s, exe, id) = enrolled_exe("");
-    let p = userns_root_run(&exe, &["live-ms", "600000"]);
-    wait_exec(p.pid(), "old-root");
+    let p = userns_root_running(&exe);
     let status = std::fs::read_to_string(format!("/proc/{}/status", p.pid())).unwrap();
     assert!(
         status.contains("Uid:\t100000\t100000\t100000\t100000"),
@@ -891,8 +898,7 @@ fn a_mount_over_a_tasks_namespace_directory_does_not_make_roots_namespace_anothe
     // namespace directory mounted over its /proc/PID/ns would make it read as that user's.
     require_root!();
     let (s, exe, id) = enrolled_exe("");
-    let p = userns_root_run(&exe, &["live-ms", "600000"]);
-    wait_exec(p.pid(), "old-root");
+    let p = userns_root_running(&exe);
     assert_refused(&s.observe(&id), "escaped-task");
     let nobody = nobodys_own_namespace();
     // (A namespace file itself cannot be mounted over: mount(2) answers ENOENT.)

@@ -12,6 +12,23 @@ fn observe_in(s: &Sandbox, id: &str, c: &Container) -> Run {
     cmd.output().unwrap().into()
 }
 
+/// An observer of sandbox `s`'s manifest `m`, in this process, asking container `c`'s
+/// systemd.
+fn observer_in(
+    s: &Sandbox,
+    m: repoch_protocol::manifest::Manifest,
+    c: &Container,
+) -> repoch_issuer::observe::Observer {
+    let layout = repoch_issuer::Layout::new(Some(&s.root));
+    let mut obs = repoch_issuer::observe::Observer::new(m, layout, None);
+    obs.systemctl = c
+        .systemctl()
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    obs
+}
+
 fn reasons(r: &Run) -> Vec<String> {
     failed(r).into_iter().map(|(_, reason)| reason).collect()
 }
@@ -54,7 +71,7 @@ pub(crate) fn units_masked_active_reload_pending_and_absent_systemd() {
 /// changed unit file not reloaded, a unit no file defines, and a pattern (systemctl would
 /// expand it to the units it matches: no unit's state) each refuse with their reason.
 pub(crate) fn each_units_state_is_named_exactly_in_one_observation() {
-    use repoch_issuer::observe::{Fences, Observer};
+    use repoch_issuer::observe::Fences;
     use repoch_protocol::Reason;
     require_root!();
     let s = Sandbox::new();
@@ -74,12 +91,7 @@ pub(crate) fn each_units_state_is_named_exactly_in_one_observation() {
     m.containment.units = ["masked", "loaded", "busy", "stale", "absent", "mask*"]
         .map(|u| format!("{u}.service"))
         .to_vec();
-    let mut obs = Observer::new(m, repoch_issuer::Layout::new(Some(&s.root)), None);
-    obs.systemctl = c
-        .systemctl()
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect();
+    let mut obs = observer_in(&s, m, &c);
     let o = obs.observe(&mut Fences::default());
     let fact = |unit: &str| {
         o.facts
@@ -223,16 +235,11 @@ pub(crate) fn a_service_that_runs_the_old_roots_executable_must_be_named() {
     }
     c.sh(&unit("spelled.service", &link.display().to_string()));
     // Named and masked: the unit's own fact holds it, and the search names none.
-    use repoch_issuer::observe::{Fences, Observer};
+    use repoch_issuer::observe::Fences;
     c.sh("systemctl mask spelled.service");
     let mut m = s.deployment(&id).manifest.clone();
     m.containment.units = vec!["spelled.service".into()];
-    let mut obs = Observer::new(m, repoch_issuer::Layout::new(Some(&s.root)), None);
-    obs.systemctl = c
-        .systemctl()
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect();
+    let mut obs = observer_in(&s, m, &c);
     // An argument holding a newline prints a line of its own in systemctl's answer: here a
     // second `Id=` naming the named unit, which would have hidden the unit that runs it.
     c.sh(&format!(
