@@ -62,6 +62,9 @@ enum Spawn {
 /// Keys one transaction of [`Etcd::put_many`] puts.
 pub const PUT_MANY_TXN: usize = 10_000;
 
+/// Puts [`Etcd::fill_to_revision`] makes at most: a record's revision in a test's cluster.
+pub const REVISION_FILLERS_MAX: usize = 10_000;
+
 /// A running cluster and the credentials a client uses.
 #[derive(Debug)]
 pub struct Etcd {
@@ -667,13 +670,47 @@ impl Etcd {
     /// `etcdctl put KEY` of the bytes of `file` (read on its standard input, as etcdctl
     /// takes a value of any size), against every member that runs.
     pub fn put_file(&self, key: &str, file: &Path) -> std::process::Output {
+        self.put_file_with(key, file, &[])
+    }
+
+    /// [`Etcd::put_file`] with host `host`'s credential (its etcd user), not the
+    /// administrator's: what the holder of that one credential can write.
+    pub fn put_file_as(&self, host: &str, key: &str, file: &Path) -> std::process::Output {
+        let (cert, key_file) = self.host_credential(host);
+        let credential = [
+            format!("--cert={}", cert.display()),
+            format!("--key={}", key_file.display()),
+        ];
+        self.put_file_with(key, file, &credential)
+    }
+
+    /// `etcdctl put KEY` of `file`'s bytes, `flags` after the cluster's own (etcdctl takes
+    /// a flag's last value).
+    fn put_file_with(&self, key: &str, file: &Path, flags: &[String]) -> std::process::Output {
         let live: Vec<usize> = (0..self.members.len())
             .filter(|&i| self.members[i].child.is_some())
             .collect();
         self.etcdctl_cmd(&live, &["put", key])
+            .args(flags)
             .stdin(std::fs::File::open(file).unwrap())
             .output()
             .expect("etcdctl (Debian package etcd-client)")
+    }
+
+    /// Keys put under `prefix` by the administrator until the cluster's revision is
+    /// `revision - 1`, so that its next write lands at `revision`: what a writer does to
+    /// put a record back at the revision it was created at.
+    pub fn fill_to_revision(&self, prefix: &str, revision: i64) {
+        for n in 0..REVISION_FILLERS_MAX {
+            let out = self.etcdctl_live(&["get", "/", "-w", "json"]);
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            if v["header"]["revision"].as_i64().unwrap() >= revision - 1 {
+                return;
+            }
+            let o = self.etcdctl_live(&["put", &format!("{prefix}/epochs/filler-{n}"), "x"]);
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        }
+        panic!("revision {revision} not reached in {REVISION_FILLERS_MAX} puts");
     }
 
     /// Puts `value` at each of `keys`, [`PUT_MANY_TXN`] keys a transaction (`etcdctl txn`

@@ -862,6 +862,20 @@ fn start_recovery(s: &Sandbox, id: &str, out: &str) -> (Bg, Bg) {
     (r, c)
 }
 
+/// A registry client holding host `host`'s credential alone.
+pub(crate) fn writer_as(etcd: &Etcd, host: &str) -> repoch_registry::Client {
+    repoch_registry::Client::connect(&etcd.spec_as(host), std::time::Duration::from_secs(5))
+        .unwrap()
+}
+
+/// Whether `client`'s write of `key` is refused by etcd for its permissions.
+pub(crate) fn denied(client: &mut repoch_registry::Client, key: &str) -> bool {
+    match client.create(key.as_bytes(), b"planted") {
+        Err(repoch_registry::Error::Refused(why)) => why.starts_with("PermissionDenied"),
+        other => panic!("{key}: {other:?}"),
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fault {
     None,
@@ -873,6 +887,30 @@ enum Fault {
     Fork,
     /// The cluster's space quota exceeded (NOSPACE) before the recoveries start.
     Alarm,
+    /// Host b's credential, held by a writer, during the recoveries: the fleet record and
+    /// host a's record (refused it), then junk at the fleet epoch or host a's claim copied
+    /// to another key under the fleet epochs.
+    Writer,
+}
+
+/// What the holder of host b's etcd credential writes during a history's recoveries of
+/// `fleet`: the fleet record and host a's record, each refused it by etcd; then junk
+/// created at the fleet epoch (`junk`), or whatever the fleet epoch holds copied to
+/// another key under the fleet epochs.
+fn write_as_host_b(etcd: &Etcd, px: &str, fleet: &str, junk: bool) {
+    let mut w = writer_as(etcd, "host-b");
+    for key in [
+        format!("{px}/fleets/{fleet}"),
+        format!("{px}/hosts/{fleet}/host-a"),
+    ] {
+        assert!(denied(&mut w, &key), "{key}: host b's credential wrote it");
+    }
+    let epoch = format!("{px}/epochs/{fleet}");
+    let (key, value) = match (junk, etcd.value(&epoch)) {
+        (true, _) | (false, None) => (epoch, b"junk".to_vec()),
+        (false, Some((_, held))) => (format!("{epoch}.copy"), held),
+    };
+    let _ = w.create(key.as_bytes(), &value);
 }
 
 pub(crate) fn a_history_of_recoveries_with_random_faults_grants_at_most_once_per_fleet_deployment()
@@ -880,9 +918,10 @@ pub(crate) fn a_history_of_recoveries_with_random_faults_grants_at_most_once_per
     // Proves, over 200 fleet deployments (REPOCH_FLEET_RUNS), each recovered by two hosts
     // at once while a fault chosen at random (REPOCH_FLEET_SEED replays it) strikes the
     // cluster at a random moment (none; one member killed; the leader stopped for up to
-    // 1.5 s; two members killed; the winner's log reverted and recovered again) or before
-    // the recoveries start (one member's data started alone where host a looks first; the
-    // space quota exceeded): at most one grant per fleet deployment, every grant's token
+    // 1.5 s; two members killed; the winner's log reverted and recovered again; host b's
+    // credential writing what it may and may not) or before the recoveries start (one
+    // member's data started alone where host a looks first; the space quota exceeded): at
+    // most one grant per fleet deployment, every grant's token
     // the registered create revision of the key naming the granted host, no token given
     // twice, and with the cluster full nothing written on either host.
     require_root!();
@@ -909,14 +948,15 @@ pub(crate) fn a_history_of_recoveries_with_random_faults_grants_at_most_once_per
         let fleet = format!("f{n}");
         let ida = enroll_again(&ha, &etcd, (&px, &fleet, "host-a"), n, Some(fork_port));
         let idb = enroll_again(&hb, &etcd, (&px, &fleet, "host-b"), n, None);
-        let fault = match rng.u32(0..12) {
+        let fault = match rng.u32(0..13) {
             0..=2 => Fault::None,
             3 | 4 => Fault::KillOne,
             5 | 6 => Fault::StopLeader,
             7 => Fault::KillTwo,
             8 => Fault::RevertWinner,
             9 | 10 => Fault::Fork,
-            _ => Fault::Alarm,
+            11 => Fault::Alarm,
+            _ => Fault::Writer,
         };
         // Started before the recoveries: a copy of one member's data answering alone where
         // host a looks first; the cluster out of space.
@@ -955,6 +995,7 @@ pub(crate) fn a_history_of_recoveries_with_random_faults_grants_at_most_once_per
                 std::thread::sleep(std::time::Duration::from_millis(rng.u64(200..1500)));
                 etcd.signal(l, rustix::process::Signal::CONT);
             }
+            Fault::Writer => write_as_host_b(&etcd, &px, &fleet, rng.bool()),
             Fault::None | Fault::RevertWinner | Fault::Fork | Fault::Alarm => {}
         }
         let (ra, ca, rb, cb) = (ra.finish(), ca.finish(), rb.finish(), cb.finish());

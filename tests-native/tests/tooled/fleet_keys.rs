@@ -8,7 +8,10 @@
 use repoch_protocol::Canonical as _;
 use repoch_tests_native::*;
 
-use crate::fleet::{audit_registry, enroll_host, epoch_of, granted, prefix, recover, Host};
+use crate::fleet::{
+    audit_registry, daemon_in, denied, enroll_host, epoch_of, granted, prefix, recover, writer_as,
+    Host,
+};
 
 /// The refusal's detail of an outcome (`--json`'s outcome line).
 fn detail(r: &Run) -> String {
@@ -16,20 +19,6 @@ fn detail(r: &Run) -> String {
         .as_str()
         .unwrap_or_default()
         .to_owned()
-}
-
-/// A registry client holding host `host`'s credential alone.
-fn writer_as(etcd: &Etcd, host: &str) -> repoch_registry::Client {
-    repoch_registry::Client::connect(&etcd.spec_as(host), std::time::Duration::from_secs(5))
-        .unwrap()
-}
-
-/// Whether `client`'s write of `key` is refused by etcd for its permissions.
-fn denied(client: &mut repoch_registry::Client, key: &str) -> bool {
-    match client.create(key.as_bytes(), b"planted") {
-        Err(repoch_registry::Error::Refused(why)) => why.starts_with("PermissionDenied"),
-        other => panic!("{key}: {other:?}"),
-    }
 }
 
 /// Recovery of `h` refused `registry-overprivileged` naming `key`, nothing written.
@@ -206,18 +195,7 @@ pub(crate) fn a_cluster_rebuilt_from_its_template_never_accepts_the_old_fleet_ag
         assert!(granted(&res, &got), "{}{}", res.stdout, res.stderr);
     }
     let _db = b.s.daemon();
-    // Keys put until the next write lands at the record's revision.
-    let replant = |etcd: &Etcd| {
-        for n in 0.. {
-            let out = etcd.etcdctl_live(&["get", "/", "-w", "json"]);
-            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-            if v["header"]["revision"].as_i64().unwrap() >= created - 1 {
-                break;
-            }
-            let o = etcd.etcdctl_live(&["put", &format!("{px}/epochs/filler-{n}"), "x"]);
-            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        }
-    };
+    let replant = |etcd: &Etcd| etcd.fill_to_revision(&px, created);
 
     etcd.rebuild();
     replant(&etcd);
@@ -237,6 +215,68 @@ pub(crate) fn a_cluster_rebuilt_from_its_template_never_accepts_the_old_fleet_ag
         etcd.get(&key).unwrap()["create_revision"].as_i64(),
         Some(created),
         "the premise: the record back at its revision"
+    );
+    let (res, got) = recover(&b);
+    assert!(!granted(&res, &got), "{}{}", res.stdout, res.stderr);
+    assert_eq!(
+        res.reasons(),
+        ["registry-overprivileged"],
+        "{}{}",
+        res.stdout,
+        res.stderr
+    );
+    assert_eq!(epoch_of(&b), "enrolled", "nothing written");
+}
+
+pub(crate) fn a_template_twin_holding_the_copied_fleet_record_is_never_joined() {
+    // Proves: host a granted by the fleet's cluster; a twin built from the same template
+    // (the same cluster and member ids, member certificates, users and roles) runs beside
+    // it, and host b's repochd reaches the twin. Host b's credential cannot put the fleet
+    // record there at its revision (PermissionDenied): host b is refused registry-mismatch,
+    // no record. A twin without authentication takes a plain put of the record's bytes at
+    // its revision: host b is refused registry-overprivileged. Nothing written either way,
+    // no second token. Found by attacking the release binaries: the twin's copied record
+    // was joined, and hosts a and b were both granted the identical token (C, 4).
+    require_root!();
+    let sb = Sandbox::new();
+    let etcd = Etcd::start(&sb.path("etcd"));
+    let px = prefix(&sb);
+    let (a, _) = enroll_host(&etcd, &px, "billing", "host-a");
+    let (b, _) = enroll_host(&etcd, &px, "billing", "host-b");
+    let key = format!("{px}/fleets/billing");
+    let (created, bytes) = etcd.value(&key).unwrap();
+    let record = sb.path("record");
+    std::fs::write(&record, &bytes).unwrap();
+    {
+        let _da = a.s.daemon();
+        let (res, got) = recover(&a);
+        assert!(granted(&res, &got), "{}{}", res.stdout, res.stderr);
+    }
+    let ns = Netns::new(&sb.tag);
+    let twin = etcd.start_twin(&sb.path("twin"), &ns.name);
+    assert_eq!(
+        twin.cluster_id(0),
+        etcd.cluster_id(0),
+        "the premise: one id"
+    );
+    twin.fill_to_revision(&px, created);
+    let put = twin.put_file_as("host-b", &key, &record);
+    assert!(
+        String::from_utf8_lossy(&put.stderr).contains("permission denied"),
+        "host b's credential put the record into the twin: {put:?}"
+    );
+    let _db = daemon_in(&b, &ns, None);
+    let (res, got) = recover(&b);
+    assert!(!granted(&res, &got), "{}{}", res.stdout, res.stderr);
+    assert_eq!(res.reasons(), ["registry-mismatch"], "{}", res.stdout);
+    assert_eq!(epoch_of(&b), "enrolled", "nothing written");
+
+    assert!(twin.etcdctl_live(&["auth", "disable"]).status.success());
+    assert!(twin.put_file(&key, &record).status.success());
+    assert_eq!(
+        twin.get(&key).unwrap()["create_revision"].as_i64(),
+        Some(created),
+        "the premise: the record copied at its revision"
     );
     let (res, got) = recover(&b);
     assert!(!granted(&res, &got), "{}{}", res.stdout, res.stderr);

@@ -507,6 +507,11 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            fleet_keys::a_template_twin_holding_the_copied_fleet_record_is_never_joined,
+            ETCD_IN_NETNS
+        ),
+        trial!(
+            root,
             fleet_keys::a_claim_copied_to_another_key_is_planted_and_never_makes_the_audit_consistent,
             ETCD
         ),
