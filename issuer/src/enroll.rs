@@ -408,6 +408,7 @@ pub fn validate(text: &str) -> Result<Validated, EnrollError> {
     if m.label.is_empty() {
         return Err(field("label", "must not be empty"));
     }
+    repoch_protocol::text::check_name(&m.label).map_err(|w| field("label", w))?;
     check_bounds(&m)?;
     check_paths(&m)?;
     let containment = check_containment(m.containment)?;
@@ -1904,6 +1905,27 @@ mod tests {
             EnrollError::Manifest { field, .. } => field,
             other => panic!("{other}"),
         }
+    }
+
+    #[test]
+    fn a_label_of_invisible_fillers_is_refused() {
+        // Hangul fillers and the braille blank are letters and symbols, no control or
+        // format character, yet show as blank: "billing" and "billing" with one of them
+        // appended, or a label of them alone, read alike to an operator choosing a
+        // deployment. Found by attacking the release binaries: such labels enrolled.
+        for label in [
+            "billing\u{3164}",
+            "\u{115F}billing",
+            "bill\u{2800}ing",
+            "\u{FFA0}",
+            "\u{1160}",
+            " ",
+        ] {
+            let text = manifest("").replace("label = \"x\"", &format!("label = \"{label}\""));
+            assert_eq!(field_of(&text), "label", "{label:?}");
+        }
+        let text = manifest("").replace("label = \"x\"", "label = \"billing ✓\"");
+        assert!(validate(&text).is_ok());
     }
 
     #[test]

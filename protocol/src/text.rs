@@ -25,6 +25,33 @@ pub fn forges(c: char) -> bool {
             | '\u{E0020}'..='\u{E007F}')
 }
 
+/// Whether `c` is a blank filler: no control or format character, yet a letter or symbol
+/// that shows as blank space (the Hangul fillers `U+115F`, `U+1160`, `U+3164`, `U+FFA0`;
+/// the braille blank `U+2800`). A name holding one reads as the name without it.
+pub fn blank_filler(c: char) -> bool {
+    matches!(
+        c,
+        '\u{115F}' | '\u{1160}' | '\u{3164}' | '\u{FFA0}' | '\u{2800}'
+    )
+}
+
+/// A name a person tells things apart by (a deployment's label): the text rule
+/// ([`check`]), no blank filler, and not blank (at least one character that is neither
+/// white space nor a filler).
+pub fn check_name(s: &str) -> Result<(), String> {
+    check(s)?;
+    if let Some(c) = s.chars().find(|c| blank_filler(*c)) {
+        return Err(format!(
+            "contains the blank filler U+{:04X}, which shows as nothing: the name reads as another",
+            u32::from(c)
+        ));
+    }
+    if s.chars().all(char::is_whitespace) {
+        return Err("is blank: it names nothing a person can read".into());
+    }
+    Ok(())
+}
+
 /// `s` with each forging character written as `\u{XXXX}` and each backslash doubled (so
 /// an escape cannot be forged either); `s` itself when it has neither.
 pub fn escape(s: &str) -> Cow<'_, str> {
