@@ -31,6 +31,17 @@ impl Refusal {
             observed: esc(observed.into()),
         }
     }
+    /// A refusal of texts each escaped by the one text rule where it was read (an audit's
+    /// evidence pair, which its report prints as well): escaped again, a backslash would
+    /// read doubled.
+    pub fn of_escaped(reason: Reason, subject: String, expected: String, observed: String) -> Self {
+        Refusal {
+            reason,
+            subject,
+            expected,
+            observed,
+        }
+    }
     /// Everything but the reason: what a wire `refused` message, which carries the reason
     /// apart, says as its detail.
     /// A peer that is not the enrolled consumer: `what` (uid/gid, executable, cgroup, key)

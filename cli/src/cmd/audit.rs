@@ -347,7 +347,8 @@ fn log_rows(
                         _ => ("forged", Reason::RegistryForged),
                     };
                     finding.get_or_insert_with(|| {
-                        Refusal::new(reason, a.path.display().to_string(), registry.clone(), log.clone())
+                        let path = crate::audit::shown(&a.path);
+                        Refusal::of_escaped(reason, path, registry.clone(), log.clone())
                     });
                     (name, json!({"registry": registry, "log": log}))
                 }

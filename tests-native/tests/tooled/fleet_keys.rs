@@ -318,7 +318,9 @@ pub(crate) fn a_claim_copied_to_another_key_is_planted_and_never_makes_the_audit
     );
 
     let mut b = writer_as(&etcd, "host-b");
-    let planted = format!("{px}/epochs/billing.0");
+    // A key holding a NUL: escaped once, alike in the row and in the refusal.
+    let planted = format!("{px}/epochs/billing\u{0}.0");
+    let shown = format!("{px}/epochs/billing\\u{{0000}}.0");
     for n in 0.. {
         let filler = format!("{px}/epochs/filler-{n}");
         match b.create(filler.as_bytes(), b"x").unwrap() {
@@ -341,7 +343,13 @@ pub(crate) fn a_claim_copied_to_another_key_is_planted_and_never_makes_the_audit
         j["registry"]["logs"][0]["evidence"]["registry"]
             .as_str()
             .unwrap()
-            .starts_with(&planted),
+            .starts_with(&shown),
         "{j}"
+    );
+    let last = r.json_lines().last().cloned().unwrap();
+    let refusal = last["refusals"][0]["expected"].as_str().unwrap_or_default();
+    assert!(
+        refusal.contains(&shown) && !refusal.contains("\\\\u{"),
+        "escaped once: {refusal}"
     );
 }
