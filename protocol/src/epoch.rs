@@ -525,11 +525,11 @@ fn valid_record_after(bytes: &[u8], at: usize, issuer: &PublicKey) -> bool {
 /// The first failing record is classified so that what a crash can produce is never read
 /// as tampering (docs/REASONS.md): `torn` for a record cut short, an impossible length
 /// (framing lost), or, with no valid record after it, zeros from a sector boundary to the
-/// end or a whole zero sector inside the record (a sector lost out of order), or an
-/// undecodable record; `forged` for a well-formed record
-/// whose signature fails; `foreign` for an issuer-signed record of another deployment;
-/// `corrupt` for everything else (damage followed by valid records, issuer-signed records
-/// out of order, a log over its bound).
+/// end or a whole zero sector inside the record (a sector lost out of order); `forged` for
+/// a well-formed record whose signature fails; `foreign` for an issuer-signed record of
+/// another deployment; `corrupt` for everything else (a whole frame that is no signed
+/// record with no sector of it lost, damage followed by valid records, issuer-signed
+/// records out of order, a log over its bound).
 pub fn verify_log(bytes: &[u8], issuer: &PublicKey, expected: Option<DeploymentId>) -> LogReport {
     verify_log_proven(bytes, issuer, expected, &HashSet::new())
 }
@@ -577,10 +577,9 @@ pub fn verify_log_proven(
                 {
                     Classification::Torn
                 }
-                Problem::Undecodable if valid_record_after(bytes, at, issuer) => {
-                    Classification::Corrupt
-                }
-                Problem::Undecodable => Classification::Torn,
+                // A whole frame of other bytes, no sector of it lost: no crash leaves one
+                // (an interrupted append leaves a record cut short, or zeros).
+                Problem::Undecodable => Classification::Corrupt,
                 Problem::Forged => Classification::Forged,
                 Problem::Foreign => Classification::Foreign,
                 Problem::Corrupt => Classification::Corrupt,

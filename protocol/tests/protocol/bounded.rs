@@ -142,6 +142,33 @@ fn what_a_crash_can_leave_after_the_last_record_is_torn() {
 }
 
 #[test]
+fn a_whole_last_frame_that_is_no_signed_record_is_corrupt_not_torn() {
+    // Proves: a whole last frame, length-consistent, with no zero sector, that is not even
+    // a signed-record envelope reads corrupt (epoch-corrupt: investigate), never torn: an
+    // append a crash interrupts leaves a record cut short or zeros, never other bytes in a
+    // whole frame. Every byte of the receipt's payload flipped in turn (12 of its positions
+    // broke the encoding and read torn), and the receipt re-encoded non-canonically (its
+    // envelope's array header in the one-byte-length form) with its length prefix to match.
+    let recs = epoch_records();
+    let good = log_bytes(&recs[..3]);
+    let last = recs[3].to_frame();
+    for i in 4..last.len() {
+        let mut flipped = last.clone();
+        flipped[i] ^= 0x01;
+        let bytes = [&good[..], &flipped[..]].concat();
+        assert_ne!(class(&bytes), TORN, "payload byte {} flipped", i - 4);
+    }
+    let payload = &last[4..];
+    assert_eq!(payload[0], 0x82, "the premise: an array of two");
+    let mut re = vec![0x98, 0x02];
+    re.extend_from_slice(&payload[1..]);
+    let mut frame = (re.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&re);
+    let bytes = [&good[..], &frame[..]].concat();
+    assert_eq!(class(&bytes), ("corrupt", Some("epoch-corrupt")));
+}
+
+#[test]
 fn damage_before_a_valid_record_is_corrupt_not_torn() {
     // Proves: a record that fails decoding while valid records follow is no crash tail:
     // corrupt. So is a validly signed record out of order.

@@ -306,8 +306,8 @@ fn altered_logs() -> Vec<(&'static str, Vec<u8>)> {
             "a-receipt-holding-no-grant",
             receipting(b"not a grant".to_vec()),
         ),
-        // Not an envelope (an item before the record and its signature): judged by the
-        // crash rules, as an undecodable last record.
+        // Not an envelope (an item before the record and its signature): an undecodable
+        // whole last frame, no sector of it lost, which no crash leaves: corrupt.
         (
             "a-signed-record-after-a-leading-item",
             [log_bytes(&recs[..2]), {
