@@ -159,7 +159,7 @@ fn fail_with(json: bool, e: &Error, outcome: Outcome) -> Outcome {
     if json {
         let mut j =
             json!({"outcome": outcome.name(), "exit": outcome.code(), "message": e.to_string()});
-        if let Error::Refused { reason, .. } = e {
+        if let Error::Refused { reason, .. } | Error::LogInvalid { reason, .. } = e {
             j["reason"] = json!(reason.as_str());
         }
         if let Error::Inconsistent(i, from) = e {

@@ -64,6 +64,10 @@ pub enum Error {
         log: (u64, repoch_protocol::Hash),
         from: Option<u64>,
     },
+    /// `verify --log`: the log extends the kept checkpoint yet does not verify as a whole
+    /// (bytes after the receipt: torn or corrupt), as `repoch audit` reads it.
+    #[error("the log does not verify: {reason}: {detail}")]
+    LogInvalid { reason: Reason, detail: String },
     #[error("the grant was received and verified but could not be persisted: {0}")]
     Persist(String),
     #[error("the grant is persisted at {out}, but repochd did not confirm the acknowledgement ({why}): repochd reports the outcome uncertain; the new root was not started")]
@@ -76,7 +80,9 @@ impl Error {
         use repoch_protocol::Outcome;
         match self {
             Error::Usage(_) => Outcome::Usage,
-            Error::Refused { .. } | Error::BadGrant(_) => Outcome::Refused,
+            Error::Refused { .. } | Error::BadGrant(_) | Error::LogInvalid { .. } => {
+                Outcome::Refused
+            }
             Error::Io(_) | Error::Persist(_) | Error::Unacknowledged { .. } => Outcome::Uncertain,
             Error::Inconsistent(..) | Error::NotThisGrant { .. } => Outcome::Inconsistent,
         }

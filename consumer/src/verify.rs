@@ -80,18 +80,23 @@ pub fn verify_log_against(
     log: &Path,
     issuer: &PublicKey,
 ) -> Result<(checkpoint::Checkpoint, checkpoint::Extension), Error> {
-    let cp = checkpoint_path(grant_path);
-    let note = read_bounded(&cp, repoch_protocol::limits::CHECKPOINT_BYTES_MAX)
-        .map_err(|e| Error::Usage(format!("{}: {e}", cp.display())))?;
-    let note = String::from_utf8(note)
-        .map_err(|_| Error::BadGrant(format!("{}: not UTF-8", cp.display())))?;
-    let c = check_checkpoint(&note, g, issuer)?;
+    let c = check_checkpoint(&read_note(&checkpoint_path(grant_path))?, g, issuer)?;
     let bytes = read_bounded(log, repoch_protocol::limits::LOG_BYTES_MAX)
         .map_err(|e| Error::Usage(format!("{}: {e}", log.display())))?;
     let report = repoch_protocol::epoch::verify_log(&bytes, issuer, Some(g.deployment));
     let x = c
         .extended_by(&report)
         .map_err(|i| Error::Inconsistent(i, rewritten_from(g, &report)))?;
+    // Extending the note, the log must verify as a whole, as `repoch audit` reads it:
+    // bytes after the receipt make it torn (or corrupt), whatever the records before hold.
+    if let (Some((at, why)), Some(reason)) =
+        (report.problem.clone(), report.classification.refusal())
+    {
+        return Err(Error::LogInvalid {
+            reason,
+            detail: format!("{}: at offset {at}: {why}", log.display()),
+        });
+    }
     let receipt = usize::try_from(RECEIPTED_RECORDS - 1).unwrap_or(usize::MAX);
     let holds = report.records.get(receipt).is_some_and(
         |r| matches!(&r.record.record.body, EpochBody::Receipt { grant } if grant == grant_bytes),
@@ -104,6 +109,22 @@ pub fn verify_log_against(
         });
     }
     Ok((c, x))
+}
+
+/// A kept checkpoint note, read as `repoch audit --checkpoint` reads one: a path that
+/// cannot be opened (missing, not permitted, a symlink) is a usage error; a note over its
+/// bound of `CHECKPOINT_BYTES_MAX` bytes, or not UTF-8, is an invalid checkpoint.
+fn read_note(cp: &Path) -> Result<String, Error> {
+    let max = repoch_protocol::limits::CHECKPOINT_BYTES_MAX;
+    let note = repoch_sys::fs::read_regular(cp, max, repoch_sys::fs::Links::Refuse).map_err(
+        |e| match e.kind() {
+            std::io::ErrorKind::FileTooLarge => {
+                Error::BadGrant(format!("its checkpoint {}: {e}", cp.display()))
+            }
+            _ => Error::Usage(format!("{}: {e}", cp.display())),
+        },
+    )?;
+    String::from_utf8(note).map_err(|_| Error::BadGrant(format!("{}: not UTF-8", cp.display())))
 }
 
 /// The first record of the log that is not the one the grant names (its intent is record

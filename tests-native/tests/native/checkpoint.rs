@@ -332,3 +332,69 @@ fn the_consumer_refuses_a_grant_whose_checkpoint_does_not_verify() {
         }
     }
 }
+
+#[test]
+#[ignore = "needs root"]
+fn verify_log_and_audit_judge_a_kept_note_and_its_log_alike() {
+    // Proves: `repoch-consume verify --log` and `repoch audit --checkpoint` read a kept
+    // checkpoint note and the log the same way: a note over its bound of 1,024 bytes is an
+    // invalid checkpoint (exit 2) to both, a note reached through a symlink is not opened
+    // (exit 64) by either, and bytes after the receipt make the log torn (exit 2,
+    // epoch-torn) to both, though it still extends the note and holds the grant. Found by
+    // attacking the release binaries: verify --log said 64, 0 and 0.
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let _d = s.daemon();
+    let (r, c) = recover_to(&s, &id, "grant.cbor");
+    assert_eq!(
+        (r.code, c.code),
+        (Exit::of(Outcome::Success), Exit::of(Outcome::Success))
+    );
+    let grant = s.path("grant.cbor");
+    let kept = s.path("grant.cbor.checkpoint");
+    let mut big = std::fs::read(&kept).unwrap();
+    big.resize(repoch_protocol::limits::CHECKPOINT_BYTES_MAX + 1, b'\n');
+    let (symlinked, oversized) = (s.path("link.cbor"), s.path("big.cbor"));
+    for g in [&symlinked, &oversized] {
+        std::fs::copy(&grant, g).unwrap();
+    }
+    std::fs::write(s.path("big.cbor.checkpoint"), &big).unwrap();
+    std::os::unix::fs::symlink(&kept, s.path("link.cbor.checkpoint")).unwrap();
+    for (g, code) in [(&oversized, Outcome::Refused), (&symlinked, Outcome::Usage)] {
+        let note = g.with_extension("cbor.checkpoint");
+        let a = audit_checkpoint(&s, &id, &note);
+        let v = consume_verify(&s, &id, g);
+        assert_eq!(
+            (a.code, v.code),
+            (Exit::of(code), Exit::of(code)),
+            "{}: audit {}{}, verify {}{}",
+            note.display(),
+            a.stdout,
+            a.stderr,
+            v.stdout,
+            v.stderr
+        );
+    }
+    let log = s.log(&id);
+    unset_append_only(&log);
+    use std::io::Write as _;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&log)
+        .unwrap()
+        .write_all(&[0x00, 0x00, 0x01])
+        .unwrap();
+    let a = audit_checkpoint(&s, &id, &kept);
+    let v = consume_verify(&s, &id, &grant);
+    assert_eq!(
+        (a.code, v.code),
+        (Exit::of(Outcome::Refused), Exit::of(Outcome::Refused)),
+        "audit {}{}, verify {}{}",
+        a.stdout,
+        a.stderr,
+        v.stdout,
+        v.stderr
+    );
+    assert!(v.stdout.contains("epoch-torn"), "{}", v.stdout);
+}
