@@ -91,6 +91,8 @@ pub fn decode_strict(bytes: &[u8], max: usize) -> Result<Value, DecodeError> {
 
 fn check_allowed(v: &Value) -> Result<(), DecodeError> {
     match v {
+        // Encoding rule 3: unsigned integers only.
+        Value::Integer(i) if i128::from(*i) < 0 => Err(DecodeError::Forbidden("negative integer")),
         Value::Integer(_) | Value::Bytes(_) | Value::Text(_) | Value::Bool(_) | Value::Null => {
             Ok(())
         }

@@ -169,6 +169,38 @@ fn a_whole_last_frame_that_is_no_signed_record_is_corrupt_not_torn() {
 }
 
 #[test]
+fn a_negative_integer_makes_no_envelope_and_no_item_at_all() {
+    // Proves: encoding rule 3 forbids negative integers, so no strict decoder takes one
+    // (DecodeError::Forbidden), and a last frame `[record, signature]` whose record holds
+    // one is no signed-record envelope: corrupt (undecodable), not forged (a signature
+    // judged over an item the rules forbid). Found by an outsider implementing the
+    // auditor from docs/ alone: repoch read such an envelope as signed.
+    use ciborium::Value;
+    use repoch_protocol::cbor::{decode_strict, encode, DecodeError};
+    let neg = encode(&Value::Array(vec![Value::Integer((-1).into())]));
+    assert!(matches!(
+        decode_strict(&neg, 64),
+        Err(DecodeError::Forbidden(_))
+    ));
+    let recs = epoch_records();
+    let good = log_bytes(&recs[..3]);
+    let Value::Array(mut items) = recs[3].to_value() else {
+        unreachable!()
+    };
+    let Value::Array(mut record) = items.remove(0) else {
+        unreachable!()
+    };
+    record[2] = Value::Integer((-3).into()); // seq
+    let envelope = Value::Array(vec![Value::Array(record), items.remove(0)]);
+    let bytes = [
+        &good[..],
+        &repoch_protocol::wire::frame(&encode(&envelope))[..],
+    ]
+    .concat();
+    assert_eq!(class(&bytes), ("corrupt", Some("epoch-corrupt")));
+}
+
+#[test]
 fn damage_before_a_valid_record_is_corrupt_not_torn() {
     // Proves: a record that fails decoding while valid records follow is no crash tail:
     // corrupt. So is a validly signed record out of order.

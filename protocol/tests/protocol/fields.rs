@@ -154,7 +154,13 @@ fn fixed_size_byte_fields_take_exactly_their_size() {
 #[test]
 fn unsigned_integers_only() {
     assert_eq!(one(cbor::uint(u64::MAX)).uint().unwrap(), u64::MAX);
-    let negative = decode_strict(&[0x20], 16).unwrap();
+    // A negative integer does not even decode (encoding rule 3); a field reader given one
+    // all the same refuses it.
+    assert_eq!(
+        decode_strict(&[0x20], 16).unwrap_err(),
+        repoch_protocol::cbor::DecodeError::Forbidden("negative integer")
+    );
+    let negative = Value::Integer((-1).into());
     assert_eq!(
         one(negative).uint().unwrap_err(),
         schema("t", "expected an unsigned integer")

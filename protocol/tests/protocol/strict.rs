@@ -91,9 +91,11 @@ fn tags_floats_and_negative_integers_are_refused() {
         decode_strict(&[0xf9, 0x3c, 0x00], 16).unwrap_err(),
         DecodeError::Forbidden("float")
     );
-    // -1 decodes, but no repoch field accepts it
-    let v = decode_strict(&[0x20], 16).unwrap();
-    assert!(repoch_protocol::cbor::as_uint(v, "x").is_err());
+    // -1 does not decode: encoding rule 3 allows unsigned integers only
+    assert_eq!(
+        decode_strict(&[0x20], 16).unwrap_err(),
+        DecodeError::Forbidden("negative integer")
+    );
     // undefined (0xf7) is not null (0xf6)
     assert!(decode_strict(&[0xf7], 16).is_err());
 }
