@@ -306,6 +306,11 @@ pub fn run(args: Args) -> Outcome {
             wait,
             cmd,
         } => {
+            let prefix = deployment.to_ascii_lowercase();
+            if repoch_protocol::wire::check_deployment_prefix(&prefix).is_err() {
+                let e = Error::Usage(format!("--deployment {deployment:?}: 1 to 32 hex digits, a deployment id or a unique prefix of one, as `repoch list` prints it"));
+                return fail(json, &e);
+            }
             let opts = crate::read_key(&key).and_then(|k| {
                 let issuer = crate::read_public(&issuer_key)?;
                 let mut o = Options::new(socket, &deployment, k, issuer, out.clone());

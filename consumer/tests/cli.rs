@@ -153,3 +153,43 @@ fn verify_reads_its_files_bounded_and_never_waits_on_a_fifo() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn receive_refuses_a_deployment_that_is_no_id_prefix_before_connecting() {
+    // Proves: `--deployment` must be 1 to 32 hex digits (an id or a unique prefix of one,
+    // as `repoch list` prints it), checked before anything is read or connected: 33
+    // digits, a non-hex digit or nothing at all is a usage error (64) naming the rule, and
+    // repochd's socket never sees a connection. Found by an outsider: 33 digits were sent
+    // and answered protocol-error.
+    let d = tempfile::tempdir().unwrap();
+    let key = d.path().join("c.key");
+    assert_eq!(
+        consume(&["keygen", key.to_str().unwrap()]).0,
+        Some(Outcome::Success)
+    );
+    let sock = d.path().join("grant.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    for bad in [&"a".repeat(33)[..], "12g4", ""] {
+        let out = d.path().join("grant.cbor");
+        let (code, stdout) = consume(&[
+            "--json",
+            "receive",
+            "--deployment",
+            bad,
+            "--key",
+            key.to_str().unwrap(),
+            "--issuer-key",
+            d.path().join("c.key.pub").to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--socket",
+            sock.to_str().unwrap(),
+            "--wait",
+            "1",
+        ]);
+        assert_eq!(code, Some(Outcome::Usage), "{bad:?}: {stdout}");
+        assert!(stdout.contains("1 to 32 hex digits"), "{bad:?}: {stdout}");
+        assert!(listener.accept().is_err(), "{bad:?}: a connection was made");
+    }
+}

@@ -171,6 +171,16 @@ pub const WIRE_TEXT_BYTES_MAX: usize = 4 * TEXT_BYTES_MAX;
 /// Longest progress step name a receiver accepts.
 pub const STEP_BYTES_MAX: usize = 64;
 
+/// A deployment as `hello` names it: its id or a unique prefix of it, 1 to 32 lowercase hex
+/// digits. The consumer checks its `--deployment` with this before it connects.
+pub fn check_deployment_prefix(s: &str) -> Result<(), &'static str> {
+    let hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
+    match !s.is_empty() && s.len() <= 2 * DEPLOYMENT_ID_BYTES && s.bytes().all(hex) {
+        true => Ok(()),
+        false => Err("deployment must be 1 to 32 lowercase hex digits"),
+    }
+}
+
 /// The one way to build a grant-socket refusal: the detail clipped to the receiver's bound.
 pub fn refused(reason: Reason, detail: &str) -> GrantMsg {
     GrantMsg::Refused {
@@ -475,13 +485,8 @@ impl Canonical for GrantMsg {
                 let mut f = Fields::open(v, "hello", 3)?;
                 f.expect_text("hello")?;
                 let deployment = f.text(2 * DEPLOYMENT_ID_BYTES)?;
-                let hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
-                if deployment.is_empty() || !deployment.bytes().all(hex) {
-                    return Err(DecodeError::schema(
-                        "hello",
-                        "deployment must be 1 to 32 lowercase hex digits",
-                    ));
-                }
+                check_deployment_prefix(&deployment)
+                    .map_err(|why| DecodeError::schema("hello", why))?;
                 GrantMsg::Hello {
                     deployment,
                     key: PublicKey(f.bytes()?),
