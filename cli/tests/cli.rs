@@ -409,6 +409,10 @@ fn audit_with_a_checkpoint_that_does_not_verify_is_checkpoint_invalid() {
         (Some(Outcome::Refused), "checkpoint-invalid"),
         "{j}"
     );
+    // The report is still printed, each log's row with it, and the note's verdict in it.
+    assert_eq!(j["logs"][0]["epoch"], "enrolled", "{j}");
+    assert_eq!(j["verified"], false, "{j}");
+    assert_eq!(j["checkpoint"]["reason"], "checkpoint-invalid", "{j}");
     let tampered = c.sign(KEY_NAME, &key).replacen("\n1\n", "\n0\n", 1);
     let (code, reason, j) = audit_checkpoint(&key, &log, &tampered);
     assert_eq!(

@@ -424,10 +424,7 @@ pub fn run(
     };
     let (logs, chain) =
         crate::audit::audit(paths, &issuer, batch, jobs).map_err(|e| Failure::Usage(e.into()))?;
-    let cp = match checkpoint {
-        Some(n) => Some(audit_checkpoint(n, &issuer, &logs)?),
-        None => None,
-    };
+    let (cp, cp_invalid) = checked_note(checkpoint, &issuer, &logs)?;
     let fleet = match registry {
         Some(f) => Some(audit_registry(f, &logs, &issuer)?),
         None => None,
@@ -439,7 +436,8 @@ pub fn run(
     // The first log that does not verify: the chain cannot be checked past it, so it is
     // also what `chain_error` carries.
     let first = first_bad(&logs);
-    let verified = first.is_none() && chain.is_ok() && inconsistent.is_none();
+    let verified =
+        first.is_none() && chain.is_ok() && inconsistent.is_none() && cp_invalid.is_none();
     let chain_error = match (&first, &chain) {
         (Some(r), _) => Some(json!({"reason": r.reason.as_str(), "detail": r.detail()})),
         (None, Err((r, e))) => Some(json!({"reason": r.as_str(), "detail": e})),
@@ -462,6 +460,9 @@ pub fn run(
     if let Some(r) = inconsistent {
         return Err(Failure::Inconsistent(r));
     }
+    if let Some(r) = cp_invalid {
+        return Err(Failure::Refused(vec![r]));
+    }
     if verified {
         return Ok(Outcome::Success);
     }
@@ -473,6 +474,32 @@ pub fn run(
     });
     Err(Failure::Refused(vec![r]))
 }
+
+/// A checkpoint note and its verdict ([`audit_checkpoint`]); a note that is opened but
+/// invalid (`checkpoint-invalid`) is reported in its row, beside every log's, and returned
+/// as the refusal the audit ends with. A note that cannot be opened is a usage error.
+fn checked_note(
+    note: Option<&Path>,
+    issuer: &repoch_protocol::PublicKey,
+    logs: &[crate::audit::Audited],
+) -> Result<(Option<CheckedNote>, Option<Refusal>), Failure> {
+    let Some(n) = note else {
+        return Ok((None, None));
+    };
+    match audit_checkpoint(n, issuer, logs) {
+        Ok(c) => Ok((Some(c), None)),
+        Err(Failure::Refused(mut rs)) if rs.len() == 1 => {
+            let r = rs.remove(0);
+            let j = json!({"path": crate::audit::shown(n), "reason": r.reason.as_str(),
+                           "detail": r.detail()});
+            Ok((Some((j, None)), Some(r)))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// A checkpoint's row in the report, and the refusal when the log does not extend it.
+type CheckedNote = (serde_json::Value, Option<Refusal>);
 
 /// The report as one JSON document on stdout, its spooled rows streamed into it. As with
 /// every output, an error writing it loses the text, never the outcome.
@@ -527,6 +554,10 @@ fn print_text(report: &Report<'_>, logs: &[crate::audit::Audited], cp: Option<&O
     }
     if let (Some(j), Some(r)) = (report.checkpoint, cp) {
         match r {
+            None if j["reason"].is_string() => s.push_str(&format!(
+                "\ncheckpoint: INVALID: {}",
+                j["detail"].as_str().unwrap_or_default()
+            )),
             None => s.push_str(&format!(
                 "\ncheckpoint: the log extends it (size {} -> {})",
                 j["size"], j["log"]["size"]
