@@ -86,12 +86,22 @@ fn manifest_bytes() -> Vec<u8> {
     (0..1500u32).map(|i| (i % 251) as u8).collect()
 }
 
-fn bodies(withheld_at: Option<usize>) -> Vec<EpochBody> {
+/// The consume answering the custody challenge for the intent record `intent`.
+fn consume(intent: Hash) -> EpochBody {
     let c = Challenge {
         deployment: DEP,
-        intent: Hash([2; 32]),
+        intent,
         nonce: [3; 32],
     };
+    EpochBody::Consume {
+        consumer: peer(),
+        custody: c.answer(&consumer_key()),
+        challenge: c,
+        fencing: FENCING,
+    }
+}
+
+fn bodies(withheld_at: Option<usize>) -> Vec<EpochBody> {
     let mut v = vec![
         EpochBody::Intent {
             evidence: Hash([4; 32]),
@@ -103,12 +113,8 @@ fn bodies(withheld_at: Option<usize>) -> Vec<EpochBody> {
             },
             consumer: peer(),
         },
-        EpochBody::Consume {
-            consumer: peer(),
-            custody: c.answer(&consumer_key()),
-            challenge: c,
-            fencing: FENCING,
-        },
+        // Its challenge names the intent record's hash, made in `run`.
+        consume(Hash::ZERO),
         // Its grant is made in `run`, from the hashes of the records it follows.
         EpochBody::Receipt { grant: Vec::new() },
     ];
@@ -161,8 +167,10 @@ fn run(sim: &mut Sim, deps: usize, withheld_at: Option<usize>) -> Acked {
     let mut log = EpochLog::open(sim, f, issuer(), DEP).unwrap();
     let mut hashes = vec![log.last_hash()];
     for mut body in bodies(withheld_at) {
-        if let EpochBody::Receipt { .. } = body {
-            body = receipt(hashes[1], hashes[2]);
+        match body {
+            EpochBody::Consume { .. } => body = consume(hashes[1]),
+            EpochBody::Receipt { .. } => body = receipt(hashes[1], hashes[2]),
+            _ => {}
         }
         let rec = SignedEpochRecord::sign(
             EpochRecord {

@@ -655,6 +655,19 @@ fn check_record(
             return fail(Problem::Corrupt, "genesis names another issuer key".into());
         }
     }
+    if let EpochBody::Consume { challenge, .. } = &r.body {
+        // The custody challenge it answers names this deployment and the intent before it.
+        let intent = prev.map_or(Hash::ZERO, |p| p.hash);
+        if challenge.deployment != r.deployment || challenge.intent != intent {
+            return fail(
+                Problem::Corrupt,
+                format!(
+                    "the consume answers a challenge for deployment {} and intent {}, not this deployment's intent {intent}",
+                    challenge.deployment, challenge.intent
+                ),
+            );
+        }
+    }
     if let EpochBody::Receipt { grant } = &r.body {
         if let Err(why) = receipt_binds(records, grant, issuer) {
             return fail(Problem::Corrupt, format!("the receipt's grant {why}"));

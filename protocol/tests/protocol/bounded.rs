@@ -201,6 +201,51 @@ fn a_negative_integer_makes_no_envelope_and_no_item_at_all() {
 }
 
 #[test]
+fn a_consume_answering_another_challenge_than_its_intents_is_corrupt() {
+    // Proves: a consume record is bound to its log (docs/PROTOCOL.md, "The epoch log"): its
+    // challenge names this deployment and the hash of the intent record before it. A
+    // consume answering a challenge for another intent, or another deployment, signed by
+    // the issuer key all the same, is corrupt, with the receipt after it whose grant names
+    // it; the log with its own challenge is receipted. Found by an outsider implementing
+    // the auditor from docs/ alone: such a log read receipted.
+    let bodies = bodies_before_the_receipt();
+    let EpochBody::Consume { challenge: own, .. } = bodies[2].clone() else {
+        unreachable!()
+    };
+    let receipted = |consume: EpochBody| {
+        let mut b = bodies.clone();
+        b[2] = consume;
+        let before = chain(b.clone());
+        let g = repoch_protocol::grant::Grant {
+            intent: Hash::of(&before[1].to_bytes()),
+            consume: Hash::of(&before[2].to_bytes()),
+            ..grant()
+        };
+        b.push(EpochBody::Receipt {
+            grant: repoch_protocol::grant::SignedGrant::sign(g, &issuer()).to_bytes(),
+        });
+        log_bytes(&chain(b))
+    };
+    assert_eq!(
+        class(&receipted(bodies[2].clone())),
+        ("receipted", Some("epoch-consumed"))
+    );
+    for other in [
+        repoch_protocol::grant::Challenge {
+            intent: Hash([6; 32]),
+            ..own
+        },
+        repoch_protocol::grant::Challenge {
+            deployment: repoch_protocol::DeploymentId([0xee; 16]),
+            ..own
+        },
+    ] {
+        let bytes = receipted(consume_answering(other));
+        assert_eq!(class(&bytes), ("corrupt", Some("epoch-corrupt")));
+    }
+}
+
+#[test]
 fn damage_before_a_valid_record_is_corrupt_not_torn() {
     // Proves: a record that fails decoding while valid records follow is no crash tail:
     // corrupt. So is a validly signed record out of order.

@@ -162,8 +162,8 @@ pub fn facts() -> Vec<Fact> {
 }
 
 /// The records of a granted recovery before its receipt: genesis, intent, consume.
-fn bodies_before_the_receipt() -> Vec<EpochBody> {
-    vec![
+pub fn bodies_before_the_receipt() -> Vec<EpochBody> {
+    let mut bodies = vec![
         EpochBody::Genesis {
             manifest: Hash([15; 32]),
             issuer_key: pk(&issuer()),
@@ -179,13 +179,22 @@ fn bodies_before_the_receipt() -> Vec<EpochBody> {
             },
             consumer: peer(),
         },
-        EpochBody::Consume {
-            consumer: peer(),
-            challenge: challenge(),
-            custody: challenge().answer(&consumer()),
-            fencing: None,
-        },
-    ]
+    ];
+    bodies.push(consume_answering(Challenge {
+        intent: Hash::of(&chain(bodies.clone())[1].to_bytes()),
+        ..challenge()
+    }));
+    bodies
+}
+
+/// A consume record's body answering `c` (the consumer's key signs it).
+pub fn consume_answering(c: Challenge) -> EpochBody {
+    EpochBody::Consume {
+        consumer: peer(),
+        custody: c.answer(&consumer()),
+        challenge: c,
+        fencing: None,
+    }
 }
 
 /// The full epoch log of a granted recovery, signed with the fixed issuer key: its

@@ -273,16 +273,18 @@ pub(crate) fn a_full_disk_never_leaves_a_partial_record() {
         },
         consumer: peer.clone(),
     };
-    let consume = EpochBody::Consume {
+    // Its challenge names the intent record it follows (its length does not depend on it).
+    let consume_for = |intent: Hash| EpochBody::Consume {
         consumer: peer.clone(),
         challenge: Challenge {
             deployment: dep,
-            intent: Hash([3; 32]),
+            intent,
             nonce: [4; 32],
         },
         custody: [5; 64],
         fencing: None,
     };
+    let consume = consume_for(Hash::ZERO);
     // Pad the intent until genesis + intent + consume end in the last quarter of a page.
     let genesis = std::fs::metadata(s.log(&id)).unwrap().len() as usize;
     let framed = |b: EpochBody| sign(&d.log, b).to_bytes().len() + 4;
@@ -295,7 +297,7 @@ pub(crate) fn a_full_disk_never_leaves_a_partial_record() {
         .expect("no padding puts the log's end late in a page");
     let r = sign(&d.log, intent(facts));
     d.log.append(&mut Real, &r).unwrap();
-    let r = sign(&d.log, consume);
+    let r = sign(&d.log, consume_for(d.log.last_hash()));
     d.log.append(&mut Real, &r).unwrap();
     let before = std::fs::read(s.log(&id)).unwrap();
     // The receipt runs past the end of the page.

@@ -97,7 +97,23 @@ fn receipt(dep: DeploymentId, hashes: &[Hash], key: &ed25519_dalek::SigningKey) 
     }
 }
 
-fn body(phase: usize, dep: DeploymentId) -> EpochBody {
+/// The consume answering the custody challenge for the intent record `intent`, as every
+/// consume must (docs/PROTOCOL.md, "The epoch log").
+fn consume(dep: DeploymentId, intent: Hash) -> EpochBody {
+    let challenge = Challenge {
+        deployment: dep,
+        intent,
+        nonce: [4; 32],
+    };
+    EpochBody::Consume {
+        consumer: peer(),
+        custody: challenge.answer(&consumer_key()),
+        challenge,
+        fencing: None,
+    }
+}
+
+fn body(phase: usize) -> EpochBody {
     match phase {
         1 => EpochBody::Intent {
             evidence: Hash([2; 32]),
@@ -109,22 +125,7 @@ fn body(phase: usize, dep: DeploymentId) -> EpochBody {
             },
             consumer: peer(),
         },
-        2 => EpochBody::Consume {
-            consumer: peer(),
-            challenge: Challenge {
-                deployment: dep,
-                intent: Hash([3; 32]),
-                nonce: [4; 32],
-            },
-            custody: Challenge {
-                deployment: dep,
-                intent: Hash([3; 32]),
-                nonce: [4; 32],
-            }
-            .answer(&consumer_key()),
-            fencing: None,
-        },
-        _ => unreachable!("the receipt is made by `receipt`"),
+        _ => unreachable!("the consume and the receipt are made from the hashes before them"),
     }
 }
 
@@ -139,8 +140,9 @@ fn record(
 ) -> SignedEpochRecord {
     let dep = log.deployment;
     let body = match phase {
+        2 => consume(dep, hashes[1]),
         3 => receipt(dep, hashes, key),
-        p => body(p, dep),
+        p => body(p),
     };
     SignedEpochRecord::sign(
         EpochRecord {
