@@ -191,6 +191,12 @@ impl Fields {
         Ok(s)
     }
 
+    /// A `path` of the schema: absolute and canonical, at most `PATH_BYTES_MAX` bytes, no
+    /// forging character ([`as_path`]).
+    pub fn path(&mut self) -> Result<String, DecodeError> {
+        as_path(self.field()?, self.what)
+    }
+
     /// `null` or a value.
     pub fn opt<T>(
         &mut self,
@@ -251,6 +257,17 @@ pub fn as_text(v: Value, what: &'static str, max: usize) -> Result<String, Decod
         )),
         _ => Err(DecodeError::schema(what, "expected a text string")),
     }
+}
+
+/// A `path` of the schema (docs/PROTOCOL.md, "Schema"): a text of at most
+/// `PATH_BYTES_MAX` bytes, absolute and canonical (no empty, "." or ".." component, no
+/// trailing "/"; "/" itself is one), holding no forging character.
+pub fn as_path(v: Value, what: &'static str) -> Result<String, DecodeError> {
+    let s = as_text(v, what, crate::limits::PATH_BYTES_MAX)?;
+    crate::path::check_abs_path(&s)
+        .and_then(|()| crate::text::check(&s))
+        .map_err(|why| DecodeError::schema(what, why))?;
+    Ok(s)
 }
 
 pub fn as_list<T>(

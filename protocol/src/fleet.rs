@@ -16,7 +16,7 @@
 use ciborium::value::Value;
 
 use crate::cbor::{self, Canonical, DecodeError, Fields};
-use crate::limits::{NONCE_BYTES, PATH_BYTES_MAX, SIGNATURE_BYTES, TEXT_BYTES_MAX};
+use crate::limits::{NONCE_BYTES, SIGNATURE_BYTES, TEXT_BYTES_MAX};
 use crate::types::{check_abs_path, DeploymentId, Hash, PublicKey};
 
 /// Endpoints a `[registry]` may name (an etcd cluster of 1, 3, 5 or 7 members).
@@ -371,9 +371,9 @@ impl Canonical for Registry {
             endpoints: f.list(REGISTRY_ENDPOINTS_MAX, |v| {
                 cbor::as_text(v, "registry", ENDPOINT_BYTES_MAX)
             })?,
-            ca: f.text(PATH_BYTES_MAX)?,
-            cert: f.text(PATH_BYTES_MAX)?,
-            key: f.text(PATH_BYTES_MAX)?,
+            ca: f.path()?,
+            cert: f.path()?,
+            key: f.path()?,
             prefix: f.text(PREFIX_BYTES_MAX)?,
             fleet: f.text(FLEET_NAME_BYTES_MAX)?,
             host: f.text(FLEET_NAME_BYTES_MAX)?,

@@ -146,7 +146,7 @@ impl Canonical for GrantFence {
     fn from_value(v: Value) -> Result<Self, DecodeError> {
         let mut f = Fields::open(v, "fence", 2)?;
         Ok(GrantFence {
-            path: f.text(PATH_BYTES_MAX)?,
+            path: f.path()?,
             identity: Identity::from_value(f.field()?)?,
         })
     }
@@ -241,7 +241,7 @@ impl Canonical for Grant {
             consume: Hash(f.bytes()?),
             evidence: Hash(f.bytes()?),
             consumer_key: PublicKey(f.bytes()?),
-            ready_path: f.text(PATH_BYTES_MAX)?,
+            ready_path: f.path()?,
             ready_sha256: Hash(f.bytes()?),
             fences: f.list(FENCES_MAX, GrantFence::from_value)?,
             frontier_seq: f.uint()?,

@@ -5,7 +5,7 @@
 //! * [`epoch`]: epoch-log records, [`epoch::verify_log`] and [`epoch::verify_chain`].
 //! * [`journal`]: the producer journal, its writer and [`journal::verify_journal`].
 //! * [`grant`], [`manifest`], [`wire`]: grants, challenges, the manifest and socket frames.
-//! * [`limits`]: every bound, in one place.
+//! * [`limits`]: every bound, in one place; [`path`]: the schema's paths.
 //! * [`outcome`]: every command's outcome and its exit code (docs/EXIT-CODES.md).
 #![forbid(unsafe_code)]
 // Every value here is decoded from adversarial bytes (even when signed): arithmetic is
@@ -26,6 +26,7 @@ pub mod journal;
 pub mod limits;
 pub mod manifest;
 pub mod outcome;
+pub mod path;
 pub mod reason;
 pub mod sign;
 pub mod text;

@@ -65,7 +65,7 @@ impl Canonical for InventoryEntry {
         })?;
         Ok(InventoryEntry {
             role,
-            path: f.text(PATH_BYTES_MAX)?,
+            path: f.path()?,
             identity: Identity::from_value(f.field()?)?,
         })
     }
@@ -172,7 +172,7 @@ impl Canonical for Listener {
         // 4 or 16 bytes after the port.
         let mut f = Fields::open_between(v, "listener", 2, if unix { 2 } else { 3 })?;
         match f.text(8)?.as_str() {
-            "unix" => Ok(Listener::Unix(f.text(PATH_BYTES_MAX)?)),
+            "unix" => Ok(Listener::Unix(f.path()?)),
             "tcp" => Ok(Listener::Tcp(Inet::from_fields(&mut f)?)),
             "udp" => Ok(Listener::Udp(Inet::from_fields(&mut f)?)),
             k => Err(DecodeError::schema(
@@ -285,7 +285,7 @@ impl Canonical for ContainerRef {
         let c = ContainerRef {
             engine: f.text(TEXT_BYTES_MAX)?,
             name: f.text(CONTAINER_NAME_BYTES_MAX)?,
-            socket: f.text(PATH_BYTES_MAX)?,
+            socket: f.path()?,
         };
         if !CONTAINER_ENGINES.contains(&c.engine.as_str())
             || !is_container_ref(&c.engine, &c.name)
@@ -332,7 +332,7 @@ impl Canonical for SocketFile {
             u32::try_from(as_uint(v, "socket-file")?)
                 .map_err(|_| DecodeError::schema("socket-file", "an id over 32 bits"))
         };
-        let path = f.text(PATH_BYTES_MAX)?;
+        let path = f.path()?;
         let mode = f.uint()?;
         if mode > u64::from(SOCKET_MODE_MAX) {
             return Err(DecodeError::schema("socket-file", "a mode over 0o777"));
@@ -396,11 +396,9 @@ impl Canonical for Containment {
         let mut f = Fields::open(v, "containment", arity)?;
         let mut c = Containment {
             units: f.list(UNITS_MAX, |v| as_text(v, "unit", TEXT_BYTES_MAX))?,
-            cgroups: f.list(CGROUPS_MAX, |v| as_text(v, "cgroup", PATH_BYTES_MAX))?,
+            cgroups: f.list(CGROUPS_MAX, |v| cbor::as_path(v, "cgroup"))?,
             listeners: f.list(LISTENERS_MAX, Listener::from_value)?,
-            executables: f.list(EXECUTABLES_MAX, |v| {
-                as_text(v, "executable", PATH_BYTES_MAX)
-            })?,
+            executables: f.list(EXECUTABLES_MAX, |v| cbor::as_path(v, "executable"))?,
             old_root_uids: Vec::new(),
             socket_files: Vec::new(),
             containers: Vec::new(),
@@ -487,10 +485,10 @@ impl Canonical for Consumer {
         Ok(Consumer {
             uid: id(&mut f)?,
             gid: id(&mut f)?,
-            executable: f.text(PATH_BYTES_MAX)?,
+            executable: f.path()?,
             executable_sha256: f.opt(|v| cbor::as_bytes(v, "consumer").map(Hash))?,
             key: PublicKey(f.bytes()?),
-            cgroup: f.opt(|v| as_text(v, "consumer", PATH_BYTES_MAX))?,
+            cgroup: f.opt(|v| cbor::as_path(v, "consumer"))?,
         })
     }
 }
@@ -541,7 +539,7 @@ impl Canonical for Lineage {
         let mut f = Fields::open(v, "lineage", 4)?;
         Ok(Lineage {
             predecessor: f.opt(Predecessor::from_value)?,
-            journal_path: f.text(PATH_BYTES_MAX)?,
+            journal_path: f.path()?,
             journal_genesis: Hash(f.bytes()?),
             producer_key: PublicKey(f.bytes()?),
         })
@@ -617,7 +615,7 @@ impl Canonical for Manifest {
             issuer_key: PublicKey(f.bytes()?),
             inventory: f.list(INVENTORY_MAX, InventoryEntry::from_value)?,
             target: Target {
-                ready_path: f.text(PATH_BYTES_MAX)?,
+                ready_path: f.path()?,
             },
             containment: Containment::from_value(f.field()?)?,
             consumer: Consumer::from_value(f.field()?)?,

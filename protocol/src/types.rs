@@ -298,34 +298,7 @@ pub fn evidence_digest(facts: &[Fact]) -> Hash {
     Hash::of(&cbor::encode(&cbor::list(facts)))
 }
 
-/// Checks that a path is absolute, normalized text within bounds: no `.`/`..`/empty
-/// component, no trailing slash, no NUL. Symlink components are a property of the live
-/// file system and are checked where paths are opened.
-pub fn check_abs_path(p: &str) -> Result<(), String> {
-    if p.len() > PATH_BYTES_MAX {
-        return Err(format!(
-            "path is {} bytes, over the bound of {PATH_BYTES_MAX}",
-            p.len()
-        ));
-    }
-    if !p.starts_with('/') {
-        return Err("path must be absolute".into());
-    }
-    if p.contains('\0') {
-        return Err("path contains NUL".into());
-    }
-    if p == "/" {
-        return Ok(());
-    }
-    for c in p[1..].split('/') {
-        if c.is_empty() || c == "." || c == ".." {
-            return Err(
-                "path must be canonical (no empty, '.' or '..' component, no trailing '/')".into(),
-            );
-        }
-    }
-    Ok(())
-}
+pub use crate::path::check_abs_path;
 
 pub fn check_text(s: &str) -> Result<(), String> {
     if s.len() > TEXT_BYTES_MAX {

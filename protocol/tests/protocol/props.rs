@@ -34,7 +34,8 @@ prop_compose! {
     fn arb_grant()(
         dep in any::<[u8; 16]>(),
         h in any::<[u8; 32]>(),
-        path in "/[a-z]{1,20}(/[a-z0-9._-]{1,12}){0,4}",
+        // Canonical: no component is "." or ".." (a component starts with no dot).
+        path in "/[a-z]{1,20}(/[a-z0-9_-][a-z0-9._-]{0,11}){0,4}",
         fences in proptest::collection::vec(("/[a-z]{1,30}", arb_identity()), 0..4),
         ops in proptest::collection::vec((any::<u64>(), "[ -~]{0,40}"), 0..5),
         seq in any::<u64>(),

@@ -209,3 +209,54 @@ fn the_last_word_granted_is_decoded_strictly() {
         );
     }
 }
+
+#[test]
+fn a_path_field_that_is_not_absolute_and_canonical_does_not_decode() {
+    // Proves: every `path` of the schema (docs/PROTOCOL.md: "absolute, canonical, at most
+    // 256 bytes") is checked as such by the decoder, not its length alone: a grant whose
+    // ready path or fence path is relative, holds an empty, "." or ".." component, or ends
+    // in "/" does not decode; a manifest whose inventory path does neither. Found by an
+    // outsider implementing the auditor from docs/ alone: only the length was checked.
+    use repoch_protocol::grant::{Grant, GrantFence, SignedGrant};
+    for bad in [
+        "srv/READY",
+        "/srv//READY",
+        "/srv/./READY",
+        "/srv/../READY",
+        "/srv/",
+    ] {
+        let g = Grant {
+            ready_path: bad.into(),
+            ..grant()
+        };
+        let b = SignedGrant::sign(g, &issuer()).to_bytes();
+        assert!(
+            matches!(SignedGrant::from_bytes(&b), Err(DecodeError::Schema { .. })),
+            "ready path {bad:?} decoded"
+        );
+        let mut g = grant();
+        g.fences = vec![GrantFence {
+            path: bad.into(),
+            ..grant().fences[0].clone()
+        }];
+        let b = SignedGrant::sign(g, &issuer()).to_bytes();
+        assert!(
+            SignedGrant::from_bytes(&b).is_err(),
+            "fence path {bad:?} decoded"
+        );
+        let mut m = manifest();
+        m.inventory[0].path = bad.into();
+        let b = repoch_protocol::manifest::SignedManifest::sign(m, &issuer()).to_bytes();
+        assert!(
+            repoch_protocol::manifest::SignedManifest::from_bytes(&b).is_err(),
+            "inventory path {bad:?} decoded"
+        );
+    }
+    // The root itself is canonical.
+    let g = Grant {
+        ready_path: "/".into(),
+        ..grant()
+    };
+    let b = SignedGrant::sign(g, &issuer()).to_bytes();
+    assert!(SignedGrant::from_bytes(&b).is_ok());
+}
