@@ -10,7 +10,7 @@ fn spec() -> String {
     doc[start..end].to_string()
 }
 
-fn validate(rule: &str, bytes: &[u8]) -> Result<(), String> {
+pub fn validate(rule: &str, bytes: &[u8]) -> Result<(), String> {
     // cddl-rs validates against the first rule: put the one under test first.
     let cddl = format!("root = {rule}\n{}", spec());
     cddl::validate_cbor_from_slice(&cddl, bytes, None).map_err(|e| e.to_string())

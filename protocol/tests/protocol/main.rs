@@ -1,6 +1,7 @@
 //! repoch-protocol's tests: one binary, one module per area.
 mod batch;
 mod bounded;
+mod bounds;
 mod cddl;
 mod chain;
 mod common;
