@@ -487,6 +487,38 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs root"]
+    fn an_out_directory_below_another_users_directory_is_refused_before_connecting() {
+        // An owner of an ancestor of --out's directory can rename that directory and put
+        // another in its place after the check: a later reader of the path (the new root
+        // through REPOCH_GRANT, `repoch-consume verify PATH`) reads a planted grant. Every
+        // ancestor must be owned by root or this user, and writable by no one else unless
+        // sticky (as /tmp: no one renames an entry of another's there). Found by attacking
+        // the release binaries: the grant landed, the path then named another file.
+        use std::os::unix::fs::PermissionsExt as _;
+        assert!(rustix::process::geteuid().is_root(), "needs root");
+        let d = tempfile::tempdir().unwrap();
+        let theirs = d.path().join("theirs");
+        let mine = theirs.join("mine");
+        std::fs::create_dir_all(&mine).unwrap();
+        let nobody = Some(rustix::fs::Uid::from_raw(65534));
+        rustix::fs::chown(&theirs, nobody, None).unwrap();
+        let out = mine.join("grant.cbor");
+        let m = refused_for_its_directory(&out);
+        assert!(
+            m.contains(&format!("{} is owned by uid 65534", theirs.display())),
+            "{m}"
+        );
+        // Root's again, but writable by others (not sticky): refused; sticky: taken.
+        rustix::fs::chown(&theirs, Some(rustix::fs::Uid::from_raw(0)), None).unwrap();
+        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let m = refused_for_its_directory(&out);
+        assert!(m.contains("mode 777"), "{m}");
+        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert!(Out::prepare(&out).is_ok());
+    }
+
+    #[test]
     fn a_leftover_temporary_file_does_not_block_a_later_persist() {
         // What a crash between the write and the link leaves: a temporary file under a
         // name of the same shape. A later persist picks a new unique name and succeeds.

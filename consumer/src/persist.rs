@@ -49,6 +49,50 @@ impl Drop for Out {
     }
 }
 
+/// Directories walked up from `--out`'s at most (a path of `PATH_MAX` bytes has fewer).
+pub(crate) const ANCESTORS_MAX: usize = 2048;
+
+/// Every ancestor of `--out`'s directory `dir`, up to `/`, is owned by root or this user
+/// (`me`) and writable by no one else unless sticky (as `/tmp`, where no one renames an
+/// entry of another's): an owner of an ancestor could rename `--out`'s directory and put
+/// another in its place after the checks, and a later reader of the path (the new root
+/// through `REPOCH_GRANT`, `repoch-consume verify PATH`) would read a planted grant.
+/// Walked by descriptor (`..` of each), named by the kernel's name of each.
+fn check_ancestors(dir: &OwnedFd, me: u32) -> Result<(), String> {
+    let up = |fd: &OwnedFd| {
+        rustix::fs::openat(
+            fd,
+            "..",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| format!("an ancestor of its directory: {e}"))
+    };
+    let stat = |fd: &OwnedFd| {
+        rustix::fs::fstat(fd).map_err(|e| format!("an ancestor of its directory: {e}"))
+    };
+    let mut below = stat(dir)?;
+    let mut at = up(dir)?;
+    for _ in 0..ANCESTORS_MAX {
+        let st = stat(&at)?;
+        if (st.st_dev, st.st_ino) == (below.st_dev, below.st_ino) {
+            return Ok(()); // `/`: its `..` is itself
+        }
+        let sticky = st.st_mode & 0o1000 != 0;
+        if (st.st_uid != 0 && st.st_uid != me) || (st.st_mode & 0o022 != 0 && !sticky) {
+            let name = repoch_sys::fs::name_of(&at).unwrap_or_else(|| "an ancestor".into());
+            return Err(format!(
+                "its ancestor {name} is owned by uid {} with mode {:o}; every ancestor must be owned by root or this user (uid {me}) and writable by no one else unless sticky",
+                st.st_uid,
+                st.st_mode & 0o7777
+            ));
+        }
+        below = st;
+        at = up(&at)?;
+    }
+    Err(format!("more than {ANCESTORS_MAX} ancestors"))
+}
+
 impl Out {
     /// Checks `--out` before anything can be used: its directory opens, its name is a plain
     /// file name short enough for the temporary name, and nothing exists there (a usage
@@ -92,6 +136,7 @@ impl Out {
                 st.st_mode & 0o7777
             )));
         }
+        check_ancestors(&dir, me).map_err(usage)?;
         for n in [name.clone(), checkpoint_name(&name)] {
             match rustix::fs::statat(&dir, &n, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(_) => {

@@ -265,6 +265,16 @@ pub fn clear_append_only(fd: impl AsFd) {
     }
 }
 
+/// The path the kernel names an open file or directory by (`/proc/self/fd/N`), for a
+/// message; `None` when it cannot say.
+pub fn name_of(fd: impl AsFd) -> Option<String> {
+    use std::os::fd::AsRawFd as _;
+    let link = format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd());
+    rustix::fs::readlink(link, [])
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned())
+}
+
 /// The identity of an open file (or `O_PATH` fd), with its birth time: `statx` asks for
 /// `STATX_BTIME`, and the birth is filled only when the returned mask has it (a file system
 /// without birth times gives `None`; enrollment refuses such objects). The inode generation
