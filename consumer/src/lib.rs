@@ -487,7 +487,6 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "needs root"]
     fn an_out_directory_below_another_users_directory_is_refused_before_connecting() {
         // An owner of an ancestor of --out's directory can rename that directory and put
         // another in its place after the check: a later reader of the path (the new root
@@ -495,22 +494,27 @@ mod tests {
         // ancestor must be owned by root or this user, and writable by no one else unless
         // sticky (as /tmp: no one renames an entry of another's there). Found by attacking
         // the release binaries: the grant landed, the path then named another file.
+        // As another user than root, the ownership half needs a directory of another
+        // user's, which only root can make: it is asserted when the test runs as root (as
+        // CI runs it); the mode half runs as anyone.
         use std::os::unix::fs::PermissionsExt as _;
-        assert!(rustix::process::geteuid().is_root(), "needs root");
         let d = tempfile::tempdir().unwrap();
         let theirs = d.path().join("theirs");
         let mine = theirs.join("mine");
         std::fs::create_dir_all(&mine).unwrap();
-        let nobody = Some(rustix::fs::Uid::from_raw(65534));
-        rustix::fs::chown(&theirs, nobody, None).unwrap();
         let out = mine.join("grant.cbor");
-        let m = refused_for_its_directory(&out);
-        assert!(
-            m.contains(&format!("{} is owned by uid 65534", theirs.display())),
-            "{m}"
-        );
-        // Root's again, but writable by others (not sticky): refused; sticky: taken.
-        rustix::fs::chown(&theirs, Some(rustix::fs::Uid::from_raw(0)), None).unwrap();
+        assert!(Out::prepare(&out).is_ok());
+        if rustix::process::geteuid().is_root() {
+            let nobody = Some(rustix::fs::Uid::from_raw(65534));
+            rustix::fs::chown(&theirs, nobody, None).unwrap();
+            let m = refused_for_its_directory(&out);
+            assert!(
+                m.contains(&format!("{} is owned by uid 65534", theirs.display())),
+                "{m}"
+            );
+            rustix::fs::chown(&theirs, Some(rustix::fs::Uid::from_raw(0)), None).unwrap();
+        }
+        // Writable by others (not sticky): refused; sticky: taken.
         std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o777)).unwrap();
         let m = refused_for_its_directory(&out);
         assert!(m.contains("mode 777"), "{m}");

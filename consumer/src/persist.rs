@@ -52,6 +52,11 @@ impl Drop for Out {
 /// Directories walked up from `--out`'s at most (a path of `PATH_MAX` bytes has fewer).
 pub(crate) const ANCESTORS_MAX: usize = 2048;
 
+/// How each ancestor is opened: read-only, a directory, closed on exec.
+const ANCESTOR_FLAGS: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::CLOEXEC);
+
 /// Every ancestor of `--out`'s directory `dir`, up to `/`, is owned by root or this user
 /// (`me`) and writable by no one else unless sticky (as `/tmp`, where no one renames an
 /// entry of another's): an owner of an ancestor could rename `--out`'s directory and put
@@ -60,13 +65,8 @@ pub(crate) const ANCESTORS_MAX: usize = 2048;
 /// Walked by descriptor (`..` of each), named by the kernel's name of each.
 fn check_ancestors(dir: &OwnedFd, me: u32) -> Result<(), String> {
     let up = |fd: &OwnedFd| {
-        rustix::fs::openat(
-            fd,
-            "..",
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| format!("an ancestor of its directory: {e}"))
+        rustix::fs::openat(fd, "..", ANCESTOR_FLAGS, Mode::empty())
+            .map_err(|e| format!("an ancestor of its directory: {e}"))
     };
     let stat = |fd: &OwnedFd| {
         rustix::fs::fstat(fd).map_err(|e| format!("an ancestor of its directory: {e}"))

@@ -171,3 +171,44 @@ fn a_grant_verifies_against_its_own_log_and_not_beside_another_issuances_checkpo
         Err(Error::Inconsistent(_, Some(1)))
     ));
 }
+
+#[test]
+fn a_note_over_its_bound_a_symlinked_note_and_bytes_after_the_receipt_are_refused_as_audit_refuses_them(
+) {
+    // Proves (docs/AUDITOR.md, "Checkpoints"): verify --log reads the kept note and the log
+    // as `repoch audit --checkpoint` does. A note one byte over CHECKPOINT_BYTES_MAX is an
+    // invalid checkpoint (BadGrant, exit 2), a note reached through a symlink is not opened
+    // (Usage, 64), and a log that extends the note but holds bytes after its receipt does
+    // not verify (LogInvalid epoch-torn, exit 2).
+    let dir = tempfile::tempdir().unwrap();
+    let (log, grant, note) = issuance(1);
+    let big = format!(
+        "{note}{}",
+        "\n".repeat(repoch_protocol::limits::CHECKPOINT_BYTES_MAX + 1 - note.len())
+    );
+    assert!(matches!(
+        verify(dir.path(), &grant, &big, &log),
+        Err(Error::BadGrant(m)) if m.contains("over its bound")
+    ));
+    let g = dir.path().join("grant.cbor");
+    let real = dir.path().join("real.note");
+    std::fs::write(&real, &note).unwrap();
+    std::fs::remove_file(checkpoint_path(&g)).unwrap();
+    std::os::unix::fs::symlink(&real, checkpoint_path(&g)).unwrap();
+    let l = dir.path().join("epoch.log");
+    let issuer = PublicKey::from(&issuer().verifying_key());
+    let parsed = repoch_consumer::verify(&grant, &issuer, None).unwrap();
+    assert!(matches!(
+        verify_log_against(&parsed, &grant, &g, &l, &issuer),
+        Err(Error::Usage(_))
+    ));
+    std::fs::remove_file(checkpoint_path(&g)).unwrap();
+    let torn = [&log[..], &[0, 0, 1][..]].concat();
+    match verify(dir.path(), &grant, &note, &torn) {
+        Err(Error::LogInvalid { reason, .. }) => {
+            assert_eq!(reason, repoch_protocol::Reason::EpochTorn)
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(verify(dir.path(), &grant, &note, &log).is_ok());
+}

@@ -260,3 +260,17 @@ fn a_path_field_that_is_not_absolute_and_canonical_does_not_decode() {
     let b = SignedGrant::sign(g, &issuer()).to_bytes();
     assert!(SignedGrant::from_bytes(&b).is_ok());
 }
+
+#[test]
+fn a_hello_names_a_deployment_by_1_to_32_lowercase_hex_digits() {
+    // Proves: the one check of a hello's deployment (and of the consumer's --deployment):
+    // an id of 32 digits or a prefix of 1 is taken; nothing, 33 digits, an uppercase or a
+    // non-hex digit is not.
+    use repoch_protocol::wire::check_deployment_prefix;
+    for ok in ["0", "d5", &"f".repeat(32)] {
+        assert_eq!(check_deployment_prefix(ok), Ok(()), "{ok}");
+    }
+    for bad in ["", &"a".repeat(33), "D5", "d5g", "d5 "] {
+        assert!(check_deployment_prefix(bad).is_err(), "{bad:?}");
+    }
+}
