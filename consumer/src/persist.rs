@@ -79,7 +79,9 @@ fn check_ancestors(dir: &OwnedFd, me: u32) -> Result<(), String> {
             return Ok(()); // `/`: its `..` is itself
         }
         let sticky = st.st_mode & 0o1000 != 0;
-        if (st.st_uid != 0 && st.st_uid != me) || (st.st_mode & 0o022 != 0 && !sticky) {
+        // Root's or this user's (one owner when this user is root).
+        let owned = [0, me].contains(&st.st_uid);
+        if !owned || (st.st_mode & 0o022 != 0 && !sticky) {
             let name = repoch_sys::fs::name_of(&at).unwrap_or_else(|| "an ancestor".into());
             return Err(format!(
                 "its ancestor {name} is owned by uid {} with mode {:o}; every ancestor must be owned by root or this user (uid {me}) and writable by no one else unless sticky",
