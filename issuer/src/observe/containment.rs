@@ -154,7 +154,7 @@ impl Known {
         if (st.st_dev, st.st_ino) == self.id {
             return true;
         }
-        if st.st_size as u64 != self.size || st.st_mode & 0o170000 != 0o100000 {
+        if st.st_size as u64 != self.size || repoch_sys::fs::not_regular(st.st_mode).is_some() {
             return false;
         }
         let mine = self.digest.get_or_init(|| content(&self.path));
@@ -168,7 +168,7 @@ fn content(path: &str) -> Option<repoch_protocol::Hash> {
     let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY;
     let f = rustix::fs::open(path, flags, Mode::empty()).ok()?;
     let st = rustix::fs::fstat(&f).ok()?;
-    if st.st_mode & 0o170000 != 0o100000 {
+    if repoch_sys::fs::not_regular(st.st_mode).is_some() {
         return None;
     }
     repoch_sys::digest::hash(&f, repoch_sys::digest::EXE_BYTES_MAX)

@@ -490,7 +490,6 @@ pub(crate) fn a_fleet_record_rewritten_or_huge_values_planted_never_hide_a_repla
     // lists each planted key as no claim. Before: `consistent`, exit 0 (the floor was the
     // record's); the huge values made it exit 2, registry-unavailable.
     require_root!();
-    use base64::Engine as _;
     use repoch_protocol::Canonical as _;
     let sb = Sandbox::new();
     let etcd = Etcd::start(&sb.path("etcd"));
@@ -504,12 +503,7 @@ pub(crate) fn a_fleet_record_rewritten_or_huge_values_planted_never_hide_a_repla
         got
     };
     let token = got.json()["grant"]["fencing"]["revision"].as_u64().unwrap();
-    let value = |key: &str| {
-        let kv = etcd.get(key).unwrap();
-        base64::engine::general_purpose::STANDARD
-            .decode(kv["value"].as_str().unwrap())
-            .unwrap()
-    };
+    let value = |key: &str| etcd.value(key).unwrap().1;
     let put = |key: &str, bytes: &[u8]| {
         let file = sb.path("value.bin");
         std::fs::write(&file, bytes).unwrap();
@@ -1166,12 +1160,7 @@ pub(crate) fn a_copy_of_the_fleet_one_members_key_serves_is_outvoted_by_the_othe
     veth_into(&ns, &short, "10.214.0.1", "10.214.0.2");
     let copy = etcd.start_twin_serving(&sb.path("copy"), &ns.name, Some("10.214.0.2"));
     let key = format!("{px}/fleets/billing");
-    let record = etcd.get(&key).unwrap();
-    let created = record["create_revision"].as_i64().unwrap();
-    use base64::Engine as _;
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(record["value"].as_str().unwrap())
-        .unwrap();
+    let (created, bytes) = etcd.value(&key).unwrap();
     for n in 0.. {
         if revision(&copy) >= created - 1 {
             break;
@@ -1326,11 +1315,7 @@ pub(crate) fn a_claim_and_host_record_copied_from_another_fleet_of_the_same_name
             format!("{p1}/hosts/billing/host-c"),
         ),
     ] {
-        use base64::Engine as _;
-        let kv = etcd.get(&from).unwrap();
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(kv["value"].as_str().unwrap())
-            .unwrap();
+        let (_, bytes) = etcd.value(&from).unwrap();
         std::fs::write(sb.path("copied"), bytes).unwrap();
         assert!(etcd.put_file(&to, &sb.path("copied")).status.success());
     }
