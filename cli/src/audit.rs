@@ -38,7 +38,7 @@ pub fn read_log(path: &Path) -> Result<Vec<u8>, String> {
 /// The deployment a path given to `audit` must hold the log of: a directory named by a
 /// deployment id (a state directory, `/var/lib/repoch/deployments/ID`); `None` for a log
 /// file or a directory of another name.
-fn expected_deployment(path: &Path) -> Option<DeploymentId> {
+pub fn expected_deployment(path: &Path) -> Option<DeploymentId> {
     if !path.is_dir() {
         return None;
     }

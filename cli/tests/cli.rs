@@ -583,3 +583,73 @@ fn a_state_directory_holding_another_deployments_log_is_foreign() {
     let (code, _, out) = audit_reason(&args);
     assert_eq!(code, Some(Outcome::Success), "{out}");
 }
+
+#[test]
+fn audit_with_a_checkpoint_judges_an_emptied_log_and_names_of_any_bytes() {
+    // Proves: (1) a log emptied (or zeroed, or replaced) after its checkpoint names no
+    // deployment of its own; the one log given is the note's, and it lost the note's
+    // records: checkpoint-rollback, exit 5 with the evidence pair (as `repoch-consume
+    // verify --log` says), never checkpoint-invalid "no such log given". (2) A log whose
+    // file name is not UTF-8 is audited against a note with no crash, its path escaped in
+    // the checkpoint's row. (3) An invalid note beside a torn log: the refusals name both.
+    // Found by attacking the release binaries: (1) read exit 2 blaming the note, (2)
+    // aborted (exit 134), (3) named the note alone.
+    use std::os::unix::ffi::OsStrExt as _;
+    let key = ed25519_dalek::SigningKey::from_bytes(&[3; 32]);
+    let dep = DeploymentId([0xc; 16]);
+    let log = genesis_log(&key, dep, None);
+    let c = Checkpoint {
+        origin: origin(&dep),
+        size: 1,
+        head: head_of(&log, &key),
+    };
+    let note = c.sign(KEY_NAME, &key);
+    let (code, reason, j) = audit_checkpoint(&key, b"", &note);
+    assert_eq!(
+        (code, reason.as_str()),
+        (Some(Outcome::Inconsistent), "checkpoint-rollback"),
+        "{j}"
+    );
+    assert_eq!(j["checkpoint"]["log"]["size"], 0, "{j}");
+
+    let (d, mut args) = audit_dir(&key, &[]);
+    let odd = d
+        .path()
+        .join(std::ffi::OsStr::from_bytes(b"x\xff\xe2\x80\xaelog"));
+    std::fs::write(&odd, &log).unwrap();
+    let n = d.path().join("note");
+    std::fs::write(&n, &note).unwrap();
+    args.insert(4, "--checkpoint".into());
+    args.insert(5, n.display().to_string());
+    let mut c = Command::new(env!("CARGO_BIN_EXE_repoch"));
+    c.args(&args).arg(&odd).env_remove("REPOCH_ROOT");
+    let o = c.output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        Outcome::from_exit(o.status.code().unwrap_or(-1)),
+        Some(Outcome::Success),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let first: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    let path = first["checkpoint"]["path"].as_str().unwrap();
+    assert!(path.ends_with("x\u{fffd}\\u{202e}log"), "{path}");
+
+    let torn = [&log[..], &[0, 0, 1][..]].concat();
+    let (d, mut args) = audit_dir(&key, &[("epoch.log", &torn)]);
+    let n = d.path().join("bad.note");
+    std::fs::write(&n, note.replacen("\n1\n", "\n0\n", 1)).unwrap();
+    args.insert(4, "--checkpoint".into());
+    args.insert(5, n.display().to_string());
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, out, _) = repoch(&a);
+    assert_eq!(code, Some(Outcome::Refused), "{out}");
+    let last: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let reasons: Vec<&str> = last["refusals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(reasons, ["checkpoint-invalid", "epoch-torn"], "{last}");
+}

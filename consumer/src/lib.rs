@@ -523,6 +523,24 @@ mod tests {
     }
 
     #[test]
+    fn an_out_path_through_a_symlink_is_refused_before_connecting() {
+        // The ancestors are walked from the directory the path opens, but readers after
+        // the grant (the new root through REPOCH_GRANT, `repoch-consume verify PATH`) take
+        // the path as given: a symlink in it, which its owner can point elsewhere later,
+        // would make them read another file. Found
+        // by attacking the release binaries: a symlink another user owned, repointed after
+        // the grant landed, made the new root read a planted grant.
+        let d = tempfile::tempdir().unwrap();
+        let real = d.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let m = refused_for_its_directory(&link.join("grant.cbor"));
+        assert!(m.contains("symbolic link"), "{m}");
+        assert!(Out::prepare(&real.join("grant.cbor")).is_ok());
+    }
+
+    #[test]
     fn a_leftover_temporary_file_does_not_block_a_later_persist() {
         // What a crash between the write and the link leaves: a temporary file under a
         // name of the same shape. A later persist picks a new unique name and succeeds.

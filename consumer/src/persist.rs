@@ -120,12 +120,21 @@ impl Out {
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
-        let dir = rustix::fs::open(
-            dir,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| usage(format!("its directory: {e}")))?;
+        // No symbolic link anywhere in the path as given (a magic link of /proc neither):
+        // readers after the grant take this path, and a link's owner could point it
+        // elsewhere once the grant landed; the ancestors checked below are then the path's.
+        let linked = |e: &std::io::Error| {
+            e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
+                || std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink())
+        };
+        let dir = repoch_sys::fs::open_path(dir, OFlags::RDONLY | OFlags::DIRECTORY, 0).map_err(
+            |e| match linked(&e) {
+                true => usage(
+                    "its path goes through a symbolic link: give its directory's real path (readers of the path after the grant would follow the link)".into(),
+                ),
+                false => usage(format!("its directory: {e}")),
+            },
+        )?;
         // Only this user may write the directory: anyone else who can could plant the
         // grant's or its checkpoint's name between this check and the persist, and the
         // epoch would end uncertain with no grant file (docs/OPERATOR.md, "Recovering (once)").

@@ -488,16 +488,22 @@ enum Problem {
     Corrupt,
 }
 
-/// Whether a sector from the problem at `at` on reads as zeros (the file's last, partial
-/// sector counts): a sector of the last, unsynced append that never reached the disk,
-/// either while a later one did (out-of-order sector loss) or to the end of the file (zeros
-/// from a sector boundary to the end). The record around it then decodes with zeros
-/// inside and fails its signature or its decoding: a crash tail, not a forgery, unless a
-/// valid record follows it. (Zeros from the record's own start fail its framing.)
+/// Whether a sector of the whole frame at `at` reads as zeros (its last, partial sector
+/// counts): a sector of the last, unsynced append that never reached the disk, while a
+/// later one of it did (out-of-order sector loss) or to its end (delayed allocation). The
+/// record then decodes with zeros inside and fails its signature or its decoding: a crash
+/// tail, not a forgery, unless a valid record follows it. Zeros after the frame excuse
+/// nothing: it was whole and synced before any later append began. (Zeros from the
+/// record's own start fail its framing.)
 fn lost_sector(bytes: &[u8], at: usize) -> bool {
+    let len = bytes
+        .get(at..at.saturating_add(4))
+        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        .map_or(0, |b| u32::from_be_bytes(b) as usize);
+    let end = at.saturating_add(4).saturating_add(len).min(bytes.len());
     let first = at.div_ceil(SECTOR_BYTES).saturating_mul(SECTOR_BYTES);
     bytes
-        .get(first..)
+        .get(first..end)
         .unwrap_or_default()
         .chunks(SECTOR_BYTES)
         .take(LOG_BYTES_MAX.div_ceil(SECTOR_BYTES))

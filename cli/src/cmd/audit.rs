@@ -39,23 +39,34 @@ fn audit_checkpoint(
     )?;
     let text = String::from_utf8(bytes).map_err(|_| invalid("not UTF-8".into()))?;
     let c = Checkpoint::verify(&text, KEY_NAME, issuer).map_err(|e| invalid(e.to_string()))?;
-    let Some(a) = logs
-        .iter()
-        .find(|a| a.report.deployment().map(|d| origin(&d)).as_deref() == Some(&c.origin))
-    else {
+    // The log the note is about: the one whose records, or whose state directory's name,
+    // say its deployment; else the one log given when it names none (a log emptied or
+    // zeroed is what the note's rollback is about).
+    let deployment = |a: &crate::audit::Audited| {
+        a.report
+            .deployment()
+            .or_else(|| crate::audit::expected_deployment(&a.path))
+    };
+    let named = |a: &&crate::audit::Audited| {
+        deployment(a).map(|d| origin(&d)).as_deref() == Some(&c.origin)
+    };
+    let nameless = logs
+        .first()
+        .filter(|a| logs.len() == 1 && deployment(a).is_none());
+    let Some(a) = logs.iter().find(named).or(nameless) else {
         return Err(invalid(format!("origin {:?}: no such log given", c.origin)));
     };
     let (extends, reason, now) = match c.extended_by(&a.report) {
         Ok(x) => (true, None, x.current),
         Err(i) => (false, Some(i.reason), i.current),
     };
-    let j = json!({"origin": c.origin, "path": a.path, "size": c.size, "head": c.head.to_hex(),
+    let j = json!({"origin": c.origin, "path": crate::audit::shown(&a.path), "size": c.size, "head": c.head.to_hex(),
                    "log": {"size": now.0, "head": now.1.to_hex()}, "extends": extends,
                    "reason": reason.map(|r| r.as_str())});
     let refusal = reason.map(|r| {
         Refusal::new(
             r,
-            a.path.display().to_string(),
+            a.path.to_string_lossy(),
             format!(
                 "a log extending the checkpoint: size {} head {}",
                 c.size, c.head
@@ -461,7 +472,10 @@ pub fn run(
         return Err(Failure::Inconsistent(r));
     }
     if let Some(r) = cp_invalid {
-        return Err(Failure::Refused(vec![r]));
+        // The note's refusal, and the first log's that does not verify, if any.
+        return Err(Failure::Refused(
+            [Some(r), first].into_iter().flatten().collect(),
+        ));
     }
     if verified {
         return Ok(Outcome::Success);

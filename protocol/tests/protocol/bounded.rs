@@ -158,6 +158,22 @@ fn a_whole_last_frame_that_is_no_signed_record_is_corrupt_not_torn() {
         let bytes = [&good[..], &flipped[..]].concat();
         assert_ne!(class(&bytes), TORN, "payload byte {} flipped", i - 4);
     }
+    // Zeros after such a frame excuse nothing: the frame was whole and synced before any
+    // later append began, so a sector lost after it cannot have damaged it (found by
+    // attacking the release binaries: 512 zero bytes, or zeros to a sector boundary and
+    // one more, appended after a flipped receipt made it torn again).
+    let mut flipped = last.clone();
+    flipped[4] ^= 0x01;
+    let whole = [&good[..], &flipped[..]].concat();
+    let to_boundary = whole.len().div_ceil(512) * 512 + 1 - whole.len();
+    for zeros in [512, to_boundary] {
+        let bytes = [&whole[..], &vec![0u8; zeros][..]].concat();
+        assert_eq!(
+            class(&bytes),
+            ("corrupt", Some("epoch-corrupt")),
+            "{zeros} zeros after it"
+        );
+    }
     let payload = &last[4..];
     assert_eq!(payload[0], 0x82, "the premise: an array of two");
     let mut re = vec![0x98, 0x02];
