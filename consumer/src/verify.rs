@@ -81,7 +81,9 @@ pub fn verify_log_against(
     issuer: &PublicKey,
 ) -> Result<(checkpoint::Checkpoint, checkpoint::Extension), Error> {
     let c = check_checkpoint(&read_note(&checkpoint_path(grant_path))?, g, issuer)?;
-    let bytes = read_bounded(log, repoch_protocol::limits::LOG_BYTES_MAX)
+    // Through no symlink, as `repoch audit` reads a log.
+    let max = repoch_protocol::limits::LOG_BYTES_MAX;
+    let bytes = repoch_sys::fs::read_regular(log, max, repoch_sys::fs::Links::Refuse)
         .map_err(|e| Error::Usage(format!("{}: {e}", log.display())))?;
     let report = repoch_protocol::epoch::verify_log(&bytes, issuer, Some(g.deployment));
     let x = c

@@ -203,6 +203,17 @@ fn a_note_over_its_bound_a_symlinked_note_and_bytes_after_the_receipt_are_refuse
         Err(Error::Usage(_))
     ));
     std::fs::remove_file(checkpoint_path(&g)).unwrap();
+    // The log reached through a symlink: not opened, as `repoch audit` refuses it.
+    std::fs::write(checkpoint_path(&g), &note).unwrap();
+    let real_log = dir.path().join("real.log");
+    std::fs::write(&real_log, &log).unwrap();
+    let linked = dir.path().join("linked.log");
+    std::os::unix::fs::symlink(&real_log, &linked).unwrap();
+    assert!(matches!(
+        verify_log_against(&parsed, &grant, &g, &linked, &issuer),
+        Err(Error::Usage(_))
+    ));
+    std::fs::remove_file(checkpoint_path(&g)).unwrap();
     let torn = [&log[..], &[0, 0, 1][..]].concat();
     match verify(dir.path(), &grant, &note, &torn) {
         Err(Error::LogInvalid { reason, .. }) => {
