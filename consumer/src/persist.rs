@@ -52,7 +52,9 @@ impl Drop for Out {
 /// Directories walked up from `--out`'s at most (a path of `PATH_MAX` bytes has fewer).
 pub(crate) const ANCESTORS_MAX: usize = 2048;
 
-/// How each ancestor is opened: read-only, a directory, closed on exec.
+/// How `--out`'s directory and each ancestor are opened: read-only, a directory, closed on
+/// exec (a file named as the directory is refused either way: `ENOTDIR` here, or when its
+/// `..` is opened).
 const ANCESTOR_FLAGS: OFlags = OFlags::RDONLY
     .union(OFlags::DIRECTORY)
     .union(OFlags::CLOEXEC);
@@ -127,7 +129,7 @@ impl Out {
             e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
                 || std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink())
         };
-        let dir = repoch_sys::fs::open_path(dir, OFlags::RDONLY | OFlags::DIRECTORY, 0).map_err(
+        let dir = repoch_sys::fs::open_path(dir, ANCESTOR_FLAGS, 0).map_err(
             |e| match linked(&e) {
                 true => usage(
                     "its path goes through a symbolic link: give its directory's real path (readers of the path after the grant would follow the link)".into(),
