@@ -234,12 +234,12 @@ struct Actor {
 }
 
 impl TryFrom<Inspect> for Container {
-    type Error = String;
-    fn try_from(i: Inspect) -> Result<Container, String> {
+    type Error = Error;
+    fn try_from(i: Inspect) -> Result<Container, Error> {
         let exec_sessions = match &i.exec_ids {
             serde_json::Value::Null => 0,
             serde_json::Value::Array(ids) => ids.len(),
-            other => return Err(format!("ExecIDs: {other}, not a list")),
+            other => return Err(Error::Answer(format!("ExecIDs: {other}, not a list"))),
         };
         let restart_policy = restart_policy(&i);
         Ok(Container {
@@ -422,7 +422,7 @@ impl Engine {
         let found = match status {
             hyper::StatusCode::NOT_FOUND => return Ok(None),
             hyper::StatusCode::OK => serde_json::from_slice::<Inspect>(&bytes)
-                .map_err(|e| e.to_string())
+                .map_err(|e| Error::Answer(e.to_string()))
                 .and_then(Container::try_from)
                 .map_err(|e| Error::Answer(format!("{path}: {e}")))?,
             s => return Err(Error::Answer(format!("{path}: {s}: {}", message(&bytes)))),
@@ -861,7 +861,7 @@ async fn follow(
             },
         };
         if let Err(why) = take_lines(&mut line, &data, &seen) {
-            break why;
+            break why.to_string();
         }
     };
     if let Ok(mut s) = seen.lock() {
@@ -870,11 +870,14 @@ async fn follow(
 }
 
 /// Appends `data` to the partial `line`, recording every whole event line in `seen`.
-fn take_lines(line: &mut Vec<u8>, data: &[u8], seen: &Mutex<Shared>) -> Result<(), String> {
+/// An engine's event stream that cannot be read is the engine's answer at fault.
+fn take_lines(line: &mut Vec<u8>, data: &[u8], seen: &Mutex<Shared>) -> Result<(), Error> {
     for &b in data {
         if b != b'\n' {
             if line.len() >= EVENT_BYTES_MAX {
-                return Err(format!("an event line over {EVENT_BYTES_MAX} bytes"));
+                return Err(Error::Answer(format!(
+                    "an event line over {EVENT_BYTES_MAX} bytes"
+                )));
             }
             line.push(b);
             continue;
@@ -884,7 +887,7 @@ fn take_lines(line: &mut Vec<u8>, data: &[u8], seen: &Mutex<Shared>) -> Result<(
             continue;
         }
         let e: EventLine = serde_json::from_slice(line)
-            .map_err(|e| format!("an event that cannot be read: {e}"))?;
+            .map_err(|e| Error::Answer(format!("an event that cannot be read: {e}")))?;
         line.clear();
         record(seen, e);
     }
@@ -928,7 +931,7 @@ mod tests {
         let whole = r#"{"Id":"abc","Created":"2026-12-04T18:59:00Z","Name":"/old-root","State":{"Status":"exited","Running":false,"Restarting":false,"Paused":false,"Pid":0,"StartedAt":"2026-12-04T19:00:00Z"},"HostConfig":{"RestartPolicy":{"Name":"always"}},"Config":{"Labels":null},"ExecIDs":null}"#;
         let read = |text: &str| {
             serde_json::from_str::<Inspect>(text)
-                .map_err(|e| e.to_string())
+                .map_err(|e| Error::Answer(e.to_string()))
                 .and_then(Container::try_from)
         };
         let c = read(whole).unwrap();
