@@ -84,6 +84,21 @@ pub enum Event {
     Other { what: u32 },
 }
 
+/// Why the process events cannot be taken as they came, and whose the fault is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EventsError {
+    /// A datagram that is no process event of the kernel's connector: its sender's.
+    #[error("{0}")]
+    Datagram(String),
+    /// One CPU's sequence numbers jumped: events were lost (the host's load).
+    #[error("{0}")]
+    Lost(String),
+    /// Not in the initial user and pid namespaces, the only ones the kernel answers: the
+    /// host's setup.
+    #[error("{0}")]
+    Namespace(String),
+}
+
 /// One decoded message: the CPU that sent it, its sequence number there, when (the
 /// kernel's `ktime_get_ns`: `CLOCK_MONOTONIC`), the event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,21 +112,21 @@ pub struct Message {
 /// Decodes one datagram of the process connector: one netlink message (`NLMSG_DONE`, as
 /// the connector frames it) holding one connector message of `CN_IDX_PROC`/`CN_VAL_PROC`
 /// holding one `struct proc_event`. Anything else is refused, saying what it was.
-pub fn decode(d: &[u8]) -> Result<Message, String> {
+pub fn decode(d: &[u8]) -> Result<Message, EventsError> {
     let (seq, ev) = frame(d)?;
     let at = |k: usize| u32_at(ev, EVENT_HEAD_BYTES + 4 * k).unwrap_or(0);
     let (Some(what), Some(cpu)) = (u32_at(ev, 0), u32_at(ev, 4)) else {
-        return Err("process event cut short".into());
+        return Err(EventsError::Datagram("process event cut short".into()));
     };
     let at_ns = u64::from_ne_bytes(
         ev[8..16]
             .try_into()
-            .map_err(|_| "process event cut short")?,
+            .map_err(|_| EventsError::Datagram("process event cut short".into()))?,
     );
     if cpu >= CPUS_MAX {
-        return Err(format!(
+        return Err(EventsError::Datagram(format!(
             "process event from cpu {cpu}, not below {CPUS_MAX}"
-        ));
+        )));
     }
     let event = match what {
         WHAT_NONE => Event::Ack { err: at(0) },
@@ -144,42 +159,50 @@ pub fn decode(d: &[u8]) -> Result<Message, String> {
 /// The framing of [`decode`]: the netlink message and the connector message around one
 /// process event; the connector's sequence number and the event's bytes (at least
 /// `EVENT_BYTES`).
-fn frame(d: &[u8]) -> Result<(u32, &[u8]), String> {
+fn frame(d: &[u8]) -> Result<(u32, &[u8]), EventsError> {
     if d.len() > DATAGRAM_BYTES_MAX {
-        return Err(format!(
+        return Err(EventsError::Datagram(format!(
             "datagram of {} bytes, over {DATAGRAM_BYTES_MAX}",
             d.len()
-        ));
+        )));
     }
     let (Some(len), Some(kind)) = (u32_at(d, 0), u16_at(d, 4)) else {
-        return Err(format!("netlink header cut at {} bytes", d.len()));
+        return Err(EventsError::Datagram(format!(
+            "netlink header cut at {} bytes",
+            d.len()
+        )));
     };
     if len as usize != d.len() {
-        return Err(format!(
+        return Err(EventsError::Datagram(format!(
             "netlink message of {len} bytes in a datagram of {}",
             d.len()
-        ));
+        )));
     }
     if kind != NLMSG_DONE {
-        return Err(format!("netlink message of type {kind}"));
+        return Err(EventsError::Datagram(format!(
+            "netlink message of type {kind}"
+        )));
     }
     let cn = &d[NLMSG_HDR_BYTES.min(d.len())..];
     let (Some(idx), Some(val), Some(seq), Some(data_len)) =
         (u32_at(cn, 0), u32_at(cn, 4), u32_at(cn, 8), u16_at(cn, 16))
     else {
-        return Err(format!("connector message cut at {} bytes", cn.len()));
+        return Err(EventsError::Datagram(format!(
+            "connector message cut at {} bytes",
+            cn.len()
+        )));
     };
     if (idx, val) != (CN_IDX_PROC, CN_VAL_PROC) {
-        return Err(format!(
+        return Err(EventsError::Datagram(format!(
             "connector message of {idx}:{val}, not process events"
-        ));
+        )));
     }
     let ev = &cn[CN_MSG_BYTES.min(cn.len())..];
     if data_len as usize != ev.len() || ev.len() < EVENT_BYTES {
-        return Err(format!(
+        return Err(EventsError::Datagram(format!(
             "process event of {data_len} bytes, {} in the message, at least {EVENT_BYTES} wanted",
             ev.len()
-        ));
+        )));
     }
     Ok((seq, ev))
 }
@@ -218,11 +241,11 @@ pub struct Sequences {
 
 impl Sequences {
     /// `Err` names the gap.
-    pub fn check(&mut self, cpu: u32, seq: u32) -> Result<(), String> {
+    pub fn check(&mut self, cpu: u32, seq: u32) -> Result<(), EventsError> {
         match self.last.insert(cpu, seq) {
-            Some(last) if seq != last.wrapping_add(1) => {
-                Err(format!("cpu {cpu}: event {seq} after {last}"))
-            }
+            Some(last) if seq != last.wrapping_add(1) => Err(EventsError::Lost(format!(
+                "cpu {cpu}: event {seq} after {last}"
+            ))),
             _ => Ok(()),
         }
     }
@@ -243,17 +266,17 @@ const PID_INIT_INO: u64 = 0xEFFF_FFFC;
 
 /// Whether this process is in the initial user and pid namespaces, the only ones the kernel
 /// answers: `Err` says why not.
-pub fn in_initial_namespaces() -> Result<(), String> {
+pub fn in_initial_namespaces() -> Result<(), EventsError> {
     for (ns, init, what) in [
         ("/proc/self/ns/user", USER_INIT_INO, "user"),
         ("/proc/self/ns/pid", PID_INIT_INO, "pid"),
     ] {
-        let st = rustix::fs::stat(ns).map_err(|e| format!("{ns}: {e}"))?;
+        let st = rustix::fs::stat(ns).map_err(|e| EventsError::Namespace(format!("{ns}: {e}")))?;
         if st.st_ino != init {
-            return Err(format!(
+            return Err(EventsError::Namespace(format!(
                 "outside the initial {what} namespace ({what}:[{}])",
                 st.st_ino
-            ));
+            )));
         }
     }
     Ok(())
@@ -263,7 +286,7 @@ impl Subscription {
     /// Subscribes: the socket bound to `CN_IDX_PROC`, the listen request sent, the kernel's
     /// acknowledgement read. `Err` says why events cannot be had here.
     pub fn open() -> Result<Subscription, Error> {
-        in_initial_namespaces().map_err(Error::Found)?;
+        in_initial_namespaces().map_err(|e| Error::Found(e.to_string()))?;
         let fd = rustix::net::socket_with(
             AddressFamily::NETLINK,
             SocketType::DGRAM,
@@ -358,10 +381,10 @@ impl Subscription {
                 match decode(&buf[..n]) {
                     Ok(m) => match self.seqs.check(m.cpu, m.seq) {
                         Ok(()) => Next::Event(m),
-                        Err(gap) => Next::Lost(gap),
+                        Err(gap) => Next::Lost(gap.to_string()),
                     },
                     // A message that cannot be read may have been an event.
-                    Err(e) => Next::Lost(e),
+                    Err(e) => Next::Lost(e.to_string()),
                 }
             }
             Err(Errno::AGAIN) | Err(Errno::INTR) => Next::Empty,
@@ -470,7 +493,7 @@ mod tests {
         let with = |at: usize, bytes: &[u8]| {
             let mut d = good.clone();
             d[at..at + bytes.len()].copy_from_slice(bytes);
-            decode(&d).unwrap_err()
+            decode(&d).unwrap_err().to_string()
         };
         assert_eq!(
             with(0, &77u32.to_ne_bytes()),
@@ -504,17 +527,20 @@ mod tests {
         short[0..4].copy_from_slice(&72u32.to_ne_bytes());
         short[32..34].copy_from_slice(&36u16.to_ne_bytes());
         assert_eq!(
-            decode(&short).unwrap_err(),
+            decode(&short).unwrap_err().to_string(),
             "process event of 36 bytes, 36 in the message, at least 40 wanted"
         );
         let over = vec![0u8; DATAGRAM_BYTES_MAX + 1];
         assert_eq!(
-            decode(&over).unwrap_err(),
+            decode(&over).unwrap_err().to_string(),
             "datagram of 257 bytes, over 256"
         );
         let mut at_max = vec![0u8; DATAGRAM_BYTES_MAX];
         at_max[0..4].copy_from_slice(&(DATAGRAM_BYTES_MAX as u32).to_ne_bytes());
-        assert_eq!(decode(&at_max).unwrap_err(), "netlink message of type 0");
+        assert_eq!(
+            decode(&at_max).unwrap_err().to_string(),
+            "netlink message of type 0"
+        );
     }
 
     #[test]
@@ -554,7 +580,7 @@ mod tests {
                 std::fs::read_link("/proc/self/ns/pid").unwrap().to_str(),
                 Some("pid:[4026531836]")
             ),
-            Err(e) => assert!(e.starts_with("outside the initial "), "{e}"),
+            Err(e) => assert!(e.to_string().starts_with("outside the initial "), "{e}"),
         }
     }
 
@@ -565,9 +591,15 @@ mod tests {
         assert_eq!(s.check(1, 100), Ok(()));
         assert_eq!(s.check(0, 8), Ok(()));
         assert_eq!(s.check(1, 101), Ok(()));
-        assert_eq!(s.check(0, 10), Err("cpu 0: event 10 after 8".into()));
+        assert_eq!(
+            s.check(0, 10),
+            Err(EventsError::Lost("cpu 0: event 10 after 8".into()))
+        );
         assert_eq!(s.check(0, 11), Ok(()));
-        assert_eq!(s.check(0, 11), Err("cpu 0: event 11 after 11".into()));
+        assert_eq!(
+            s.check(0, 11),
+            Err(EventsError::Lost("cpu 0: event 11 after 11".into()))
+        );
         assert_eq!(s.check(2, u32::MAX), Ok(()));
         assert_eq!(s.check(2, 0), Ok(()), "the numbers wrap");
     }
