@@ -653,3 +653,64 @@ fn audit_with_a_checkpoint_judges_an_emptied_log_and_names_of_any_bytes() {
         .collect();
     assert_eq!(reasons, ["checkpoint-invalid", "epoch-torn"], "{last}");
 }
+
+#[test]
+fn audit_with_a_checkpoint_finds_the_notes_log_among_several_whatever_their_order() {
+    // Proves: the note is judged against every log given that names its deployment (the
+    // finding, a fork, wins whatever the order), and, when none names it, against the one
+    // log that names no deployment at all (an emptied log beside another log). Found by
+    // attacking the release binaries: `note good.log fork.log` exited 2 (the fork never
+    // judged) where `fork.log good.log` exited 5; `note empty.log other.log` blamed the note.
+    let key = ed25519_dalek::SigningKey::from_bytes(&[3; 32]);
+    let dep = DeploymentId([0xc; 16]);
+    let good = genesis_log(&key, dep, None);
+    let fork = genesis_log(
+        &key,
+        dep,
+        Some(Predecessor {
+            deployment: DeploymentId([0xd; 16]),
+            final_hash: Hash([1; 32]),
+        }),
+    );
+    let other = genesis_log(&key, DeploymentId([0xe; 16]), None);
+    let note = Checkpoint {
+        origin: origin(&dep),
+        size: 1,
+        head: head_of(&good, &key),
+    }
+    .sign(KEY_NAME, &key);
+    let run = |logs: &[(&str, &[u8])]| {
+        let (d, mut args) = audit_dir(&key, logs);
+        let n = d.path().join("old.note");
+        std::fs::write(&n, &note).unwrap();
+        args.insert(4, "--checkpoint".into());
+        args.insert(5, n.display().to_string());
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, out, _) = repoch(&a);
+        let first: serde_json::Value =
+            serde_json::from_str(out.lines().next().unwrap_or("{}")).unwrap_or_default();
+        (code, first["checkpoint"]["reason"].clone(), out)
+    };
+    for logs in [
+        [("good.log", &good[..]), ("fork.log", &fork[..])],
+        [("fork.log", &fork[..]), ("good.log", &good[..])],
+    ] {
+        let (code, reason, out) = run(&logs);
+        assert_eq!(
+            (code, reason.as_str()),
+            (Some(Outcome::Inconsistent), Some("checkpoint-fork")),
+            "{out}"
+        );
+    }
+    for logs in [
+        [("empty.log", &b""[..]), ("other.log", &other[..])],
+        [("other.log", &other[..]), ("empty.log", &b""[..])],
+    ] {
+        let (code, reason, out) = run(&logs);
+        assert_eq!(
+            (code, reason.as_str()),
+            (Some(Outcome::Inconsistent), Some("checkpoint-rollback")),
+            "{out}"
+        );
+    }
+}

@@ -541,6 +541,27 @@ mod tests {
     }
 
     #[test]
+    fn an_out_path_with_a_dot_or_dot_dot_component_is_refused_before_connecting() {
+        // A `..` lets the path as given pass through a directory the walk from the opened
+        // directory never sees (its owner renames it after the grant landed: the new root
+        // reads a planted grant), and `grant.cbor/.` names a file the new root cannot
+        // open. Found by attacking the release binaries: both were accepted.
+        let d = tempfile::tempdir().unwrap();
+        let a = d.path().join("a");
+        std::fs::create_dir(&a).unwrap();
+        for out in [
+            a.join("..").join("grant.cbor"),
+            a.join(".").join("grant.cbor"),
+            a.join("grant.cbor").join("."),
+            a.join("grant.cbor").join(".."),
+        ] {
+            let m = refused_for_its_directory(&out);
+            assert!(m.contains("'.' or '..'"), "{}: {m}", out.display());
+        }
+        assert!(Out::prepare(&a.join("grant.cbor")).is_ok());
+    }
+
+    #[test]
     fn a_leftover_temporary_file_does_not_block_a_later_persist() {
         // What a crash between the write and the link leaves: a temporary file under a
         // name of the same shape. A later persist picks a new unique name and succeeds.

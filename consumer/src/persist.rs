@@ -105,8 +105,21 @@ impl Out {
     pub fn prepare(out: &Path) -> Result<Out, Error> {
         use std::os::unix::ffi::OsStrExt as _;
         let usage = |why: String| Error::Usage(format!("--out {}: {why}", out.display()));
+        // No `.` or `..` segment (a leading `./` aside): the ancestors are walked from the
+        // directory the path opens, and readers after the grant take the path as given; a
+        // `..` would pass through a directory the walk never sees, and `NAME/.` names no
+        // file.
+        let bytes = out.as_os_str().as_bytes();
+        let mut segments = bytes
+            .split(|b| *b == b'/')
+            .skip(usize::from(bytes.starts_with(b"./")));
+        if segments.any(|seg| seg == b"." || seg == b"..") {
+            return Err(usage(
+                "a path with a '.' or '..' segment: give the path itself".into(),
+            ));
+        }
         let name = match out.file_name() {
-            Some(n) if !out.as_os_str().as_bytes().ends_with(b"/") => n.to_owned(),
+            Some(n) if !bytes.ends_with(b"/") => n.to_owned(),
             _ => return Err(usage("not a file name".into())),
         };
         let overhead =

@@ -488,12 +488,15 @@ enum Problem {
     Corrupt,
 }
 
-/// Whether a sector of the whole frame at `at` reads as zeros (its last, partial sector
-/// counts): a sector of the last, unsynced append that never reached the disk, while a
-/// later one of it did (out-of-order sector loss) or to its end (delayed allocation). The
-/// record then decodes with zeros inside and fails its signature or its decoding: a crash
-/// tail, not a forgery, unless a valid record follows it. Zeros after the frame excuse
-/// nothing: it was whole and synced before any later append began. (Zeros from the
+/// Whether a sector of the whole frame at `at` was lost: an aligned sector of the file,
+/// from the first boundary at or after `at` and starting inside the frame, that reads as
+/// zeros to its own end (or to the end of the file, for its last, partial sector). A
+/// sector of the last, unsynced append that never reached the disk, while a later one of
+/// it did (out-of-order sector loss) or to its end (delayed allocation): the record then
+/// decodes with zeros inside and fails its signature or its decoding, a crash tail unless a
+/// valid record follows it. A sector is lost whole: zeros ending where the frame's length
+/// says, other bytes after them in the sector, are none; and zeros after the frame excuse
+/// nothing, as it was whole and synced before any later append began. (Zeros from the
 /// record's own start fail its framing.)
 fn lost_sector(bytes: &[u8], at: usize) -> bool {
     let len = bytes
@@ -503,10 +506,10 @@ fn lost_sector(bytes: &[u8], at: usize) -> bool {
     let end = at.saturating_add(4).saturating_add(len).min(bytes.len());
     let first = at.div_ceil(SECTOR_BYTES).saturating_mul(SECTOR_BYTES);
     bytes
-        .get(first..end)
+        .get(first..)
         .unwrap_or_default()
         .chunks(SECTOR_BYTES)
-        .take(LOG_BYTES_MAX.div_ceil(SECTOR_BYTES))
+        .take(end.saturating_sub(first).div_ceil(SECTOR_BYTES))
         .any(|c| c.iter().all(|b| *b == 0))
 }
 

@@ -19,7 +19,7 @@ fn audit_checkpoint(
     issuer: &repoch_protocol::PublicKey,
     logs: &[crate::audit::Audited],
 ) -> Result<(serde_json::Value, Option<Refusal>), Failure> {
-    use repoch_protocol::checkpoint::{origin, Checkpoint, KEY_NAME};
+    use repoch_protocol::checkpoint::{Checkpoint, KEY_NAME};
     let invalid = |observed: String| {
         Failure::refused(Refusal::new(
             Reason::CheckpointInvalid,
@@ -39,21 +39,7 @@ fn audit_checkpoint(
     )?;
     let text = String::from_utf8(bytes).map_err(|_| invalid("not UTF-8".into()))?;
     let c = Checkpoint::verify(&text, KEY_NAME, issuer).map_err(|e| invalid(e.to_string()))?;
-    // The log the note is about: the one whose records, or whose state directory's name,
-    // say its deployment; else the one log given when it names none (a log emptied or
-    // zeroed is what the note's rollback is about).
-    let deployment = |a: &crate::audit::Audited| {
-        a.report
-            .deployment()
-            .or_else(|| crate::audit::expected_deployment(&a.path))
-    };
-    let named = |a: &&crate::audit::Audited| {
-        deployment(a).map(|d| origin(&d)).as_deref() == Some(&c.origin)
-    };
-    let nameless = logs
-        .first()
-        .filter(|a| logs.len() == 1 && deployment(a).is_none());
-    let Some(a) = logs.iter().find(named).or(nameless) else {
+    let Some(a) = notes_log(&c, logs) else {
         return Err(invalid(format!("origin {:?}: no such log given", c.origin)));
     };
     let (extends, reason, now) = match c.extended_by(&a.report) {
@@ -75,6 +61,39 @@ fn audit_checkpoint(
         )
     });
     Ok((j, refusal))
+}
+
+/// The log the note `c` is about: among those whose records, or whose state directory's
+/// name, say its deployment, the first that does not extend it (the finding, whatever the
+/// order the logs were given in), else the first; when none says it, the one log given that
+/// names no deployment at all (a log emptied or zeroed is what the note's rollback is
+/// about).
+fn notes_log<'a>(
+    c: &repoch_protocol::checkpoint::Checkpoint,
+    logs: &'a [crate::audit::Audited],
+) -> Option<&'a crate::audit::Audited> {
+    use repoch_protocol::checkpoint::origin;
+    let deployment = |a: &crate::audit::Audited| {
+        a.report
+            .deployment()
+            .or_else(|| crate::audit::expected_deployment(&a.path))
+    };
+    let named: Vec<&crate::audit::Audited> = logs
+        .iter()
+        .filter(|a| deployment(a).map(|d| origin(&d)).as_deref() == Some(&c.origin))
+        .collect();
+    let nameless: Vec<&crate::audit::Audited> =
+        logs.iter().filter(|a| deployment(a).is_none()).collect();
+    match (named.first(), nameless.as_slice()) {
+        (Some(first), _) => Some(
+            named
+                .iter()
+                .find(|a| c.extended_by(&a.report).is_err())
+                .unwrap_or(first),
+        ),
+        (None, [one]) => Some(one),
+        (None, _) => None,
+    }
 }
 
 /// `audit --registry`: every fleet deployment and host record under the registry's

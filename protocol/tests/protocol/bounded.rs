@@ -185,6 +185,29 @@ fn a_whole_last_frame_that_is_no_signed_record_is_corrupt_not_torn() {
 }
 
 #[test]
+fn a_frame_shortened_to_end_on_one_zero_byte_of_a_sector_is_no_lost_sector() {
+    // Proves: a lost sector is a whole aligned sector of the file read as zeros (or the
+    // file's last, partial one): a record's length prefix lowered so that its frame ends
+    // one byte into a sector, that byte set to zero, the bytes after it in that sector
+    // (and the signed records after it) untouched, is no crash's: corrupt, not torn. Found
+    // by attacking the release binaries: status, audit and verify --log all read torn.
+    let recs = epoch_records();
+    let bytes = log_bytes(&recs);
+    let at = recs[0].to_frame().len() + recs[1].to_frame().len(); // the consume's frame
+    let boundary = (at + 4).div_ceil(512) * 512;
+    assert!(
+        boundary + 1 < bytes.len(),
+        "the premise: bytes after the sector's first"
+    );
+    let mut t = bytes.clone();
+    let len = (boundary + 1 - at - 4) as u32;
+    t[at..at + 4].copy_from_slice(&len.to_be_bytes());
+    t[boundary] = 0;
+    assert!(t[boundary + 1..].iter().any(|b| *b != 0));
+    assert_ne!(class(&t), TORN);
+}
+
+#[test]
 fn a_negative_integer_makes_no_envelope_and_no_item_at_all() {
     // Proves: encoding rule 3 forbids negative integers, so no strict decoder takes one
     // (DecodeError::Forbidden), and a last frame `[record, signature]` whose record holds
