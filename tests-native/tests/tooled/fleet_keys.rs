@@ -40,6 +40,14 @@ fn assert_overprivileged(h: &Host, key: &str) {
     assert_eq!(epoch_of(h), "enrolled", "nothing written");
 }
 
+/// A recovery of `h` refused `reason` before its intent: nothing written.
+fn refused_before_the_intent(h: &Host, reason: &str) {
+    let (res, got) = recover(h);
+    assert!(!granted(&res, &got), "{}{}", res.stdout, res.stderr);
+    assert_eq!(res.reasons(), [reason], "{}{}", res.stdout, res.stderr);
+    assert_eq!(epoch_of(h), "enrolled", "nothing written");
+}
+
 pub(crate) fn a_credential_that_could_write_what_no_hosts_may_is_refused_before_the_intent() {
     // Proves: a host whose etcd user is granted more than OPERATOR.md's least privilege
     // (write on the fleet records, or on every host record of the fleet), or a cluster whose
@@ -203,10 +211,7 @@ pub(crate) fn a_cluster_rebuilt_from_its_template_never_accepts_the_old_fleet_ag
         denied(&mut writer_as(&etcd, "host-b"), &key),
         "host b's credential put the record back"
     );
-    let (res, got) = recover(&b);
-    assert!(!granted(&res, &got), "{}{}", res.stdout, res.stderr);
-    assert_eq!(res.reasons(), ["registry-mismatch"], "{}", res.stdout);
-    assert_eq!(epoch_of(&b), "enrolled", "nothing written");
+    refused_before_the_intent(&b, "registry-mismatch");
 
     etcd.rebuild_bare();
     replant(&etcd);
@@ -216,16 +221,7 @@ pub(crate) fn a_cluster_rebuilt_from_its_template_never_accepts_the_old_fleet_ag
         Some(created),
         "the premise: the record back at its revision"
     );
-    let (res, got) = recover(&b);
-    assert!(!granted(&res, &got), "{}{}", res.stdout, res.stderr);
-    assert_eq!(
-        res.reasons(),
-        ["registry-overprivileged"],
-        "{}{}",
-        res.stdout,
-        res.stderr
-    );
-    assert_eq!(epoch_of(&b), "enrolled", "nothing written");
+    refused_before_the_intent(&b, "registry-overprivileged");
 }
 
 pub(crate) fn a_template_twin_holding_the_copied_fleet_record_is_never_joined() {
@@ -266,10 +262,7 @@ pub(crate) fn a_template_twin_holding_the_copied_fleet_record_is_never_joined() 
         "host b's credential put the record into the twin: {put:?}"
     );
     let _db = daemon_in(&b, &ns, None);
-    let (res, got) = recover(&b);
-    assert!(!granted(&res, &got), "{}{}", res.stdout, res.stderr);
-    assert_eq!(res.reasons(), ["registry-mismatch"], "{}", res.stdout);
-    assert_eq!(epoch_of(&b), "enrolled", "nothing written");
+    refused_before_the_intent(&b, "registry-mismatch");
 
     assert!(twin.etcdctl_live(&["auth", "disable"]).status.success());
     assert!(twin.put_file(&key, &record).status.success());
@@ -278,16 +271,7 @@ pub(crate) fn a_template_twin_holding_the_copied_fleet_record_is_never_joined() 
         Some(created),
         "the premise: the record copied at its revision"
     );
-    let (res, got) = recover(&b);
-    assert!(!granted(&res, &got), "{}{}", res.stdout, res.stderr);
-    assert_eq!(
-        res.reasons(),
-        ["registry-overprivileged"],
-        "{}{}",
-        res.stdout,
-        res.stderr
-    );
-    assert_eq!(epoch_of(&b), "enrolled", "nothing written");
+    refused_before_the_intent(&b, "registry-overprivileged");
 }
 
 pub(crate) fn a_claim_copied_to_another_key_is_planted_and_never_makes_the_audit_consistent() {
