@@ -33,6 +33,19 @@ fn audit_checkpoint(s: &Sandbox, id: &str, note: &Path) -> Run {
     ])
 }
 
+/// Three bytes after the log's last record, as root past its append-only flag: less than
+/// a length prefix, a torn tail.
+fn append_torn_tail(log: &Path) {
+    use std::io::Write as _;
+    unset_append_only(log);
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(log)
+        .unwrap()
+        .write_all(&[0x00, 0x00, 0x01])
+        .unwrap();
+}
+
 fn consume_verify(s: &Sandbox, id: &str, grant: &Path) -> Run {
     s.run(
         "repoch-consume",
@@ -254,15 +267,7 @@ fn checkpoint_refuses_a_non_root_caller_and_a_log_that_does_not_verify() {
     let r = run(c);
     assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
     assert_eq!(r.json()["refusals"][0]["reason"], "admin-denied");
-    let log = s.log(&id);
-    unset_append_only(&log);
-    use std::io::Write as _;
-    std::fs::OpenOptions::new()
-        .append(true)
-        .open(&log)
-        .unwrap()
-        .write_all(&[0x00, 0x00, 0x01])
-        .unwrap();
+    append_torn_tail(&s.log(&id));
     let r = s.repoch(&["--json", "checkpoint", &id]);
     assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
     assert_eq!(r.json()["refusals"][0]["reason"], "epoch-torn");
@@ -376,15 +381,7 @@ fn verify_log_and_audit_judge_a_kept_note_and_its_log_alike() {
             v.stderr
         );
     }
-    let log = s.log(&id);
-    unset_append_only(&log);
-    use std::io::Write as _;
-    std::fs::OpenOptions::new()
-        .append(true)
-        .open(&log)
-        .unwrap()
-        .write_all(&[0x00, 0x00, 0x01])
-        .unwrap();
+    append_torn_tail(&s.log(&id));
     let a = audit_checkpoint(&s, &id, &kept);
     let v = consume_verify(&s, &id, &grant);
     assert_eq!(
