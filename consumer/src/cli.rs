@@ -336,7 +336,7 @@ pub fn run(args: Args) -> Outcome {
             if json {
                 say(&format!(
                     "{}",
-                    json!({"outcome": "granted", "grant_file": out, "grant": s})
+                    json!({"outcome": "granted", "grant_file": shown(&out), "grant": s})
                 ));
             } else {
                 say(&format!(
@@ -492,4 +492,10 @@ mod tests {
         // Cut at 255 bytes in all.
         assert_eq!(unix(&format!("/run/{}", "x".repeat(300))).len(), 255);
     }
+}
+
+/// A path as `--json` prints it: any bytes, escaped by the one text rule (docs/PROTOCOL.md,
+/// "Text"); a name that is not UTF-8 shows U+FFFD where its bytes are.
+fn shown(p: &std::path::Path) -> String {
+    repoch_protocol::text::escape(&p.to_string_lossy()).into_owned()
 }

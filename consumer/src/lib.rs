@@ -562,6 +562,25 @@ mod tests {
     }
 
     #[test]
+    fn an_out_path_a_path_cannot_be_is_refused_before_connecting() {
+        // The new root opens the path as given: one of PATH_MAX bytes or more is refused on
+        // its length, one byte shorter is not (it fails later, on its missing directory).
+        let at = |n: usize| {
+            let mut p = std::path::PathBuf::from("/nonexistent");
+            while p.as_os_str().len() < n {
+                let room = n - p.as_os_str().len() - 1;
+                p.push("d".repeat(room.min(200)));
+            }
+            assert_eq!(p.as_os_str().len(), n);
+            p
+        };
+        let m = refused_for_its_directory(&at(persist::PATH_BYTES_MAX));
+        assert!(m.contains("PATH_MAX"), "{m}");
+        let m = refused_for_its_directory(&at(persist::PATH_BYTES_MAX - 1));
+        assert!(!m.contains("PATH_MAX"), "{m}");
+    }
+
+    #[test]
     fn a_leftover_temporary_file_does_not_block_a_later_persist() {
         // What a crash between the write and the link leaves: a temporary file under a
         // name of the same shape. A later persist picks a new unique name and succeeds.

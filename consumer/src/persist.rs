@@ -10,6 +10,9 @@ use rustix::fs::{Mode, OFlags};
 
 use crate::*;
 
+/// `PATH_MAX`, with its terminating NUL: `--out` as given must be shorter.
+pub(crate) const PATH_BYTES_MAX: usize = 4096;
+
 /// Longest file name (`NAME_MAX`): the temporary name beside `--out` must fit it too.
 pub(crate) const NAME_BYTES_MAX: usize = 255;
 
@@ -110,6 +113,14 @@ impl Out {
         // `..` would pass through a directory the walk never sees, and `NAME/.` names no
         // file.
         let bytes = out.as_os_str().as_bytes();
+        // The new root opens the path as given (REPOCH_GRANT): one longer than a path can
+        // be is refused here, not found unusable once the grant is spent.
+        if bytes.len() >= PATH_BYTES_MAX {
+            return Err(usage(format!(
+                "a path of {} bytes, not below PATH_MAX ({PATH_BYTES_MAX}): the new root could not open it",
+                bytes.len()
+            )));
+        }
         let mut segments = bytes
             .split(|b| *b == b'/')
             .skip(usize::from(bytes.starts_with(b"./")));

@@ -395,3 +395,58 @@ fn verify_log_and_audit_judge_a_kept_note_and_its_log_alike() {
     );
     assert!(v.stdout.contains("epoch-torn"), "{}", v.stdout);
 }
+
+#[test]
+#[ignore = "needs root"]
+fn an_out_of_any_bytes_gets_its_grant_and_the_new_root_runs_and_an_unusable_one_is_refused_first() {
+    // Proves: a grant received into an --out whose name is not UTF-8 is reported (`--json`,
+    // its name escaped) and the new root is run with it; an --out longer than a path can be
+    // (PATH_MAX) is refused before connecting (64), since the new root could not open
+    // REPOCH_GRANT. Found by attacking the release binaries: the first panicked after the
+    // acknowledgement (exit 134, the new root never ran, the epoch spent); the second was
+    // granted and the new root failed ENAMETOOLONG.
+    require_root!();
+    use std::os::unix::ffi::OsStrExt as _;
+    let s = Sandbox::new();
+    let id = s.enroll();
+    let fence = s.srv.join("lock");
+    let socket = s.path("fake.sock");
+    let args = [
+        "serve-grant",
+        socket.to_str().unwrap(),
+        s.root.to_str().unwrap(),
+        &id,
+        fence.to_str().unwrap(),
+        fence.to_str().unwrap(),
+    ];
+    let consume = |out: &Path, marker: &Path| {
+        let mut cmd = Command::new(bin("repoch-consume"));
+        cmd.args(["--json", "receive", "--deployment", &id[..6], "--key"])
+            .arg(s.path("consumer.key"))
+            .arg("--issuer-key")
+            .arg(s.issuer_pub())
+            .arg("--out")
+            .arg(out)
+            .arg("--socket")
+            .arg(&socket)
+            .args(["--wait", "10", "--", "/usr/bin/touch"])
+            .arg(marker);
+        run(cmd)
+    };
+    let marker = s.path("new-root-ran");
+    {
+        let _fake = spawn_ready(helper(&args));
+        let odd = s.dir.path().join(std::ffi::OsStr::from_bytes(b"gr\xffant"));
+        let r = consume(&odd, &marker);
+        assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
+        assert!(marker.exists(), "the new root did not run: {}", r.stdout);
+        assert!(r.stdout.contains("gr\u{fffd}ant"), "{}", r.stdout);
+    }
+    let deep = (0..17).fold(s.dir.path().to_path_buf(), |p, n| {
+        p.join(format!("{n}{}", "d".repeat(240)))
+    });
+    // Refused on its length alone, before its directory is opened.
+    let r = consume(&deep.join("grant.cbor"), &s.path("never"));
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("PATH_MAX"), "{}", r.stdout);
+}
