@@ -473,6 +473,12 @@ fn fd_name(l: &repoch_protocol::manifest::Listener) -> String {
     s
 }
 
+/// A path as `--json` prints it: any bytes, escaped by the one text rule (docs/PROTOCOL.md,
+/// "Text"); a name that is not UTF-8 shows U+FFFD where its bytes are.
+fn shown(p: &std::path::Path) -> String {
+    repoch_protocol::text::escape(&p.to_string_lossy()).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::fd_name;
@@ -492,10 +498,4 @@ mod tests {
         // Cut at 255 bytes in all.
         assert_eq!(unix(&format!("/run/{}", "x".repeat(300))).len(), 255);
     }
-}
-
-/// A path as `--json` prints it: any bytes, escaped by the one text rule (docs/PROTOCOL.md,
-/// "Text"); a name that is not UTF-8 shows U+FFFD where its bytes are.
-fn shown(p: &std::path::Path) -> String {
-    repoch_protocol::text::escape(&p.to_string_lossy()).into_owned()
 }
