@@ -46,6 +46,41 @@ fn append_torn_tail(log: &Path) {
         .unwrap();
 }
 
+/// A fake repochd (`repoch-test-helper serve-grant`) at `socket` dispatching a grant of
+/// `id` signed with the sandbox's issuer key and its fence; `variant` ("" for none) names
+/// how its checkpoint is wrong.
+fn fake_repochd(s: &Sandbox, id: &str, socket: &Path, variant: &str) -> Proc {
+    let fence = s.srv.join("lock");
+    let mut args = vec![
+        "serve-grant",
+        socket.to_str().unwrap(),
+        s.root.to_str().unwrap(),
+        id,
+        fence.to_str().unwrap(),
+        fence.to_str().unwrap(),
+    ];
+    if !variant.is_empty() {
+        args.push(variant);
+    }
+    spawn_ready(helper(&args))
+}
+
+/// `repoch-consume --json receive` of `id` from the repochd at `socket` into `out`, with
+/// the sandbox's consumer key and issuer key.
+fn receive_from(s: &Sandbox, id: &str, socket: &Path, out: &Path) -> Command {
+    let mut cmd = Command::new(bin("repoch-consume"));
+    cmd.args(["--json", "receive", "--deployment", &id[..6], "--key"])
+        .arg(s.path("consumer.key"))
+        .arg("--issuer-key")
+        .arg(s.issuer_pub())
+        .arg("--out")
+        .arg(out)
+        .arg("--socket")
+        .arg(socket)
+        .args(["--wait", "10"]);
+    cmd
+}
+
 fn consume_verify(s: &Sandbox, id: &str, grant: &Path) -> Run {
     s.run(
         "repoch-consume",
@@ -290,7 +325,6 @@ fn the_consumer_refuses_a_grant_whose_checkpoint_does_not_verify() {
     require_root!();
     let s = Sandbox::new();
     let id = s.enroll();
-    let fence = s.srv.join("lock");
     for (n, (variant, code)) in [
         ("checkpoint-by-another-key", Outcome::Refused),
         ("checkpoint-of-another-log", Outcome::Refused),
@@ -301,30 +335,9 @@ fn the_consumer_refuses_a_grant_whose_checkpoint_does_not_verify() {
     .enumerate()
     {
         let socket = s.path(&format!("fake{n}.sock"));
-        let mut args = vec![
-            "serve-grant",
-            socket.to_str().unwrap(),
-            s.root.to_str().unwrap(),
-            &id,
-            fence.to_str().unwrap(),
-            fence.to_str().unwrap(),
-        ];
-        if !variant.is_empty() {
-            args.push(variant);
-        }
-        let _fake = spawn_ready(helper(&args));
+        let _fake = fake_repochd(&s, &id, &socket, variant);
         let out = s.path(&format!("grant{n}.cbor"));
-        let mut cmd = Command::new(bin("repoch-consume"));
-        cmd.args(["--json", "receive", "--deployment", &id[..6], "--key"])
-            .arg(s.path("consumer.key"))
-            .arg("--issuer-key")
-            .arg(s.issuer_pub())
-            .arg("--out")
-            .arg(&out)
-            .arg("--socket")
-            .arg(&socket)
-            .args(["--wait", "10"]);
-        let r = run(cmd);
+        let r = run(receive_from(&s, &id, &socket, &out));
         assert_eq!(r.code, code, "{variant}: {}{}", r.stdout, r.stderr);
         let kept = out.with_file_name(format!("grant{n}.cbor.checkpoint"));
         assert_eq!(
@@ -409,33 +422,15 @@ fn an_out_of_any_bytes_gets_its_grant_and_the_new_root_runs_and_an_unusable_one_
     use std::os::unix::ffi::OsStrExt as _;
     let s = Sandbox::new();
     let id = s.enroll();
-    let fence = s.srv.join("lock");
     let socket = s.path("fake.sock");
-    let args = [
-        "serve-grant",
-        socket.to_str().unwrap(),
-        s.root.to_str().unwrap(),
-        &id,
-        fence.to_str().unwrap(),
-        fence.to_str().unwrap(),
-    ];
     let consume = |out: &Path, marker: &Path| {
-        let mut cmd = Command::new(bin("repoch-consume"));
-        cmd.args(["--json", "receive", "--deployment", &id[..6], "--key"])
-            .arg(s.path("consumer.key"))
-            .arg("--issuer-key")
-            .arg(s.issuer_pub())
-            .arg("--out")
-            .arg(out)
-            .arg("--socket")
-            .arg(&socket)
-            .args(["--wait", "10", "--", "/usr/bin/touch"])
-            .arg(marker);
+        let mut cmd = receive_from(&s, &id, &socket, out);
+        cmd.args(["--", "/usr/bin/touch"]).arg(marker);
         run(cmd)
     };
     let marker = s.path("new-root-ran");
     {
-        let _fake = spawn_ready(helper(&args));
+        let _fake = fake_repochd(&s, &id, &socket, "");
         let odd = s.dir.path().join(std::ffi::OsStr::from_bytes(b"gr\xffant"));
         let r = consume(&odd, &marker);
         assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
