@@ -522,6 +522,66 @@ mod tests {
         assert!(Out::prepare(&out).is_ok());
     }
 
+    /// Runs `f` on a thread of its own in a mount namespace of its own (private), so that
+    /// what it mounts is seen by no other test.
+    fn in_own_mount_namespace<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        std::thread::spawn(|| {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).unwrap();
+            let flags = nix::mount::MsFlags::MS_REC | nix::mount::MsFlags::MS_PRIVATE;
+            nix::mount::mount(None::<&str>, "/", None::<&str>, flags, None::<&str>).unwrap();
+            f()
+        })
+        .join()
+        .unwrap()
+    }
+
+    #[test]
+    #[ignore = "needs root"]
+    fn an_out_below_a_mount_point_in_a_sticky_directory_is_refused_before_connecting() {
+        // A mount point's own directory is covered by what is mounted on it: the walk by
+        // `..` goes from the mount's root to the directory above the mount point and never
+        // sees it. In a sticky directory its owner (any user) can rename it from another
+        // mount namespace, and the path then leads to a directory of theirs. Found by
+        // attacking the release binaries: a tmpfs on a directory of uid 1000's in a sticky
+        // directory. Its owner cannot be seen by an unprivileged consumer (a copy of the
+        // mount without its submounts is refused to it), so the mount point is refused;
+        // under a directory only root or this user can write, it is taken.
+        use std::os::unix::fs::PermissionsExt as _;
+        assert!(rustix::process::geteuid().is_root(), "needs root");
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().to_owned();
+        let (refused, taken) = in_own_mount_namespace(move || {
+            let covered = path.join("theirs");
+            std::fs::create_dir(&covered).unwrap();
+            let nobody = Some(rustix::fs::Uid::from_raw(65534));
+            rustix::fs::chown(&covered, nobody, None).unwrap();
+            let tmpfs = |at: &Path| {
+                let none = nix::mount::MsFlags::empty();
+                nix::mount::mount(Some("tmpfs"), at, Some("tmpfs"), none, Some("mode=0755"))
+                    .unwrap();
+            };
+            tmpfs(&covered);
+            let out = covered.join("grant.cbor");
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o1777)).unwrap();
+            let refused = Out::prepare(&out).map(drop);
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+            let taken = Out::prepare(&out).map(drop);
+            let _ = nix::mount::umount(&covered);
+            (refused, taken)
+        });
+        match refused {
+            Err(Error::Usage(m)) => {
+                assert!(
+                    m.contains("is a mount point in the sticky directory"),
+                    "{m}"
+                );
+                assert!(m.contains(&format!("{}", d.path().display())), "{m}");
+            }
+            other => panic!("expected a usage error, got {other:?}"),
+        }
+        taken.unwrap();
+    }
+
     #[test]
     fn an_out_path_through_a_symlink_is_refused_before_connecting() {
         // The ancestors are walked from the directory the path opens, but readers after

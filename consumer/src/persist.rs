@@ -77,6 +77,7 @@ fn check_ancestors(dir: &OwnedFd, me: u32) -> Result<(), String> {
         rustix::fs::fstat(fd).map_err(|e| format!("an ancestor of its directory: {e}"))
     };
     let mut below = stat(dir)?;
+    let mut below_fd = dir.try_clone().map_err(|e| format!("its directory: {e}"))?;
     let mut at = up(dir)?;
     for _ in 0..ANCESTORS_MAX {
         let st = stat(&at)?;
@@ -84,18 +85,32 @@ fn check_ancestors(dir: &OwnedFd, me: u32) -> Result<(), String> {
             return Ok(()); // `/`: its `..` is itself
         }
         let sticky = st.st_mode & 0o1000 != 0;
+        let shared = st.st_mode & 0o022 != 0;
         // Root's or this user's (one owner when this user is root).
         let owned = [0, me].contains(&st.st_uid);
-        if !owned || (st.st_mode & 0o022 != 0 && !sticky) {
-            let name = repoch_sys::fs::name_of(&at).unwrap_or_else(|| "an ancestor".into());
+        let name = || repoch_sys::fs::name_of(&at).unwrap_or_else(|| "an ancestor".into());
+        if !owned || (shared && !sticky) {
             return Err(format!(
-                "its ancestor {name} is owned by uid {} with mode {:o}; every ancestor must be owned by root or this user (uid {me}) and writable by no one else unless sticky",
+                "its ancestor {} is owned by uid {} with mode {:o}; every ancestor must be owned by root or this user (uid {me}) and writable by no one else unless sticky",
+                name(),
                 st.st_uid,
                 st.st_mode & 0o7777
             ));
         }
+        // The directory below is a mount's root: the mount point it covers is an entry of
+        // this one, never seen by the walk. In a directory others can write (sticky), its
+        // owner, whoever that is, could rename it from another mount namespace.
+        if shared && repoch_sys::fs::mount_id(&below_fd) != repoch_sys::fs::mount_id(&at) {
+            return Err(format!(
+                "{} is a mount point in the sticky directory {} (mode {:o}): the owner of the directory it covers cannot be seen, and could rename it; mount it where only root or this user (uid {me}) can write",
+                repoch_sys::fs::name_of(&below_fd).unwrap_or_else(|| "a directory".into()),
+                name(),
+                st.st_mode & 0o7777
+            ));
+        }
         below = st;
-        at = up(&at)?;
+        below_fd = at;
+        at = up(&below_fd)?;
     }
     Err(format!("more than {ANCESTORS_MAX} ancestors"))
 }

@@ -265,6 +265,12 @@ pub fn clear_append_only(fd: impl AsFd) {
     }
 }
 
+/// The mount an open file is on (`statx`'s `STATX_MNT_ID`); `None` when it cannot be had.
+pub fn mount_id(fd: impl AsFd) -> Option<u64> {
+    let sx = fs::statx(fd, "", fs::AtFlags::EMPTY_PATH, StatxFlags::MNT_ID).ok()?;
+    (sx.stx_mask & StatxFlags::MNT_ID.bits() != 0).then_some(sx.stx_mnt_id)
+}
+
 /// The path the kernel names an open file or directory by (`/proc/self/fd/N`), for a
 /// message; `None` when it cannot say.
 pub fn name_of(fd: impl AsFd) -> Option<String> {

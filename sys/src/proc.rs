@@ -173,19 +173,13 @@ struct TaskStatus {
     covered: bool,
 }
 
-/// The mount an open file is on (`statx`'s `STATX_MNT_ID`); `None` when it cannot be had.
-fn mnt_id(fd: impl AsFd) -> Option<u64> {
-    use rustix::fs::{AtFlags, StatxFlags};
-    let sx = rustix::fs::statx(fd, "", AtFlags::EMPTY_PATH, StatxFlags::MNT_ID).ok()?;
-    (sx.stx_mask & StatxFlags::MNT_ID.bits() != 0).then_some(sx.stx_mnt_id)
-}
-
 /// The status of the task under `dir` (its `status` file); `None` once it has exited.
 /// `CapAmb` comes last of the fields read, after `Tgid`, `Uid`, `Threads` and the other
 /// sets.
 fn task_status(dir: impl AsFd, status: &str) -> Option<TaskStatus> {
     let f = rustix::fs::openat(&dir, status, OFlags::CLOEXEC, Mode::empty()).ok()?;
-    let covered = mnt_id(&f).is_none() || mnt_id(&f) != mnt_id(&dir);
+    let covered =
+        crate::fs::mount_id(&f).is_none() || crate::fs::mount_id(&f) != crate::fs::mount_id(&dir);
     let mut r = std::io::BufReader::new(std::fs::File::from(f));
     let (mut tgid, mut uids, mut threads, mut capable, mut amb) = (None, None, None, false, false);
     let mut ambient = false;
@@ -626,7 +620,7 @@ impl<P: Fn(TaskStatus, &OwnedFd) -> bool> Walk<'_, '_, '_, P> {
         // Root can mount an empty directory over /proc/PID in our mount namespace: that
         // process would read as having exited. Not a fact to skip: the scan fails.
         match rustix::fs::fstat(&dir) {
-            Ok(st) if st.st_dev == self.proc_dev && mnt_id(&dir) == self.proc_mnt => {}
+            Ok(st) if st.st_dev == self.proc_dev && crate::fs::mount_id(&dir) == self.proc_mnt => {}
             Ok(_) => {
                 self.fail(&format!("/proc/{pid}: not procfs (a mount over it)"));
                 return Visit::Seen { principal: true };
@@ -787,9 +781,9 @@ impl Procfs {
         let ns = |n: &str| rustix::fs::stat(n).ok().map(|st| st.st_ino);
         let ns_mnt = rustix::fs::open("/proc/self/ns/user", OFlags::CLOEXEC, Mode::empty())
             .ok()
-            .and_then(mnt_id);
+            .and_then(crate::fs::mount_id);
         Ok(Procfs {
-            mnt: mnt_id(&dir),
+            mnt: crate::fs::mount_id(&dir),
             dir,
             dev,
             own_userns: ns("/proc/self/ns/user"),
@@ -822,7 +816,10 @@ impl Procfs {
                 return false;
             };
             // Another task's namespace directory or file mounted over this one's: no fact.
-            if mnt_id(&nsdir) != mnt_id(dir) || ns_mnt.is_none() || mnt_id(&ns) != ns_mnt {
+            if crate::fs::mount_id(&nsdir) != crate::fs::mount_id(dir)
+                || ns_mnt.is_none()
+                || crate::fs::mount_id(&ns) != ns_mnt
+            {
                 return true;
             }
             match rustix::fs::fstat(&ns).map(|st| st.st_ino) {
