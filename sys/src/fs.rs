@@ -123,6 +123,89 @@ fn open_walk(
     )?)
 }
 
+/// Symbolic links followed at most when resolving a path in a root (the kernel's own bound,
+/// `MAXSYMLINKS`).
+pub const IN_ROOT_LINKS_MAX: usize = 40;
+
+/// Opens `path` (`O_PATH`) as a process whose root directory is `root` sees it: symbolic
+/// links resolved inside `root` (an absolute target from `root`), `..` never above it, as
+/// `openat2`'s `RESOLVE_IN_ROOT` does, which is asked first. Where that call is not
+/// available (`ENOSYS`, under `repochd.service`'s `RestrictSUIDSGID=`: see
+/// [`open_nofollow`]), the same resolution one component at a time ([`walk_in_root`]).
+pub fn open_in_root(root: &std::path::Path, path: &str) -> io::Result<OwnedFd> {
+    let dir = fs::open(
+        root,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    match fs::openat2(
+        &dir,
+        path,
+        OFlags::PATH | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
+    ) {
+        Err(rustix::io::Errno::NOSYS) => walk_in_root(&dir, path),
+        r => Ok(r?),
+    }
+}
+
+/// [`open_in_root`]'s resolution without `openat2`: each component opened `O_PATH |
+/// O_NOFOLLOW` from the directory reached; a symbolic link's target put in its place (an
+/// absolute one from `root`), at most [`IN_ROOT_LINKS_MAX`] of them (`ELOOP` past it); `..`
+/// at `root` stays there.
+pub fn walk_in_root(root: &OwnedFd, path: &str) -> io::Result<OwnedFd> {
+    let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    // The components still to walk, the next one last.
+    let mut todo: Vec<Vec<u8>> = Vec::new();
+    let push = |todo: &mut Vec<Vec<u8>>, p: &[u8]| {
+        todo.extend(
+            p.rsplit(|b| *b == b'/')
+                .filter(|c| !c.is_empty() && *c != b".")
+                .map(<[u8]>::to_vec),
+        )
+    };
+    push(&mut todo, path.as_bytes());
+    let mut stack: Vec<OwnedFd> = vec![root.try_clone()?];
+    let mut links = 0;
+    while let Some(name) = todo.pop() {
+        let at = stack.last().ok_or(io::ErrorKind::InvalidInput)?;
+        if name == b".." {
+            if stack.len() > 1 {
+                stack.pop();
+            }
+            continue;
+        }
+        let next = fs::openat(at, name.as_slice(), flags, Mode::empty())?;
+        if fs::FileType::from_raw_mode(fs::fstat(&next)?.st_mode) != fs::FileType::Symlink {
+            stack.push(next);
+            continue;
+        }
+        links += 1;
+        if links > IN_ROOT_LINKS_MAX {
+            return Err(rustix::io::Errno::LOOP.into());
+        }
+        let target = fs::readlinkat(at, name.as_slice(), Vec::new())?;
+        let target = target.as_bytes();
+        if target.starts_with(b"/") {
+            stack.truncate(1);
+        }
+        push(&mut todo, target);
+    }
+    stack
+        .pop()
+        .ok_or_else(|| io::ErrorKind::InvalidInput.into())
+}
+
+/// A readable descriptor of the file `fd` (an `O_PATH` one) names, reopened through its
+/// magic link: `O_RDONLY | O_NONBLOCK | O_NOCTTY`.
+pub fn reopen_readable(fd: impl AsFd) -> io::Result<OwnedFd> {
+    use std::os::fd::AsRawFd as _;
+    let link = format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd());
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    Ok(fs::open(link, flags, Mode::empty())?)
+}
+
 /// A file read with `pread` from offset 0 on: its fd's own offset is neither used nor moved
 /// (an epoch log open for appending reads whole from its start).
 struct FromStart<F> {
@@ -345,6 +428,54 @@ fn birth_of(sx: &rustix::fs::Statx) -> Option<Birth> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A path is resolved as a process rooted at `root` resolves it: an absolute link from
+    /// the root, a relative one from where it sits, `..` never above the root, a loop an
+    /// error; the walk and `openat2`'s `RESOLVE_IN_ROOT` answer alike.
+    #[test]
+    fn a_path_in_a_root_is_resolved_inside_it_by_the_walk_as_by_the_kernel() {
+        use std::os::unix::fs::symlink;
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("root");
+        std::fs::create_dir_all(root.join("usr/bin")).unwrap();
+        std::fs::write(root.join("old-root"), b"inside").unwrap();
+        std::fs::write(d.path().join("old-root"), b"outside").unwrap();
+        symlink("/old-root", root.join("usr/bin/absolute")).unwrap();
+        symlink("../../../../old-root", root.join("usr/bin/above")).unwrap();
+        symlink("absolute", root.join("usr/bin/chained")).unwrap();
+        symlink("loop", root.join("usr/bin/loop")).unwrap();
+        let inside = fs::stat(root.join("old-root")).unwrap();
+        let id = |fd: &OwnedFd| {
+            let st = fs::fstat(fd).unwrap();
+            (st.st_dev, st.st_ino)
+        };
+        let dir = fs::open(&root, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        for p in [
+            "/usr/bin/absolute",
+            "usr/bin/above",
+            "/usr/bin/chained",
+            "/usr/./bin/../bin/absolute",
+            "/../../old-root",
+        ] {
+            let walked = walk_in_root(&dir, p).unwrap();
+            assert_eq!(id(&walked), (inside.st_dev, inside.st_ino), "{p}");
+            assert_eq!(id(&open_in_root(&root, p).unwrap()), id(&walked), "{p}");
+        }
+        let e = walk_in_root(&dir, "/usr/bin/loop").unwrap_err();
+        assert_eq!(
+            e.raw_os_error(),
+            Some(rustix::io::Errno::LOOP.raw_os_error())
+        );
+        assert!(walk_in_root(&dir, "/nothing").is_err());
+        let mut read = String::new();
+        use std::io::Read as _;
+        std::fs::File::from(
+            reopen_readable(walk_in_root(&dir, "/usr/bin/above").unwrap()).unwrap(),
+        )
+        .read_to_string(&mut read)
+        .unwrap();
+        assert_eq!(read, "inside");
+    }
 
     /// A file of exactly its bound is read whole, one byte more is refused (never a
     /// prefix), across the growing chunks; a FIFO is refused without blocking.

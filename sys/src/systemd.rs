@@ -293,7 +293,8 @@ fn service_names(cmd: &[String]) -> Result<Vec<String>, Error> {
 }
 
 /// Properties asked of each service besides its commands: where its paths are resolved.
-pub const FILE_SYSTEM_PROPERTIES: &str = "RootDirectory,RootImage,BindPaths,BindReadOnlyPaths";
+pub const FILE_SYSTEM_PROPERTIES: &str =
+    "RootDirectory,RootImage,BindPaths,BindReadOnlyPaths,ExtensionDirectories";
 
 /// One service's block of `systemctl show`: its commands. Every line must be one property
 /// asked, `Id` once: systemctl prints a command's arguments raw, so an argument holding a
@@ -322,6 +323,9 @@ fn service_block(b: &str) -> Result<(String, Vec<ServiceCommand>), Error> {
             "RootDirectory" => paths.root = Some(value.to_owned()).filter(|v| !v.is_empty()),
             "RootImage" => paths.image = Some(value.to_owned()).filter(|v| !v.is_empty()),
             "BindPaths" | "BindReadOnlyPaths" => paths.binds.extend(binds(value)),
+            "ExtensionDirectories" => paths
+                .extensions
+                .extend(value.split_whitespace().map(str::to_owned)),
             _ => commands.push((property.to_owned(), command_words(value))),
         }
     }
@@ -338,32 +342,51 @@ fn service_block(b: &str) -> Result<(String, Vec<ServiceCommand>), Error> {
     Ok((unit, commands))
 }
 
-/// Where a service's command paths lead on the host: its root directory (or image), and
-/// its bind mounts (inside path to host path).
+/// Where a service's command paths lead on the host: its root directory (or image), its
+/// bind mounts (inside path to host path) and its extension directories (each overlaid on
+/// its `/usr` and `/opt`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ServicePaths {
     pub root: Option<String>,
     pub image: Option<String>,
     pub binds: Vec<(String, String)>,
+    pub extensions: Vec<String>,
+}
+
+/// A file a service's command may name, as the host reaches it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OnHost {
+    /// A host path.
+    Path(String),
+    /// A path as a process rooted at `root` sees it: its symbolic links resolve inside
+    /// `root` ([`crate::fs::open_in_root`]).
+    InRoot { root: String, path: String },
 }
 
 impl ServicePaths {
-    /// The host paths `word` (a path as the service sees it) may name: through a bind mount
-    /// of it or of a directory above it, else under its root directory, else itself.
-    pub fn on_host(&self, word: &str) -> Vec<String> {
+    /// Where `word` (a path as the service sees it) may lead: through a bind mount of it
+    /// or of a directory above it, through an extension directory (under `/usr` or
+    /// `/opt`), else inside its root directory, else itself.
+    pub fn on_host(&self, word: &str) -> Vec<OnHost> {
         let mut out = Vec::new();
         for (host, inside) in &self.binds {
             if let Some(rest) = word.strip_prefix(inside.as_str()) {
                 if rest.is_empty() || rest.starts_with('/') {
-                    out.push(format!("{host}{rest}"));
+                    out.push(OnHost::Path(format!("{host}{rest}")));
                 }
             }
         }
-        match &self.root {
-            Some(root) if word.starts_with('/') => {
-                out.push(format!("{}{word}", root.trim_end_matches('/')))
+        if ["/usr/", "/opt/"].iter().any(|p| word.starts_with(p)) {
+            for ext in &self.extensions {
+                out.push(OnHost::Path(format!("{}{word}", ext.trim_end_matches('/'))));
             }
-            _ => out.push(word.to_owned()),
+        }
+        match &self.root {
+            Some(root) if word.starts_with('/') => out.push(OnHost::InRoot {
+                root: root.clone(),
+                path: word.to_owned(),
+            }),
+            _ => out.push(OnHost::Path(word.to_owned())),
         }
         out
     }
@@ -439,11 +462,18 @@ mod tests {
         assert_eq!(unit, "ok.service");
         assert_eq!(c.len(), 1);
         assert_eq!(c[0].unit, "ok.service");
+        let in_jail = |path: &str| OnHost::InRoot {
+            root: "/jail".into(),
+            path: path.into(),
+        };
         assert_eq!(
             c[0].paths.on_host("/usr/bin/billing"),
-            ["/srv/old-root", "/jail/usr/bin/billing"]
+            [
+                OnHost::Path("/srv/old-root".into()),
+                in_jail("/usr/bin/billing")
+            ]
         );
-        assert_eq!(c[0].paths.on_host("/old-root"), ["/jail/old-root"]);
+        assert_eq!(c[0].paths.on_host("/old-root"), [in_jail("/old-root")]);
     }
 
     /// An answer larger than the bound is an error, never a cut answer: `yes` never ends.

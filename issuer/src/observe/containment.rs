@@ -3,6 +3,7 @@
 
 use repoch_protocol::manifest::{Listener, Manifest};
 use repoch_protocol::{Fact, Reason};
+use std::os::fd::OwnedFd;
 
 use super::Fences;
 use repoch_sys::hold::{self, NotTaken};
@@ -70,14 +71,29 @@ pub(crate) fn unnamed_services(
     // directory and bind mounts lead it on the host.
     let runs = |c: &systemd::ServiceCommand, word: &str| {
         let on_host = c.paths.on_host(word);
+        // A path in the service's root is opened once, resolved inside that root.
+        let in_root: Vec<Option<OwnedFd>> = on_host
+            .iter()
+            .map(|h| match h {
+                systemd::OnHost::InRoot { root, path } => {
+                    repoch_sys::fs::open_in_root(root.as_ref(), path).ok()
+                }
+                systemd::OnHost::Path(_) => None,
+            })
+            .collect();
         executables.iter().zip(&enrolled).find(|(e, known)| {
             word == e.as_str()
-                || on_host.iter().any(|p| {
-                    p == *e
-                        || known
-                            .as_ref()
-                            .is_some_and(|k| p.starts_with('/') && k.is(p))
-                })
+                || on_host
+                    .iter()
+                    .zip(&in_root)
+                    .any(|(h, fd)| match (h, known) {
+                        (systemd::OnHost::Path(p), _) if p == *e => true,
+                        (systemd::OnHost::Path(p), Some(k)) => p.starts_with('/') && k.is(p),
+                        (systemd::OnHost::InRoot { .. }, Some(k)) => {
+                            fd.as_ref().is_some_and(|fd| k.is_file(fd))
+                        }
+                        _ => false,
+                    })
         })
     };
     // Each unnamed service once, with its first command that runs one.
@@ -148,7 +164,15 @@ impl Known {
 
     /// Whether the file at `path` is this executable, or a regular file of its content.
     fn is(&self, path: &str) -> bool {
-        let Ok(st) = rustix::fs::stat(path) else {
+        use rustix::fs::{Mode, OFlags};
+        let flags = OFlags::PATH | OFlags::CLOEXEC;
+        rustix::fs::open(path, flags, Mode::empty()).is_ok_and(|fd| self.is_file(&fd))
+    }
+
+    /// Whether the file `fd` names (an `O_PATH` descriptor) is this executable, or a
+    /// regular file of its content.
+    fn is_file(&self, fd: &OwnedFd) -> bool {
+        let Ok(st) = rustix::fs::fstat(fd) else {
             return false;
         };
         if (st.st_dev, st.st_ino) == self.id {
@@ -157,16 +181,21 @@ impl Known {
         if st.st_size as u64 != self.size || repoch_sys::fs::not_regular(st.st_mode).is_some() {
             return false;
         }
-        let mine = self.digest.get_or_init(|| content(&self.path));
-        mine.is_some() && *mine == content(path)
+        let mine = self.digest.get_or_init(|| {
+            use rustix::fs::{Mode, OFlags};
+            let flags = OFlags::PATH | OFlags::CLOEXEC;
+            rustix::fs::open(&self.path, flags, Mode::empty())
+                .ok()
+                .and_then(|fd| content(&fd))
+        });
+        mine.is_some() && *mine == content(fd)
     }
 }
 
-/// The sha256 of the regular file at `path`, read once and bounded.
-fn content(path: &str) -> Option<repoch_protocol::Hash> {
-    use rustix::fs::{Mode, OFlags};
-    let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY;
-    let f = rustix::fs::open(path, flags, Mode::empty()).ok()?;
+/// The sha256 of the regular file `fd` names (an `O_PATH` descriptor), read once and
+/// bounded.
+fn content(fd: &OwnedFd) -> Option<repoch_protocol::Hash> {
+    let f = repoch_sys::fs::reopen_readable(fd).ok()?;
     let st = rustix::fs::fstat(&f).ok()?;
     if repoch_sys::fs::not_regular(st.st_mode).is_some() {
         return None;

@@ -204,6 +204,12 @@ pub(crate) fn a_service_that_runs_the_old_roots_executable_must_be_named() {
     c.sh("systemctl disable spelled.service && rm /usr/lib/systemd/system/spelled.service");
     let copy = s.srv.join("billing");
     std::fs::copy(&exe, &copy).unwrap();
+    // A link inside a root directory leads where the root leads it, not where the host
+    // would (found by attacking the release binaries: resolved on the host, it led nowhere).
+    let jail = s.srv.join("jail");
+    std::fs::create_dir_all(jail.join("usr/bin")).unwrap();
+    std::fs::copy(&exe, jail.join("old-root")).unwrap();
+    std::os::unix::fs::symlink("/old-root", jail.join("usr/bin/app")).unwrap();
     let srv = s.srv.display();
     for (name, exec, more) in [
         (
@@ -217,6 +223,11 @@ pub(crate) fn a_service_that_runs_the_old_roots_executable_must_be_named() {
             format!("BindReadOnlyPaths={}:/usr/local/bin/billing", exe.display()),
         ),
         ("copied.service", copy.display().to_string(), String::new()),
+        (
+            "linked.service",
+            "/usr/bin/app".to_owned(),
+            format!("RootDirectory={}", jail.display()),
+        ),
     ] {
         c.sh(&format!(
             "printf '[Service]\\n{more}\\nExecStart={exec} live-ms 5\\n' \
