@@ -322,7 +322,7 @@ fn service_block(b: &str) -> Result<(String, Vec<ServiceCommand>), Error> {
             "Id" => unit = Some(value.to_owned()),
             "RootDirectory" => paths.root = Some(value.to_owned()).filter(|v| !v.is_empty()),
             "RootImage" => paths.image = Some(value.to_owned()).filter(|v| !v.is_empty()),
-            "BindPaths" | "BindReadOnlyPaths" => paths.binds.extend(binds(value)),
+            "BindPaths" | "BindReadOnlyPaths" => paths.binds.extend(binds(value)?),
             "ExtensionDirectories" => paths
                 .extensions
                 .extend(value.split_whitespace().map(str::to_owned)),
@@ -393,15 +393,22 @@ impl ServicePaths {
 }
 
 /// `BindPaths=`'s value as systemctl shows it: `SRC:DST:OPTIONS` items, space-separated,
-/// `-` before an optional source, DST left out when it is SRC.
-fn binds(value: &str) -> Vec<(String, String)> {
+/// `-` before an optional source. systemctl prints the paths raw, so an item that is not
+/// exactly three fields (a path holding a space or a colon, `\:` in the unit file) cannot
+/// be read: an error, never a guess.
+fn binds(value: &str) -> Result<Vec<(String, String)>, Error> {
     value
         .split_whitespace()
-        .filter_map(|item| {
-            let mut parts = item.trim_start_matches('-').split(':');
-            let src = parts.next().filter(|s| !s.is_empty())?;
-            let dst = parts.next().filter(|d| !d.is_empty()).unwrap_or(src);
-            Some((src.to_owned(), dst.to_owned()))
+        .map(|item| {
+            let parts: Vec<&str> = item.trim_start_matches('-').split(':').collect();
+            match parts[..] {
+                [src, dst, "rbind" | "norbind"] if src.starts_with('/') && dst.starts_with('/') => {
+                    Ok((src.to_owned(), dst.to_owned()))
+                }
+                _ => Err(Error::Found(format!(
+                    "systemctl show: a bind mount that cannot be read: {value:?}"
+                ))),
+            }
         })
         .collect()
 }
@@ -474,6 +481,28 @@ mod tests {
             ]
         );
         assert_eq!(c[0].paths.on_host("/old-root"), [in_jail("/old-root")]);
+    }
+
+    /// A bind mount whose source or destination holds a space or a colon is printed raw and
+    /// cannot be read: an error (the search is unknown), never another pair of paths (found
+    /// by attacking the release binaries: `BindReadOnlyPaths=/srv/old\\:root:/usr/bin/app`
+    /// was read as a bind of `/srv/old\`, and the service running the old root was not
+    /// found).
+    #[test]
+    fn a_bind_mount_that_cannot_be_read_is_an_error_never_a_guess() {
+        assert_eq!(
+            binds("/a:/b:rbind -/c:/d:norbind").unwrap(),
+            [("/a".into(), "/b".into()), ("/c".into(), "/d".into())]
+        );
+        for raw in [
+            "/srv/old:root:/usr/bin/app:rbind",
+            "/srv/old root:/usr/bin/app:rbind",
+            "/srv/old-root:/usr/bin/app root:rbind",
+            "/a:/b",
+        ] {
+            let e = binds(raw).unwrap_err();
+            assert!(e.to_string().contains("cannot be read"), "{raw}: {e}");
+        }
     }
 
     /// An answer larger than the bound is an error, never a cut answer: `yes` never ends.

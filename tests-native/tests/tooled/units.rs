@@ -244,6 +244,20 @@ pub(crate) fn a_service_that_runs_the_old_roots_executable_must_be_named() {
             "rm /usr/lib/systemd/system/{name} && systemctl daemon-reload"
         ));
     }
+    // A bind source holding a colon (`\\:` in the unit file) is printed raw: the search
+    // cannot read it, and says so (it read another source before, and found nothing).
+    c.sh(&format!(
+        "printf '[Service]\\nBindReadOnlyPaths={srv}/old\\\\:root:/usr/bin/app\\nExecStart=/usr/bin/app\\n' \
+         > /usr/lib/systemd/system/escaped.service && systemctl daemon-reload"
+    ));
+    let r = observe_in(&s, &id, &c);
+    assert_eq!(reasons(&r), ["controller-unknown"], "{}", r.stdout);
+    assert!(
+        observed(&r, "unit-search").contains("cannot be read"),
+        "{}",
+        r.stdout
+    );
+    c.sh("rm /usr/lib/systemd/system/escaped.service && systemctl daemon-reload");
     c.sh(&unit("spelled.service", &link.display().to_string()));
     // Named and masked: the unit's own fact holds it, and the search names none.
     use repoch_issuer::observe::Fences;
