@@ -323,10 +323,13 @@ fn service_block(b: &str) -> Result<(String, Vec<ServiceCommand>), Error> {
             "RootDirectory" => paths.root = Some(value.to_owned()).filter(|v| !v.is_empty()),
             "RootImage" => paths.image = Some(value.to_owned()).filter(|v| !v.is_empty()),
             "BindPaths" | "BindReadOnlyPaths" => paths.binds.extend(binds(value)?),
-            "ExtensionDirectories" => paths
-                .extensions
-                .extend(value.split_whitespace().map(str::to_owned)),
-            _ => commands.push((property.to_owned(), command_words(value))),
+            // Joined with spaces, as arguments are: each run that may be one directory.
+            "ExtensionDirectories" => {
+                paths.extensions.extend(path_runs(value).ok_or_else(|| {
+                    Error::Found(format!("systemctl show: too many words in {line:?}"))
+                })?)
+            }
+            _ => commands.push((property.to_owned(), command_words(value)?)),
         }
     }
     let unit: String = unit.ok_or("systemctl show: a block with no Id")?;
@@ -413,41 +416,133 @@ fn binds(value: &str) -> Result<Vec<(String, String)>, Error> {
         .collect()
 }
 
-/// The words of one `{ path=P ; argv[]=A B C ; ... }` value (several such groups when the
-/// property holds several commands): P and each of A B C.
-fn command_words(value: &str) -> Vec<String> {
-    let mut words = Vec::new();
-    for field in value.split("} {").flat_map(|group| group.split(" ; ")) {
-        let field = field.trim_matches(['{', '}', ' ']);
-        if let Some(p) = field.strip_prefix("path=") {
-            words.push(p.to_owned());
-        } else if let Some(a) = field.strip_prefix("argv[]=") {
-            words.extend(a.split_whitespace().map(str::to_owned));
+/// Candidate paths read from one command's argument text at most (an argument holding
+/// spaces is found among the runs of words joined back): more is an error.
+pub const COMMAND_CANDIDATES_MAX: usize = 16_384;
+
+/// The paths one command may name, from systemctl's line for it: `{ path=P ; argv[]=A ;
+/// ignore_errors=… ; start_time=[…] ; stop_time=[…] ; pid=N ; code=… ; status=… }`. systemd
+/// writes the fields after the arguments itself, so they are read from the end (their last
+/// spelling); P and A are the unit's own text, printed raw: a command whose text holds
+/// ` ; argv[]=` twice cannot be split into path and arguments, and is an error, never a
+/// guess. systemctl joins the arguments with one space, so an argument holding spaces is
+/// found among the runs of words joined back: P, and every run of A's words (split on
+/// each space) that begins with `/`, up to `PATH_BYTES_MAX` bytes.
+fn command_words(value: &str) -> Result<Vec<String>, Error> {
+    let bad = |why: &str| {
+        Error::Found(format!(
+            "systemctl show: a command that cannot be read ({why}): {value:?}"
+        ))
+    };
+    let any = |v: &str| !v.is_empty() && !v.contains(' ');
+    let digits = |v: &str| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit());
+    let bracketed = |v: &str| v.starts_with('[') && v.ends_with(']') && !v.contains(" ; ");
+    let yes_no = |v: &str| v == "yes" || v == "no";
+    type Valid<'a> = &'a dyn Fn(&str) -> bool;
+    let tail: [(&str, Valid<'_>); 6] = [
+        ("status", &any),
+        ("code", &any),
+        ("pid", &digits),
+        ("stop_time", &bracketed),
+        ("start_time", &bracketed),
+        ("ignore_errors", &yes_no),
+    ];
+    let mut rest = value
+        .strip_prefix("{ path=")
+        .and_then(|v| v.strip_suffix(" }"))
+        .ok_or_else(|| bad("not one command"))?;
+    for (field, valid) in tail {
+        let (head, _) = rest
+            .rsplit_once(&format!(" ; {field}="))
+            .filter(|(_, v)| valid(v))
+            .ok_or_else(|| bad(field))?;
+        rest = head;
+    }
+    let (path, argv) = rest
+        .split_once(" ; argv[]=")
+        .filter(|(_, a)| !a.contains(" ; argv[]="))
+        .ok_or_else(|| bad("argv"))?;
+    let mut words = vec![path.to_owned()];
+    words.extend(path_runs(argv).ok_or_else(|| bad("too many words"))?);
+    Ok(words)
+}
+
+/// Every run of `text`'s words (split on each space) that begins with `/`, joined back with
+/// one space, up to `PATH_MAX` bytes: each path systemctl printed joined with spaces is
+/// among them, whatever spaces it holds. `None` past [`COMMAND_CANDIDATES_MAX`].
+fn path_runs(text: &str) -> Option<Vec<String>> {
+    const PATH_BYTES_MAX: usize = 4096;
+    let mut runs = Vec::new();
+    let split: Vec<&str> = text.split(' ').collect();
+    for (i, first) in split.iter().enumerate() {
+        if !first.starts_with('/') {
+            continue;
+        }
+        let mut run = String::new();
+        for w in &split[i..] {
+            if !run.is_empty() {
+                run.push(' ');
+            }
+            run.push_str(w);
+            if run.len() > PATH_BYTES_MAX {
+                break;
+            }
+            if runs.len() >= COMMAND_CANDIDATES_MAX {
+                return None;
+            }
+            runs.push(run.clone());
         }
     }
-    words
+    Some(runs)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// systemd's spelling of a command (one group, and two in one property) gives its path
-    /// and every argument; the other fields are not words.
+    /// systemd's spelling of a command gives its path and every run of its arguments that
+    /// begins with `/`: an argument holding spaces (`"/srv/old root"`, printed joined with
+    /// one space) is among them, whatever the timestamps and status systemd wrote after it.
     #[test]
     fn a_commands_path_and_arguments_are_its_words() {
         let one = "{ path=/srv/old-root ; argv[]=/srv/old-root live-ms 5 ; ignore_errors=no ; \
                    start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }";
         assert_eq!(
-            command_words(one),
-            ["/srv/old-root", "/srv/old-root", "live-ms", "5"]
+            command_words(one).unwrap(),
+            [
+                "/srv/old-root",
+                "/srv/old-root",
+                "/srv/old-root live-ms",
+                "/srv/old-root live-ms 5"
+            ]
         );
-        let two = "{ path=/bin/sh ; argv[]=sh -c /srv/x ; ignore_errors=no } \
-                   { path=/bin/true ; argv[]=true ; ignore_errors=yes }";
-        assert_eq!(
-            command_words(two),
-            ["/bin/sh", "sh", "-c", "/srv/x", "/bin/true", "true"]
-        );
+        let spaced = "{ path=/bin/sh ; argv[]=sh /srv/old root  x ; ignore_errors=yes ; \
+                      start_time=[Sun 2026-12-06 16:20:01 UTC] ; stop_time=[Sun 2026-12-06 16:20:01 UTC] ; \
+                      pid=52 ; code=exited ; status=1/FAILURE }";
+        let words = command_words(spaced).unwrap();
+        assert!(words.contains(&"/srv/old root".to_owned()), "{words:?}");
+        assert!(words.contains(&"/srv/old root  x".to_owned()), "{words:?}");
+        assert_eq!(words[0], "/bin/sh");
+    }
+
+    /// A command whose text cannot be split into its path and its arguments, or whose
+    /// systemd-written fields are not systemd's, is an error: a path or an argument holding
+    /// ` ; argv[]=` (found by attacking the release binaries: a path holding ` ; ` was read
+    /// as another, and the service running the old root was not found), a line cut by a
+    /// newline in an argument, two commands on one line.
+    #[test]
+    fn a_command_whose_text_cannot_be_split_is_an_error_never_a_guess() {
+        let tail = " ; ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }";
+        for raw in [
+            format!("{{ path=/srv/old ; argv[]=x ; argv[]=/srv/old ; argv[]=x{tail}"),
+            format!("{{ path=/bin/sh ; argv[]=sh -c echo a ; argv[]=b{tail}"),
+            "{ path=/srv/old-root ; argv[]=/srv/old-root x".to_owned(),
+            "{ path=/bin/sh ; argv[]=sh ; ignore_errors=maybe ; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }".to_owned(),
+            format!("{{ path=/bin/sh ; argv[]=sh{tail} {{ path=/bin/true ; argv[]=true{tail}"),
+        ] {
+            let e = command_words(&raw).unwrap_err();
+            assert!(e.to_string().contains("cannot be read"), "{raw}: {e}");
+        }
     }
 
     /// A block whose lines are not all properties asked is no answer: an argument holding a
@@ -455,17 +550,26 @@ mod tests {
     /// `Id=` naming a unit the manifest names hid the one that runs the old root).
     #[test]
     fn a_forged_line_in_a_services_block_is_no_answer() {
-        let forged = "ExecStart={ path=/srv/old-root ; argv[]=/srv/old-root x\n\
-                      Id=named.service\ny ; ignore_errors=no }\nId=evil.service";
-        let e = service_block(forged).unwrap_err();
-        assert!(e.to_string().contains("no property asked"), "{e}");
-        let two_ids =
-            "Id=named.service\nExecStart={ path=/srv/old-root ; argv[]=x }\nId=evil.service";
-        let e = service_block(two_ids).unwrap_err();
+        let tail = " ; ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }";
+        let forged = format!(
+            "ExecStart={{ path=/srv/old-root ; argv[]=/srv/old-root x\n\
+             Id=named.service\ny{tail}\nId=evil.service"
+        );
+        let e = service_block(&forged).unwrap_err().to_string();
+        assert!(
+            e.contains("no property asked") || e.contains("cannot be read"),
+            "{e}"
+        );
+        let two_ids = format!(
+            "Id=named.service\nExecStart={{ path=/srv/old-root ; argv[]=x{tail}\nId=evil.service"
+        );
+        let e = service_block(&two_ids).unwrap_err();
         assert!(e.to_string().contains("two Ids"), "{e}");
-        let fine = "ExecStart={ path=/srv/old-root ; argv[]=/srv/old-root ; ignore_errors=no }\n\
-                    RootDirectory=/jail\nBindReadOnlyPaths=/srv/old-root:/usr/bin/billing:rbind\nId=ok.service";
-        let (unit, c) = service_block(fine).unwrap();
+        let fine = format!(
+            "ExecStart={{ path=/srv/old-root ; argv[]=/srv/old-root{tail}\n\
+             RootDirectory=/jail\nBindReadOnlyPaths=/srv/old-root:/usr/bin/billing:rbind\nId=ok.service"
+        );
+        let (unit, c) = service_block(&fine).unwrap();
         assert_eq!(unit, "ok.service");
         assert_eq!(c.len(), 1);
         assert_eq!(c[0].unit, "ok.service");

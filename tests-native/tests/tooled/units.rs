@@ -210,6 +210,8 @@ pub(crate) fn a_service_that_runs_the_old_roots_executable_must_be_named() {
     std::fs::create_dir_all(jail.join("usr/bin")).unwrap();
     std::fs::copy(&exe, jail.join("old-root")).unwrap();
     std::os::unix::fs::symlink("/old-root", jail.join("usr/bin/app")).unwrap();
+    // An argument holding a space: systemctl joins the arguments with one.
+    std::fs::copy(&exe, s.srv.join("old root")).unwrap();
     let srv = s.srv.display();
     for (name, exec, more) in [
         (
@@ -223,6 +225,11 @@ pub(crate) fn a_service_that_runs_the_old_roots_executable_must_be_named() {
             format!("BindReadOnlyPaths={}:/usr/local/bin/billing", exe.display()),
         ),
         ("copied.service", copy.display().to_string(), String::new()),
+        (
+            "spaced.service",
+            format!("/bin/sh \"{srv}/old root\""),
+            String::new(),
+        ),
         (
             "linked.service",
             "/usr/bin/app".to_owned(),
@@ -258,6 +265,21 @@ pub(crate) fn a_service_that_runs_the_old_roots_executable_must_be_named() {
         r.stdout
     );
     c.sh("rm /usr/lib/systemd/system/escaped.service && systemctl daemon-reload");
+    // A path holding ` ; argv[]=` cannot be told from its arguments: said, not guessed (it
+    // read another path before, and found nothing).
+    std::fs::copy(&exe, s.srv.join("c ; argv[]=z")).unwrap();
+    c.sh(&format!(
+        "printf '[Service]\\nExecStart=\"{srv}/c ; argv[]=z\" live-ms 5\\n' \
+         > /usr/lib/systemd/system/split.service && systemctl daemon-reload"
+    ));
+    let r = observe_in(&s, &id, &c);
+    assert_eq!(reasons(&r), ["controller-unknown"], "{}", r.stdout);
+    assert!(
+        observed(&r, "unit-search").contains("cannot be read"),
+        "{}",
+        r.stdout
+    );
+    c.sh("rm /usr/lib/systemd/system/split.service && systemctl daemon-reload");
     c.sh(&unit("spelled.service", &link.display().to_string()));
     // Named and masked: the unit's own fact holds it, and the search names none.
     use repoch_issuer::observe::Fences;
