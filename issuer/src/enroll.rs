@@ -524,17 +524,17 @@ fn check_paths(m: &ManifestToml) -> Result<(), EnrollError> {
 fn check_containment(c: ContainmentToml) -> Result<Containment, EnrollError> {
     for (i, u) in c.units.iter().enumerate() {
         check_text(u).map_err(|w| field(format!("containment.units[{i}]"), w))?;
-        // Not a pattern: `systemctl show` would expand it to the units it matches. Not a
-        // template (`name@.service`): its instances run, never the template itself.
+        // Not a pattern: `systemctl show` would expand it to the units it matches. A
+        // template (`name@.service`) is held whole: masked, every instance inactive.
         if u.is_empty()
             || u.contains('/')
             || u.contains(repoch_sys::systemd::PATTERN_CHARS)
-            || u.contains("@.")
+            || (u.contains("@.") && !repoch_sys::systemd::is_template(u))
             || !u.contains('.')
         {
             return Err(field(
                 format!("containment.units[{i}]"),
-                "expected a unit name such as billing.service",
+                "expected a unit name such as billing.service (or a template, billing@.service)",
             ));
         }
     }
@@ -1955,7 +1955,8 @@ mod tests {
             "containment.units[0]"
         );
         for pattern in [
-            "old@.service",
+            "old@x@.service",
+            "@.service",
             "old*.service",
             "old?.service",
             "old[12].service",

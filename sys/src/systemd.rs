@@ -76,6 +76,94 @@ pub fn show_all(cmd: &[String], units: &[String]) -> Vec<Result<UnitState, Error
         .collect()
 }
 
+/// Whether `unit` names a template (`NAME@.TYPE`): its instances run, never itself.
+pub fn is_template(unit: &str) -> bool {
+    unit.split_once("@.").is_some_and(|(name, kind)| {
+        !name.is_empty() && !name.contains('@') && !kind.is_empty() && !kind.contains('.')
+    })
+}
+
+/// A template's state: its unit file's (`masked`, `enabled`, `static`, ...), and each of
+/// its instances loaded now with its active and sub state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateState {
+    pub file: String,
+    pub instances: Vec<Instance>,
+}
+
+/// One instance of a template, as `systemctl list-units` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instance {
+    pub unit: String,
+    pub active: String,
+    pub sub: String,
+}
+
+/// Asks systemd for `template`'s unit file state (`systemctl list-unit-files`) and for its
+/// instances loaded now (`systemctl list-units --all NAME@*.TYPE`). Unit names hold no
+/// space (systemd escapes them), so each row's first columns are exact; a row that is not
+/// the template's, or not one of its instances, is no answer. A template with no unit
+/// file is an error (systemctl exits 1).
+pub fn template_state(cmd: &[String], template: &str) -> Result<TemplateState, Error> {
+    let (name, kind) = template
+        .split_once("@.")
+        .filter(|_| is_template(template))
+        .ok_or_else(|| Error::Found(format!("{template:?} is no template")))?;
+    let plain = ["--no-legend", "--no-pager", "--plain", "--"];
+    let rows = |words: &[&str]| -> Result<Vec<Vec<String>>, Error> {
+        let out = run(cmd, words, SERVICES_OUTPUT_BYTES_MAX)?;
+        Ok(out
+            .lines()
+            .map(|l| l.split_whitespace().map(str::to_owned).collect())
+            .collect())
+    };
+    let files = rows(&[&["list-unit-files"][..], &plain[..], &[template]].concat())?;
+    let file = match &files[..] {
+        [row] if row.first().map(String::as_str) == Some(template) && row.len() >= 2 => {
+            row[1].clone()
+        }
+        _ => {
+            return Err(Error::Found(format!(
+                "systemctl list-unit-files answered {} rows for {template:?}",
+                files.len()
+            )))
+        }
+    };
+    let pattern = format!("{name}@*.{kind}");
+    let listed = rows(
+        &[
+            &["list-units", "--all"][..],
+            &plain[..],
+            &[pattern.as_str()],
+        ]
+        .concat(),
+    )?;
+    if listed.len() > SERVICES_MAX {
+        return Err(Error::Found(format!(
+            "over {SERVICES_MAX} instances of {template:?}"
+        )));
+    }
+    let instances = listed
+        .into_iter()
+        .map(|row| match &row[..] {
+            [unit, _load, active, sub, ..]
+                if unit.starts_with(&format!("{name}@")) && unit.ends_with(&format!(".{kind}")) =>
+            {
+                Ok(Instance {
+                    unit: unit.clone(),
+                    active: active.clone(),
+                    sub: sub.clone(),
+                })
+            }
+            _ => Err(Error::Found(format!(
+                "systemctl list-units: a row that is no instance of {template:?}: {:?}",
+                row.join(" ")
+            ))),
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(TemplateState { file, instances })
+}
+
 /// Runs `systemctl show` for `units` and splits its answer into one block per unit (the
 /// properties of each, separated by an empty line, in the order asked).
 fn ask(cmd: &[String], units: &[&String]) -> Result<Vec<String>, Error> {

@@ -12,8 +12,17 @@ use repoch_sys::{cgroup, net, systemd};
 /// The enrolled units: masked, inactive, no main pid, no reload pending.
 pub(super) fn units(m: &Manifest, systemctl: &[String], facts: &mut Vec<Fact>) {
     const WANT: &str = "masked, inactive, MainPID 0, no reload pending";
-    let states = systemd::show_all(systemctl, &m.containment.units);
-    for (u, state) in m.containment.units.iter().zip(states) {
+    let (templates, units): (Vec<String>, Vec<String>) = m
+        .containment
+        .units
+        .iter()
+        .cloned()
+        .partition(|u| systemd::is_template(u));
+    for t in &templates {
+        facts.push(template(t, systemctl));
+    }
+    let states = systemd::show_all(systemctl, &units);
+    for (u, state) in units.iter().zip(states) {
         let fact = match state {
             Err(e) => Fact::failed("unit", u, WANT, &e.to_string(), Reason::ControllerUnknown),
             Ok(s) => {
@@ -39,6 +48,37 @@ pub(super) fn units(m: &Manifest, systemctl: &[String], facts: &mut Vec<Fact>) {
             }
         };
         facts.push(fact);
+    }
+}
+
+/// An enrolled template (`NAME@.service`): its unit file masked (so that no instance can
+/// start) and every instance loaded now inactive.
+fn template(t: &str, systemctl: &[String]) -> Fact {
+    const WANT: &str = "the template masked, every instance inactive";
+    match systemd::template_state(systemctl, t) {
+        Err(e) => Fact::failed("unit", t, WANT, &e.to_string(), Reason::ControllerUnknown),
+        Ok(s) if !s.file.starts_with("masked") => {
+            let observed = format!("template {}", s.file);
+            Fact::failed("unit", t, WANT, &observed, Reason::UnitNotMasked)
+        }
+        Ok(s) => match s
+            .instances
+            .iter()
+            .find(|i| !matches!(i.active.as_str(), "inactive" | "failed"))
+        {
+            Some(i) => {
+                let observed = format!("template {}, {} {}/{}", s.file, i.unit, i.active, i.sub);
+                Fact::failed("unit", t, WANT, &observed, Reason::UnitActive)
+            }
+            None => {
+                let observed = format!(
+                    "template {}, {} instances inactive",
+                    s.file,
+                    s.instances.len()
+                );
+                Fact::ok("unit", t, WANT, &observed)
+            }
+        },
     }
 }
 
@@ -99,7 +139,7 @@ pub(crate) fn unnamed_services(
     // Each unnamed service once, with its first command that runs one.
     let mut found: Vec<(String, String)> = Vec::new();
     for c in &commands {
-        if units.contains(&c.unit) || found.iter().any(|(u, _)| *u == c.unit) {
+        if named(units, &c.unit) || found.iter().any(|(u, _)| *u == c.unit) {
             continue;
         }
         if let Some((exe, _)) = c.words.iter().find_map(|w| runs(c, w)) {
@@ -112,6 +152,18 @@ pub(crate) fn unnamed_services(
         .collect::<std::collections::BTreeSet<_>>()
         .len();
     Some(Ok(Unnamed { services, found }))
+}
+
+/// Whether `unit` is named in `units`: itself, or, for an instance (`NAME@I.TYPE`), its
+/// template (`NAME@.TYPE`), which is held whole.
+fn named(units: &[String], unit: &str) -> bool {
+    let template = unit.split_once('@').and_then(|(name, rest)| {
+        let (_, kind) = rest.rsplit_once('.')?;
+        Some(format!("{name}@.{kind}"))
+    });
+    units
+        .iter()
+        .any(|u| u == unit || Some(u) == template.as_ref())
 }
 
 /// The old root's controllers systemd knows and the manifest does not name
@@ -443,4 +495,23 @@ fn describe_unix_bound(
         parts.push(format!("not every namespace searched ({why})"));
     }
     parts.join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    /// An instance is named by its own name or by its template's; a template names no
+    /// other template's instance, and a plain unit no instance.
+    #[test]
+    fn an_instance_is_named_by_itself_or_its_template() {
+        let units = vec!["old@.service".to_owned(), "plain.service".to_owned()];
+        assert!(super::named(&units, "old@a.service"));
+        assert!(super::named(&units, "plain.service"));
+        assert!(!super::named(&units, "older@a.service"));
+        assert!(!super::named(&units, "old@a.socket"));
+        assert!(!super::named(&units, "plain@a.service"));
+        assert!(!super::named(
+            &["old@a.service".to_owned()],
+            "old@b.service"
+        ));
+    }
 }

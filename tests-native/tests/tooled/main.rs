@@ -770,6 +770,11 @@ fn declared() -> Vec<Declared> {
             units::a_service_that_runs_the_old_roots_executable_must_be_named,
             CONTAINER
         ),
+        trial!(
+            root,
+            units::a_template_is_held_whole_masked_with_every_instance_inactive,
+            CONTAINER
+        ),
     ]
 }
 

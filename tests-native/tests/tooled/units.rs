@@ -66,6 +66,45 @@ pub(crate) fn units_masked_active_reload_pending_and_absent_systemd() {
     assert_eq!(reasons(&r), ["unit-reload-pending"], "{}", r.stdout);
 }
 
+/// A template named under `containment.units` is held whole: its unit file masked (no
+/// instance can start) and every instance loaded now inactive. An instance named alone is
+/// that instance only: another instance of its template ran beside it and the recovery was
+/// granted (a known gap); templates were refused at enrollment.
+pub(crate) fn a_template_is_held_whole_masked_with_every_instance_inactive() {
+    require_root!();
+    let s = Sandbox::new();
+    let id = s.enroll_with(&s.manifest("[containment]\nunits = [\"old@.service\"]"));
+    let c = Container::boot(&s.tag);
+    c.sh(&format!(
+        "printf '{UNIT}' > /usr/lib/systemd/system/old@.service && systemctl daemon-reload \
+         && systemctl start old@a.service"
+    ));
+    let r = observe_in(&s, &id, &c);
+    assert_eq!(reasons(&r), ["unit-not-masked"], "{}", r.stdout);
+    assert!(
+        observed(&r, "unit").contains("template static"),
+        "{}",
+        r.stdout
+    );
+    c.sh("systemctl mask old@.service");
+    let r = observe_in(&s, &id, &c);
+    assert_eq!(reasons(&r), ["unit-active"], "{}", r.stdout);
+    assert!(
+        observed(&r, "unit").contains("old@a.service active/running"),
+        "{}",
+        r.stdout
+    );
+    c.sh("systemctl stop old@a.service");
+    let r = observe_in(&s, &id, &c);
+    assert_eq!(r.code, Outcome::Success, "{}", r.stdout);
+    // Masked, no instance starts; a template with no unit file is unknown.
+    let start = c.exec(&["systemctl", "start", "old@b.service"]);
+    assert!(!start.status.success());
+    assert_eq!(observe_in(&s, &id, &c).code, Outcome::Success);
+    c.sh("rm /etc/systemd/system/old@.service /usr/lib/systemd/system/old@.service && systemctl daemon-reload");
+    assert_eq!(reasons(&observe_in(&s, &id, &c)), ["controller-unknown"]);
+}
+
 /// One observation through a real systemd, each unit's state named exactly: masked and
 /// inactive holds; loaded and not masked, masked but running (its main pid named), a
 /// changed unit file not reloaded, a unit no file defines, and a pattern (systemctl would
