@@ -1,5 +1,6 @@
 //! Enrollment (docs/OPERATOR.md, "The manifest, field by field"): a human-written TOML manifest becomes an enrolled deployment.
 
+use repoch_protocol::Invalid;
 use std::path::{Path, PathBuf};
 
 use ed25519_dalek::SigningKey;
@@ -179,7 +180,7 @@ fn path_field(name: &str, p: &str) -> Result<(), EnrollError> {
 /// An absolute, canonical path ([`check_abs_path`]) without control characters: every
 /// enrolled path is printed back (facts, warnings, refusals), where an escape sequence or a
 /// newline could forge a line of output.
-fn enrollable_path(p: &str) -> Result<(), String> {
+fn enrollable_path(p: &str) -> Result<(), Invalid> {
     check_abs_path(p)?;
     if p.chars().any(char::is_control) {
         return Err("path contains a control character".into());
@@ -278,33 +279,33 @@ fn socket_mode_now(path: &str) -> Option<u32> {
 
 /// Parses `unix:/PATH`, `tcp:ADDRESS:PORT`, `udp:ADDRESS:PORT` (ADDRESS: an IPv4 address,
 /// an IPv6 address in brackets, or `*` for every address of both families).
-pub fn parse_listener(s: &str) -> Result<Listener, String> {
+pub fn parse_listener(s: &str) -> Result<Listener, Invalid> {
     const EXPECTED: &str = "expected unix:/PATH, tcp:ADDRESS:PORT or udp:ADDRESS:PORT";
     let (kind, rest) = s.split_once(':').ok_or(EXPECTED)?;
     match kind {
         "unix" => enrollable_path(rest).map(|_| Listener::Unix(rest.into())),
         "tcp" => parse_inet(kind, rest).map(Listener::Tcp),
         "udp" => parse_inet(kind, rest).map(Listener::Udp),
-        _ => Err(format!("unknown listener kind {kind:?}; {EXPECTED}")),
+        _ => Err(format!("unknown listener kind {kind:?}; {EXPECTED}").into()),
     }
 }
 
 /// `ADDRESS:PORT` of a TCP or UDP listener: the address it is held on, never guessed (a
 /// port alone would be held on every address, exposing a service its old root bound to
 /// loopback only).
-fn parse_inet(kind: &str, rest: &str) -> Result<Inet, String> {
+fn parse_inet(kind: &str, rest: &str) -> Result<Inet, Invalid> {
     use std::net::{IpAddr, SocketAddr};
     // Port 0 names no port: a socket bound "to port 0" gets another, and asked about port
     // 0 the kernel lists every socket.
     let port = |p: &str| match p.parse::<u16>() {
-        Ok(0) | Err(_) => Err(format!("{p:?} is not a port (1..65535)")),
+        Ok(0) | Err(_) => Err(Invalid(format!("{p:?} is not a port (1..65535)"))),
         Ok(p) => Ok(p),
     };
     // One spelling: what is printed back is what was written (no leading zero or sign in
     // the port, no scope id, the IPv6 address in its canonical form).
     let canonical = |at: Inet| match at.to_string() == rest {
         true => Ok(at),
-        false => Err(format!("{rest:?} is written {at}: write it so")),
+        false => Err(Invalid(format!("{rest:?} is written {at}: write it so"))),
     };
     if let Some(p) = rest.strip_prefix("*:") {
         return port(p).map(Inet::any).and_then(canonical);
@@ -312,7 +313,7 @@ fn parse_inet(kind: &str, rest: &str) -> Result<Inet, String> {
     if rest.parse::<u16>().is_ok() {
         return Err(format!(
             "{kind}:{rest} names no address: write {kind}:127.0.0.1:{rest} (or another address) to hold the port on that address only, or {kind}:*:{rest} to hold it on every address"
-        ));
+        ).into());
     }
     let (addr, p) = rest
         .rsplit_once(':')
@@ -325,22 +326,22 @@ fn parse_inet(kind: &str, rest: &str) -> Result<Inet, String> {
         IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some() => {
             return Err(format!(
                 "{addr} is an IPv4-mapped address: write the IPv4 address"
-            ))
+            ).into())
         }
         IpAddr::V6(v6) if v6.is_unicast_link_local() => {
             return Err(format!(
                 "{addr} is link-local: it needs an interface, which a listener cannot name"
-            ))
+            ).into())
         }
         ip if ip.is_multicast() => {
             return Err(format!(
                 "{addr} is a multicast address: a socket bound to it serves no one (hold the address the service answers on)"
-            ))
+            ).into())
         }
         IpAddr::V4(v4) if v4.is_broadcast() => {
             return Err(format!(
                 "{addr} is the broadcast address: a socket bound to it serves no one (hold the address the service answers on)"
-            ))
+            ).into())
         }
         ip => Inet::at(ip, p),
     };

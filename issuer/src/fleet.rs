@@ -274,14 +274,15 @@ fn ids(ids: &[u64]) -> String {
 }
 
 impl Vouch for Pinned {
-    fn members(&self, h: &Header, voting: &[u64]) -> Result<(), String> {
+    fn members(&self, h: &Header, voting: &[u64]) -> Result<(), repoch_registry::NotPinned> {
         if !self.pin.majority_of(voting) {
             return Err(format!(
                 "member {:016x} lists the members {}: no majority of the pinned {}",
                 h.member,
                 ids(voting),
                 ids(&self.pin.members)
-            ));
+            )
+            .into());
         }
         // And the pinned members a majority of the listed ones: a fleet pinned on one
         // member of a cluster grown to three would take that member's copy, started alone,
@@ -296,42 +297,44 @@ impl Vouch for Pinned {
                 h.member,
                 ids(voting),
                 ids(&self.pin.members)
-            ));
+            ).into());
         }
         Ok(())
     }
     fn record_key(&self) -> Vec<u8> {
         self.r.fleet_key().into_bytes()
     }
-    fn record(&self, entry: Option<&Entry>) -> Result<(), String> {
+    fn record(&self, entry: Option<&Entry>) -> Result<(), repoch_registry::NotPinned> {
         let key = self.r.fleet_key();
         let e = entry.ok_or_else(|| format!("no fleet record at {key}"))?;
         if e.value_bytes != e.value.len() {
-            return Err(format!("{key}: a value of {} bytes", e.value_bytes));
+            return Err(format!("{key}: a value of {} bytes", e.value_bytes).into());
         }
         let record = FleetRecord::from_bytes(&e.value)
             .map_err(|err| format!("{key}: no fleet record ({err})"))?;
-        record
-            .matches(&self.r, &self.pin)
-            .map_err(|other| format!("{key} holds {other}, not fleet id {}", self.pin.id))
+        record.matches(&self.r, &self.pin).map_err(|other| {
+            repoch_registry::NotPinned(format!("{key} holds {other}, not fleet id {}", self.pin.id))
+        })
     }
     fn guard(&self) -> (Vec<u8>, i64) {
         let revision = i64::try_from(self.r.record_revision).unwrap_or(i64::MAX);
         (self.r.fleet_key().into_bytes(), revision)
     }
-    fn header(&self, h: &Header) -> Result<(), String> {
+    fn header(&self, h: &Header) -> Result<(), repoch_registry::NotPinned> {
         if h.cluster != self.pin.cluster {
             return Err(format!(
                 "cluster {:016x} answered, pinned {:016x}",
                 h.cluster, self.pin.cluster
-            ));
+            )
+            .into());
         }
         if !self.pin.members.contains(&h.member) {
             return Err(format!(
                 "member {:016x} answered, not one of the pinned {}",
                 h.member,
                 ids(&self.pin.members)
-            ));
+            )
+            .into());
         }
         Ok(())
     }
@@ -1030,6 +1033,7 @@ mod tests {
                 "/repoch/fleets/billing holds fleet id {}, not fleet id {}",
                 other.pin.id, p.pin.id
             )
+            .as_str()
         );
         let e = p.record(Some(&entry(
             record(p.pin.clone(), "/other", &fleet_key()).to_bytes(),

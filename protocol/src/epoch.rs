@@ -730,7 +730,7 @@ fn receipt_binds(
     records: &[VerifiedRecord],
     bytes: &[u8],
     issuer: &PublicKey,
-) -> Result<(), String> {
+) -> Result<(), crate::Invalid> {
     let g = crate::grant::SignedGrant::from_bytes(bytes)
         .map_err(|e| format!("does not decode: {e}"))?;
     if !g.verify(issuer) {
@@ -772,7 +772,7 @@ fn receipt_binds(
     }
     match wrong.is_empty() {
         true => Ok(()),
-        false => Err(format!("names another {}", wrong.join(", "))),
+        false => Err(format!("names another {}", wrong.join(", ")).into()),
     }
 }
 

@@ -61,10 +61,10 @@ impl std::fmt::Display for FleetId {
 }
 
 impl std::str::FromStr for FleetId {
-    type Err = String;
+    type Err = crate::Invalid;
     /// Exactly 32 hex digits (either case): no prefix, no abbreviation.
-    fn from_str(s: &str) -> Result<FleetId, String> {
-        let bad = || format!("fleet id {s:?}: {} hex digits", 2 * FLEET_ID_BYTES);
+    fn from_str(s: &str) -> Result<FleetId, crate::Invalid> {
+        let bad = || crate::Invalid(format!("fleet id {s:?}: {} hex digits", 2 * FLEET_ID_BYTES));
         if s.len() != 2 * FLEET_ID_BYTES || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(bad());
         }
@@ -122,7 +122,7 @@ impl FleetPin {
     }
 
     /// A cluster id and 1 to [`MEMBERS_MAX`] member ids, none 0, ascending.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), crate::Invalid> {
         if self.cluster == 0 {
             return Err("cluster id 0".into());
         }
@@ -130,13 +130,14 @@ impl FleetPin {
             return Err(format!(
                 "{} members: 1 to {MEMBERS_MAX} are pinned",
                 self.members.len()
-            ));
+            )
+            .into());
         }
         if self.members[0] == 0 || self.members.windows(2).any(|w| w[0] >= w[1]) {
             return Err("member ids: none 0, ascending, each once".into());
         }
         if self.floor > FLOOR_MAX {
-            return Err(format!("token floor {} over {FLOOR_MAX}", self.floor));
+            return Err(format!("token floor {} over {FLOOR_MAX}", self.floor).into());
         }
         Ok(())
     }
@@ -201,7 +202,7 @@ pub struct Registry {
 
 /// A name that is one key segment: 1 to [`FLEET_NAME_BYTES_MAX`] bytes of
 /// `A-Z a-z 0-9 . _ -`, not `.` or `..`.
-pub fn check_name(what: &str, s: &str) -> Result<(), String> {
+pub fn check_name(what: &str, s: &str) -> Result<(), crate::Invalid> {
     let ok = !s.is_empty()
         && s.len() <= FLEET_NAME_BYTES_MAX
         && s != "."
@@ -213,7 +214,8 @@ pub fn check_name(what: &str, s: &str) -> Result<(), String> {
     } else {
         Err(format!(
             "{what} {s:?}: 1 to {FLEET_NAME_BYTES_MAX} bytes of A-Z a-z 0-9 . _ - (one key segment)"
-        ))
+        )
+        .into())
     }
 }
 
@@ -224,7 +226,7 @@ pub const RESERVED_SEGMENTS: &[&str] = &["epochs", "fleets", "hosts"];
 
 /// A prefix: `/` then segments of [`check_name`]'s alphabet, none of
 /// [`RESERVED_SEGMENTS`], no trailing `/`, at most [`PREFIX_BYTES_MAX`] bytes.
-pub fn check_prefix(s: &str) -> Result<(), String> {
+pub fn check_prefix(s: &str) -> Result<(), crate::Invalid> {
     let segments: Vec<&str> = s
         .strip_prefix('/')
         .map(|r| r.split('/').collect())
@@ -237,12 +239,12 @@ pub fn check_prefix(s: &str) -> Result<(), String> {
     {
         return Err(format!(
             "prefix {s:?}: '/' then segments of A-Z a-z 0-9 . _ - separated by '/', no trailing '/', at most {PREFIX_BYTES_MAX} bytes"
-        ));
+        ).into());
     }
     if let Some(seg) = segments.iter().find(|seg| RESERVED_SEGMENTS.contains(seg)) {
         return Err(format!(
             "prefix {s:?}: the segment {seg:?} is repoch's own (its keys are PREFIX/epochs/FLEET, PREFIX/fleets/FLEET and PREFIX/hosts/FLEET/HOST): a prefix holding it could nest in another's"
-        ));
+        ).into());
     }
     Ok(())
 }
@@ -250,7 +252,7 @@ pub fn check_prefix(s: &str) -> Result<(), String> {
 /// An endpoint: `https://HOST:PORT` (TLS is required), HOST a DNS name or an IPv4
 /// address (`A-Z a-z 0-9 . -`) or an IPv6 one in brackets, PORT 1 to 65535 in digits;
 /// nothing else (no user, path, query or fragment).
-pub fn check_endpoint(s: &str) -> Result<(), String> {
+pub fn check_endpoint(s: &str) -> Result<(), crate::Invalid> {
     let host_ok = |h: &str| match h.strip_prefix('[').and_then(|v| v.strip_suffix(']')) {
         Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
         None => {
@@ -275,7 +277,7 @@ pub fn check_endpoint(s: &str) -> Result<(), String> {
     } else {
         Err(format!(
             "endpoint {s:?}: https://HOST:PORT (TLS is required; HOST a name, an IPv4 address or [an IPv6 one], PORT 1 to 65535; nothing else)"
-        ))
+        ).into())
     }
 }
 
@@ -300,12 +302,13 @@ pub fn endpoint_identity(s: &str) -> String {
 
 impl Registry {
     /// Every field within its bounds and alphabet.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), crate::Invalid> {
         if self.endpoints.is_empty() || self.endpoints.len() > REGISTRY_ENDPOINTS_MAX {
             return Err(format!(
                 "{} endpoints: 1 to {REGISTRY_ENDPOINTS_MAX} are needed",
                 self.endpoints.len()
-            ));
+            )
+            .into());
         }
         let mut seen = Vec::new();
         for e in &self.endpoints {
@@ -315,7 +318,8 @@ impl Registry {
                 let (was, _): &(&String, String) = was;
                 return Err(format!(
                     "endpoint {e:?} is listed twice (as {was:?}: the same host and port)"
-                ));
+                )
+                .into());
             }
             seen.push((e, same));
         }
@@ -597,12 +601,13 @@ impl FleetRecord {
     /// Whether this record is its own: its id derived from its key, prefix and name, and
     /// signed by that key. A record anyone else wrote (planted, re-encoded under another
     /// prefix or with another floor) is not.
-    pub fn genuine(&self) -> Result<(), String> {
+    pub fn genuine(&self) -> Result<(), crate::Invalid> {
         if self.pin.id != FleetId::of(&self.key, &self.prefix, &self.fleet) {
             return Err(format!(
                 "fleet id {} is not the id of its key, prefix and name",
                 self.pin.id
-            ));
+            )
+            .into());
         }
         let body = cbor::encode(&cbor::array(self.body()));
         match crate::sign::verify(
@@ -612,25 +617,26 @@ impl FleetRecord {
             &self.signature,
         ) {
             true => Ok(()),
-            false => Err(format!("a record its key {} did not sign", self.key)),
+            false => Err(format!("a record its key {} did not sign", self.key).into()),
         }
     }
 
     /// Whether this record is the fleet `r` names and pinned: genuine, its name, prefix,
     /// id and cluster. The reason when it is not.
-    pub fn matches(&self, r: &Registry, pin: &FleetPin) -> Result<(), String> {
+    pub fn matches(&self, r: &Registry, pin: &FleetPin) -> Result<(), crate::Invalid> {
         self.genuine()?;
         if self.fleet != r.fleet || self.prefix != r.prefix {
             return Err(format!(
                 "the record of fleet {:?} under prefix {:?}",
                 self.fleet, self.prefix
-            ));
+            )
+            .into());
         }
         if self.pin.id != pin.id {
-            return Err(format!("fleet id {}", self.pin.id));
+            return Err(format!("fleet id {}", self.pin.id).into());
         }
         if self.pin.cluster != pin.cluster {
-            return Err(format!("the record of cluster {:016x}", self.pin.cluster));
+            return Err(format!("the record of cluster {:016x}", self.pin.cluster).into());
         }
         Ok(())
     }
@@ -761,7 +767,11 @@ mod tests {
             floor: FLOOR_MAX + 1,
             ..pin()
         };
-        assert!(over.check().unwrap_err().contains("token floor"));
+        assert!(over
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("token floor"));
         assert!(FleetPin::from_bytes(&over.to_bytes()).is_err());
         let at = FleetPin {
             floor: FLOOR_MAX,
@@ -799,7 +809,7 @@ mod tests {
                 members: bad,
                 ..pin()
             };
-            assert!(p.check().unwrap_err().contains(why), "{why}");
+            assert!(p.check().unwrap_err().to_string().contains(why), "{why}");
             r.pin = Some(p);
             assert!(Registry::from_bytes(&r.to_bytes()).is_err(), "{why}");
         }
@@ -807,7 +817,7 @@ mod tests {
             cluster: 0,
             ..pin()
         };
-        assert_eq!(p.check().unwrap_err(), "cluster id 0");
+        assert_eq!(p.check().unwrap_err(), "cluster id 0".into());
         assert!(FleetPin::from_bytes(&p.to_bytes()).is_err());
         assert_eq!(FleetPin::from_bytes(&pin().to_bytes()).unwrap(), pin());
     }
@@ -923,7 +933,11 @@ mod tests {
             },
             ..rec.clone()
         };
-        assert!(floored.genuine().unwrap_err().contains("did not sign"));
+        assert!(floored
+            .genuine()
+            .unwrap_err()
+            .to_string()
+            .contains("did not sign"));
         let resigned = rec
             .clone()
             .signed(&ed25519_dalek::SigningKey::from_bytes(&[10; 32]));
@@ -960,11 +974,11 @@ mod tests {
         assert!(other(&|r, _| r.fleet = "billing2".into()).contains("\"billing\""));
         assert_eq!(
             other(&|_, p| p.id = FleetId([8; 16])),
-            format!("fleet id {}", rec.pin.id)
+            format!("fleet id {}", rec.pin.id).into()
         );
         assert_eq!(
             other(&|_, p| p.cluster = 0xc2),
-            "the record of cluster 00000000000000c1"
+            "the record of cluster 00000000000000c1".into()
         );
         let bad = FleetRecord {
             prefix: "/a/hosts".into(),
@@ -983,7 +997,10 @@ mod tests {
         ] {
             let mut r = registry();
             r.endpoints = vec![a.into(), b.into()];
-            assert!(r.check().unwrap_err().contains("listed twice"), "{a} {b}");
+            assert!(
+                r.check().unwrap_err().to_string().contains("listed twice"),
+                "{a} {b}"
+            );
         }
         let mut r = registry();
         r.endpoints = vec![
@@ -1048,7 +1065,7 @@ mod tests {
         }
         let mut r = registry();
         r.endpoints.push(r.endpoints[0].clone());
-        assert!(r.check().unwrap_err().contains("listed twice"));
+        assert!(r.check().unwrap_err().to_string().contains("listed twice"));
         let mut r = registry();
         r.fleet = "../x".into();
         assert!(Registry::from_bytes(&r.to_bytes()).is_err());

@@ -22,6 +22,7 @@ pub mod fleet;
 #[cfg(feature = "fuzz")]
 pub mod fuzz;
 pub mod grant;
+pub mod invalid;
 pub mod journal;
 pub mod limits;
 pub mod manifest;
@@ -34,6 +35,7 @@ pub mod types;
 pub mod wire;
 
 pub use cbor::{Canonical, DecodeError};
+pub use invalid::Invalid;
 pub use outcome::Outcome;
 pub use reason::Reason;
 pub use types::{Birth, DeploymentId, Fact, Hash, Identity, PublicKey};

@@ -6,12 +6,13 @@ use crate::limits::PATH_BYTES_MAX;
 /// Checks that a path is absolute, normalized text within bounds: no `.`/`..`/empty
 /// component, no trailing slash, no NUL. Symlink components are a property of the live
 /// file system and are checked where paths are opened.
-pub fn check_abs_path(p: &str) -> Result<(), String> {
+pub fn check_abs_path(p: &str) -> Result<(), crate::Invalid> {
     if p.len() > PATH_BYTES_MAX {
         return Err(format!(
             "path is {} bytes, over the bound of {PATH_BYTES_MAX}",
             p.len()
-        ));
+        )
+        .into());
     }
     if !p.starts_with('/') {
         return Err("path must be absolute".into());

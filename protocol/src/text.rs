@@ -38,13 +38,14 @@ pub fn blank_filler(c: char) -> bool {
 /// A name a person tells things apart by (a deployment's label): the text rule
 /// ([`check`]), no blank filler, and not blank (at least one character that is neither
 /// white space nor a filler).
-pub fn check_name(s: &str) -> Result<(), String> {
+pub fn check_name(s: &str) -> Result<(), crate::Invalid> {
     check(s)?;
     if let Some(c) = s.chars().find(|c| blank_filler(*c)) {
         return Err(format!(
             "contains the blank filler U+{:04X}, which shows as nothing: the name reads as another",
             u32::from(c)
-        ));
+        )
+        .into());
     }
     if s.chars().all(char::is_whitespace) {
         return Err("is blank: it names nothing a person can read".into());
@@ -72,13 +73,14 @@ pub fn escape(s: &str) -> Cow<'_, str> {
 }
 
 /// The rule as a check: the first forging character, named.
-pub fn check(s: &str) -> Result<(), String> {
+pub fn check(s: &str) -> Result<(), crate::Invalid> {
     match s.chars().find(|c| forges(*c)) {
         Some(c) => Err(format!(
             "contains the {} character U+{:04X}, which changes how the text reads",
             if c.is_control() { "control" } else { "format" },
             u32::from(c)
-        )),
+        )
+        .into()),
         None => Ok(()),
     }
 }
@@ -104,7 +106,7 @@ mod tests {
         assert!(check("café").is_ok());
         assert_eq!(
             check("a\u{1b}b").unwrap_err(),
-            "contains the control character U+001B, which changes how the text reads"
+            "contains the control character U+001B, which changes how the text reads".into()
         );
         assert!(check("\u{feff}").is_err());
     }

@@ -300,12 +300,13 @@ pub fn evidence_digest(facts: &[Fact]) -> Hash {
 
 pub use crate::path::check_abs_path;
 
-pub fn check_text(s: &str) -> Result<(), String> {
+pub fn check_text(s: &str) -> Result<(), crate::Invalid> {
     if s.len() > TEXT_BYTES_MAX {
         return Err(format!(
             "text is {} bytes, over the bound of {TEXT_BYTES_MAX}",
             s.len()
-        ));
+        )
+        .into());
     }
     if s.chars().any(char::is_control) {
         return Err("text contains control characters".into());

@@ -165,17 +165,44 @@ pub enum Error {
     Foreign(String),
 }
 
+/// Why an endpoint's answer is not the pinned fleet's (another cluster, a member list
+/// without a majority of the pinned members, no fleet record at its revision): the
+/// answering peer's fault, never this host's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NotPinned(pub String);
+
+impl From<String> for NotPinned {
+    fn from(s: String) -> NotPinned {
+        NotPinned(s)
+    }
+}
+
+/// Its text, as a message (`e.contains(..)`, `e == "…"` in a test).
+impl std::ops::Deref for NotPinned {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<&str> for NotPinned {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
 /// What makes an endpoint's answers the pinned fleet's ([`Client::pin`]); each method says
 /// why not.
 pub trait Vouch: Send {
     /// An endpoint's member list: its header, and the voting members it lists.
-    fn members(&self, header: &Header, voting: &[u64]) -> Result<(), String>;
+    fn members(&self, header: &Header, voting: &[u64]) -> Result<(), NotPinned>;
     /// The key whose value proves the fleet lives in the cluster that answers.
     fn record_key(&self) -> Vec<u8>;
     /// That key as the endpoint read it.
-    fn record(&self, entry: Option<&Entry>) -> Result<(), String>;
+    fn record(&self, entry: Option<&Entry>) -> Result<(), NotPinned>;
     /// The header of any answer.
-    fn header(&self, header: &Header) -> Result<(), String>;
+    fn header(&self, header: &Header) -> Result<(), NotPinned>;
     /// A key every request holds to, in the same transaction: it must exist, created and
     /// last modified at this revision, or the request applies nothing and the endpoint is
     /// passed over (the fleet record, which a cluster of the same template lacks).
@@ -427,7 +454,7 @@ impl Client {
         what: &str,
         resend: bool,
         mut call: F,
-        judge: impl Fn(&T) -> Result<(), String>,
+        judge: impl Fn(&T) -> Result<(), NotPinned>,
     ) -> Result<T, Error>
     where
         F: FnMut(KvClient<Channel>) -> Fut,
@@ -540,7 +567,7 @@ impl Client {
         what: &str,
         resend: bool,
         req: &TxnRequest,
-        judge: impl Fn(&TxnResponse) -> Result<(), String>,
+        judge: impl Fn(&TxnResponse) -> Result<(), NotPinned>,
     ) -> Result<TxnResponse, Error> {
         self.ask_judged(
             what,
@@ -600,7 +627,7 @@ impl Client {
         let pin = self.pin.as_ref().expect("pinned");
         pin.header(&header)
             .and_then(|()| pin.members(&header, &voting))
-            .map_err(Vouched::Foreign)?;
+            .map_err(|e| Vouched::Foreign(e.0))?;
         if self.recorded[i] {
             return Ok(());
         }
@@ -624,10 +651,11 @@ impl Client {
             }
         };
         let pin = self.pin.as_ref().expect("pinned");
-        pin.header(&r.header()).map_err(Vouched::Foreign)?;
+        pin.header(&r.header()).map_err(|e| Vouched::Foreign(e.0))?;
         let record = r.kvs.into_iter().next().map(entry).transpose();
         let record = record.map_err(|e| Vouched::Foreign(e.to_string()))?;
-        pin.record(record.as_ref()).map_err(Vouched::Foreign)?;
+        pin.record(record.as_ref())
+            .map_err(|e| Vouched::Foreign(e.0))?;
         self.recorded[i] = true;
         Ok(())
     }
@@ -1089,18 +1117,18 @@ fn ranges(
 /// Whether a guarded transaction's read of the guard key (its `at`-th range answer, read
 /// when the transaction did not succeed) shows the guard broken: the endpoint answers for
 /// a cluster without the fleet's record at its revision.
-fn broken(r: &TxnResponse, at: usize, key: &[u8], revision: i64) -> Result<(), String> {
+fn broken(r: &TxnResponse, at: usize, key: &[u8], revision: i64) -> Result<(), NotPinned> {
     if r.succeeded {
         return Ok(());
     }
     let kvs = ranges(r.responses.clone()).nth(at).unwrap_or_default();
     let name = String::from_utf8_lossy(key);
     match kvs.first() {
-        None => Err(format!("no fleet record at {name}")),
+        None => Err(format!("no fleet record at {name}").into()),
         Some(kv) if kv.create_revision != revision || kv.mod_revision != revision => Err(format!(
             "the fleet record at {name} created at revision {}, modified at {}, not the pinned {revision}",
             kv.create_revision, kv.mod_revision
-        )),
+        ).into()),
         Some(_) => Ok(()),
     }
 }

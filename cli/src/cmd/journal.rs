@@ -118,7 +118,8 @@ pub fn append(
             }),
         },
         JournalRecordArg::OpBegin { name } => {
-            repoch_protocol::types::check_text(&name).map_err(|e| Failure::Usage(e.into()))?;
+            repoch_protocol::types::check_text(&name)
+                .map_err(|e| Failure::Usage(String::from(e).into()))?;
             if name.len() > repoch_protocol::limits::OP_NAME_BYTES_MAX {
                 return Err(Failure::Usage(
                     format!(

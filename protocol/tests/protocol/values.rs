@@ -264,7 +264,8 @@ fn an_absolute_path_is_canonical_text_within_its_bound() {
         Err(format!(
             "path is {} bytes, over the bound of {PATH_BYTES_MAX}",
             PATH_BYTES_MAX + 1
-        ))
+        )
+        .into())
     );
     assert_eq!(check_abs_path("srv/x"), Err("path must be absolute".into()));
     assert_eq!(check_abs_path("/srv/\0"), Err("path contains NUL".into()));
@@ -288,7 +289,8 @@ fn a_text_is_within_its_bound_and_has_no_control_character() {
         Err(format!(
             "text is {} bytes, over the bound of {TEXT_BYTES_MAX}",
             TEXT_BYTES_MAX + 1
-        ))
+        )
+        .into())
     );
     for bad in ["a\nb", "\u{7f}", "tab\there"] {
         assert_eq!(
