@@ -37,7 +37,7 @@ mutants_scope_files() {
         consumer/src/{lib,verify,persist,keys}.rs ;;
     # fleet.rs's Client adapter (two calls into repoch-registry) is reached only with a
     # real etcd: tests-native/tests/tooled/fleet.rs judges it, not this scope.
-    issuance) printf '%s\n' issuer/src/issuance.rs issuer/src/fleet.rs ;;
+    issuance) printf '%s\n' issuer/src/issuance/{mod,before_intent,after_intent}.rs issuer/src/fleet.rs ;;
     # The subscription itself (the socket, its acknowledgement, its reads, the namespace
     # check) needs the kernel: tests-native's principals:: trials judge it, not this scope.
     events) printf '%s\n' sys/src/procevents.rs sys/src/ne.rs ;;
