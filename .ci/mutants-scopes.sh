@@ -34,6 +34,7 @@ mutants_scope_files() {
   case $1 in
     protocol)
       printf '%s\n' protocol/src/{epoch,journal,grant,manifest,sign,cbor,wire,types,checkpoint}.rs \
+        protocol/src/epoch/{verify,chain}.rs \
         consumer/src/{lib,verify,persist,keys}.rs ;;
     # fleet.rs's Client adapter (two calls into repoch-registry) is reached only with a
     # real etcd: tests-native/tests/tooled/fleet.rs judges it, not this scope.
