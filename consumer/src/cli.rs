@@ -3,6 +3,7 @@
 
 use std::os::fd::AsRawFd as _;
 use std::os::unix::process::CommandExt as _;
+use std::path::Path;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
@@ -240,63 +241,12 @@ pub fn run(args: Args) -> Outcome {
         return fail(json, &e);
     }
     match args.cmd {
-        Cmd::Keygen { keyfile } => match crate::keygen(&keyfile) {
-            Ok(k) => {
-                if json {
-                    say(&format!("{}", json!({"public_key": k.to_hex()})))
-                } else {
-                    say(&format!("{k}"))
-                }
-                Outcome::Success
-            }
-            Err(e) => fail(json, &e),
-        },
+        Cmd::Keygen { keyfile } => keygen(json, &keyfile),
         Cmd::Verify {
             issuer_key,
             log,
             grant,
-        } => {
-            let r = crate::read_public(&issuer_key).and_then(|k| {
-                // A grant travels in one frame: a larger file is no grant; a FIFO is
-                // refused, never waited on.
-                let bytes = crate::read_bounded(&grant, repoch_protocol::limits::FRAME_BYTES_MAX)
-                    .map_err(|e| Error::Usage(format!("{}: {e}", grant.display())))?;
-                let g = crate::verify(&bytes, &k, None)?;
-                let ext = match &log {
-                    Some(l) => Some(crate::verify_log_against(&g, &bytes, &grant, l, &k)?),
-                    None => None,
-                };
-                Ok((g, bytes, ext))
-            });
-            match r {
-                Ok((g, bytes, ext)) => {
-                    let mut s = summary(&g, &bytes);
-                    if let Some((_, x)) = &ext {
-                        s["checkpoint"] = json!({
-                            "size": x.old.0, "head": x.old.1.to_hex(),
-                            "log": {"size": x.current.0, "head": x.current.1.to_hex()},
-                        });
-                        if !json {
-                            say(&format!(
-                                "checkpoint: the log ({} records) extends the checkpoint kept with the grant ({} records, head {})",
-                                x.current.0, x.old.0, x.old.1
-                            ));
-                        }
-                    }
-                    if json {
-                        say(&format!("{}", json!({"outcome": "verified", "grant": s})))
-                    } else {
-                        say(&format!(
-                            "verified: grant for deployment {} (sha256 {})",
-                            g.deployment,
-                            s["sha256"].as_str().unwrap_or("")
-                        ))
-                    }
-                    Outcome::Success
-                }
-                Err(e) => fail(json, &e),
-            }
-        }
+        } => verify(json, &issuer_key, log.as_deref(), &grant),
         Cmd::Receive {
             deployment,
             key,
@@ -317,74 +267,148 @@ pub fn run(args: Args) -> Outcome {
                 o.wait = std::time::Duration::from_secs(wait);
                 Ok(o)
             });
-            let opts = match opts {
-                Ok(o) => o,
-                Err(e) => return fail(json, &e),
-            };
-            let mut challenged = false;
-            let r = crate::receive_with(&opts, &mut |step| {
-                challenged |= step == "challenge";
-                if !json {
-                    warn(&format!("repoch-consume: {step}"));
-                }
-            });
-            let got = match r {
-                Ok(g) => g,
-                Err(e) => return fail_with(json, &e, receive_outcome(&e, challenged)),
-            };
-            let s = summary(&got.grant, &got.bytes);
-            if json {
-                say(&format!(
-                    "{}",
-                    json!({"outcome": "granted", "grant_file": shown(&out), "grant": s})
-                ));
-            } else {
-                say(&format!(
-                    "granted: deployment {} (grant {}, sha256 {})",
-                    got.grant.deployment,
-                    out.display(),
-                    s["sha256"].as_str().unwrap_or("")
-                ));
+            match opts {
+                Ok(o) => receive(json, &o, &out, &cmd),
+                Err(e) => fail(json, &e),
             }
-            let Some((prog, rest)) = cmd.split_first() else {
-                return Outcome::Success;
-            };
-            // Hand the fences and the listeners to the new root (docs/PROTOCOL.md, "The
-            // new root's descriptors").
-            let env = match handoff_fds(got.fences, got.listeners, &got.grant.listeners) {
-                Ok(env) => env,
-                Err(e) => return fail(json, &Error::Io(e)),
-            };
-            let mut c = std::process::Command::new(prog);
-            c.args(rest).env("REPOCH_GRANT", &out);
-            for k in [
-                "LISTEN_FDS",
-                "LISTEN_FDNAMES",
-                "LISTEN_PID",
-                FENCING_TOKEN_ENV,
-                FENCING_CLUSTER_ENV,
-            ] {
-                c.env_remove(k);
-            }
-            // The fleet registry's fencing token, for the new root to hand to its storage
-            // (docs/OPERATOR.md, "Fencing tokens"); never one inherited from our caller.
-            if let Some(t) = got.grant.fencing {
-                c.env(FENCING_TOKEN_ENV, t.revision.to_string())
-                    .env(FENCING_CLUSTER_ENV, format!("{:016x}", t.cluster));
-            }
-            c.envs(env);
-            let err = c.exec();
-            // exec only returns on failure; the grant is persisted and the fences are held
-            // by no one once we exit: say so.
-            fail(
-                json,
-                &Error::Io(format!(
-                    "exec {prog}: {err} (the grant is persisted at {})",
-                    out.display()
-                )),
-            )
         }
     }
+}
+
+/// `keygen`: a new consumer key, its public half printed.
+fn keygen(json: bool, keyfile: &Path) -> Outcome {
+    match crate::keygen(keyfile) {
+        Ok(k) => {
+            if json {
+                say(&format!("{}", json!({"public_key": k.to_hex()})))
+            } else {
+                say(&format!("{k}"))
+            }
+            Outcome::Success
+        }
+        Err(e) => fail(json, &e),
+    }
+}
+
+/// `verify`: a grant against the issuer key, and with `--log` its kept checkpoint against
+/// the epoch log.
+fn verify(json: bool, issuer_key: &Path, log: Option<&Path>, grant: &Path) -> Outcome {
+    let r = crate::read_public(issuer_key).and_then(|k| {
+        // A grant travels in one frame: a larger file is no grant; a FIFO is refused,
+        // never waited on.
+        let bytes = crate::read_bounded(grant, repoch_protocol::limits::FRAME_BYTES_MAX)
+            .map_err(|e| Error::Usage(format!("{}: {e}", grant.display())))?;
+        let g = crate::verify(&bytes, &k, None)?;
+        let ext = match log {
+            Some(l) => Some(crate::verify_log_against(&g, &bytes, grant, l, &k)?),
+            None => None,
+        };
+        Ok((g, bytes, ext))
+    });
+    let (g, bytes, ext) = match r {
+        Ok(r) => r,
+        Err(e) => return fail(json, &e),
+    };
+    let mut s = summary(&g, &bytes);
+    if let Some((_, x)) = &ext {
+        s["checkpoint"] = json!({
+            "size": x.old.0, "head": x.old.1.to_hex(),
+            "log": {"size": x.current.0, "head": x.current.1.to_hex()},
+        });
+        if !json {
+            say(&format!(
+                "checkpoint: the log ({} records) extends the checkpoint kept with the grant ({} records, head {})",
+                x.current.0, x.old.0, x.old.1
+            ));
+        }
+    }
+    if json {
+        say(&format!("{}", json!({"outcome": "verified", "grant": s})))
+    } else {
+        say(&format!(
+            "verified: grant for deployment {} (sha256 {})",
+            g.deployment,
+            s["sha256"].as_str().unwrap_or("")
+        ))
+    }
+    Outcome::Success
+}
+
+/// `receive`: the grant received and persisted at `out`, then, with a command, the new
+/// root started in this process's place.
+fn receive(json: bool, opts: &Options, out: &Path, cmd: &[String]) -> Outcome {
+    let mut challenged = false;
+    let r = crate::receive_with(opts, &mut |step| {
+        challenged |= step == "challenge";
+        if !json {
+            warn(&format!("repoch-consume: {step}"));
+        }
+    });
+    let got = match r {
+        Ok(g) => g,
+        Err(e) => return fail_with(json, &e, receive_outcome(&e, challenged)),
+    };
+    let s = summary(&got.grant, &got.bytes);
+    if json {
+        say(&format!(
+            "{}",
+            json!({"outcome": "granted", "grant_file": shown(out), "grant": s})
+        ));
+    } else {
+        say(&format!(
+            "granted: deployment {} (grant {}, sha256 {})",
+            got.grant.deployment,
+            out.display(),
+            s["sha256"].as_str().unwrap_or("")
+        ));
+    }
+    match cmd.split_first() {
+        None => Outcome::Success,
+        Some((prog, rest)) => start_new_root(json, got, out, prog, rest),
+    }
+}
+
+/// Executes the new root in this process's place, its fences and listeners handed over
+/// (docs/PROTOCOL.md, "The new root's descriptors"). Returns only on failure.
+fn start_new_root(
+    json: bool,
+    got: crate::Received,
+    out: &Path,
+    prog: &str,
+    rest: &[String],
+) -> Outcome {
+    let env = match handoff_fds(got.fences, got.listeners, &got.grant.listeners) {
+        Ok(env) => env,
+        Err(e) => return fail(json, &Error::Io(e)),
+    };
+    let mut c = std::process::Command::new(prog);
+    c.args(rest).env("REPOCH_GRANT", out);
+    for k in [
+        "LISTEN_FDS",
+        "LISTEN_FDNAMES",
+        "LISTEN_PID",
+        FENCING_TOKEN_ENV,
+        FENCING_CLUSTER_ENV,
+    ] {
+        c.env_remove(k);
+    }
+    // The fleet registry's fencing token, for the new root to hand to its storage
+    // (docs/OPERATOR.md, "Fencing tokens"); never one inherited from our caller.
+    if let Some(t) = got.grant.fencing {
+        c.env(FENCING_TOKEN_ENV, t.revision.to_string())
+            .env(FENCING_CLUSTER_ENV, format!("{:016x}", t.cluster));
+    }
+    c.envs(env);
+    let err = c.exec();
+    // exec only returns on failure; the grant is persisted and the fences are held by no
+    // one once we exit: say so.
+    fail(
+        json,
+        &Error::Io(format!(
+            "exec {prog}: {err} (the grant is persisted at {})",
+            out.display()
+        )),
+    )
 }
 
 /// Descriptors for the new root in systemd's socket-activation convention: the listeners
