@@ -249,43 +249,72 @@ pub struct JournalPins<'a> {
     pub genesis: Option<Hash>,
 }
 
+fn refuse<T>(reason: Reason, offset: u64, detail: String) -> Result<T, LineageError> {
+    Err(LineageError {
+        reason,
+        offset,
+        detail,
+    })
+}
+
 /// Verifies a whole journal. Never panics, whatever the bytes.
 pub fn verify_journal(bytes: &[u8], pins: JournalPins<'_>) -> Result<Frontier, LineageError> {
-    let err = |reason, offset, detail: String| {
-        Err(LineageError {
-            reason,
-            offset,
-            detail,
-        })
-    };
     if bytes.len() > JOURNAL_BYTES_MAX {
-        return err(
+        return refuse(
             Reason::LineageMutated,
             0,
             format!("journal is {} bytes, over {JOURNAL_BYTES_MAX}", bytes.len()),
         );
     }
     if bytes.is_empty() {
-        return err(
+        return refuse(
             Reason::LineageTorn,
             0,
             "journal is empty: no genesis".into(),
         );
     }
-    let mut prev: Option<Hash> = None;
-    let mut genesis = Hash::ZERO;
-    let mut seq = 0u64;
-    let mut open: BTreeMap<u64, String> = BTreeMap::new();
-    let mut unknown: Vec<UnknownOp> = Vec::new();
-    let mut next_op = 0u64;
+    let mut walk = Walk::new(pins);
     for (at, frame) in crate::epoch::frames(bytes, JOURNAL_RECORD_BYTES_MAX) {
         let payload = match frame {
             Ok(p) => p,
-            Err((true, why)) => return err(Reason::LineageTorn, at, why),
-            Err((false, why)) => return err(Reason::LineageMutated, at, why),
+            Err((true, why)) => return refuse(Reason::LineageTorn, at, why),
+            Err((false, why)) => return refuse(Reason::LineageMutated, at, why),
         };
+        walk.record(at, payload)?;
+    }
+    walk.frontier(bytes.len() as u64)
+}
+
+/// A journal read record by record: where its chain is, and its operations' state.
+struct Walk<'a> {
+    pins: JournalPins<'a>,
+    prev: Option<Hash>,
+    genesis: Hash,
+    seq: u64,
+    open: BTreeMap<u64, String>,
+    unknown: Vec<UnknownOp>,
+    next_op: u64,
+}
+
+impl<'a> Walk<'a> {
+    fn new(pins: JournalPins<'a>) -> Walk<'a> {
+        Walk {
+            pins,
+            prev: None,
+            genesis: Hash::ZERO,
+            seq: 0,
+            open: BTreeMap::new(),
+            unknown: Vec::new(),
+            next_op: 0,
+        }
+    }
+
+    /// The record at `at`: its deployment, signer, signature and place in the chain, then
+    /// what its body does.
+    fn record(&mut self, at: u64, payload: &[u8]) -> Result<(), LineageError> {
+        let seq = self.seq;
         if seq as usize >= JOURNAL_RECORDS_MAX {
-            return err(
+            return refuse(
                 Reason::LineageMutated,
                 at,
                 format!("more than {JOURNAL_RECORDS_MAX} records"),
@@ -293,25 +322,29 @@ pub fn verify_journal(bytes: &[u8], pins: JournalPins<'_>) -> Result<Frontier, L
         }
         let rec = match SignedJournalRecord::from_bytes(payload) {
             Ok(r) => r,
-            Err(e) => return err(Reason::LineageMutated, at, format!("record {seq}: {e}")),
+            Err(e) => return refuse(Reason::LineageMutated, at, format!("record {seq}: {e}")),
         };
         let r = &rec.record;
         let is_genesis = matches!(r.body, JournalBody::Genesis { .. });
-        if r.deployment != pins.deployment {
+        if r.deployment != self.pins.deployment {
             let reason = if seq == 0 {
                 Reason::LineageForeign
             } else {
                 Reason::LineageMutated
             };
-            return err(
+            return refuse(
                 reason,
                 at,
                 format!("record {seq} belongs to deployment {}", r.deployment),
             );
         }
-        let want_signer = if seq == 0 { pins.issuer } else { pins.producer };
+        let want_signer = if seq == 0 {
+            self.pins.issuer
+        } else {
+            self.pins.producer
+        };
         if &rec.signer != want_signer {
-            return err(
+            return refuse(
                 Reason::LineageForged,
                 at,
                 format!(
@@ -321,105 +354,125 @@ pub fn verify_journal(bytes: &[u8], pins: JournalPins<'_>) -> Result<Frontier, L
             );
         }
         if !rec.verify() {
-            return err(
+            return refuse(
                 Reason::LineageMutated,
                 at,
                 format!("record {seq}: signature does not verify"),
             );
         }
-        if r.seq != seq || r.prev != prev.unwrap_or(Hash::ZERO) || is_genesis != (seq == 0) {
-            return err(
+        if r.seq != seq || r.prev != self.prev.unwrap_or(Hash::ZERO) || is_genesis != (seq == 0) {
+            return refuse(
                 Reason::LineageMutated,
                 at,
                 format!("record {seq}: broken sequence or hash chain"),
             );
         }
         let hash = Hash::of(payload);
-        match &r.body {
+        self.body(at, &r.body, hash)?;
+        self.prev = Some(hash);
+        // Bounded by JOURNAL_RECORDS_MAX above.
+        self.seq = seq.saturating_add(1);
+        Ok(())
+    }
+
+    /// What a record's body does: the genesis pinned, an operation opened or ended.
+    fn body(&mut self, at: u64, body: &JournalBody, hash: Hash) -> Result<(), LineageError> {
+        match body {
             JournalBody::Genesis { producer_key } => {
-                if producer_key != pins.producer {
-                    return err(
+                if producer_key != self.pins.producer {
+                    return refuse(
                         Reason::LineageForeign,
                         at,
                         "genesis names another producer key".into(),
                     );
                 }
-                if pins.genesis.is_some_and(|g| g != hash) {
-                    return err(
+                if self.pins.genesis.is_some_and(|g| g != hash) {
+                    return refuse(
                         Reason::LineageForeign,
                         at,
                         "genesis is not the enrolled one".into(),
                     );
                 }
-                genesis = hash;
+                self.genesis = hash;
             }
-            JournalBody::OpBegin { op, name } => {
-                // Carried into the grant and printed: the one text rule holds for it.
-                if let Err(why) = crate::text::check(name) {
-                    return err(
-                        Reason::LineageMutated,
-                        at,
-                        format!("op-begin {op}'s name {why}"),
-                    );
-                }
-                if *op < next_op || open.len() >= OPEN_OPS_MAX {
-                    return err(
-                        Reason::LineageMutated,
-                        at,
-                        format!("op-begin {op} reuses an id or exceeds {OPEN_OPS_MAX} open"),
-                    );
-                }
-                // The largest op id leaves no next one: a writer could never continue.
-                let Some(next) = op.checked_add(1) else {
-                    return err(
-                        Reason::LineageMutated,
-                        at,
-                        format!(
-                            "op-begin {op} leaves no next op id (the largest is {})",
-                            u64::MAX - 1
-                        ),
-                    );
-                };
-                next_op = next;
-                open.insert(*op, name.clone());
-            }
+            JournalBody::OpBegin { op, name } => self.begin(at, *op, name)?,
             JournalBody::OpEnd { op, outcome } => {
-                let Some(name) = open.remove(op) else {
-                    return err(
+                let Some(name) = self.open.remove(op) else {
+                    return refuse(
                         Reason::LineageMutated,
                         at,
                         format!("op-end {op} without an open op-begin"),
                     );
                 };
                 if *outcome == OpOutcome::Unknown {
-                    unknown.push(UnknownOp { op: *op, name });
+                    self.unknown.push(UnknownOp { op: *op, name });
                 }
             }
             JournalBody::RootStart { .. } | JournalBody::RootStop => {}
         }
-        prev = Some(hash);
-        // Bounded by JOURNAL_RECORDS_MAX above.
-        seq = seq.saturating_add(1);
+        Ok(())
     }
-    // Operations never ended are unknown too: recovery never decides them.
-    unknown.extend(open.into_iter().map(|(op, name)| UnknownOp { op, name }));
-    unknown.sort_by_key(|u| u.op);
-    if unknown.len() > UNKNOWN_OPS_MAX {
-        return err(
-            Reason::LineageUnknownOverflow,
-            bytes.len() as u64,
-            format!("{} unknown operations > {UNKNOWN_OPS_MAX}", unknown.len()),
-        );
+
+    /// An operation opened: a printable name, a new id, within the bound of open ones.
+    fn begin(&mut self, at: u64, op: u64, name: &str) -> Result<(), LineageError> {
+        // Carried into the grant and printed: the one text rule holds for it.
+        if let Err(why) = crate::text::check(name) {
+            return refuse(
+                Reason::LineageMutated,
+                at,
+                format!("op-begin {op}'s name {why}"),
+            );
+        }
+        if op < self.next_op || self.open.len() >= OPEN_OPS_MAX {
+            return refuse(
+                Reason::LineageMutated,
+                at,
+                format!("op-begin {op} reuses an id or exceeds {OPEN_OPS_MAX} open"),
+            );
+        }
+        // The largest op id leaves no next one: a writer could never continue.
+        let Some(next) = op.checked_add(1) else {
+            return refuse(
+                Reason::LineageMutated,
+                at,
+                format!(
+                    "op-begin {op} leaves no next op id (the largest is {})",
+                    u64::MAX - 1
+                ),
+            );
+        };
+        self.next_op = next;
+        self.open.insert(op, name.to_owned());
+        Ok(())
     }
-    Ok(Frontier {
-        records: seq,
-        // The journal is not empty and its first frame verified, so `seq >= 1`; checked.
-        last_seq: seq.saturating_sub(1),
-        last_hash: prev.unwrap_or(Hash::ZERO),
-        genesis,
-        unknown_ops: unknown,
-        next_op,
-    })
+
+    /// The journal read whole (`len` bytes): its frontier, operations never ended counted
+    /// as unknown too (recovery never decides them).
+    fn frontier(mut self, len: u64) -> Result<Frontier, LineageError> {
+        let open = std::mem::take(&mut self.open);
+        self.unknown
+            .extend(open.into_iter().map(|(op, name)| UnknownOp { op, name }));
+        self.unknown.sort_by_key(|u| u.op);
+        if self.unknown.len() > UNKNOWN_OPS_MAX {
+            return refuse(
+                Reason::LineageUnknownOverflow,
+                len,
+                format!(
+                    "{} unknown operations > {UNKNOWN_OPS_MAX}",
+                    self.unknown.len()
+                ),
+            );
+        }
+        Ok(Frontier {
+            records: self.seq,
+            // The journal is not empty and its first frame verified, so `seq >= 1`; checked.
+            last_seq: self.seq.saturating_sub(1),
+            last_hash: self.prev.unwrap_or(Hash::ZERO),
+            genesis: self.genesis,
+            unknown_ops: self.unknown,
+            next_op: self.next_op,
+        })
+    }
 }
 
 /// Builds the next record's frame for a journal whose verified frontier is known.
