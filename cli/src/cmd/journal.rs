@@ -61,6 +61,53 @@ pub fn append(
     let id = store::resolve(&ctx.layout, deployment)?;
     let issuer = store::issuer_public(&ctx.layout)?;
     let producer = repoch_protocol::PublicKey::from(&key.verifying_key());
+    let (fd, bytes) = open_locked(journal)?;
+    // What the journal must be, before and after the record: one set of pins for both.
+    let pins = JournalPins {
+        deployment: id,
+        issuer: &issuer,
+        producer: &producer,
+        genesis: None,
+    };
+    let f = verify_journal(&bytes, pins).map_err(|e| {
+        Failure::refused(Refusal::new(
+            e.reason,
+            journal.display().to_string(),
+            "a valid journal",
+            format!("offset {}: {}", e.offset, e.detail),
+        ))
+    })?;
+    let body = body_of(rec, f.next_op)?;
+    let op = if let JournalBody::OpBegin { op, .. } = &body {
+        Some(*op)
+    } else {
+        None
+    };
+    let kind = body.kind();
+    let (frame, hash) = next_frame(id, Some((f.last_seq, f.last_hash)), body, &key);
+    // Validate the result before writing: the new journal must verify.
+    let mut after = bytes.clone();
+    after.extend_from_slice(&frame);
+    verify_journal(&after, pins).map_err(|e| {
+        Failure::Usage(format!("this record would break the journal: {}", e.detail).into())
+    })?;
+    repoch_issuer::barrier::reach("journal-before-write");
+    write_durably(&fd, &frame)?;
+    // A verified journal has at most JOURNAL_RECORDS_MAX records: never u64::MAX.
+    let seq = f.last_seq.saturating_add(1);
+    ctx.out(
+        json!({"seq": seq, "kind": kind, "hash": hash.to_hex(), "op": op}),
+        || match op {
+            Some(op) => op.to_string(),
+            None => format!("appended {kind} as record {seq}"),
+        },
+    );
+    Ok(Outcome::Success)
+}
+
+/// The journal opened for appending (no symlink; a regular file), locked for this one
+/// writer (an exclusive `flock`), and read whole within its bound.
+fn open_locked(journal: &Path) -> Result<(std::os::fd::OwnedFd, Vec<u8>), Failure> {
     let fd =
         repoch_sys::fs::open_path(journal, OFlags::RDWR | OFlags::APPEND | OFlags::NONBLOCK, 0)
             .map_err(|e| {
@@ -96,22 +143,12 @@ pub fn append(
             )),
             _ => Failure::Internal(Why::error(e)),
         })?;
-    // What the journal must be, before and after the record: one set of pins for both.
-    let pins = JournalPins {
-        deployment: id,
-        issuer: &issuer,
-        producer: &producer,
-        genesis: None,
-    };
-    let f = verify_journal(&bytes, pins).map_err(|e| {
-        Failure::refused(Refusal::new(
-            e.reason,
-            journal.display().to_string(),
-            "a valid journal",
-            format!("offset {}: {}", e.offset, e.detail),
-        ))
-    })?;
-    let body = match rec {
+    Ok((fd, bytes))
+}
+
+/// The record asked for on the command line; an op-begin takes the journal's next op id.
+fn body_of(rec: JournalRecordArg, next_op: u64) -> Result<JournalBody, Failure> {
+    Ok(match rec {
         JournalRecordArg::RootStart { pid } => JournalBody::RootStart {
             pid: pid.unwrap_or_else(|| {
                 rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get() as u32)
@@ -129,10 +166,7 @@ pub fn append(
                     .into(),
                 ));
             }
-            JournalBody::OpBegin {
-                op: f.next_op,
-                name,
-            }
+            JournalBody::OpBegin { op: next_op, name }
         }
         JournalRecordArg::OpEnd { op, outcome } => JournalBody::OpEnd {
             op,
@@ -143,23 +177,13 @@ pub fn append(
             })?,
         },
         JournalRecordArg::RootStop => JournalBody::RootStop,
-    };
-    let op = if let JournalBody::OpBegin { op, .. } = &body {
-        Some(*op)
-    } else {
-        None
-    };
-    let kind = body.kind();
-    let (frame, hash) = next_frame(id, Some((f.last_seq, f.last_hash)), body, &key);
-    // Validate the result before writing: the new journal must verify.
-    let mut after = bytes.clone();
-    after.extend_from_slice(&frame);
-    verify_journal(&after, pins).map_err(|e| {
-        Failure::Usage(format!("this record would break the journal: {}", e.detail).into())
-    })?;
-    repoch_issuer::barrier::reach("journal-before-write");
-    // A failed write may have reached the disk in part: as uncertain as a failed fdatasync.
-    let n = rustix::io::write(&fd, &frame)
+    })
+}
+
+/// One frame written and made durable; a failure is uncertain (never retried): a failed
+/// write may have reached the disk in part, as a failed fdatasync may have.
+fn write_durably(fd: &std::os::fd::OwnedFd, frame: &[u8]) -> Result<(), Failure> {
+    let n = rustix::io::write(fd, frame)
         .map_err(|e| Failure::Uncertain(Why::of("write failed (not retried)", e)))?;
     if n != frame.len() {
         return Err(Failure::Uncertain(
@@ -170,16 +194,6 @@ pub fn append(
             .into(),
         ));
     }
-    rustix::fs::fdatasync(&fd)
-        .map_err(|e| Failure::Uncertain(Why::of("fdatasync failed (not retried)", e)))?;
-    // A verified journal has at most JOURNAL_RECORDS_MAX records: never u64::MAX.
-    let seq = f.last_seq.saturating_add(1);
-    ctx.out(
-        json!({"seq": seq, "kind": kind, "hash": hash.to_hex(), "op": op}),
-        || match op {
-            Some(op) => op.to_string(),
-            None => format!("appended {kind} as record {seq}"),
-        },
-    );
-    Ok(Outcome::Success)
+    rustix::fs::fdatasync(fd)
+        .map_err(|e| Failure::Uncertain(Why::of("fdatasync failed (not retried)", e)))
 }
