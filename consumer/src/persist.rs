@@ -115,6 +115,37 @@ fn check_ancestors(dir: &OwnedFd, me: u32) -> Result<(), String> {
     Err(format!("more than {ANCESTORS_MAX} ancestors"))
 }
 
+/// `--out`'s directory, opened with no symbolic or magic link in its path (readers after
+/// the grant take this path, and a link's owner could point it elsewhere once the grant
+/// landed; the ancestors checked after are then the path's), owned by this user and
+/// writable by no one else: anyone else who can write it could plant the grant's or its
+/// checkpoint's name between this check and the persist, and the epoch would end
+/// uncertain with no grant file (docs/OPERATOR.md, "Recovering (once)").
+fn open_directory(out: &Path) -> Result<OwnedFd, String> {
+    let dir = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let linked = |e: &std::io::Error| {
+        e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
+            || std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink())
+    };
+    let fd = repoch_sys::fs::open_path(dir, ANCESTOR_FLAGS, 0).map_err(|e| match linked(&e) {
+        true => "its path goes through a symbolic link: give its directory's real path (readers of the path after the grant would follow the link)".to_owned(),
+        false => format!("its directory: {e}"),
+    })?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| format!("its directory: {e}"))?;
+    let me = rustix::process::geteuid().as_raw();
+    if st.st_uid != me || st.st_mode & 0o022 != 0 {
+        return Err(format!(
+            "its directory is owned by uid {} with mode {:o}; it must be owned by this user (uid {me}) and writable by no one else",
+            st.st_uid,
+            st.st_mode & 0o7777
+        ));
+    }
+    Ok(fd)
+}
+
 impl Out {
     /// Checks `--out` before anything can be used: its directory opens, its name is a plain
     /// file name short enough for the temporary name, and nothing exists there (a usage
@@ -157,37 +188,8 @@ impl Out {
                 NAME_BYTES_MAX - overhead
             )));
         }
-        let dir = out
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        // No symbolic link anywhere in the path as given (a magic link of /proc neither):
-        // readers after the grant take this path, and a link's owner could point it
-        // elsewhere once the grant landed; the ancestors checked below are then the path's.
-        let linked = |e: &std::io::Error| {
-            e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
-                || std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink())
-        };
-        let dir = repoch_sys::fs::open_path(dir, ANCESTOR_FLAGS, 0).map_err(
-            |e| match linked(&e) {
-                true => usage(
-                    "its path goes through a symbolic link: give its directory's real path (readers of the path after the grant would follow the link)".into(),
-                ),
-                false => usage(format!("its directory: {e}")),
-            },
-        )?;
-        // Only this user may write the directory: anyone else who can could plant the
-        // grant's or its checkpoint's name between this check and the persist, and the
-        // epoch would end uncertain with no grant file (docs/OPERATOR.md, "Recovering (once)").
-        let st = rustix::fs::fstat(&dir).map_err(|e| usage(format!("its directory: {e}")))?;
+        let dir = open_directory(out).map_err(usage)?;
         let me = rustix::process::geteuid().as_raw();
-        if st.st_uid != me || st.st_mode & 0o022 != 0 {
-            return Err(usage(format!(
-                "its directory is owned by uid {} with mode {:o}; it must be owned by this user (uid {me}) and writable by no one else",
-                st.st_uid,
-                st.st_mode & 0o7777
-            )));
-        }
         check_ancestors(&dir, me).map_err(usage)?;
         for n in [name.clone(), checkpoint_name(&name)] {
             match rustix::fs::statat(&dir, &n, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
