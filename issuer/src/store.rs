@@ -98,6 +98,46 @@ pub struct Opened {
     pub read_only: bool,
 }
 
+/// The signed manifest in a deployment's state directory `dir`: opened without blocking (a
+/// FIFO in its place), read within its bound, signed by the host issuer key and naming
+/// deployment `id`. Its descriptor, its bytes and the manifest.
+fn read_manifest(
+    dir: &OwnedFd,
+    issuer: &PublicKey,
+    id: DeploymentId,
+) -> Result<(OwnedFd, Vec<u8>, Manifest), Refusal> {
+    // O_NONBLOCK: a FIFO put in its place must not block the open.
+    let mf = open_at(dir, MANIFEST_FILE, OFlags::RDONLY | OFlags::NONBLOCK, 0)
+        .map_err(|e| open_failed(MANIFEST_FILE, e))?;
+    let bytes = read_bounded(&mf, MANIFEST_BYTES_MAX).map_err(|e| open_failed(MANIFEST_FILE, e))?;
+    let signed = SignedManifest::from_bytes(&bytes).map_err(|e| {
+        Refusal::new(
+            Reason::ManifestForged,
+            MANIFEST_FILE,
+            "a canonical signed manifest",
+            e.to_string(),
+        )
+    })?;
+    if !signed.verify(issuer) {
+        return Err(Refusal::new(
+            Reason::ManifestForged,
+            MANIFEST_FILE,
+            "signed by the host issuer key",
+            "another signature",
+        ));
+    }
+    let manifest = signed.manifest;
+    if manifest.deployment != id {
+        return Err(Refusal::new(
+            Reason::StateReplaced,
+            MANIFEST_FILE,
+            format!("deployment {id}"),
+            format!("deployment {}", manifest.deployment),
+        ));
+    }
+    Ok((mf, bytes, manifest))
+}
+
 impl Deployment {
     /// Opens deployment `id`: every object through the state directory's fd without
     /// following symlinks, each identity checked against the signed manifest, the log
@@ -129,36 +169,7 @@ impl Deployment {
                 _ => open_failed(&subject, e),
             },
         )?;
-        // O_NONBLOCK: a FIFO put in its place must not block the open.
-        let mf = open_at(&dir, MANIFEST_FILE, OFlags::RDONLY | OFlags::NONBLOCK, 0)
-            .map_err(|e| open_failed(MANIFEST_FILE, e))?;
-        let bytes =
-            read_bounded(&mf, MANIFEST_BYTES_MAX).map_err(|e| open_failed(MANIFEST_FILE, e))?;
-        let signed = SignedManifest::from_bytes(&bytes).map_err(|e| {
-            Refusal::new(
-                Reason::ManifestForged,
-                MANIFEST_FILE,
-                "a canonical signed manifest",
-                e.to_string(),
-            )
-        })?;
-        if !signed.verify(issuer) {
-            return Err(Refusal::new(
-                Reason::ManifestForged,
-                MANIFEST_FILE,
-                "signed by the host issuer key",
-                "another signature",
-            ));
-        }
-        let manifest = signed.manifest;
-        if manifest.deployment != id {
-            return Err(Refusal::new(
-                Reason::StateReplaced,
-                MANIFEST_FILE,
-                format!("deployment {id}"),
-                format!("deployment {}", manifest.deployment),
-            ));
-        }
+        let (mf, bytes, manifest) = read_manifest(&dir, issuer, id)?;
         let enrolled = |role: Role| {
             manifest.entry(role).map(|e| e.identity).ok_or_else(|| {
                 Refusal::new(
