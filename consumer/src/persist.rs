@@ -115,6 +115,24 @@ fn check_ancestors(dir: &OwnedFd, me: u32) -> Result<(), String> {
     Err(format!("more than {ANCESTORS_MAX} ancestors"))
 }
 
+/// Neither the grant's name nor its checkpoint's exists in `dir`: the grant and its
+/// checkpoint are never written over a file.
+fn nothing_at(dir: &OwnedFd, name: &std::ffi::OsStr) -> Result<(), String> {
+    for n in [name.to_owned(), checkpoint_name(name)] {
+        match rustix::fs::statat(dir, &n, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(_) => {
+                return Err(format!(
+                    "{} exists; the grant and its checkpoint are never written over a file",
+                    n.to_string_lossy()
+                ))
+            }
+            Err(rustix::io::Errno::NOENT) => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok(())
+}
+
 /// `--out`'s directory, opened with no symbolic or magic link in its path (readers after
 /// the grant take this path, and a link's owner could point it elsewhere once the grant
 /// landed; the ancestors checked after are then the path's), owned by this user and
@@ -191,18 +209,7 @@ impl Out {
         let dir = open_directory(out).map_err(usage)?;
         let me = rustix::process::geteuid().as_raw();
         check_ancestors(&dir, me).map_err(usage)?;
-        for n in [name.clone(), checkpoint_name(&name)] {
-            match rustix::fs::statat(&dir, &n, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
-                Ok(_) => {
-                    return Err(usage(format!(
-                        "{} exists; the grant and its checkpoint are never written over a file",
-                        n.to_string_lossy()
-                    )))
-                }
-                Err(rustix::io::Errno::NOENT) => {}
-                Err(e) => return Err(usage(e.to_string())),
-            }
-        }
+        nothing_at(&dir, &name).map_err(usage)?;
         let mut o = Out {
             dir,
             name,

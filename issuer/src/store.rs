@@ -98,6 +98,18 @@ pub struct Opened {
     pub read_only: bool,
 }
 
+/// The epoch log in a deployment's state directory `dir`, opened for appending, or for
+/// reading alone on a read-only file system (then `true`).
+fn open_log(dir: &OwnedFd) -> Result<(OwnedFd, bool), Refusal> {
+    match open_at(dir, LOG_FILE, OFlags::RDWR | OFlags::APPEND, 0) {
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::ROFS.raw_os_error()) => Ok((
+            open_at(dir, LOG_FILE, OFlags::RDONLY, 0).map_err(|e| open_failed(LOG_FILE, e))?,
+            true,
+        )),
+        r => Ok((r.map_err(|e| open_failed(LOG_FILE, e))?, false)),
+    }
+}
+
 /// The signed manifest in a deployment's state directory `dir`: opened without blocking (a
 /// FIFO in its place), read within its bound, signed by the host issuer key and naming
 /// deployment `id`. Its descriptor, its bytes and the manifest.
@@ -194,13 +206,7 @@ impl Deployment {
         // A read-only file system (a forensic copy, a disk remounted read-only after errors)
         // still reads: `status` and `observe` change nothing. Issuance is refused at the
         // issuer lock (`state-read-only`), before anything is observed or written.
-        let (log_fd, read_only) = match open_at(&dir, LOG_FILE, OFlags::RDWR | OFlags::APPEND, 0) {
-            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::ROFS.raw_os_error()) => (
-                open_at(&dir, LOG_FILE, OFlags::RDONLY, 0).map_err(|e| open_failed(LOG_FILE, e))?,
-                true,
-            ),
-            r => (r.map_err(|e| open_failed(LOG_FILE, e))?, false),
-        };
+        let (log_fd, read_only) = open_log(&dir)?;
         check_state_identity(
             LOG_FILE,
             &enrolled(Role::EpochLog)?,
