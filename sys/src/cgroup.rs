@@ -63,6 +63,37 @@ fn read_ids(p: &Path) -> Result<Vec<u32>, Error> {
         .collect()
 }
 
+/// One cgroup's `populated` flag (`cgroup.events`) and its processes (`cgroup.procs`; none
+/// listed in a threaded cgroup, whose processes are accounted at the threaded domain
+/// above it, its `cgroup.procs` unreadable). An unknown value is an error.
+fn populated_and_procs(dir: &Path) -> Result<(bool, Vec<u32>), Error> {
+    let events = read_small(&dir.join("cgroup.events"), PROC_FILE_BYTES_MAX)
+        .context(format_args!("{}/cgroup.events", dir.display()))?;
+    let populated = match events.lines().find_map(|l| l.strip_prefix("populated ")) {
+        Some("0") => false,
+        Some("1") => true,
+        other => {
+            return Err(Error::Found(format!(
+                "{}/cgroup.events: unknown populated value {other:?}",
+                dir.display()
+            )))
+        }
+    };
+    let kind = read_small(&dir.join("cgroup.type"), 64)
+        .context(format_args!("{}/cgroup.type", dir.display()))?;
+    let procs = match kind.trim() {
+        "threaded" => Vec::new(),
+        "domain" | "domain threaded" | "domain invalid" => read_ids(&dir.join("cgroup.procs"))?,
+        other => {
+            return Err(Error::Found(format!(
+                "{}/cgroup.type: unknown type {other:?}",
+                dir.display()
+            )))
+        }
+    };
+    Ok((populated, procs))
+}
+
 /// Examines `rel` (a path like `/system.slice/x.service`) and every descendant: any
 /// `populated 1` in `cgroup.events`, any pid in `cgroup.procs`, any tid in `cgroup.threads`.
 /// A leader that exited while its threads live shows as no procs but threads: still found.
@@ -93,32 +124,7 @@ pub fn occupancy(root: &Path, rel: &str) -> Result<Occupancy, Error> {
             .strip_prefix(root)
             .map(|p| format!("/{}", p.display()))
             .unwrap_or_default();
-        let events = read_small(&dir.join("cgroup.events"), PROC_FILE_BYTES_MAX)
-            .context(format_args!("{}/cgroup.events", dir.display()))?;
-        let populated = match events.lines().find_map(|l| l.strip_prefix("populated ")) {
-            Some("0") => false,
-            Some("1") => true,
-            other => {
-                return Err(Error::Found(format!(
-                    "{}/cgroup.events: unknown populated value {other:?}",
-                    dir.display()
-                )))
-            }
-        };
-        // A threaded cgroup has no readable cgroup.procs (EOPNOTSUPP): its processes are
-        // accounted at the threaded domain above it; its threads are in cgroup.threads.
-        let kind = read_small(&dir.join("cgroup.type"), 64)
-            .context(format_args!("{}/cgroup.type", dir.display()))?;
-        let procs = match kind.trim() {
-            "threaded" => Vec::new(),
-            "domain" | "domain threaded" | "domain invalid" => read_ids(&dir.join("cgroup.procs"))?,
-            other => {
-                return Err(Error::Found(format!(
-                    "{}/cgroup.type: unknown type {other:?}",
-                    dir.display()
-                )))
-            }
-        };
+        let (populated, procs) = populated_and_procs(&dir)?;
         // cgroup.threads is unreadable (EOPNOTSUPP) in a domain-invalid cgroup: unknown is
         // never fine, so that is an error too.
         let threads = read_ids(&dir.join("cgroup.threads"))?;
