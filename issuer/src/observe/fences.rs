@@ -237,6 +237,20 @@ fn acquire(path: &str, enrolled: &Identity) -> Result<HeldFence, Fact> {
         }
         Err(e) => return Err(failed(path, &e.to_string(), Reason::ObserveFailed)),
     }
+    ofd_read_lock(path, &fd)?;
+    let h = HeldFence {
+        path: path.to_owned(),
+        enrolled: *enrolled,
+        identity: id,
+        lock_dev,
+        fd,
+    };
+    check_held(&h)?;
+    Ok(h)
+}
+
+/// No record lock of another on the fence, then our own OFD read lock on the whole file.
+fn ofd_read_lock(path: &str, fd: &OwnedFd) -> Result<(), Fact> {
     // Every other advisory lock kind: a POSIX record lock (fcntl, lockf, SQLite) or an OFD
     // lock of another is fence-busy; then our own OFD read lock on the whole file, on the
     // same open file as the flock (both travel with it to the new root), keeps every
@@ -244,16 +258,16 @@ fn acquire(path: &str, enrolled: &Identity) -> Result<HeldFence, Fact> {
     // (a write lock needs write access, and a read-only mount must not break observation).
     // Anyone who could take a read lock beside it can open the fence: a principal
     // (`fence_protection`), and check_held then finds that lock.
-    busy_record_lock(path, &fd)?;
+    busy_record_lock(path, fd)?;
     // nix, not rustix's fcntl_lock: that one takes a POSIX lock (owned by this process,
     // dropped when any of its descriptors of the file closes), not an OFD lock.
     match nix::fcntl::fcntl(
-        &fd,
+        fd,
         nix::fcntl::FcntlArg::F_OFD_SETLK(&whole_file(nix::libc::F_RDLCK)),
     ) {
         Ok(_) => {}
         Err(e) if e == nix::errno::Errno::EAGAIN || e == nix::errno::Errno::EACCES => {
-            busy_record_lock(path, &fd)?;
+            busy_record_lock(path, fd)?;
             return Err(failed(
                 path,
                 "a record lock appeared while the fence was being locked",
@@ -268,15 +282,7 @@ fn acquire(path: &str, enrolled: &Identity) -> Result<HeldFence, Fact> {
             ))
         }
     }
-    let h = HeldFence {
-        path: path.to_owned(),
-        enrolled: *enrolled,
-        identity: id,
-        lock_dev,
-        fd,
-    };
-    check_held(&h)?;
-    Ok(h)
+    Ok(())
 }
 
 /// A record lock of type `l_type` (`F_RDLCK`, `F_WRLCK`) on the whole file, as OFD locks
