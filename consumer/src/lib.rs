@@ -583,6 +583,35 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs root"]
+    fn an_out_below_a_directory_bound_onto_its_own_child_is_walked_to_the_root() {
+        // `..` of a bind mount's root is the directory above its mount point, which is
+        // here the bound directory itself, in the mount below: the same inode, read as
+        // `/` (whose `..` is itself), ended the walk, and the owner of a directory above
+        // (uid 65534 here) could rename the path away after the grant. Found by attacking
+        // the release binaries: the path then led to a planted file.
+        assert!(rustix::process::geteuid().is_root(), "needs root");
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().to_owned();
+        let refused = in_own_mount_namespace(move || {
+            let theirs = path.join("theirs");
+            let a = theirs.join("a");
+            std::fs::create_dir_all(a.join("b")).unwrap();
+            let nobody = Some(rustix::fs::Uid::from_raw(65534));
+            rustix::fs::chown(&theirs, nobody, None).unwrap();
+            let none = nix::mount::MsFlags::MS_BIND;
+            nix::mount::mount(Some(&a), &a.join("b"), None::<&str>, none, None::<&str>).unwrap();
+            let r = Out::prepare(&a.join("b").join("grant.cbor")).map(drop);
+            let _ = nix::mount::umount(&a.join("b"));
+            r
+        });
+        match refused {
+            Err(Error::Usage(m)) => assert!(m.contains("owned by uid 65534"), "{m}"),
+            other => panic!("expected a usage error, got {other:?}"),
+        }
+    }
+
+    #[test]
     fn an_out_path_through_a_symlink_is_refused_before_connecting() {
         // The ancestors are walked from the directory the path opens, but readers after
         // the grant (the new root through REPOCH_GRANT, `repoch-consume verify PATH`) take

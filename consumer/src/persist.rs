@@ -81,8 +81,12 @@ fn check_ancestors(dir: &OwnedFd, me: u32) -> Result<(), String> {
     let mut at = up(dir)?;
     for _ in 0..ANCESTORS_MAX {
         let st = stat(&at)?;
-        if (st.st_dev, st.st_ino) == (below.st_dev, below.st_ino) {
-            return Ok(()); // `/`: its `..` is itself
+        // `/`: its `..` is itself, on the same mount (a directory bound onto its own child
+        // has the same inode above it, on another mount: the walk goes on).
+        if (st.st_dev, st.st_ino) == (below.st_dev, below.st_ino)
+            && repoch_sys::fs::mount_id(&at) == repoch_sys::fs::mount_id(&below_fd)
+        {
+            return Ok(());
         }
         let sticky = st.st_mode & 0o1000 != 0;
         let shared = st.st_mode & 0o022 != 0;
