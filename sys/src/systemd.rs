@@ -88,6 +88,8 @@ pub fn is_template(unit: &str) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TemplateState {
     pub file: String,
+    /// Instances with a unit file of their own, each with its state.
+    pub instance_files: Vec<(String, String)>,
     pub instances: Vec<Instance>,
 }
 
@@ -117,19 +119,33 @@ pub fn template_state(cmd: &[String], template: &str) -> Result<TemplateState, E
             .map(|l| l.split_whitespace().map(str::to_owned).collect())
             .collect())
     };
-    let files = rows(&[&["list-unit-files"][..], &plain[..], &[template]].concat())?;
-    let file = match &files[..] {
-        [row] if row.first().map(String::as_str) == Some(template) && row.len() >= 2 => {
-            row[1].clone()
-        }
-        _ => {
-            return Err(Error::Found(format!(
-                "systemctl list-unit-files answered {} rows for {template:?}",
-                files.len()
-            )))
-        }
-    };
+    // The template's unit file and every instance's own (`NAME@I.TYPE` beside the
+    // template, which the template's mask does not cover).
     let pattern = format!("{name}@*.{kind}");
+    let files = rows(&[&["list-unit-files"][..], &plain[..], &[pattern.as_str()]].concat())?;
+    let mut file = None;
+    let mut instance_files = Vec::new();
+    for row in &files {
+        match &row[..] {
+            [unit, state, ..] if unit == template => file = Some(state.clone()),
+            [unit, state, ..]
+                if unit.starts_with(&format!("{name}@")) && unit.ends_with(&format!(".{kind}")) =>
+            {
+                instance_files.push((unit.clone(), state.clone()))
+            }
+            _ => {
+                return Err(Error::Found(format!(
+                    "systemctl list-unit-files: a row that is no file of {template:?}: {:?}",
+                    row.join(" ")
+                )))
+            }
+        }
+    }
+    let file = file.ok_or_else(|| {
+        Error::Found(format!(
+            "systemctl list-unit-files lists no unit file of {template:?}"
+        ))
+    })?;
     let listed = rows(
         &[
             &["list-units", "--all"][..],
@@ -161,7 +177,11 @@ pub fn template_state(cmd: &[String], template: &str) -> Result<TemplateState, E
             ))),
         })
         .collect::<Result<_, _>>()?;
-    Ok(TemplateState { file, instances })
+    Ok(TemplateState {
+        file,
+        instance_files,
+        instances,
+    })
 }
 
 /// Runs `systemctl show` for `units` and splits its answer into one block per unit (the
@@ -381,8 +401,8 @@ fn service_names(cmd: &[String]) -> Result<Vec<String>, Error> {
 }
 
 /// Properties asked of each service besides its commands: where its paths are resolved.
-pub const FILE_SYSTEM_PROPERTIES: &str =
-    "RootDirectory,RootImage,BindPaths,BindReadOnlyPaths,ExtensionDirectories";
+pub const FILE_SYSTEM_PROPERTIES: &str = "RootDirectory,RootImage,BindPaths,BindReadOnlyPaths,\
+     ExtensionDirectories,ExecSearchPath,WorkingDirectory";
 
 /// One service's block of `systemctl show`: its commands. Every line must be one property
 /// asked, `Id` once: systemctl prints a command's arguments raw, so an argument holding a
@@ -410,6 +430,20 @@ fn service_block(b: &str) -> Result<(String, Vec<ServiceCommand>), Error> {
             "Id" => unit = Some(value.to_owned()),
             "RootDirectory" => paths.root = Some(value.to_owned()).filter(|v| !v.is_empty()),
             "RootImage" => paths.image = Some(value.to_owned()).filter(|v| !v.is_empty()),
+            // Paths separated by `:` (printed joined with spaces, each maybe quoted): each
+            // piece that may be a directory is searched.
+            "ExecSearchPath" => paths.search.extend(
+                value
+                    .split([':', ' ', '"'])
+                    .filter(|d| d.starts_with('/'))
+                    .map(str::to_owned),
+            ),
+            // `!` (systemctl's spelling of `-`) when a missing directory is no error; `~`
+            // (the user's home) names none here.
+            "WorkingDirectory" => {
+                paths.workdir = Some(value.trim_start_matches(['!', '-']).to_owned())
+                    .filter(|v| v.starts_with('/'))
+            }
             "BindPaths" | "BindReadOnlyPaths" => paths.binds.extend(binds(value)?),
             // Joined with spaces, as arguments are: each run that may be one directory.
             "ExtensionDirectories" => {
@@ -442,6 +476,10 @@ pub struct ServicePaths {
     pub image: Option<String>,
     pub binds: Vec<(String, String)>,
     pub extensions: Vec<String>,
+    /// `ExecSearchPath=`: where a command named without a `/` is looked for.
+    pub search: Vec<String>,
+    /// `WorkingDirectory=`: where a relative path leads.
+    pub workdir: Option<String>,
 }
 
 /// A file a service's command may name, as the host reaches it.
@@ -454,12 +492,34 @@ pub enum OnHost {
     InRoot { root: String, path: String },
 }
 
+/// Where systemd looks for a command named without a `/` when the service names no
+/// `ExecSearchPath=` (its default `PATH`, with the directories of a split `/usr`).
+pub const DEFAULT_SEARCH_PATH: &[&str] = &[
+    "/usr/local/sbin",
+    "/usr/local/bin",
+    "/usr/sbin",
+    "/usr/bin",
+    "/sbin",
+    "/bin",
+];
+
 impl ServicePaths {
     /// Where `word` (a path as the service sees it) may lead: through a bind mount of it
     /// or of a directory above it, through an extension directory (under `/usr` or
-    /// `/opt`), else inside its root directory, else itself.
+    /// `/opt`; a link there resolved inside it too), inside its root directory and on the
+    /// host (`RootDirectoryStartOnly=` runs all but `ExecStart=` outside the root), and a
+    /// relative path from its working directory. More places than the service may use:
+    /// the search is for what could run the old root.
     pub fn on_host(&self, word: &str) -> Vec<OnHost> {
         let mut out = Vec::new();
+        if !word.starts_with('/') {
+            if let Some(wd) = &self.workdir {
+                let joined = format!("{}/{word}", wd.trim_end_matches('/'));
+                out.extend(self.on_host(&joined));
+            }
+            out.push(OnHost::Path(word.to_owned()));
+            return out;
+        }
         for (host, inside) in &self.binds {
             if let Some(rest) = word.strip_prefix(inside.as_str()) {
                 if rest.is_empty() || rest.starts_with('/') {
@@ -470,22 +530,59 @@ impl ServicePaths {
         if ["/usr/", "/opt/"].iter().any(|p| word.starts_with(p)) {
             for ext in &self.extensions {
                 out.push(OnHost::Path(format!("{}{word}", ext.trim_end_matches('/'))));
+                out.push(OnHost::InRoot {
+                    root: ext.clone(),
+                    path: word.to_owned(),
+                });
             }
         }
-        match &self.root {
-            Some(root) if word.starts_with('/') => out.push(OnHost::InRoot {
+        if let Some(root) = &self.root {
+            out.push(OnHost::InRoot {
                 root: root.clone(),
                 path: word.to_owned(),
-            }),
-            _ => out.push(OnHost::Path(word.to_owned())),
+            });
+        }
+        out.push(OnHost::Path(word.to_owned()));
+        out
+    }
+
+    /// Where a command's path `path` may lead: named without a `/`, each directory of its
+    /// search path (`ExecSearchPath=`, else systemd's default) holding it; else as
+    /// [`ServicePaths::on_host`] says.
+    pub fn command(&self, path: &str) -> Vec<OnHost> {
+        if path.contains('/') {
+            return self.on_host(path);
+        }
+        let search: Vec<&str> = match self.search.is_empty() {
+            true => DEFAULT_SEARCH_PATH.to_vec(),
+            false => self.search.iter().map(String::as_str).collect(),
+        };
+        search
+            .iter()
+            .flat_map(|d| self.on_host(&format!("{}/{path}", d.trim_end_matches('/'))))
+            .collect()
+    }
+}
+
+impl ServiceCommand {
+    /// Every file this command may run or name: its path (searched as systemd searches
+    /// it), and each path among its arguments ([`ServicePaths::on_host`]).
+    pub fn candidates(&self) -> Vec<OnHost> {
+        let mut words = self.words.iter();
+        let mut out = words
+            .next()
+            .map(|p| self.paths.command(p))
+            .unwrap_or_default();
+        for w in words {
+            out.extend(self.paths.on_host(w));
         }
         out
     }
 }
 
-/// `BindPaths=`'s value as systemctl shows it: `SRC:DST:OPTIONS` items, space-separated,
-/// `-` before an optional source. systemctl prints the paths raw, so an item that is not
-/// exactly three fields (a path holding a space or a colon, `\:` in the unit file) cannot
+/// `BindPaths=`'s value as systemctl shows it: `SRC:DST:rbind` or `SRC:DST` (`norbind`)
+/// items, space-separated, `-` before an optional source. systemctl prints the paths raw,
+/// so an item that is not so (a path holding a space or a colon, `\:` in the unit file) cannot
 /// be read: an error, never a guess.
 fn binds(value: &str) -> Result<Vec<(String, String)>, Error> {
     value
@@ -493,7 +590,10 @@ fn binds(value: &str) -> Result<Vec<(String, String)>, Error> {
         .map(|item| {
             let parts: Vec<&str> = item.trim_start_matches('-').split(':').collect();
             match parts[..] {
-                [src, dst, "rbind" | "norbind"] if src.starts_with('/') && dst.starts_with('/') => {
+                // `norbind` is printed as no third field.
+                [src, dst] | [src, dst, "rbind" | "norbind"]
+                    if src.starts_with('/') && dst.starts_with('/') =>
+                {
                     Ok((src.to_owned(), dst.to_owned()))
                 }
                 _ => Err(Error::Found(format!(
@@ -563,22 +663,34 @@ fn path_runs(text: &str) -> Option<Vec<String>> {
     let mut runs = Vec::new();
     let split: Vec<&str> = text.split(' ').collect();
     for (i, first) in split.iter().enumerate() {
-        if !first.starts_with('/') {
-            continue;
+        // A run begins at a path (`/…`; `-/…`, an optional one), at a relative path
+        // holding a `/`, and at the first `/` inside a word (`--exe=/…`, `-S/…`).
+        let mut starts: Vec<&str> = Vec::new();
+        match first.strip_prefix('-').filter(|f| f.starts_with('/')) {
+            Some(f) => starts.push(f),
+            None if first.contains('/') => starts.push(first),
+            None => {}
         }
-        let mut run = String::new();
-        for w in &split[i..] {
-            if !run.is_empty() {
-                run.push(' ');
-            }
-            run.push_str(w);
-            if run.len() > PATH_BYTES_MAX {
-                break;
-            }
+        if let Some(at) = first.find('/').filter(|at| *at > 0) {
+            starts.push(&first[at..]);
+        }
+        for start in starts {
             if runs.len() >= COMMAND_CANDIDATES_MAX {
                 return None;
             }
-            runs.push(run.clone());
+            runs.push(start.to_owned());
+            let mut run = start.to_owned();
+            for w in &split[i + 1..] {
+                run.push(' ');
+                run.push_str(w);
+                if run.len() > PATH_BYTES_MAX {
+                    break;
+                }
+                if runs.len() >= COMMAND_CANDIDATES_MAX {
+                    return None;
+                }
+                runs.push(run.clone());
+            }
         }
     }
     Some(runs)
@@ -611,6 +723,49 @@ mod tests {
         assert!(words.contains(&"/srv/old root".to_owned()), "{words:?}");
         assert!(words.contains(&"/srv/old root  x".to_owned()), "{words:?}");
         assert_eq!(words[0], "/bin/sh");
+    }
+
+    /// The files a command may name: its bare path on the search path (the service's, else
+    /// systemd's default), a path inside an option, a relative path from the working
+    /// directory, an optional extension directory's, and the host's path beside the root
+    /// directory's (found by attacking the release binaries, each missed before).
+    #[test]
+    fn a_command_names_every_file_systemd_could_run_for_it() {
+        let tail = " ; ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }";
+        let block = |exec: &str, more: &str| {
+            let b = format!("ExecStart={{ path={exec}{tail}\n{more}Id=x.service");
+            service_block(&b).unwrap().1.remove(0)
+        };
+        let paths = |c: &ServiceCommand| -> Vec<String> {
+            c.candidates()
+                .into_iter()
+                .map(|h| match h {
+                    OnHost::Path(p) => p,
+                    OnHost::InRoot { root, path } => format!("{root}!{path}"),
+                })
+                .collect()
+        };
+        let bare = block("old-root ; argv[]=old-root 5", "");
+        assert!(paths(&bare).contains(&"/usr/local/bin/old-root".to_owned()));
+        let searched = block("old-root ; argv[]=old-root 5", "ExecSearchPath=/srv\n");
+        assert_eq!(paths(&searched)[0], "/srv/old-root");
+        let optioned = block("/usr/bin/env ; argv[]=env -S/srv/old-root 5", "");
+        assert!(paths(&optioned).contains(&"/srv/old-root".to_owned()));
+        let relative = block(
+            "/usr/bin/env ; argv[]=env ./old-root",
+            "WorkingDirectory=!/srv\n",
+        );
+        assert!(paths(&relative).contains(&"/srv/./old-root".to_owned()));
+        let extended = block("/usr/bin/app ; argv[]=app", "ExtensionDirectories=-/ext\n");
+        assert!(paths(&extended).contains(&"/ext/usr/bin/app".to_owned()));
+        assert!(paths(&extended).contains(&"/ext!/usr/bin/app".to_owned()));
+        let rooted = block("/srv/old-root ; argv[]=x", "RootDirectory=/jail\n");
+        assert!(paths(&rooted).contains(&"/jail!/srv/old-root".to_owned()));
+        assert!(paths(&rooted).contains(&"/srv/old-root".to_owned()));
+        assert_eq!(
+            binds("/usr/share:/opt/share").unwrap(),
+            [("/usr/share".into(), "/opt/share".into())]
+        );
     }
 
     /// A command whose text cannot be split into its path and its arguments, or whose
@@ -669,10 +824,14 @@ mod tests {
             c[0].paths.on_host("/usr/bin/billing"),
             [
                 OnHost::Path("/srv/old-root".into()),
-                in_jail("/usr/bin/billing")
+                in_jail("/usr/bin/billing"),
+                OnHost::Path("/usr/bin/billing".into())
             ]
         );
-        assert_eq!(c[0].paths.on_host("/old-root"), [in_jail("/old-root")]);
+        assert_eq!(
+            c[0].paths.on_host("/old-root"),
+            [in_jail("/old-root"), OnHost::Path("/old-root".into())]
+        );
     }
 
     /// A bind mount whose source or destination holds a space or a colon is printed raw and
@@ -690,7 +849,7 @@ mod tests {
             "/srv/old:root:/usr/bin/app:rbind",
             "/srv/old root:/usr/bin/app:rbind",
             "/srv/old-root:/usr/bin/app root:rbind",
-            "/a:/b",
+            "/a:/b:/c",
         ] {
             let e = binds(raw).unwrap_err();
             assert!(e.to_string().contains("cannot be read"), "{raw}: {e}");

@@ -61,6 +61,20 @@ fn template(t: &str, systemctl: &[String]) -> Fact {
             let observed = format!("template {}", s.file);
             Fact::failed("unit", t, WANT, &observed, Reason::UnitNotMasked)
         }
+        // An instance's own unit file is not covered by the template's mask: it starts.
+        Ok(s)
+            if s.instance_files
+                .iter()
+                .any(|(_, st)| !st.starts_with("masked")) =>
+        {
+            let (unit, st) = s
+                .instance_files
+                .iter()
+                .find(|(_, st)| !st.starts_with("masked"))
+                .expect("found above");
+            let observed = format!("template {}, {unit} {st}", s.file);
+            Fact::failed("unit", t, WANT, &observed, Reason::UnitNotMasked)
+        }
         Ok(s) => match s
             .instances
             .iter()
@@ -109,31 +123,25 @@ pub(crate) fn unnamed_services(
     // A word names an enrolled executable by its path, by another path to the same file, or
     // by a copy of it (the same size, then the same content), wherever the service's root
     // directory and bind mounts lead it on the host.
-    let runs = |c: &systemd::ServiceCommand, word: &str| {
-        let on_host = c.paths.on_host(word);
-        // A path in the service's root is opened once, resolved inside that root.
-        let in_root: Vec<Option<OwnedFd>> = on_host
-            .iter()
-            .map(|h| match h {
-                systemd::OnHost::InRoot { root, path } => {
-                    repoch_sys::fs::open_in_root(root.as_ref(), path).ok()
-                }
-                systemd::OnHost::Path(_) => None,
-            })
-            .collect();
-        executables.iter().zip(&enrolled).find(|(e, known)| {
-            word == e.as_str()
-                || on_host
-                    .iter()
-                    .zip(&in_root)
-                    .any(|(h, fd)| match (h, known) {
-                        (systemd::OnHost::Path(p), _) if p == *e => true,
-                        (systemd::OnHost::Path(p), Some(k)) => p.starts_with('/') && k.is(p),
-                        (systemd::OnHost::InRoot { .. }, Some(k)) => {
-                            fd.as_ref().is_some_and(|fd| k.is_file(fd))
-                        }
-                        _ => false,
-                    })
+    // A command runs an enrolled executable when one of the files it may name (its path
+    // as systemd searches it, its arguments' paths, wherever the service's root directory,
+    // bind mounts, extensions and working directory lead them) is that file, another path
+    // to it, or a copy of it (the same size, then the same content).
+    let runs = |c: &systemd::ServiceCommand| -> Option<String> {
+        let candidates = c.candidates();
+        executables.iter().zip(&enrolled).find_map(|(e, known)| {
+            candidates
+                .iter()
+                .any(|h| match (h, known) {
+                    (systemd::OnHost::Path(p), _) if p == e => true,
+                    (systemd::OnHost::Path(p), Some(k)) => p.starts_with('/') && k.is(p),
+                    (systemd::OnHost::InRoot { root, path }, Some(k)) => {
+                        repoch_sys::fs::open_in_root(root.as_ref(), path)
+                            .is_ok_and(|fd| k.is_file(&fd))
+                    }
+                    _ => false,
+                })
+                .then(|| e.clone())
         })
     };
     // Each unnamed service once, with its first command that runs one.
@@ -142,7 +150,7 @@ pub(crate) fn unnamed_services(
         if named(units, &c.unit) || found.iter().any(|(u, _)| *u == c.unit) {
             continue;
         }
-        if let Some((exe, _)) = c.words.iter().find_map(|w| runs(c, w)) {
+        if let Some(exe) = runs(c) {
             found.push((c.unit.clone(), format!("{} runs {exe}", c.property)));
         }
     }

@@ -97,6 +97,21 @@ pub(crate) fn a_template_is_held_whole_masked_with_every_instance_inactive() {
     c.sh("systemctl stop old@a.service");
     let r = observe_in(&s, &id, &c);
     assert_eq!(r.code, Outcome::Success, "{}", r.stdout);
+    // An instance with a unit file of its own is not covered by the template's mask: it
+    // starts (found by attacking the release binaries: held, then started).
+    c.sh(&format!(
+        "printf '{UNIT}' > /etc/systemd/system/old@c.service && systemctl daemon-reload"
+    ));
+    let r = observe_in(&s, &id, &c);
+    assert_eq!(reasons(&r), ["unit-not-masked"], "{}", r.stdout);
+    assert!(
+        observed(&r, "unit").contains("old@c.service static"),
+        "{}",
+        r.stdout
+    );
+    c.sh("rm /etc/systemd/system/old@c.service && systemctl daemon-reload");
+    let r = observe_in(&s, &id, &c);
+    assert_eq!(r.code, Outcome::Success, "{}", r.stdout);
     // Masked, no instance starts; a template with no unit file is unknown.
     let start = c.exec(&["systemctl", "start", "old@b.service"]);
     assert!(!start.status.success());
@@ -249,6 +264,9 @@ pub(crate) fn a_service_that_runs_the_old_roots_executable_must_be_named() {
     std::fs::create_dir_all(jail.join("usr/bin")).unwrap();
     std::fs::copy(&exe, jail.join("old-root")).unwrap();
     std::os::unix::fs::symlink("/old-root", jail.join("usr/bin/app")).unwrap();
+    let ext = s.srv.join("ext");
+    std::fs::create_dir_all(ext.join("usr/bin")).unwrap();
+    std::fs::copy(&exe, ext.join("usr/bin/app")).unwrap();
     // An argument holding a space: systemctl joins the arguments with one.
     std::fs::copy(&exe, s.srv.join("old root")).unwrap();
     let srv = s.srv.display();
@@ -268,6 +286,38 @@ pub(crate) fn a_service_that_runs_the_old_roots_executable_must_be_named() {
             "spaced.service",
             format!("/bin/sh \"{srv}/old root\""),
             String::new(),
+        ),
+        // Found by attacking the release binaries, each held before: a command named
+        // without a `/` (found on its search path), a path inside an option, a relative
+        // path from the working directory, an optional extension directory, and the host's
+        // path beside a root directory (RootDirectoryStartOnly= runs the others there).
+        (
+            "searched.service",
+            "old-root".to_owned(),
+            format!("ExecSearchPath={srv}"),
+        ),
+        (
+            "optioned.service",
+            format!("/usr/bin/env -S{srv}/old-root"),
+            String::new(),
+        ),
+        (
+            "relative.service",
+            "/usr/bin/env ./old-root".to_owned(),
+            format!("WorkingDirectory={srv}"),
+        ),
+        (
+            "extended.service",
+            "/usr/bin/app".to_owned(),
+            format!("ExtensionDirectories=-{}", ext.display()),
+        ),
+        (
+            "startonly.service",
+            format!("{srv}/old-root"),
+            format!(
+                "RootDirectory={}\\nRootDirectoryStartOnly=yes",
+                jail.display()
+            ),
         ),
         (
             "linked.service",
