@@ -120,17 +120,60 @@ pub fn template_state(cmd: &[String], template: &str) -> Result<TemplateState, E
             .collect())
     };
     // The template's unit file and every instance's own (`NAME@I.TYPE` beside the
-    // template, which the template's mask does not cover).
+    // template, which the template's mask does not cover), then the instances loaded now.
     let pattern = format!("{name}@*.{kind}");
     let files = rows(&[&["list-unit-files"][..], &plain[..], &[pattern.as_str()]].concat())?;
+    let listed = rows(
+        &[
+            &["list-units", "--all"][..],
+            &plain[..],
+            &[pattern.as_str()],
+        ]
+        .concat(),
+    )?;
+    if files.len().max(listed.len()) > SERVICES_MAX {
+        return Err(Error::Found(format!(
+            "over {SERVICES_MAX} instances of {template:?}"
+        )));
+    }
+    let instance_of =
+        |unit: &str| unit.starts_with(&format!("{name}@")) && unit.ends_with(&format!(".{kind}"));
+    let (file, instance_files) = unit_files(&files, template, instance_of)?;
+    let instances = listed
+        .into_iter()
+        .map(|row| match &row[..] {
+            [unit, _load, active, sub, ..] if instance_of(unit) => Ok(Instance {
+                unit: unit.clone(),
+                active: active.clone(),
+                sub: sub.clone(),
+            }),
+            _ => Err(Error::Found(format!(
+                "systemctl list-units: a row that is no instance of {template:?}: {:?}",
+                row.join(" ")
+            ))),
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(TemplateState {
+        file,
+        instance_files,
+        instances,
+    })
+}
+
+/// `systemctl list-unit-files`' rows for a template's pattern: the template's own state,
+/// and each instance's own unit file with its state. A row of another unit is no answer;
+/// no row for the template is an error.
+fn unit_files(
+    rows: &[Vec<String>],
+    template: &str,
+    instance_of: impl Fn(&str) -> bool,
+) -> Result<(String, Vec<(String, String)>), Error> {
     let mut file = None;
     let mut instance_files = Vec::new();
-    for row in &files {
+    for row in rows {
         match &row[..] {
             [unit, state, ..] if unit == template => file = Some(state.clone()),
-            [unit, state, ..]
-                if unit.starts_with(&format!("{name}@")) && unit.ends_with(&format!(".{kind}")) =>
-            {
+            [unit, state, ..] if instance_of(unit) => {
                 instance_files.push((unit.clone(), state.clone()))
             }
             _ => {
@@ -146,42 +189,7 @@ pub fn template_state(cmd: &[String], template: &str) -> Result<TemplateState, E
             "systemctl list-unit-files lists no unit file of {template:?}"
         ))
     })?;
-    let listed = rows(
-        &[
-            &["list-units", "--all"][..],
-            &plain[..],
-            &[pattern.as_str()],
-        ]
-        .concat(),
-    )?;
-    if listed.len() > SERVICES_MAX {
-        return Err(Error::Found(format!(
-            "over {SERVICES_MAX} instances of {template:?}"
-        )));
-    }
-    let instances = listed
-        .into_iter()
-        .map(|row| match &row[..] {
-            [unit, _load, active, sub, ..]
-                if unit.starts_with(&format!("{name}@")) && unit.ends_with(&format!(".{kind}")) =>
-            {
-                Ok(Instance {
-                    unit: unit.clone(),
-                    active: active.clone(),
-                    sub: sub.clone(),
-                })
-            }
-            _ => Err(Error::Found(format!(
-                "systemctl list-units: a row that is no instance of {template:?}: {:?}",
-                row.join(" ")
-            ))),
-        })
-        .collect::<Result<_, _>>()?;
-    Ok(TemplateState {
-        file,
-        instance_files,
-        instances,
-    })
+    Ok((file, instance_files))
 }
 
 /// Runs `systemctl show` for `units` and splits its answer into one block per unit (the
@@ -766,6 +774,33 @@ mod tests {
             binds("/usr/share:/opt/share").unwrap(),
             [("/usr/share".into(), "/opt/share".into())]
         );
+    }
+
+    /// A template's unit files: its own state, each instance's own file, no row of another
+    /// unit, and no answer without the template's own row.
+    #[test]
+    fn a_templates_unit_files_are_its_own_and_its_instances() {
+        let rows = |t: &str| -> Vec<Vec<String>> {
+            t.lines()
+                .map(|l| l.split_whitespace().map(str::to_owned).collect())
+                .collect()
+        };
+        let instance_of = |u: &str| u.starts_with("old@") && u.ends_with(".service");
+        let (file, own) = unit_files(
+            &rows("old@.service masked enabled\nold@c.service static -"),
+            "old@.service",
+            instance_of,
+        )
+        .unwrap();
+        assert_eq!(file, "masked");
+        assert_eq!(own, [("old@c.service".into(), "static".into())]);
+        assert!(unit_files(&rows("old@c.service static -"), "old@.service", instance_of).is_err());
+        assert!(unit_files(
+            &rows("old@.service masked -\nother.service enabled -"),
+            "old@.service",
+            instance_of
+        )
+        .is_err());
     }
 
     /// A command whose text cannot be split into its path and its arguments, or whose
