@@ -52,19 +52,7 @@ pub fn run(ctx: &Ctx, prefix: &str, approve: Option<&str>, wait: u64) -> CmdResu
     let approve_ready = approve.map(parse_sha256).transpose()?;
     let id = store::resolve(&ctx.layout, prefix)?;
     let sock = ctx.layout.admin_socket();
-    let mut s = std::os::unix::net::UnixStream::connect(&sock).map_err(|e| {
-        // The socket's mode keeps non-root peers out: that is a denial, not an absence.
-        let reason = match e.kind() {
-            std::io::ErrorKind::PermissionDenied => Reason::AdminDenied,
-            _ => Reason::DaemonUnreachable,
-        };
-        Failure::refused(Refusal::new(
-            reason,
-            sock.display().to_string(),
-            "repochd listening, and a root peer",
-            e.to_string(),
-        ))
-    })?;
+    let mut s = connect(&sock)?;
     // Every message whole within the consumer wait (at most CONSUMER_WAIT_SECONDS_MAX, by
     // the parser) plus a margin for an observation, re-armed before every read: a repochd
     // that drips bytes cannot hold us past it. Per message, not per session: observations
@@ -92,31 +80,7 @@ pub fn run(ctx: &Ctx, prefix: &str, approve: Option<&str>, wait: u64) -> CmdResu
             s.set_read_timeout(Some(left))
         }) {
             Ok(e) => e,
-            Err(_) if sent.is_err() => {
-                let e = sent.err().map(|e| e.to_string()).unwrap_or_default();
-                return Err(Failure::refused(Refusal::new(
-                    Reason::DaemonUnreachable,
-                    sock.display().to_string(),
-                    "a request sent",
-                    e,
-                )));
-            }
-            // A peer that speaks something else is a bug on one side.
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-                return Err(Failure::Internal(
-                    format!("repochd sent a malformed message: {e}").into(),
-                ))
-            }
-            // Lost mid-issuance: the epoch may have been used; only its log can tell.
-            Err(e) => {
-                return Err(Failure::Uncertain(
-                    format!(
-                "repochd stopped answering ({e}); the outcome is unknown: read `repoch status {}`",
-                &id.to_hex()[..8]
-            )
-                    .into(),
-                ))
-            }
+            Err(e) => return Err(read_failed(e, sent.as_ref().err(), &sock, &id)),
         };
         let AdminEvent::Outcome {
             outcome,
@@ -128,36 +92,100 @@ pub fn run(ctx: &Ctx, prefix: &str, approve: Option<&str>, wait: u64) -> CmdResu
             print_event(ctx, &e);
             continue;
         };
-        let result = outcome.outcome();
-        let code = result.code();
-        let g = grant.as_deref().map(grant_json);
-        ctx.out(
-            json!({"event": "outcome", "outcome": outcome.as_str(), "exit": code, "reasons": reasons.iter().map(|r| r.as_str()).collect::<Vec<_>>(), "detail": detail, "grant": g}),
-            || {
-                let mut t = format!("{:<22} {}", "outcome", outcome.as_str());
-                if let Some(g) = &g {
-                    t.push_str(&format!("\ngrant sha256 {}\n  READY {} sha256 {}\n  fences {}\n  journal frontier seq {} \n  unknown operations {}",
-                        g["sha256"].as_str().unwrap_or(""), g["ready"].as_str().unwrap_or(""), g["ready_sha256"].as_str().unwrap_or(""),
-                        g["fences"].as_array().map_or(0, Vec::len), g["frontier"]["seq"], g["unknown_ops"]));
-                } else {
-                    t.push_str(&format!(" ({})\n{detail}", reasons.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(", ")));
-                }
-                t
-            },
-        );
-        if !result.is_success() && !ctx.json {
-            warn(&format!(
-                "repoch: {}: {}",
-                outcome.as_str(),
-                reasons
-                    .iter()
-                    .map(|r| r.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
-        return Ok(result);
+        return Ok(print_outcome(
+            ctx,
+            outcome,
+            reasons,
+            detail,
+            grant.as_deref(),
+        ));
     }
+}
+
+/// Why no message could be read from repochd: the request never sent (unreachable), a
+/// peer speaking something else (a bug on one side), or repochd lost mid-issuance (the
+/// epoch may have been used; only its log can tell: uncertain).
+fn read_failed(
+    e: std::io::Error,
+    unsent: Option<&std::io::Error>,
+    sock: &std::path::Path,
+    id: &repoch_protocol::DeploymentId,
+) -> Failure {
+    if let Some(unsent) = unsent {
+        return Failure::refused(Refusal::new(
+            Reason::DaemonUnreachable,
+            sock.display().to_string(),
+            "a request sent",
+            unsent.to_string(),
+        ));
+    }
+    if e.kind() == std::io::ErrorKind::InvalidData {
+        return Failure::Internal(format!("repochd sent a malformed message: {e}").into());
+    }
+    Failure::Uncertain(
+        format!(
+            "repochd stopped answering ({e}); the outcome is unknown: read `repoch status {}`",
+            &id.to_hex()[..8]
+        )
+        .into(),
+    )
+}
+
+/// The admin socket, connected: refused `admin-denied` when its mode keeps this peer out
+/// (a denial, not an absence), else `daemon-unreachable`.
+fn connect(sock: &std::path::Path) -> Result<std::os::unix::net::UnixStream, Failure> {
+    std::os::unix::net::UnixStream::connect(sock).map_err(|e| {
+        let reason = match e.kind() {
+            std::io::ErrorKind::PermissionDenied => Reason::AdminDenied,
+            _ => Reason::DaemonUnreachable,
+        };
+        Failure::refused(Refusal::new(
+            reason,
+            sock.display().to_string(),
+            "repochd listening, and a root peer",
+            e.to_string(),
+        ))
+    })
+}
+
+/// The recovery's outcome as repochd told it, printed (the grant's summary when granted,
+/// the reasons otherwise); its exit.
+fn print_outcome(
+    ctx: &Ctx,
+    outcome: &repoch_protocol::wire::Verdict,
+    reasons: &[Reason],
+    detail: &str,
+    grant: Option<&[u8]>,
+) -> repoch_protocol::Outcome {
+    let result = outcome.outcome();
+    let code = result.code();
+    let g = grant.map(grant_json);
+    ctx.out(
+        json!({"event": "outcome", "outcome": outcome.as_str(), "exit": code, "reasons": reasons.iter().map(|r| r.as_str()).collect::<Vec<_>>(), "detail": detail, "grant": g}),
+        || {
+            let mut t = format!("{:<22} {}", "outcome", outcome.as_str());
+            if let Some(g) = &g {
+                t.push_str(&format!("\ngrant sha256 {}\n  READY {} sha256 {}\n  fences {}\n  journal frontier seq {} \n  unknown operations {}",
+                    g["sha256"].as_str().unwrap_or(""), g["ready"].as_str().unwrap_or(""), g["ready_sha256"].as_str().unwrap_or(""),
+                    g["fences"].as_array().map_or(0, Vec::len), g["frontier"]["seq"], g["unknown_ops"]));
+            } else {
+                t.push_str(&format!(" ({})\n{detail}", reasons.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(", ")));
+            }
+            t
+        },
+    );
+    if !result.is_success() && !ctx.json {
+        warn(&format!(
+            "repoch: {}: {}",
+            outcome.as_str(),
+            reasons
+                .iter()
+                .map(|r| r.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    result
 }
 
 /// Margin over the consumer wait for a recovery's observations and appends.
