@@ -70,23 +70,7 @@ impl Daemon {
             Err(r) => return self.refuse_grant(&mut s, pid, r.reason, &r.detail()).await,
         };
         let subject = format!("grant socket peer pid {pid}");
-        let mismatch = if (enrolled.uid, enrolled.gid) != (uid, gid) {
-            Some(Refusal::consumer_rejected(
-                &subject,
-                "uid/gid",
-                format_args!("{}/{}", enrolled.uid, enrolled.gid),
-                format_args!("{uid}/{gid}"),
-            ))
-        } else if enrolled.key != key {
-            Some(Refusal::consumer_rejected(
-                &subject,
-                "key",
-                enrolled.key.to_hex(),
-                key.to_hex(),
-            ))
-        } else {
-            None
-        };
+        let mismatch = consumer_mismatch(&subject, &enrolled, (uid, gid), &key);
         if let Some(r) = mismatch {
             return self.refuse_grant(&mut s, pid, r.reason, &r.detail()).await;
         }
@@ -110,50 +94,65 @@ impl Daemon {
         let d = self.clone();
         let _ = tokio::task::spawn_blocking(move || {
             let _slot = slot;
-            let mut std = std;
-            let refuse = |std: &mut std::os::unix::net::UnixStream, r: Refusal| {
-                d.warnings
-                    .warn(format_args!("grant peer pid={pid} refused: {r}"));
-                let _ = repoch_protocol::wire::write_msg(std, &refused(r.reason, &r.detail()));
-            };
-            let _ = std.set_nonblocking(false);
-            let secs = Duration::from_secs(config().handshake_seconds);
-            let _ = std.set_read_timeout(Some(secs));
-            let _ = std.set_write_timeout(Some(secs));
-            // Its epoch, read without the issuer lock (a verdict per log state, the "used"
-            // one final: daemon/src/epochs.rs): only an early refusal, never a decision.
-            if let Some(r) = d.epochs.unissuable(enrolled.deployment) {
-                return refuse(&mut std, r);
-            }
-            // Describe the peer from /proc, pinned by its pidfd.
-            let peer = match repoch_sys::peer::describe(pid, uid, gid, &pidfd) {
-                Ok(p) => p,
-                Err(e) => {
-                    return refuse(
-                        &mut std,
-                        Refusal::new(Reason::ConsumerRejected, &subject, "a describable peer", e),
-                    )
-                }
-            };
-            if let Err(r) = prove_key(&mut std, &enrolled.key, enrolled.deployment, &peer, &pidfd) {
-                return refuse(&mut std, r);
-            }
-            tracing::info!(pid, uid, deployment = %enrolled.deployment, "consumer connected, waiting for a recovery");
-            let _ = std.set_read_timeout(None);
-            let _ = std.set_write_timeout(None);
-            let p = Pending {
-                deployment: enrolled.deployment,
-                key,
-                peer,
-                pidfd,
-                stream: std,
-                since: Instant::now(),
-            };
-            if let Err((mut p, r)) = d.registry.push(p, |id| d.epochs.known_used(id)) {
-                refuse(&mut p.stream, r);
-            }
+            d.wait_in_registry(std, pid, (uid, gid), enrolled, &subject, pidfd);
         })
         .await;
+    }
+
+    /// A consumer admitted by uid, gid and key, on a blocking thread: refused if its epoch
+    /// can never be issued, else described through its pidfd, its key proven on a nonce
+    /// bound to this connection, and put in the registry to wait for a recovery.
+    fn wait_in_registry(
+        self: Arc<Self>,
+        mut std: std::os::unix::net::UnixStream,
+        pid: u32,
+        (uid, gid): (u32, u32),
+        enrolled: crate::admission::Enrolled,
+        subject: &str,
+        pidfd: OwnedFd,
+    ) {
+        let d = self;
+        let refuse = |std: &mut std::os::unix::net::UnixStream, r: Refusal| {
+            d.warnings
+                .warn(format_args!("grant peer pid={pid} refused: {r}"));
+            let _ = repoch_protocol::wire::write_msg(std, &refused(r.reason, &r.detail()));
+        };
+        let _ = std.set_nonblocking(false);
+        let secs = Duration::from_secs(config().handshake_seconds);
+        let _ = std.set_read_timeout(Some(secs));
+        let _ = std.set_write_timeout(Some(secs));
+        // Its epoch, read without the issuer lock (a verdict per log state, the "used"
+        // one final: daemon/src/epochs.rs): only an early refusal, never a decision.
+        if let Some(r) = d.epochs.unissuable(enrolled.deployment) {
+            return refuse(&mut std, r);
+        }
+        // Describe the peer from /proc, pinned by its pidfd.
+        let peer = match repoch_sys::peer::describe(pid, uid, gid, &pidfd) {
+            Ok(p) => p,
+            Err(e) => {
+                return refuse(
+                    &mut std,
+                    Refusal::new(Reason::ConsumerRejected, subject, "a describable peer", e),
+                )
+            }
+        };
+        if let Err(r) = prove_key(&mut std, &enrolled.key, enrolled.deployment, &peer, &pidfd) {
+            return refuse(&mut std, r);
+        }
+        tracing::info!(pid, uid, deployment = %enrolled.deployment, "consumer connected, waiting for a recovery");
+        let _ = std.set_read_timeout(None);
+        let _ = std.set_write_timeout(None);
+        let p = Pending {
+            deployment: enrolled.deployment,
+            key: enrolled.key,
+            peer,
+            pidfd,
+            stream: std,
+            since: Instant::now(),
+        };
+        if let Err((mut p, r)) = d.registry.push(p, |id| d.epochs.known_used(id)) {
+            refuse(&mut p.stream, r);
+        }
     }
 
     async fn refuse_grant(&self, s: &mut UnixStream, pid: u32, reason: Reason, detail: &str) {
@@ -170,6 +169,32 @@ impl Daemon {
 }
 
 /// The peer pinned by `SO_PEERPIDFD`, falling back to `pidfd_open` (older kernels).
+/// Whether the peer is the enrolled consumer by uid, gid and key; the refusal if not.
+fn consumer_mismatch(
+    subject: &str,
+    enrolled: &crate::admission::Enrolled,
+    (uid, gid): (u32, u32),
+    key: &repoch_protocol::PublicKey,
+) -> Option<Refusal> {
+    if (enrolled.uid, enrolled.gid) != (uid, gid) {
+        Some(Refusal::consumer_rejected(
+            subject,
+            "uid/gid",
+            format_args!("{}/{}", enrolled.uid, enrolled.gid),
+            format_args!("{uid}/{gid}"),
+        ))
+    } else if enrolled.key != *key {
+        Some(Refusal::consumer_rejected(
+            subject,
+            "key",
+            enrolled.key.to_hex(),
+            key.to_hex(),
+        ))
+    } else {
+        None
+    }
+}
+
 fn peer_pidfd(s: &UnixStream, pid: u32) -> Result<OwnedFd, String> {
     match nix::sys::socket::getsockopt(s, nix::sys::socket::sockopt::PeerPidfd) {
         Ok(fd) => Ok(fd),
