@@ -138,6 +138,119 @@ impl Daemon {
         }
     }
 
+    /// An admin connection admitted: root only, decided before a slot is taken (a peer of
+    /// another uid, the socket's mode opened by mistake, can never hold root's admin
+    /// slots), then one of `limits.admin_connections`. Refused otherwise, in one bounded
+    /// write.
+    fn admit_admin(
+        &self,
+        s: &UnixStream,
+        slots: &Arc<Semaphore>,
+    ) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        match s.peer_cred().map(|c| c.uid()) {
+            Ok(0) => {}
+            other => {
+                let observed = other.map_or_else(|e| e.to_string(), |u| format!("uid {u}"));
+                self.warnings
+                    .warn(format_args!("admin peer refused: {observed}"));
+                let r = Refusal::new(Reason::AdminDenied, "admin socket", "uid 0", observed);
+                let e = outcome_event(
+                    Verdict::Refused,
+                    vec![r],
+                    "the admin socket is root's only",
+                    None,
+                );
+                refuse_over_bound(s, &frame(&bounded(e).to_bytes()));
+                return None;
+            }
+        }
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            let n = config().admin_connections;
+            self.warnings
+                .warn(format_args!("admin connection refused: {n} already open"));
+            let r = Refusal::new(
+                Reason::IssuerBusy,
+                "admin socket",
+                format!("fewer than {n} admin connections (limits.admin_connections)"),
+                format!("{n} admin connections open"),
+            );
+            let e = outcome_event(Verdict::Busy, vec![r], &format!("repochd is busy: {n} admin connections open (limits.admin_connections); retry later"), None);
+            refuse_over_bound(s, &frame(&bounded(e).to_bytes()));
+            return None;
+        };
+        Some(permit)
+    }
+
+    /// A grant connection admitted before any work, by credentials only (no pidfd, no
+    /// /proc, no read): an enrolled consumer's uid, within its handshakes in progress and
+    /// `limits.grant_connections`. Turned away otherwise.
+    fn admit_grant(
+        &self,
+        s: &UnixStream,
+        slots: &Arc<Semaphore>,
+    ) -> Option<(
+        crate::admission::HandshakeSlot,
+        tokio::sync::OwnedSemaphorePermit,
+    )> {
+        let (uid, pid) = match s.peer_cred() {
+            Ok(c) => (c.uid(), c.pid().unwrap_or(0)),
+            Err(e) => {
+                self.warnings
+                    .warn(format_args!("grant peer credentials: {e}"));
+                return None;
+            }
+        };
+        if !self.admission.admits(uid) {
+            let why = format!("uid {uid} is no enrolled deployment's consumer");
+            self.turn_away(s, pid, Reason::ConsumerRejected, &why);
+            return None;
+        }
+        let Some(slot) = self.handshakes.acquire(uid) else {
+            let why = format!(
+                "uid {uid} already has {} handshakes in progress",
+                config().handshakes_per_uid
+            );
+            self.turn_away(s, pid, Reason::ProtocolError, &why);
+            return None;
+        };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            let why = format!(
+                "{} grant connections already open",
+                config().grant_connections
+            );
+            self.turn_away(s, pid, Reason::ProtocolError, &why);
+            return None;
+        };
+        Some((slot, permit))
+    }
+
+    /// After the stop: every waiting consumer refused, every admin connection waited for
+    /// at most [`stop_seconds`]; an error if one is still running then (its recovery may
+    /// not end granted: no operator would read it).
+    async fn drain(&self, mut admins: tokio::task::JoinSet<()>) -> Result<(), String> {
+        crate::notify::notify("STOPPING=1\nSTATUS=stopping: ending the recoveries in progress");
+        let told = self.registry.stop();
+        tracing::info!(
+            recoveries = admins.len(),
+            consumers_told = told,
+            "repochd stopping: recoveries before their intent end refused daemon-stopping, later ones run to their end"
+        );
+        let limit = stop_seconds();
+        let drained = tokio::time::timeout(Duration::from_secs(limit), async {
+            while admins.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            // No operator will read these outcomes: none may end granted.
+            self.stop.abandon();
+            return Err(format!(
+                "{} recoveries still running {limit}s after the stop (custody_seconds + persisted_ack_seconds + {STOP_MARGIN_SECONDS_MAX}); their epochs are kept as their logs say",
+                admins.len()
+            ));
+        }
+        Ok(())
+    }
+
     /// Serves until SIGTERM, SIGINT or SIGQUIT, then stops (docs/ARCHITECTURE.md, "Stopping"): no
     /// connection is accepted any more; the stop is set, so a recovery that has not written
     /// its intent ends refused `daemon-stopping` (one waiting for its consumer is woken),
@@ -170,55 +283,14 @@ impl Daemon {
             tokio::select! {
                 r = admin.accept() => {
                     let Ok((s, _)) = r else { continue };
-                    // Root only, decided before a slot is taken: a peer of another uid (the
-                    // socket's mode opened by mistake) can never hold root's admin slots.
-                    match s.peer_cred().map(|c| c.uid()) {
-                        Ok(0) => {}
-                        other => {
-                            let observed = other.map_or_else(|e| e.to_string(), |u| format!("uid {u}"));
-                            self.warnings.warn(format_args!("admin peer refused: {observed}"));
-                            let r = Refusal::new(Reason::AdminDenied, "admin socket", "uid 0", observed);
-                            let e = outcome_event(Verdict::Refused, vec![r], "the admin socket is root's only", None);
-                            refuse_over_bound(&s, &frame(&bounded(e).to_bytes()));
-                            continue;
-                        }
-                    }
-                    let Ok(permit) = admin_slots.clone().try_acquire_owned() else {
-                        let n = config().admin_connections;
-                        self.warnings.warn(format_args!("admin connection refused: {n} already open"));
-                        let r = Refusal::new(
-                            Reason::IssuerBusy,
-                            "admin socket",
-                            format!("fewer than {n} admin connections (limits.admin_connections)"),
-                            format!("{n} admin connections open"),
-                        );
-                        let e = outcome_event(Verdict::Busy, vec![r], &format!("repochd is busy: {n} admin connections open (limits.admin_connections); retry later"), None);
-                        refuse_over_bound(&s, &frame(&bounded(e).to_bytes()));
-                        continue;
-                    };
+                    let Some(permit) = self.admit_admin(&s, &admin_slots) else { continue };
                     let d = self.clone();
                     admins.spawn(async move { d.admin(s).await; drop(permit); });
                 }
                 Some(_) = admins.join_next(), if !admins.is_empty() => {}
                 r = grant.accept() => {
                     let Ok((s, _)) = r else { continue };
-                    // Admission before any work: credentials only; no pidfd, no /proc, no read.
-                    let (uid, pid) = match s.peer_cred() {
-                        Ok(c) => (c.uid(), c.pid().unwrap_or(0)),
-                        Err(e) => { self.warnings.warn(format_args!("grant peer credentials: {e}")); continue; }
-                    };
-                    if !self.admission.admits(uid) {
-                        self.turn_away(&s, pid, Reason::ConsumerRejected, &format!("uid {uid} is no enrolled deployment's consumer"));
-                        continue;
-                    }
-                    let Some(slot) = self.handshakes.acquire(uid) else {
-                        self.turn_away(&s, pid, Reason::ProtocolError, &format!("uid {uid} already has {} handshakes in progress", config().handshakes_per_uid));
-                        continue;
-                    };
-                    let Ok(permit) = grant_slots.clone().try_acquire_owned() else {
-                        self.turn_away(&s, pid, Reason::ProtocolError, &format!("{} grant connections already open", config().grant_connections));
-                        continue;
-                    };
+                    let Some((slot, permit)) = self.admit_grant(&s, &grant_slots) else { continue };
                     let d = self.clone();
                     tokio::spawn(async move { d.grant(s, slot).await; drop(permit); });
                 }
@@ -230,26 +302,7 @@ impl Daemon {
         }
         drop((admin, grant));
         sweeper.abort();
-        crate::notify::notify("STOPPING=1\nSTATUS=stopping: ending the recoveries in progress");
-        let told = self.registry.stop();
-        tracing::info!(
-            recoveries = admins.len(),
-            consumers_told = told,
-            "repochd stopping: recoveries before their intent end refused daemon-stopping, later ones run to their end"
-        );
-        let limit = stop_seconds();
-        let drained = tokio::time::timeout(Duration::from_secs(limit), async {
-            while admins.join_next().await.is_some() {}
-        })
-        .await;
-        if drained.is_err() {
-            // No operator will read these outcomes: none may end granted.
-            self.stop.abandon();
-            return Err(format!(
-                "{} recoveries still running {limit}s after the stop (custody_seconds + persisted_ack_seconds + {STOP_MARGIN_SECONDS_MAX}); their epochs are kept as their logs say",
-                admins.len()
-            ));
-        }
+        self.drain(admins).await?;
         tracing::info!("repochd stopped");
         Ok(())
     }
