@@ -166,20 +166,19 @@ impl Daemon {
             progress,
             |expected, progress| registry.wait_for(expected, consumer_wait, progress, operator),
         );
-        // The epoch used by this issuance (from its intent on: granted, withheld,
-        // uncertain), or found used or not verifying at reserve: no consumer waiting for
-        // this deployment will ever get a grant; tell them.
-        let unissuable = match &result {
-            Ok(done) => epoch_refusal(deployment, done.epoch, None),
-            Err(Ended {
-                used: Some(state), ..
-            }) => epoch_refusal(deployment, *state, None),
-            Err(Ended { refusals, .. }) => refusals
-                .iter()
-                .find(|r| epoch_unissuable(r.reason))
-                .cloned(),
-        };
-        let event = match result {
+        let unissuable = unissuable(deployment, &result);
+        let event = self.outcome_of(result);
+        log_event(&event);
+        let _ = outcome_tx.send(event);
+        if let Some(r) = unissuable {
+            self.tell_waiting(deployment, r);
+        }
+    }
+
+    /// A finished issuance's outcome event; a poisoned state store is kept in mind (no
+    /// further issuance until restart).
+    fn outcome_of(&self, result: Result<issuance::Granted, Ended>) -> AdminEvent {
+        match result {
             Ok(done) => outcome_event(
                 Verdict::Granted,
                 vec![],
@@ -201,26 +200,44 @@ impl Daemon {
                 }
                 outcome_event(outcome, refusals, &detail, None)
             }
-        };
-        log_event(&event);
-        let _ = outcome_tx.send(event);
-        if let Some(r) = unissuable {
-            // Recorded first: a consumer that finishes its handshake after this is
-            // refused as it would wait (`Registry::push`); one already waiting is told now.
-            // This deployment's own epoch only: the fleet epoch a registry names used
-            // (`repoch_issuer::fleet`, subject "fleet epoch KEY") is the registry's to say,
-            // asked again at every recovery; kept here, it turned every consumer away at
-            // its handshake and the recovery read consumer-absent.
-            if r.reason == Reason::EpochConsumed && !r.subject.starts_with("fleet epoch ") {
-                self.epochs.used(deployment, r.clone());
-            }
-            let n = self
-                .registry
-                .refuse_waiting(&deployment, r.reason, &r.detail());
-            if n > 0 {
-                tracing::info!(%deployment, n, "told the waiting consumers: {}", r.reason);
-            }
         }
+    }
+
+    /// Tells the consumers waiting for `deployment` that its epoch can no longer be
+    /// issued (`r`), and records it first: a consumer that finishes its handshake after
+    /// this is refused as it would wait (`Registry::push`). This deployment's own epoch
+    /// only: the fleet epoch a registry names used (`repoch_issuer::fleet`, subject "fleet
+    /// epoch KEY") is the registry's to say, asked again at every recovery; kept here, it
+    /// turned every consumer away at its handshake and the recovery read consumer-absent.
+    fn tell_waiting(&self, deployment: DeploymentId, r: Refusal) {
+        if r.reason == Reason::EpochConsumed && !r.subject.starts_with("fleet epoch ") {
+            self.epochs.used(deployment, r.clone());
+        }
+        let n = self
+            .registry
+            .refuse_waiting(&deployment, r.reason, &r.detail());
+        if n > 0 {
+            tracing::info!(%deployment, n, "told the waiting consumers: {}", r.reason);
+        }
+    }
+}
+
+/// The epoch used by an issuance (from its intent on: granted, withheld, uncertain), or
+/// found used or not verifying at reserve: no consumer waiting for this deployment will
+/// ever get a grant.
+fn unissuable(
+    deployment: DeploymentId,
+    result: &Result<issuance::Granted, Ended>,
+) -> Option<Refusal> {
+    match result {
+        Ok(done) => epoch_refusal(deployment, done.epoch, None),
+        Err(Ended {
+            used: Some(state), ..
+        }) => epoch_refusal(deployment, *state, None),
+        Err(Ended { refusals, .. }) => refusals
+            .iter()
+            .find(|r| epoch_unissuable(r.reason))
+            .cloned(),
     }
 }
 
