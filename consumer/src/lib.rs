@@ -612,6 +612,40 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs root"]
+    fn an_out_on_a_fuse_file_system_is_refused_before_connecting() {
+        // A FUSE server answers every owner, mode and `..` of its file system, and can
+        // serve another file at the path later: found by attacking the release binaries,
+        // a uid 1000 fuse-overlayfs (allow_other) answering root's ownership was accepted.
+        // Here root's own fuse-overlayfs, in a mount namespace of the test's own.
+        assert!(rustix::process::geteuid().is_root(), "needs root");
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().to_owned();
+        let refused = in_own_mount_namespace(move || {
+            for sub in ["lower", "upper", "work", "m"] {
+                std::fs::create_dir(path.join(sub)).unwrap();
+            }
+            let opts = format!(
+                "lowerdir={0}/lower,upperdir={0}/upper,workdir={0}/work",
+                path.display()
+            );
+            let st = std::process::Command::new("fuse-overlayfs")
+                .args(["-o", &opts])
+                .arg(path.join("m"))
+                .status()
+                .expect("fuse-overlayfs (apt-get install fuse-overlayfs)");
+            assert!(st.success(), "fuse-overlayfs: {st}");
+            let r = Out::prepare(&path.join("m").join("grant.cbor")).map(drop);
+            let _ = nix::mount::umount2(&path.join("m"), nix::mount::MntFlags::MNT_DETACH);
+            r
+        });
+        match refused {
+            Err(Error::Usage(m)) => assert!(m.contains("FUSE file system"), "{m}"),
+            other => panic!("expected a usage error, got {other:?}"),
+        }
+    }
+
+    #[test]
     fn an_out_path_through_a_symlink_is_refused_before_connecting() {
         // The ancestors are walked from the directory the path opens, but readers after
         // the grant (the new root through REPOCH_GRANT, `repoch-consume verify PATH`) take

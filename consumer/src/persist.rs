@@ -62,6 +62,34 @@ const ANCESTOR_FLAGS: OFlags = OFlags::RDONLY
     .union(OFlags::DIRECTORY)
     .union(OFlags::CLOEXEC);
 
+/// `FUSE_SUPER_MAGIC`: a file system served by a process.
+const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+
+/// The directory `fd` is on a file system whose owners and modes, and whose mount ids,
+/// the checks can believe: not FUSE (its server, any user who mounted it with
+/// `allow_other`, answers every owner, mode and `..`, and can serve another file at the
+/// path later: found by attacking the release binaries, a uid 1000 `fuse-overlayfs`
+/// answering root's ownership was accepted), on a kernel that gives mount ids
+/// (`STATX_MNT_ID`, Linux 5.8; without them a directory bound onto its own child reads
+/// as `/`).
+fn trusted_file_system(fd: &OwnedFd) -> Result<(), String> {
+    let name = || repoch_sys::fs::name_of(fd).unwrap_or_else(|| "an ancestor".into());
+    let fs = rustix::fs::fstatfs(fd).map_err(|e| format!("{}: {e}", name()))?;
+    if fs.f_type as i64 == FUSE_SUPER_MAGIC {
+        return Err(format!(
+            "{} is on a FUSE file system: its server answers every owner and mode, and could serve another file at the path later; give a path on a kernel file system",
+            name()
+        ));
+    }
+    if repoch_sys::fs::mount_id(fd).is_none() {
+        return Err(format!(
+            "{}: the kernel gives no mount id (statx STATX_MNT_ID, Linux 5.8): the path's mounts cannot be told apart",
+            name()
+        ));
+    }
+    Ok(())
+}
+
 /// Every ancestor of `--out`'s directory `dir`, up to `/`, is owned by root or this user
 /// (`me`) and writable by no one else unless sticky (as `/tmp`, where no one renames an
 /// entry of another's): an owner of an ancestor could rename `--out`'s directory and put
@@ -74,6 +102,7 @@ fn check_ancestors(dir: &OwnedFd, me: u32) -> Result<(), String> {
             .map_err(|e| format!("an ancestor of its directory: {e}"))
     };
     let stat = |fd: &OwnedFd| {
+        trusted_file_system(fd)?;
         rustix::fs::fstat(fd).map_err(|e| format!("an ancestor of its directory: {e}"))
     };
     let mut below = stat(dir)?;

@@ -17,6 +17,9 @@ pub const SYSTEMCTL_OUTPUT_BYTES_MAX: usize = 64 * 1024;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnitState {
     pub load: String,
+    /// `masked` for a mask that lasts, `masked-runtime` for one in `/run` (gone at the
+    /// next boot), the unit file's state otherwise (empty for a unit with no file).
+    pub file_state: String,
     pub active: String,
     pub sub: String,
     pub main_pid: u32,
@@ -197,7 +200,7 @@ fn unit_files(
 fn ask(cmd: &[String], units: &[&String]) -> Result<Vec<String>, Error> {
     show(
         cmd,
-        "LoadState,ActiveState,SubState,MainPID,NeedDaemonReload",
+        "LoadState,UnitFileState,ActiveState,SubState,MainPID,NeedDaemonReload",
         units,
         SYSTEMCTL_OUTPUT_BYTES_MAX,
     )
@@ -300,6 +303,7 @@ fn parse(out: &str) -> Result<UnitState, Error> {
     let field = |k: &str| get(k).ok_or_else(|| format!("systemctl show: no {k} in the answer"));
     Ok(UnitState {
         load: field("LoadState")?,
+        file_state: field("UnitFileState")?,
         active: field("ActiveState")?,
         sub: field("SubState")?,
         main_pid: field("MainPID")?
@@ -396,6 +400,16 @@ fn service_names(cmd: &[String]) -> Result<Vec<String>, Error> {
     let plain = ["--type=service", "--no-legend", "--no-pager", "--plain"];
     let files = [&["list-unit-files"][..], &plain[..]].concat();
     let loaded = [&["list-units", "--all"][..], &plain[..]].concat();
+    // A mask in /run (`masked-runtime`) is gone at the next boot, and a masked unit's
+    // commands are not loaded (systemctl shows none): such a service cannot be searched,
+    // and says so (found by attacking the release binaries: passed over, it ran the old
+    // root after a boot).
+    let runtime = listed(&files, 1, |s| s == "masked-runtime")?;
+    if let Some(first) = runtime.first() {
+        return Err(Error::Found(format!(
+            "{first} is masked until the next boot only (masked-runtime): its commands are not loaded and cannot be searched; mask it for good (systemctl mask) or name it under containment.units"
+        )));
+    }
     let mut names = listed(&files, 1, |s| !s.starts_with("masked") && s != "alias")?;
     names.extend(listed(&loaded, 1, |s| s == "loaded")?);
     names.sort_unstable();
@@ -410,7 +424,7 @@ fn service_names(cmd: &[String]) -> Result<Vec<String>, Error> {
 
 /// Properties asked of each service besides its commands: where its paths are resolved.
 pub const FILE_SYSTEM_PROPERTIES: &str = "RootDirectory,RootImage,BindPaths,BindReadOnlyPaths,\
-     ExtensionDirectories,ExecSearchPath,WorkingDirectory";
+     ExtensionDirectories,ExecSearchPath,WorkingDirectory,User,NeedDaemonReload";
 
 /// One service's block of `systemctl show`: its commands. Every line must be one property
 /// asked, `Id` once: systemctl prints a command's arguments raw, so an argument holding a
@@ -440,17 +454,28 @@ fn service_block(b: &str) -> Result<(String, Vec<ServiceCommand>), Error> {
             "RootImage" => paths.image = Some(value.to_owned()).filter(|v| !v.is_empty()),
             // Paths separated by `:` (printed joined with spaces, each maybe quoted): each
             // piece that may be a directory is searched.
-            "ExecSearchPath" => paths.search.extend(
-                value
-                    .split([':', ' ', '"'])
-                    .filter(|d| d.starts_with('/'))
-                    .map(str::to_owned),
-            ),
+            // Each directory printed quoted when it holds a space: every run of words
+            // (quotes dropped) that may be one directory is searched.
+            "ExecSearchPath" => {
+                paths
+                    .search
+                    .extend(path_runs(&value.replace('"', "")).ok_or_else(|| {
+                        Error::Found(format!("systemctl show: too many words in {line:?}"))
+                    })?)
+            }
+            "User" => paths.user = Some(value.to_owned()).filter(|v| !v.is_empty()),
+            "NeedDaemonReload" if value == "yes" => {
+                return Err(Error::Found(format!(
+                    "systemctl show: {} has a changed unit file systemd has not reloaded (its commands as loaded are not what it would run): run systemctl daemon-reload",
+                    unit.as_deref().unwrap_or("a service")
+                )))
+            }
+            "NeedDaemonReload" => {}
             // `!` (systemctl's spelling of `-`) when a missing directory is no error; `~`
-            // (the user's home) names none here.
+            // the home of the service's user (resolved with its `User=`).
             "WorkingDirectory" => {
                 paths.workdir = Some(value.trim_start_matches(['!', '-']).to_owned())
-                    .filter(|v| v.starts_with('/'))
+                    .filter(|v| v.starts_with('/') || v == "~")
             }
             "BindPaths" | "BindReadOnlyPaths" => paths.binds.extend(binds(value)?),
             // Joined with spaces, as arguments are: each run that may be one directory.
@@ -486,8 +511,11 @@ pub struct ServicePaths {
     pub extensions: Vec<String>,
     /// `ExecSearchPath=`: where a command named without a `/` is looked for.
     pub search: Vec<String>,
-    /// `WorkingDirectory=`: where a relative path leads.
+    /// `WorkingDirectory=`: where a relative path leads (`/` when unset; `~` the user's
+    /// home).
     pub workdir: Option<String>,
+    /// `User=`: whose home `~` is (root's when unset).
+    pub user: Option<String>,
 }
 
 /// A file a service's command may name, as the host reaches it.
@@ -521,12 +549,27 @@ impl ServicePaths {
     pub fn on_host(&self, word: &str) -> Vec<OnHost> {
         let mut out = Vec::new();
         if !word.starts_with('/') {
-            if let Some(wd) = &self.workdir {
-                let joined = format!("{}/{word}", wd.trim_end_matches('/'));
-                out.extend(self.on_host(&joined));
-            }
+            let joined = format!("{}/{word}", self.working_directory().trim_end_matches('/'));
+            out.extend(self.on_host(&joined));
             out.push(OnHost::Path(word.to_owned()));
             return out;
+        }
+        // Through a link on the way (`/bin` to `usr/bin` on a merged /usr) the path may
+        // reach a bind mount's destination: its directory as the host resolves it too.
+        let canonical = std::path::Path::new(word)
+            .parent()
+            .and_then(|d| std::fs::canonicalize(d).ok())
+            .zip(std::path::Path::new(word).file_name())
+            .map(|(d, n)| d.join(n).to_string_lossy().into_owned())
+            .filter(|c| c != word);
+        if let Some(c) = &canonical {
+            for (host, inside) in &self.binds {
+                if let Some(rest) = c.strip_prefix(inside.as_str()) {
+                    if rest.is_empty() || rest.starts_with('/') {
+                        out.push(OnHost::Path(format!("{host}{rest}")));
+                    }
+                }
+            }
         }
         for (host, inside) in &self.binds {
             if let Some(rest) = word.strip_prefix(inside.as_str()) {
@@ -552,6 +595,23 @@ impl ServicePaths {
         }
         out.push(OnHost::Path(word.to_owned()));
         out
+    }
+
+    /// Where the service's relative paths start: its `WorkingDirectory=`, `~` its user's
+    /// home (as this host's user database says), else `/` (systemd's default).
+    fn working_directory(&self) -> String {
+        match self.workdir.as_deref() {
+            Some("~") => {
+                let user = self.user.as_deref().unwrap_or("root");
+                nix::unistd::User::from_name(user)
+                    .ok()
+                    .flatten()
+                    .map(|u| u.dir.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| "/".to_owned())
+            }
+            Some(wd) => wd.to_owned(),
+            None => "/".to_owned(),
+        }
     }
 
     /// Where a command's path `path` may lead: named without a `/`, each directory of its
@@ -611,6 +671,10 @@ fn binds(value: &str) -> Result<Vec<(String, String)>, Error> {
         })
         .collect()
 }
+
+/// Words one path is looked for across at most (a path holding more than 15 spaces is
+/// not found): the runs grow with the words, never with their square.
+pub const RUN_WORDS_MAX: usize = 16;
 
 /// Candidate paths read from one command's argument text at most (an argument holding
 /// spaces is found among the runs of words joined back): more is an error.
@@ -688,7 +752,7 @@ fn path_runs(text: &str) -> Option<Vec<String>> {
             }
             runs.push(start.to_owned());
             let mut run = start.to_owned();
-            for w in &split[i + 1..] {
+            for w in split.iter().skip(i + 1).take(RUN_WORDS_MAX - 1) {
                 run.push(' ');
                 run.push_str(w);
                 if run.len() > PATH_BYTES_MAX {
@@ -774,6 +838,53 @@ mod tests {
             binds("/usr/share:/opt/share").unwrap(),
             [("/usr/share".into(), "/opt/share".into())]
         );
+        // Found by the second attack: a search directory holding a space (printed quoted),
+        // a relative path with no working directory (systemd's is /), `~` (the user's
+        // home), and a command's path through a link into a bind's destination.
+        let quoted = block(
+            "old-root ; argv[]=old-root",
+            "ExecSearchPath=\"/srv/sp ace\" /usr/bin\n",
+        );
+        assert!(paths(&quoted).contains(&"/srv/sp ace/old-root".to_owned()));
+        let from_root = block("/usr/bin/env ; argv[]=env srv/old-root", "");
+        assert!(paths(&from_root).contains(&"/srv/old-root".to_owned()));
+        let home = block(
+            "/usr/bin/env ; argv[]=env ./old-root",
+            "WorkingDirectory=~\nUser=root\n",
+        );
+        assert!(paths(&home).contains(&"/root/./old-root".to_owned()));
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("usr")).unwrap();
+        std::os::unix::fs::symlink("usr", d.path().join("bin")).unwrap();
+        let top = d.path().canonicalize().unwrap().display().to_string();
+        let merged = block(
+            &format!("{top}/bin/app ; argv[]=app"),
+            &format!("BindReadOnlyPaths=/srv/old-root:{top}/usr/app:rbind\n"),
+        );
+        assert!(paths(&merged).contains(&"/srv/old-root".to_owned()));
+    }
+
+    /// A service whose unit file changed without a reload is not read as it would run: an
+    /// error saying so (found by the second attack: its loaded commands were searched, and
+    /// the new ones ran the old root after a reload).
+    #[test]
+    fn a_service_whose_file_changed_unreloaded_cannot_be_read() {
+        let tail = " ; ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }";
+        let b = format!("ExecStart={{ path=/bin/sleep ; argv[]=sleep 1{tail}\nNeedDaemonReload=yes\nId=x.service");
+        let e = service_block(&b).unwrap_err().to_string();
+        assert!(e.contains("not reloaded"), "{e}");
+        let b = format!("ExecStart={{ path=/bin/sleep ; argv[]=sleep 1{tail}\nNeedDaemonReload=no\nId=x.service");
+        assert!(service_block(&b).is_ok());
+    }
+
+    /// Runs grow with the words, never with their square: a command naming 1,000 paths is
+    /// read (the second attack: 181 paths refused the whole host, too many words).
+    #[test]
+    fn a_command_of_many_paths_is_read() {
+        let many: Vec<String> = (0..1000).map(|i| format!("/v/{i}")).collect();
+        let runs = path_runs(&many.join(" ")).unwrap();
+        assert!(runs.len() <= 1000 * RUN_WORDS_MAX, "{}", runs.len());
+        assert!(runs.contains(&"/v/7 /v/8".to_owned()));
     }
 
     /// A template's unit files: its own state, each instance's own file, no row of another

@@ -36,7 +36,14 @@ pub(super) fn units(m: &Manifest, systemctl: &[String], facts: &mut Vec<Fact>) {
                 );
                 if s.need_reload {
                     Fact::failed("unit", u, WANT, &observed, Reason::UnitReloadPending)
-                } else if s.load != "masked" {
+                } else if s.load != "masked" || s.file_state == "masked-runtime" {
+                    // A mask in /run is gone at the next boot: the unit starts again then.
+                    let observed = match s.file_state.as_str() {
+                        "masked-runtime" => {
+                            format!("{observed} (masked-runtime: until the next boot)")
+                        }
+                        _ => observed,
+                    };
                     Fact::failed("unit", u, WANT, &observed, Reason::UnitNotMasked)
                 } else if !matches!(s.active.as_str(), "inactive" | "failed") {
                     Fact::failed("unit", u, WANT, &observed, Reason::UnitActive)
@@ -57,20 +64,17 @@ fn template(t: &str, systemctl: &[String]) -> Fact {
     const WANT: &str = "the template masked, every instance inactive";
     match systemd::template_state(systemctl, t) {
         Err(e) => Fact::failed("unit", t, WANT, &e.to_string(), Reason::ControllerUnknown),
-        Ok(s) if !s.file.starts_with("masked") => {
+        // `masked-runtime` is gone at the next boot: only a lasting mask holds.
+        Ok(s) if s.file != "masked" => {
             let observed = format!("template {}", s.file);
             Fact::failed("unit", t, WANT, &observed, Reason::UnitNotMasked)
         }
         // An instance's own unit file is not covered by the template's mask: it starts.
-        Ok(s)
-            if s.instance_files
-                .iter()
-                .any(|(_, st)| !st.starts_with("masked")) =>
-        {
+        Ok(s) if s.instance_files.iter().any(|(_, st)| st != "masked") => {
             let (unit, st) = s
                 .instance_files
                 .iter()
-                .find(|(_, st)| !st.starts_with("masked"))
+                .find(|(_, st)| st != "masked")
                 .expect("found above");
             let observed = format!("template {}, {unit} {st}", s.file);
             Fact::failed("unit", t, WANT, &observed, Reason::UnitNotMasked)

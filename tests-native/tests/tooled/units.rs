@@ -50,7 +50,17 @@ pub(crate) fn units_masked_active_reload_pending_and_absent_systemd() {
     // Loaded but not masked.
     assert_eq!(reasons(&observe_in(&s, &id, &c)), ["unit-not-masked"]);
     // Masked and inactive: holds.
-    c.sh("systemctl mask oldroot.service");
+    // A mask in /run is gone at the next boot, and the unit starts again then (found by
+    // attacking the release binaries: held).
+    c.sh("systemctl mask --runtime oldroot.service");
+    let r = observe_in(&s, &id, &c);
+    assert_eq!(reasons(&r), ["unit-not-masked"], "{}", r.stdout);
+    assert!(
+        observed(&r, "unit").contains("masked-runtime"),
+        "{}",
+        r.stdout
+    );
+    c.sh("systemctl unmask --runtime oldroot.service && systemctl mask oldroot.service");
     let r = observe_in(&s, &id, &c);
     assert_eq!(r.code, Outcome::Success, "{}", r.stdout);
     // Running, then masked: masked but active.
@@ -319,6 +329,22 @@ pub(crate) fn a_service_that_runs_the_old_roots_executable_must_be_named() {
                 jail.display()
             ),
         ),
+        // Found by the second attack, each held: a relative path with no working
+        // directory (systemd's is /), and a command's path through a link (/bin on a
+        // merged /usr) into a bind mount's destination.
+        (
+            "rootrel.service",
+            format!(
+                "/usr/bin/env {}/old-root",
+                srv.to_string().trim_start_matches('/')
+            ),
+            String::new(),
+        ),
+        (
+            "merged.service",
+            "/bin/rtapp".to_owned(),
+            format!("BindReadOnlyPaths={}:/usr/bin/rtapp", exe.display()),
+        ),
         (
             "linked.service",
             "/usr/bin/app".to_owned(),
@@ -369,6 +395,38 @@ pub(crate) fn a_service_that_runs_the_old_roots_executable_must_be_named() {
         r.stdout
     );
     c.sh("rm /usr/lib/systemd/system/split.service && systemctl daemon-reload");
+    // A service masked in /run only is one systemd starts at the next boot, and its
+    // commands are not loaded: the search cannot read it, and says so.
+    c.sh(&format!(
+        "printf '[Service]\\nExecStart={} live-ms 5\\n[Install]\\nWantedBy=multi-user.target\\n' \
+         > /usr/lib/systemd/system/runmask.service && systemctl daemon-reload \
+         && systemctl enable runmask.service && systemctl mask --runtime runmask.service",
+        exe.display()
+    ));
+    let r = observe_in(&s, &id, &c);
+    assert_eq!(reasons(&r), ["controller-unknown"], "{}", r.stdout);
+    assert!(
+        observed(&r, "unit-search").contains("masked-runtime"),
+        "{}",
+        r.stdout
+    );
+    c.sh(
+        "systemctl unmask --runtime runmask.service && systemctl disable runmask.service \
+          && rm /usr/lib/systemd/system/runmask.service && systemctl daemon-reload",
+    );
+    // A service whose file changed without a reload is not what it would run: unknown
+    // (its loaded commands were searched, and the new ones ran the old root).
+    c.sh("printf '[Service]\\nExecStart=/bin/sleep infinity\\n' > /usr/lib/systemd/system/changed.service \
+          && systemctl daemon-reload && systemctl start changed.service && sleep 1 \
+          && echo '# changed' >> /usr/lib/systemd/system/changed.service");
+    let r = observe_in(&s, &id, &c);
+    assert_eq!(reasons(&r), ["controller-unknown"], "{}", r.stdout);
+    assert!(
+        observed(&r, "unit-search").contains("not reloaded"),
+        "{}",
+        r.stdout
+    );
+    c.sh("systemctl stop changed.service && rm /usr/lib/systemd/system/changed.service && systemctl daemon-reload");
     c.sh(&unit("spelled.service", &link.display().to_string()));
     // Named and masked: the unit's own fact holds it, and the search names none.
     use repoch_issuer::observe::Fences;
