@@ -965,7 +965,7 @@ fn an_answer_without_one_block_per_unit_is_unknown_for_each() {
     let d = tempfile::tempdir().unwrap();
     let mut m = manifest(d.path());
     m.containment.units = vec!["a.service".into(), "b.service".into()];
-    let block = "LoadState=masked\\nActiveState=inactive\\nSubState=dead\\nMainPID=0\\nNeedDaemonReload=no\\n";
+    let block = "LoadState=masked\\nUnitFileState=masked\\nActiveState=inactive\\nSubState=dead\\nMainPID=0\\nNeedDaemonReload=no\\n";
     for (blocks, holds) in [(1, false), (2, true), (3, false)] {
         let mut obs = observer(d.path(), m.clone());
         let script = vec![format!("printf '{block}\\n'"); blocks].join(";");
