@@ -368,33 +368,32 @@ pub(crate) fn a_service_that_runs_the_old_roots_executable_must_be_named() {
     }
     // A bind source holding a colon (`\\:` in the unit file) is printed raw: the search
     // cannot read it, and says so (it read another source before, and found nothing).
-    c.sh(&format!(
-        "printf '[Service]\\nBindReadOnlyPaths={srv}/old\\\\:root:/usr/bin/app\\nExecStart=/usr/bin/app\\n' \
-         > /usr/lib/systemd/system/escaped.service && systemctl daemon-reload"
-    ));
-    let r = observe_in(&s, &id, &c);
-    assert_eq!(reasons(&r), ["controller-unknown"], "{}", r.stdout);
-    assert!(
-        observed(&r, "unit-search").contains("cannot be read"),
-        "{}",
-        r.stdout
+    let unreadable = |name: &str, service: &str| {
+        c.sh(&format!(
+            "printf '[Service]\\n{service}\\n' > /usr/lib/systemd/system/{name} && systemctl daemon-reload"
+        ));
+        let r = observe_in(&s, &id, &c);
+        assert_eq!(reasons(&r), ["controller-unknown"], "{name}: {}", r.stdout);
+        assert!(
+            observed(&r, "unit-search").contains("cannot be read"),
+            "{name}: {}",
+            r.stdout
+        );
+        c.sh(&format!(
+            "rm /usr/lib/systemd/system/{name} && systemctl daemon-reload"
+        ));
+    };
+    unreadable(
+        "escaped.service",
+        &format!("BindReadOnlyPaths={srv}/old\\\\:root:/usr/bin/app\\nExecStart=/usr/bin/app"),
     );
-    c.sh("rm /usr/lib/systemd/system/escaped.service && systemctl daemon-reload");
     // A path holding ` ; argv[]=` cannot be told from its arguments: said, not guessed (it
     // read another path before, and found nothing).
     std::fs::copy(&exe, s.srv.join("c ; argv[]=z")).unwrap();
-    c.sh(&format!(
-        "printf '[Service]\\nExecStart=\"{srv}/c ; argv[]=z\" live-ms 5\\n' \
-         > /usr/lib/systemd/system/split.service && systemctl daemon-reload"
-    ));
-    let r = observe_in(&s, &id, &c);
-    assert_eq!(reasons(&r), ["controller-unknown"], "{}", r.stdout);
-    assert!(
-        observed(&r, "unit-search").contains("cannot be read"),
-        "{}",
-        r.stdout
+    unreadable(
+        "split.service",
+        &format!("ExecStart=\"{srv}/c ; argv[]=z\" live-ms 5"),
     );
-    c.sh("rm /usr/lib/systemd/system/split.service && systemctl daemon-reload");
     // A service masked in /run only is one systemd starts at the next boot, and its
     // commands are not loaded: the search cannot read it, and says so.
     c.sh(&format!(
