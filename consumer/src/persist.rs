@@ -71,8 +71,8 @@ const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 /// path later: found by attacking the release binaries, a uid 1000 `fuse-overlayfs`
 /// answering root's ownership was accepted), on a kernel that gives mount ids
 /// (`STATX_MNT_ID`, Linux 5.8; without them a directory bound onto its own child reads
-/// as `/`).
-fn trusted_file_system(fd: &OwnedFd) -> Result<(), String> {
+/// as `/`). Returns its mount id.
+fn trusted_file_system(fd: &OwnedFd) -> Result<u64, String> {
     let name = || repoch_sys::fs::name_of(fd).unwrap_or_else(|| "an ancestor".into());
     let fs = rustix::fs::fstatfs(fd).map_err(|e| format!("{}: {e}", name()))?;
     if fs.f_type as i64 == FUSE_SUPER_MAGIC {
@@ -81,13 +81,12 @@ fn trusted_file_system(fd: &OwnedFd) -> Result<(), String> {
             name()
         ));
     }
-    if repoch_sys::fs::mount_id(fd).is_none() {
-        return Err(format!(
+    repoch_sys::fs::mount_id(fd).ok_or_else(|| {
+        format!(
             "{}: the kernel gives no mount id (statx STATX_MNT_ID, Linux 5.8): the path's mounts cannot be told apart",
             name()
-        ));
-    }
-    Ok(())
+        )
+    })
 }
 
 /// Every ancestor of `--out`'s directory `dir`, up to `/`, is owned by root or this user
@@ -101,20 +100,21 @@ fn check_ancestors(dir: &OwnedFd, me: u32) -> Result<(), String> {
         rustix::fs::openat(fd, "..", ANCESTOR_FLAGS, Mode::empty())
             .map_err(|e| format!("an ancestor of its directory: {e}"))
     };
+    // Each directory's stat and mount, read once.
     let stat = |fd: &OwnedFd| {
-        trusted_file_system(fd)?;
-        rustix::fs::fstat(fd).map_err(|e| format!("an ancestor of its directory: {e}"))
+        let mount = trusted_file_system(fd)?;
+        rustix::fs::fstat(fd)
+            .map(|st| (st, mount))
+            .map_err(|e| format!("an ancestor of its directory: {e}"))
     };
-    let mut below = stat(dir)?;
+    let (mut below, mut below_mount) = stat(dir)?;
     let mut below_fd = dir.try_clone().map_err(|e| format!("its directory: {e}"))?;
     let mut at = up(dir)?;
     for _ in 0..ANCESTORS_MAX {
-        let st = stat(&at)?;
+        let (st, mount) = stat(&at)?;
         // `/`: its `..` is itself, on the same mount (a directory bound onto its own child
         // has the same inode above it, on another mount: the walk goes on).
-        if (st.st_dev, st.st_ino) == (below.st_dev, below.st_ino)
-            && repoch_sys::fs::mount_id(&at) == repoch_sys::fs::mount_id(&below_fd)
-        {
+        if (st.st_dev, st.st_ino, mount) == (below.st_dev, below.st_ino, below_mount) {
             return Ok(());
         }
         let sticky = st.st_mode & 0o1000 != 0;
@@ -133,7 +133,7 @@ fn check_ancestors(dir: &OwnedFd, me: u32) -> Result<(), String> {
         // The directory below is a mount's root: the mount point it covers is an entry of
         // this one, never seen by the walk. In a directory others can write (sticky), its
         // owner, whoever that is, could rename it from another mount namespace.
-        if shared && repoch_sys::fs::mount_id(&below_fd) != repoch_sys::fs::mount_id(&at) {
+        if shared && below_mount != mount {
             return Err(format!(
                 "{} is a mount point in the sticky directory {} (mode {:o}): the owner of the directory it covers cannot be seen, and could rename it; mount it where only root or this user (uid {me}) can write",
                 repoch_sys::fs::name_of(&below_fd).unwrap_or_else(|| "a directory".into()),
@@ -141,7 +141,7 @@ fn check_ancestors(dir: &OwnedFd, me: u32) -> Result<(), String> {
                 st.st_mode & 0o7777
             ));
         }
-        below = st;
+        (below, below_mount) = (st, mount);
         below_fd = at;
         at = up(&below_fd)?;
     }

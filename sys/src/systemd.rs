@@ -79,6 +79,14 @@ pub fn show_all(cmd: &[String], units: &[String]) -> Vec<Result<UnitState, Error
         .collect()
 }
 
+/// The template an instance (`NAME@I.TYPE`) is made from (`NAME@.TYPE`); `None` for a
+/// unit that is no instance.
+pub fn template_of(unit: &str) -> Option<String> {
+    let (name, rest) = unit.split_once('@')?;
+    let (_, kind) = rest.rsplit_once('.')?;
+    Some(format!("{name}@.{kind}")).filter(|t| is_template(t))
+}
+
 /// Whether `unit` names a template (`NAME@.TYPE`): its instances run, never itself.
 pub fn is_template(unit: &str) -> bool {
     unit.split_once("@.").is_some_and(|(name, kind)| {
@@ -439,6 +447,10 @@ fn service_block(b: &str) -> Result<(String, Vec<ServiceCommand>), Error> {
     let mut paths = ServicePaths::default();
     let mut commands = Vec::new();
     for line in b.lines() {
+        let runs = |v: &str| {
+            path_runs(v)
+                .ok_or_else(|| Error::Found(format!("systemctl show: too many words in {line:?}")))
+        };
         let (property, value) = line
             .split_once('=')
             .filter(|(p, _)| asked(p))
@@ -452,17 +464,9 @@ fn service_block(b: &str) -> Result<(String, Vec<ServiceCommand>), Error> {
             "Id" => unit = Some(value.to_owned()),
             "RootDirectory" => paths.root = Some(value.to_owned()).filter(|v| !v.is_empty()),
             "RootImage" => paths.image = Some(value.to_owned()).filter(|v| !v.is_empty()),
-            // Paths separated by `:` (printed joined with spaces, each maybe quoted): each
-            // piece that may be a directory is searched.
             // Each directory printed quoted when it holds a space: every run of words
             // (quotes dropped) that may be one directory is searched.
-            "ExecSearchPath" => {
-                paths
-                    .search
-                    .extend(path_runs(&value.replace('"', "")).ok_or_else(|| {
-                        Error::Found(format!("systemctl show: too many words in {line:?}"))
-                    })?)
-            }
+            "ExecSearchPath" => paths.search.extend(runs(&value.replace('"', ""))?),
             "User" => paths.user = Some(value.to_owned()).filter(|v| !v.is_empty()),
             "NeedDaemonReload" if value == "yes" => {
                 return Err(Error::Found(format!(
@@ -479,11 +483,7 @@ fn service_block(b: &str) -> Result<(String, Vec<ServiceCommand>), Error> {
             }
             "BindPaths" | "BindReadOnlyPaths" => paths.binds.extend(binds(value)?),
             // Joined with spaces, as arguments are: each run that may be one directory.
-            "ExtensionDirectories" => {
-                paths.extensions.extend(path_runs(value).ok_or_else(|| {
-                    Error::Found(format!("systemctl show: too many words in {line:?}"))
-                })?)
-            }
+            "ExtensionDirectories" => paths.extensions.extend(runs(value)?),
             _ => commands.push((property.to_owned(), command_words(value)?)),
         }
     }
@@ -562,19 +562,12 @@ impl ServicePaths {
             .zip(std::path::Path::new(word).file_name())
             .map(|(d, n)| d.join(n).to_string_lossy().into_owned())
             .filter(|c| c != word);
-        if let Some(c) = &canonical {
+        for path in canonical.iter().map(String::as_str).chain([word]) {
             for (host, inside) in &self.binds {
-                if let Some(rest) = c.strip_prefix(inside.as_str()) {
+                if let Some(rest) = path.strip_prefix(inside.as_str()) {
                     if rest.is_empty() || rest.starts_with('/') {
                         out.push(OnHost::Path(format!("{host}{rest}")));
                     }
-                }
-            }
-        }
-        for (host, inside) in &self.binds {
-            if let Some(rest) = word.strip_prefix(inside.as_str()) {
-                if rest.is_empty() || rest.starts_with('/') {
-                    out.push(OnHost::Path(format!("{host}{rest}")));
                 }
             }
         }

@@ -70,25 +70,21 @@ fn template(t: &str, systemctl: &[String]) -> Fact {
             Fact::failed("unit", t, WANT, &observed, Reason::UnitNotMasked)
         }
         // An instance's own unit file is not covered by the template's mask: it starts.
-        Ok(s) if s.instance_files.iter().any(|(_, st)| st != "masked") => {
-            let (unit, st) = s
-                .instance_files
+        Ok(s) => match (
+            s.instance_files.iter().find(|(_, st)| st != "masked"),
+            s.instances
                 .iter()
-                .find(|(_, st)| st != "masked")
-                .expect("found above");
-            let observed = format!("template {}, {unit} {st}", s.file);
-            Fact::failed("unit", t, WANT, &observed, Reason::UnitNotMasked)
-        }
-        Ok(s) => match s
-            .instances
-            .iter()
-            .find(|i| !matches!(i.active.as_str(), "inactive" | "failed"))
-        {
-            Some(i) => {
+                .find(|i| !matches!(i.active.as_str(), "inactive" | "failed")),
+        ) {
+            (Some((unit, st)), _) => {
+                let observed = format!("template {}, {unit} {st}", s.file);
+                Fact::failed("unit", t, WANT, &observed, Reason::UnitNotMasked)
+            }
+            (None, Some(i)) => {
                 let observed = format!("template {}, {} {}/{}", s.file, i.unit, i.active, i.sub);
                 Fact::failed("unit", t, WANT, &observed, Reason::UnitActive)
             }
-            None => {
+            (None, None) => {
                 let observed = format!(
                     "template {}, {} instances inactive",
                     s.file,
@@ -133,15 +129,25 @@ pub(crate) fn unnamed_services(
     // to it, or a copy of it (the same size, then the same content).
     let runs = |c: &systemd::ServiceCommand| -> Option<String> {
         let candidates = c.candidates();
+        // A path in a root is resolved there once, whatever the executables asked of it.
+        let in_root: Vec<Option<OwnedFd>> = candidates
+            .iter()
+            .map(|h| match h {
+                systemd::OnHost::InRoot { root, path } => {
+                    repoch_sys::fs::open_in_root(root.as_ref(), path).ok()
+                }
+                systemd::OnHost::Path(_) => None,
+            })
+            .collect();
         executables.iter().zip(&enrolled).find_map(|(e, known)| {
             candidates
                 .iter()
-                .any(|h| match (h, known) {
+                .zip(&in_root)
+                .any(|(h, fd)| match (h, known) {
                     (systemd::OnHost::Path(p), _) if p == e => true,
                     (systemd::OnHost::Path(p), Some(k)) => p.starts_with('/') && k.is(p),
-                    (systemd::OnHost::InRoot { root, path }, Some(k)) => {
-                        repoch_sys::fs::open_in_root(root.as_ref(), path)
-                            .is_ok_and(|fd| k.is_file(&fd))
+                    (systemd::OnHost::InRoot { .. }, Some(k)) => {
+                        fd.as_ref().is_some_and(|fd| k.is_file(fd))
                     }
                     _ => false,
                 })
@@ -169,10 +175,7 @@ pub(crate) fn unnamed_services(
 /// Whether `unit` is named in `units`: itself, or, for an instance (`NAME@I.TYPE`), its
 /// template (`NAME@.TYPE`), which is held whole.
 fn named(units: &[String], unit: &str) -> bool {
-    let template = unit.split_once('@').and_then(|(name, rest)| {
-        let (_, kind) = rest.rsplit_once('.')?;
-        Some(format!("{name}@.{kind}"))
-    });
+    let template = systemd::template_of(unit);
     units
         .iter()
         .any(|u| u == unit || Some(u) == template.as_ref())
