@@ -612,6 +612,19 @@ mod tests {
     }
 
     #[test]
+    fn a_kernel_file_system_is_trusted_and_named_by_its_mount() {
+        // The walk compares mounts by what this answers: the directory's own mount id, as
+        // statx gives it (not a constant, which would read every mount as one).
+        let d = tempfile::tempdir().unwrap();
+        let fd = repoch_sys::fs::open_path(d.path(), rustix::fs::OFlags::DIRECTORY, 0).unwrap();
+        let dev_fd =
+            repoch_sys::fs::open_path(Path::new("/dev"), rustix::fs::OFlags::DIRECTORY, 0).unwrap();
+        let mine = persist::trusted_file_system(&fd).unwrap();
+        assert_eq!(Some(mine), repoch_sys::fs::mount_id(&fd));
+        assert_ne!(Some(mine), repoch_sys::fs::mount_id(&dev_fd));
+    }
+
+    #[test]
     #[ignore = "needs root"]
     fn an_out_on_a_fuse_file_system_is_refused_before_connecting() {
         // A FUSE server answers every owner, mode and `..` of its file system, and can

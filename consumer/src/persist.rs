@@ -72,7 +72,7 @@ const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 /// answering root's ownership was accepted), on a kernel that gives mount ids
 /// (`STATX_MNT_ID`, Linux 5.8; without them a directory bound onto its own child reads
 /// as `/`). Returns its mount id.
-fn trusted_file_system(fd: &OwnedFd) -> Result<u64, String> {
+pub(crate) fn trusted_file_system(fd: &OwnedFd) -> Result<u64, String> {
     let name = || repoch_sys::fs::name_of(fd).unwrap_or_else(|| "an ancestor".into());
     let fs = rustix::fs::fstatfs(fd).map_err(|e| format!("{}: {e}", name()))?;
     if fs.f_type as i64 == FUSE_SUPER_MAGIC {
