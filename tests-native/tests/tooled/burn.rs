@@ -189,9 +189,6 @@ const ACTIONS: usize = 11;
 pub(crate) fn another_user_acting_at_random_moments_of_many_recoveries_never_denies_nor_burns_one()
 {
     require_root!();
-    // It makes mount namespaces (unshare -Urm): they would copy a power-loss trial's ext4
-    // mount and keep its shut-down superblock alive across the remount.
-    let _no_copied_mounts = mount_namespace_guard();
     let seed: u64 = std::env::var("REPOCH_BURN_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -209,6 +206,11 @@ pub(crate) fn another_user_acting_at_random_moments_of_many_recoveries_never_den
     let mut rng = fastrand::Rng::with_seed(seed);
     let (mut granted, mut lost, mut flooded_runs) = (0, 0, 0usize);
     for run in 0..runs {
+        // A run makes mount namespaces (unshare -Urm): they would copy a power-loss trial's
+        // ext4 mount and keep its shut-down superblock alive across the remount. Held for
+        // one run at a time (dropped last, after the run's processes): a trial that
+        // unmounts waits for a run, not for the whole trial.
+        let _no_copied_mounts = mount_namespace_guard();
         let (s, exe, unix, ports, id) = burn_sandbox();
         let moment = moments()[rng.usize(..moments().len())];
         let actions: Vec<usize> = (0..ACTIONS).filter(|_| rng.bool()).collect();

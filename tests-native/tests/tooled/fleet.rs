@@ -813,6 +813,8 @@ pub(crate) fn a_partition_between_repochd_and_the_majority_never_grants_without_
 
 /// Recoveries in the history checker (`REPOCH_FLEET_RUNS` overrides).
 const HISTORY_RUNS: usize = 200;
+/// Clusters the history's recoveries are shared between, run at once.
+const HISTORY_LANES: usize = 2;
 
 /// `toml` (a `[registry]` table of `etcd`) with `https://127.0.0.1:PORT` listed before the
 /// members.
@@ -923,7 +925,9 @@ pub(crate) fn a_history_of_recoveries_with_random_faults_grants_at_most_once_per
     // member's data started alone where host a looks first; the space quota exceeded): at
     // most one grant per fleet deployment, every grant's token
     // the registered create revision of the key naming the granted host, no token given
-    // twice, and with the cluster full nothing written on either host.
+    // twice, and with the cluster full nothing written on either host. The deployments are
+    // shared between HISTORY_LANES lanes, each with a cluster and two hosts of its own, run
+    // at once: a run mostly waits on etcd and the hosts (its faults' pauses among them).
     require_root!();
     let seed = std::env::var("REPOCH_FLEET_SEED")
         .ok()
@@ -933,15 +937,42 @@ pub(crate) fn a_history_of_recoveries_with_random_faults_grants_at_most_once_per
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(HISTORY_RUNS);
-    eprintln!("fleet history: {runs} runs, REPOCH_FLEET_SEED={seed}");
-    let mut rng = fastrand::Rng::with_seed(seed);
+    eprintln!("fleet history: {runs} runs in {HISTORY_LANES} lanes, REPOCH_FLEET_SEED={seed}");
+    let counts = std::thread::scope(|scope| {
+        let lanes: Vec<_> = (0..HISTORY_LANES)
+            .map(|lane| {
+                let share = runs / HISTORY_LANES + usize::from(lane < runs % HISTORY_LANES);
+                scope.spawn(move || history_lane(seed, lane, share))
+            })
+            .collect();
+        let mut counts = std::collections::BTreeMap::<String, usize>::new();
+        for lane in lanes {
+            let lane = lane
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            for (k, n) in lane {
+                *counts.entry(k).or_default() += n;
+            }
+        }
+        counts
+    });
+    eprintln!("fleet history (seed {seed}): {counts:?}");
+    assert!(
+        counts.iter().any(|(k, _)| k.contains("granted to")),
+        "no run granted at all: {counts:?}"
+    );
+}
+
+/// One lane of the history: `runs` fleet deployments on a cluster of its own, its faults
+/// drawn from `seed` and the lane's number. Returns how many runs ended how, by fault.
+fn history_lane(seed: u64, lane: usize, runs: usize) -> std::collections::BTreeMap<String, usize> {
+    let mut rng = fastrand::Rng::with_seed(seed.wrapping_add(lane as u64));
     let sb = Sandbox::new();
     let mut etcd = Etcd::start(&sb.path("etcd")).with_flags(&["--quota-backend-bytes", "4194304"]);
     let px = prefix(&sb);
     let fork_port = free_port(false);
     let (ha, hb) = (Sandbox::new(), Sandbox::new());
     let (mut da, _db) = (Some(ha.daemon()), hb.daemon());
-    let all = [0, 1, 2];
     let mut tokens = std::collections::HashSet::new();
     let mut counts = std::collections::BTreeMap::<String, usize>::new();
     for n in 0..runs {
@@ -966,38 +997,14 @@ pub(crate) fn a_history_of_recoveries_with_random_faults_grants_at_most_once_per
         if fault == Fault::Alarm {
             etcd.fill_until_nospace(&filler);
         }
-        let what = format!("run {n} (seed {seed}), {fault:?}");
+        let what = format!("lane {lane} run {n} (seed {seed}), {fault:?}");
         let log_a = ha.log(&ida);
         let before_a = std::fs::read(&log_a).unwrap();
         let out = format!("grant-{n}.cbor");
         let (ra, ca) = start_recovery(&ha, &ida, &out);
         let (rb, cb) = start_recovery(&hb, &idb, &out);
         std::thread::sleep(std::time::Duration::from_millis(rng.u64(0..400)));
-        let mut killed = Vec::new();
-        let mut stopped = None;
-        match fault {
-            Fault::KillOne => {
-                let i = rng.usize(0..3);
-                etcd.kill(i);
-                killed.push(i);
-            }
-            Fault::KillTwo => {
-                let i = rng.usize(0..3);
-                for j in [i, (i + 1) % 3] {
-                    etcd.kill(j);
-                    killed.push(j);
-                }
-            }
-            Fault::StopLeader => {
-                let l = etcd.leader(&all);
-                etcd.signal(l, rustix::process::Signal::STOP);
-                stopped = Some(l);
-                std::thread::sleep(std::time::Duration::from_millis(rng.u64(200..1500)));
-                etcd.signal(l, rustix::process::Signal::CONT);
-            }
-            Fault::Writer => write_as_host_b(&etcd, &px, &fleet, rng.bool()),
-            Fault::None | Fault::RevertWinner | Fault::Fork | Fault::Alarm => {}
-        }
+        let killed = strike(&mut etcd, fault, &mut rng, (&px, &fleet));
         let (ra, ca, rb, cb) = (ra.finish(), ca.finish(), rb.finish(), cb.finish());
         drop(fork);
         for i in killed {
@@ -1017,32 +1024,24 @@ pub(crate) fn a_history_of_recoveries_with_random_faults_grants_at_most_once_per
             assert!(registered(&etcd, &px, &fleet).is_none(), "{what}");
             etcd.clear_nospace(&filler);
         }
-        let _ = stopped;
-        etcd.wait_ready(&all);
+        etcd.wait_ready(&[0, 1, 2]);
         let mut grants = Vec::new();
-        for (host, id, r, c) in [("host-a", &ida, &ra, &ca), ("host-b", &idb, &rb, &cb)] {
+        for (host, r, c) in [("host-a", &ra, &ca), ("host-b", &rb, &cb)] {
             if granted(r, c) {
-                let t = c.json()["grant"]["fencing"].clone();
-                grants.push((host, id.clone(), t));
+                grants.push((host, c.json()["grant"]["fencing"].clone()));
             }
         }
         // The winner's log reverted to before its recovery (a snapshot revert: repochd
         // restarted, forgetting the epoch it saw used), recovered again: refused.
         if fault == Fault::RevertWinner && grants.iter().any(|g| g.0 == "host-a") {
             drop(da.take());
-            unset_append_only(&log_a);
-            let f = std::fs::OpenOptions::new()
-                .write(true)
-                .open(&log_a)
-                .unwrap();
-            f.set_len(before_a.len() as u64).unwrap();
-            drop(f);
+            revert(&log_a, before_a.len());
             da = Some(ha.daemon());
             let again = format!("again-{n}.cbor");
             let (r, c) = start_recovery(&ha, &ida, &again);
             let (r, c) = (r.finish(), c.finish());
             if granted(&r, &c) {
-                grants.push(("host-a", ida.clone(), c.json()["grant"]["fencing"].clone()));
+                grants.push(("host-a", c.json()["grant"]["fencing"].clone()));
             } else {
                 assert_eq!(
                     r.reasons(),
@@ -1053,37 +1052,82 @@ pub(crate) fn a_history_of_recoveries_with_random_faults_grants_at_most_once_per
                 );
             }
         }
-        assert!(
-            grants.len() <= 1,
-            "{what}: {} grants: {grants:?}",
-            grants.len()
-        );
-        if let Some((host, id, token)) = grants.first() {
-            let (created, named) =
-                registered(&etcd, &px, &fleet).expect("a grant's claim is registered");
-            assert_eq!(named, *host, "{what}: the key names the granted host");
-            let revision = token["revision"].as_u64().unwrap();
-            assert_eq!(
-                revision as i64, created,
-                "{what}: the token is the create revision"
-            );
-            assert!(
-                tokens.insert(revision),
-                "{what}: token {revision} given twice"
-            );
-            let _ = id;
-        }
-        let outcome = match grants.first() {
-            Some((h, ..)) => format!("granted to {h}"),
-            None => "not granted".into(),
-        };
+        let outcome = judge_grants(&grants, (&etcd, &px, &fleet), &mut tokens, &what);
         *counts.entry(format!("{fault:?}: {outcome}")).or_default() += 1;
     }
-    eprintln!("fleet history (seed {seed}): {counts:?}");
+    counts
+}
+
+/// The fault of a history run that strikes while the recoveries run (the others are set
+/// up before them): the members it killed, to be restarted once the recoveries end.
+fn strike(
+    etcd: &mut Etcd,
+    fault: Fault,
+    rng: &mut fastrand::Rng,
+    (px, fleet): (&str, &str),
+) -> Vec<usize> {
+    let mut killed = Vec::new();
+    match fault {
+        Fault::KillOne => {
+            let i = rng.usize(0..3);
+            etcd.kill(i);
+            killed.push(i);
+        }
+        Fault::KillTwo => {
+            let i = rng.usize(0..3);
+            for j in [i, (i + 1) % 3] {
+                etcd.kill(j);
+                killed.push(j);
+            }
+        }
+        Fault::StopLeader => {
+            let l = etcd.leader(&[0, 1, 2]);
+            etcd.signal(l, rustix::process::Signal::STOP);
+            std::thread::sleep(std::time::Duration::from_millis(rng.u64(200..1500)));
+            etcd.signal(l, rustix::process::Signal::CONT);
+        }
+        Fault::Writer => write_as_host_b(etcd, px, fleet, rng.bool()),
+        Fault::None | Fault::RevertWinner | Fault::Fork | Fault::Alarm => {}
+    }
+    killed
+}
+
+/// `log` cut back to its first `len` bytes, as a snapshot taken before would have it.
+fn revert(log: &std::path::Path, len: usize) {
+    unset_append_only(log);
+    let f = std::fs::OpenOptions::new().write(true).open(log).unwrap();
+    f.set_len(len as u64).unwrap();
+}
+
+/// A history run's grants judged: at most one, its token the create revision of the
+/// registered key naming the granted host, never a token given before in this cluster.
+/// Returns how the run ended.
+fn judge_grants(
+    grants: &[(&str, serde_json::Value)],
+    (etcd, px, fleet): (&Etcd, &str, &str),
+    tokens: &mut std::collections::HashSet<u64>,
+    what: &str,
+) -> String {
     assert!(
-        counts.iter().any(|(k, _)| k.contains("granted to")),
-        "no run granted at all: {counts:?}"
+        grants.len() <= 1,
+        "{what}: {} grants: {grants:?}",
+        grants.len()
     );
+    let Some((host, token)) = grants.first() else {
+        return "not granted".into();
+    };
+    let (created, named) = registered(etcd, px, fleet).expect("a grant's claim is registered");
+    assert_eq!(named, *host, "{what}: the key names the granted host");
+    let revision = token["revision"].as_u64().unwrap();
+    assert_eq!(
+        revision as i64, created,
+        "{what}: the token is the create revision"
+    );
+    assert!(
+        tokens.insert(revision),
+        "{what}: token {revision} given twice"
+    );
+    format!("granted to {host}")
 }
 
 pub(crate) fn a_fleet_key_rewritten_before_the_dispatch_withholds_and_a_deleted_one_is_caught_by_the_audit(
