@@ -429,7 +429,7 @@ fn taken(
     };
     // As a majority of the members say: a copy of the fleet one endpoint reaches, lacking
     // the record, cannot make a genuine claim read forged, nor vouch for a forged one.
-    let verdicts: Vec<(u64, Result<(), String>)> = heard
+    let verdicts: Vec<(u64, Result<(), NotTheSigner>)> = heard
         .iter()
         .map(|said| (said.member, signer(said.entry.as_ref(), &c)))
         .collect();
@@ -457,34 +457,57 @@ fn taken(
     }
 }
 
+/// What a host record is instead of the signer of a claim (the registry's doing: a writer,
+/// or a member's copy of the fleet). Each reads after the record's key.
+#[derive(Debug, Clone, thiserror::Error)]
+enum NotTheSigner {
+    #[error("is absent: no host of that name is enrolled")]
+    Absent,
+    #[error("was modified (created at revision {created}, modified at {modified})")]
+    Modified { created: i64, modified: i64 },
+    #[error("is no host record ({0})")]
+    NoHostRecord(repoch_protocol::cbor::DecodeError),
+    #[error("is a value of {0} bytes")]
+    Oversized(usize),
+    #[error("enrolls host {host} of fleet {fleet} (deployment {deployment})")]
+    AnotherHost {
+        host: String,
+        fleet: String,
+        deployment: repoch_protocol::DeploymentId,
+    },
+    #[error("holds another issuer key than the claim's signer")]
+    AnotherKey,
+}
+
 /// Whether the host record `record` (its entry, if any) signed claim `c`: unmodified since
 /// its enrollment created it, enrolling the claim's host and deployment, and its issuer
 /// key the claim's signer. Else what it is instead.
-fn signer(record: Option<&Entry>, c: &FleetClaim) -> Result<(), String> {
-    let e = record.ok_or("is absent: no host of that name is enrolled")?;
+fn signer(record: Option<&Entry>, c: &FleetClaim) -> Result<(), NotTheSigner> {
+    let e = record.ok_or(NotTheSigner::Absent)?;
     if e.mod_revision != e.create_revision {
-        return Err(format!(
-            "was modified (created at revision {}, modified at {})",
-            e.create_revision, e.mod_revision
-        ));
+        return Err(NotTheSigner::Modified {
+            created: e.create_revision,
+            modified: e.mod_revision,
+        });
     }
     let h = match (
         e.value_bytes == e.value.len(),
         FleetHost::from_bytes(&e.value),
     ) {
         (true, Ok(h)) => h,
-        (_, Err(err)) => return Err(format!("is no host record ({err})")),
-        (false, _) => return Err(format!("is a value of {} bytes", e.value_bytes)),
+        (_, Err(err)) => return Err(NotTheSigner::NoHostRecord(err)),
+        (false, _) => return Err(NotTheSigner::Oversized(e.value_bytes)),
     };
     if h.fleet != c.fleet || h.host != c.host || h.deployment != c.deployment {
-        return Err(format!(
-            "enrolls host {} of fleet {} (deployment {})",
-            h.host, h.fleet, h.deployment
-        ));
+        return Err(NotTheSigner::AnotherHost {
+            host: h.host,
+            fleet: h.fleet,
+            deployment: h.deployment,
+        });
     }
     match c.signed_by(&h.issuer_key) {
         true => Ok(()),
-        false => Err("holds another issuer key than the claim's signer".into()),
+        false => Err(NotTheSigner::AnotherKey),
     }
 }
 

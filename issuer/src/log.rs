@@ -34,6 +34,25 @@ pub enum AppendError {
     Readback(String),
 }
 
+/// Why an enrollment's sequence stopped: a step on the host's file system (what was being
+/// done, and the system's error), or the caller's description of the deployment (`E`).
+/// Nothing of a stopped sequence is a deployment: its staging directory has another name.
+#[derive(Debug, thiserror::Error)]
+pub enum EnrollSequenceError<E> {
+    #[error("{step}: {source}")]
+    Storage {
+        step: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("short write of {0}")]
+    ShortWrite(&'static str),
+    #[error("append genesis: {0}")]
+    Genesis(#[source] AppendError),
+    #[error(transparent)]
+    Describe(E),
+}
+
 /// An open epoch log: the verified content, and a poison flag set by any failed append.
 #[derive(Debug)]
 pub struct EpochLog<F> {
@@ -182,51 +201,48 @@ pub struct Staged<D, F> {
 /// 7. rename it to `<id>` and `fsync` the deployments directory.
 ///
 /// A deployment therefore exists under its name only once all its content is durable.
-pub fn enroll_sequence<S: Storage>(
+pub fn enroll_sequence<S: Storage, E>(
     s: &mut S,
     deployments: &S::Dir,
     id: &DeploymentId,
     issuer: PublicKey,
-    describe: impl FnOnce(
-        &mut S,
-        &Staged<S::Dir, S::File>,
-    ) -> Result<(Vec<u8>, SignedEpochRecord), String>,
-) -> Result<(), String> {
+    describe: impl FnOnce(&mut S, &Staged<S::Dir, S::File>) -> Result<(Vec<u8>, SignedEpochRecord), E>,
+) -> Result<(), EnrollSequenceError<E>> {
+    let step = |what: String| move |source| EnrollSequenceError::Storage { step: what, source };
     let staging = staging_name(id);
     s.mkdir_at(deployments, &staging, crate::layout::STATE_DIR_MODE)
-        .map_err(|e| format!("create {staging}: {e}"))?;
+        .map_err(step(format!("create {staging}")))?;
     let dir = s
         .open_dir_at(deployments, &staging)
-        .map_err(|e| format!("open {staging}: {e}"))?;
+        .map_err(step(format!("open {staging}")))?;
     let lock = s
         .create_at(&dir, LOCK_FILE, 0o600)
-        .map_err(|e| format!("create {LOCK_FILE}: {e}"))?;
+        .map_err(step(format!("create {LOCK_FILE}")))?;
     let log = s
         .create_at(&dir, LOG_FILE, 0o600)
-        .map_err(|e| format!("create {LOG_FILE}: {e}"))?;
+        .map_err(step(format!("create {LOG_FILE}")))?;
     let staged = Staged { dir, log, lock };
-    let (manifest, genesis) = describe(s, &staged)?;
+    let (manifest, genesis) = describe(s, &staged).map_err(EnrollSequenceError::Describe)?;
     let mf = s
         .create_at(&staged.dir, MANIFEST_FILE, 0o600)
-        .map_err(|e| format!("create {MANIFEST_FILE}: {e}"))?;
+        .map_err(step(format!("create {MANIFEST_FILE}")))?;
     let n = s
         .write(&mf, &manifest)
-        .map_err(|e| format!("write {MANIFEST_FILE}: {e}"))?;
+        .map_err(step(format!("write {MANIFEST_FILE}")))?;
     if n != manifest.len() {
-        return Err(format!("short write of {MANIFEST_FILE}"));
+        return Err(EnrollSequenceError::ShortWrite(MANIFEST_FILE));
     }
     s.sync_data(&mf)
-        .map_err(|e| format!("fdatasync {MANIFEST_FILE}: {e}"))?;
+        .map_err(step(format!("fdatasync {MANIFEST_FILE}")))?;
     let Staged { dir, log, .. } = staged;
-    let mut elog =
-        EpochLog::open(s, log, issuer, *id).map_err(|e| format!("read {LOG_FILE}: {e}"))?;
+    let mut elog = EpochLog::open(s, log, issuer, *id).map_err(step(format!("read {LOG_FILE}")))?;
     elog.append(s, &genesis)
-        .map_err(|e| format!("append genesis: {e}"))?;
+        .map_err(EnrollSequenceError::Genesis)?;
     s.sync_dir(&dir)
-        .map_err(|e| format!("fsync state directory: {e}"))?;
+        .map_err(step("fsync state directory".into()))?;
     s.rename_at(deployments, &staging, &id.to_hex())
-        .map_err(|e| format!("rename into place: {e}"))?;
+        .map_err(step("rename into place".into()))?;
     s.sync_dir(deployments)
-        .map_err(|e| format!("fsync deployments directory: {e}"))?;
+        .map_err(step("fsync deployments directory".into()))?;
     Ok(())
 }

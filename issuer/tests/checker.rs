@@ -216,7 +216,7 @@ fn enrolled_as(fleet: bool) -> Disk {
         &issuer_key(),
     );
     enroll_sequence(&mut sim, &deps, &DEP, issuer(), |_, _| {
-        Ok((mbytes.clone(), genesis.clone()))
+        Ok::<_, std::convert::Infallible>((mbytes.clone(), genesis.clone()))
     })
     .unwrap();
     Disk { sim, deps, fleet }

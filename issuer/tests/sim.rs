@@ -152,7 +152,7 @@ fn run(sim: &mut Sim, deps: usize, withheld_at: Option<usize>) -> Acked {
         &key(),
     );
     if enroll_sequence(sim, &deps, &DEP, issuer(), |_, _| {
-        Ok((manifest_bytes(), genesis.clone()))
+        Ok::<_, std::convert::Infallible>((manifest_bytes(), genesis.clone()))
     })
     .is_err()
     {

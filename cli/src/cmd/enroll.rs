@@ -76,8 +76,12 @@ pub fn run(
                "hosts": e.fleet_hosts.iter().map(|h| json!({"host": escape(&h.host), "deployment": h.deployment.to_hex(), "label": escape(&h.label)})).collect::<Vec<_>>()})
     });
     let absent = absent_now(&v.containment);
-    let journal_err = e.journal_append_only.clone().err();
-    let log_err = e.log_append_only.clone().err();
+    let journal_err = e
+        .journal_append_only
+        .as_ref()
+        .err()
+        .map(ToString::to_string);
+    let log_err = e.log_append_only.as_ref().err().map(ToString::to_string);
     // stdout is the id alone (`ID=$(repoch enroll m.toml)`); warnings go to stderr.
     ctx.out(
         json!({"outcome": "enrolled", "deployment": e.id.to_hex(), "state_dir": e.state_dir, "manifest_sha256": e.manifest_hash.to_hex(),
@@ -101,8 +105,12 @@ fn warn_human(
     e: &repoch_issuer::enroll::Enrolled,
     absent: &[(&'static str, String, String)],
 ) {
-    let journal_err = e.journal_append_only.clone().err();
-    let log_err = e.log_append_only.clone().err();
+    let journal_err = e
+        .journal_append_only
+        .as_ref()
+        .err()
+        .map(ToString::to_string);
+    let log_err = e.log_append_only.as_ref().err().map(ToString::to_string);
     if let Some(w) = &journal_err {
         warn(&format!("repoch: warning: the producer journal is not append-only ({w}); lineage verification will refuse it (lineage-unprotected)"));
     }

@@ -525,9 +525,37 @@ pub(super) fn register_host(
 /// The hosts of a fleet an enrollment shows.
 pub const HOSTS_SHOWN_MAX: usize = 64;
 
+/// A registry key a failed enrollment created and could not remove (the registry's answer
+/// below it), and the command that does.
+#[derive(Debug)]
+pub(super) struct LeftKey {
+    key: String,
+    revision: i64,
+    why: repoch_registry::Error,
+}
+
+impl std::fmt::Display for LeftKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let LeftKey { key, revision, why } = self;
+        write!(
+            f,
+            "{key} (created at revision {revision}) is left in the registry ({why}): remove it with `etcdctl del {key}` once no host uses it"
+        )
+    }
+}
+
+/// The keys a failed enrollment left in the registry: the registry's doing (it did not
+/// answer, or refused), never the manifest's.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+pub(super) struct LeftInRegistry(Vec<LeftKey>);
+
 /// After a failed enrollment: removes the registry keys it created (each only if still
 /// the one it created). What could not be removed, and the command that does.
-pub(super) fn unregister(f: &mut FleetJoin, recorded: &[(String, i64)]) -> Result<(), String> {
+pub(super) fn unregister(
+    f: &mut FleetJoin,
+    recorded: &[(String, i64)],
+) -> Result<(), LeftInRegistry> {
     let mut left = Vec::new();
     for (key, revision) in recorded {
         // The fleet record was written by the administrator's client: only it may remove it.
@@ -535,15 +563,16 @@ pub(super) fn unregister(f: &mut FleetJoin, recorded: &[(String, i64)]) -> Resul
             (true, Some(admin)) => admin,
             _ => &mut f.client,
         };
-        match client.remove(key.as_bytes(), *revision) {
-            Ok(_) => {}
-            Err(e) => left.push(format!(
-                "{key} (created at revision {revision}) is left in the registry ({e}): remove it with `etcdctl del {key}` once no host uses it"
-            )),
+        if let Err(why) = client.remove(key.as_bytes(), *revision) {
+            left.push(LeftKey {
+                key: key.clone(),
+                revision: *revision,
+                why,
+            });
         }
     }
     match left.is_empty() {
         true => Ok(()),
-        false => Err(left.join("; ")),
+        false => Err(LeftInRegistry(left)),
     }
 }

@@ -15,7 +15,7 @@ use rustix::fs::OFlags;
 use serde::Deserialize;
 
 use crate::layout::Layout;
-use crate::log::{enroll_sequence, staging_name};
+use crate::log::{enroll_sequence, staging_name, EnrollSequenceError};
 use crate::storage::Real;
 use crate::store::{self, fstat_identity};
 use repoch_sys::fs::open_path;
@@ -178,14 +178,17 @@ fn fence_at(name: &str, p: &str) -> Result<repoch_protocol::Identity, EnrollErro
     }
 }
 
+/// Whether a file could be made append-only, or the file system's (or the kernel's) answer.
+pub type AppendOnly = Result<(), repoch_sys::error::Error>;
+
 /// The outcome of an enrollment.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Enrolled {
     pub id: DeploymentId,
     pub state_dir: PathBuf,
-    pub journal_append_only: Result<(), String>,
+    pub journal_append_only: AppendOnly,
     /// Whether the epoch log could be made append-only.
-    pub log_append_only: Result<(), String>,
+    pub log_append_only: AppendOnly,
     pub manifest_hash: Hash,
     /// With a `[registry]`: the hosts enrolled for the fleet deployment now (this one
     /// among them), by name.
@@ -200,7 +203,7 @@ fn create_journal(
     v: &Validated,
     id: DeploymentId,
     key: &SigningKey,
-) -> Result<(repoch_protocol::Identity, Hash, Result<(), String>), EnrollError> {
+) -> Result<(repoch_protocol::Identity, Hash, AppendOnly), EnrollError> {
     let path = Path::new(&v.journal_path);
     let parent = path.parent().expect("absolute path has a parent");
     let pfd = open_path(parent, OFlags::RDONLY | OFlags::DIRECTORY, 0).map_err(|e| {
@@ -256,7 +259,7 @@ fn create_journal(
             why: NO_BIRTH_TIME.into(),
         });
     }
-    Ok((ident, genesis, append_only.map_err(String::from)))
+    Ok((ident, genesis, append_only))
 }
 
 /// Removes a journal created by a failed enrollment (clearing the append-only flag first).
@@ -506,11 +509,12 @@ fn existing_inventory(v: &Validated) -> Result<Vec<InventoryEntry>, EnrollError>
 fn staged_inventory(
     state_dir: &Path,
     staged: &crate::log::Staged<std::os::fd::OwnedFd, std::os::fd::OwnedFd>,
-) -> Result<Vec<InventoryEntry>, String> {
+) -> Result<Vec<InventoryEntry>, EnrollError> {
+    let failed = |why: String| EnrollError::Io(format!("enrollment failed, nothing kept: {why}"));
     let ident = |fd| match fstat_identity(fd) {
-        Ok(id) if id.birth.is_none() => Err(format!("state directory: {NO_BIRTH_TIME}")),
+        Ok(id) if id.birth.is_none() => Err(failed(format!("state directory: {NO_BIRTH_TIME}"))),
         Ok(id) => Ok(id),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(failed(e.to_string())),
     };
     let path = |n: &str| state_dir.join(n).display().to_string();
     Ok(vec![
@@ -601,10 +605,11 @@ fn genesis_of(
 }
 
 /// The epoch log made append-only too, where the file system allows it.
-fn log_append_only(state_dir: &Path) -> Result<(), String> {
-    open_path(&state_dir.join(crate::layout::LOG_FILE), OFlags::RDONLY, 0)
-        .map_err(|e| e.to_string())
-        .and_then(|fd| repoch_sys::fs::set_append_only(&fd).map_err(String::from))
+fn log_append_only(state_dir: &Path) -> AppendOnly {
+    use repoch_sys::error::Context as _;
+    let log = state_dir.join(crate::layout::LOG_FILE);
+    let fd = open_path(&log, OFlags::RDONLY, 0).context(log.display())?;
+    repoch_sys::fs::set_append_only(&fd)
 }
 
 fn enroll_with(
@@ -632,7 +637,6 @@ fn enroll_with(
         .map_err(|e| EnrollError::Io(format!("{}: {e}", deployments.display())))?;
     let mut manifest_hash = Hash::ZERO;
     let mut fleet_hosts = Vec::new();
-    let mut registry_error = None;
     let result = enroll_sequence(&mut Real, &dfd, &id, issuer, |_, staged| {
         let mut inv = staged_inventory(&state_dir, staged)?;
         inv.extend(inventory.iter().cloned());
@@ -649,9 +653,7 @@ fn enroll_with(
         // Last, once the manifest's hash is known: a registry that refuses or does not
         // answer leaves nothing enrolled here.
         if let Some(f) = fleet.as_mut() {
-            fleet_hosts = register_staged(f, v, (id, manifest_hash, issuer))
-                .inspect_err(|e| registry_error = Some(e.clone()))
-                .map_err(|e| e.to_string())?;
+            fleet_hosts = register_staged(f, v, (id, manifest_hash, issuer))?;
         }
         Ok((bytes, SignedEpochRecord::sign(genesis, key)))
     });
@@ -659,8 +661,10 @@ fn enroll_with(
         // Leave nothing a later enrollment or issuance could take for a deployment.
         let _ = std::fs::remove_dir_all(deployments.join(staging_name(&id)));
         remove_journal(&v.journal_path);
-        return Err(registry_error
-            .unwrap_or_else(|| EnrollError::Io(format!("enrollment failed, nothing kept: {e}"))));
+        return Err(match e {
+            EnrollSequenceError::Describe(e) => e,
+            e => EnrollError::Io(format!("enrollment failed, nothing kept: {e}")),
+        });
     }
     let log_append_only = log_append_only(&state_dir);
     Ok(Enrolled {

@@ -321,7 +321,7 @@ fn engine_of(
     }
     root_only(socket).map_err(|why| Failure {
         expected: format!("the engine's socket {socket}, root's"),
-        observed: why,
+        observed: why.to_string(),
         reason: Reason::ContainerEngineUnprotected,
     })?;
     if !first {
@@ -592,45 +592,69 @@ pub fn absent_now(named: &[ContainerRef]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Why an engine's socket is not root's alone: whoever wrote the manifest, or whoever owns
+/// the path, would let another user answer as the engine. The path named is where.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotRootOnly {
+    #[error("{0}: not an absolute path")]
+    Relative(String),
+    #[error("{path}: {errno}")]
+    Unreadable {
+        path: String,
+        errno: rustix::io::Errno,
+    },
+    #[error("{0}: a symbolic link (not followed)")]
+    Link(String),
+    #[error("{path}: owned by uid {uid}, mode {mode:o}")]
+    Others { path: String, uid: u32, mode: u32 },
+    #[error("{path}: a {kind}, not a socket")]
+    NotASocket { path: String, kind: String },
+}
+
 /// Whether the socket at `path` is root's: every directory on the way owned by root and
 /// writable by no one else (or sticky, as `/tmp`, whose next entry is then root's), no
 /// symbolic link, and the socket itself owned by root and not writable by everyone.
-pub fn root_only(path: &str) -> Result<(), String> {
+pub fn root_only(path: &str) -> Result<(), NotRootOnly> {
     use rustix::fs::{FileType, Mode};
     let p = std::path::Path::new(path);
     if !p.is_absolute() {
-        return Err(format!("{path}: not an absolute path"));
+        return Err(NotRootOnly::Relative(path.to_owned()));
     }
+    let lstat = |at: &std::path::Path| {
+        rustix::fs::lstat(at).map_err(|errno| NotRootOnly::Unreadable {
+            path: at.display().to_string(),
+            errno,
+        })
+    };
+    let others = |at: &std::path::Path, st: &rustix::fs::Stat| NotRootOnly::Others {
+        path: at.display().to_string(),
+        uid: st.st_uid,
+        mode: st.st_mode & 0o7777,
+    };
     let mut at = std::path::PathBuf::from("/");
     let mut parts: Vec<_> = p.components().skip(1).collect();
     let last = parts.pop();
     for part in parts.into_iter().chain(last) {
-        let st = rustix::fs::lstat(&at).map_err(|e| format!("{}: {e}", at.display()))?;
+        let st = lstat(&at)?;
         if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
-            return Err(format!("{}: a symbolic link (not followed)", at.display()));
+            return Err(NotRootOnly::Link(at.display().to_string()));
         }
         let mode = Mode::from_raw_mode(st.st_mode);
         if st.st_uid != 0
             || (mode.intersects(Mode::WGRP | Mode::WOTH) && !mode.contains(Mode::SVTX))
         {
-            return Err(format!(
-                "{}: owned by uid {}, mode {:o}",
-                at.display(),
-                st.st_uid,
-                st.st_mode & 0o7777
-            ));
+            return Err(others(&at, &st));
         }
         at.push(part);
     }
-    let st = rustix::fs::lstat(&at).map_err(|e| format!("{}: {e}", at.display()))?;
+    let st = lstat(&at)?;
     match FileType::from_raw_mode(st.st_mode) {
         FileType::Socket if st.st_uid == 0 && st.st_mode & 0o002 == 0 => Ok(()),
-        FileType::Socket => Err(format!(
-            "{path}: owned by uid {}, mode {:o}",
-            st.st_uid,
-            st.st_mode & 0o7777
-        )),
-        t => Err(format!("{path}: a {t:?}, not a socket")),
+        FileType::Socket => Err(others(p, &st)),
+        t => Err(NotRootOnly::NotASocket {
+            path: path.to_owned(),
+            kind: format!("{t:?}"),
+        }),
     }
 }
 
@@ -812,7 +836,7 @@ mod tests {
         std::os::unix::fs::symlink(&real, &link).unwrap();
         // Refused at the link, before the socket itself is looked at.
         let sock = link.join("engine.sock");
-        let why = root_only(sock.to_str().unwrap()).unwrap_err();
+        let why = root_only(sock.to_str().unwrap()).unwrap_err().to_string();
         assert!(why.contains("a symbolic link"), "{why}");
     }
 

@@ -13,6 +13,7 @@
 
 use repoch_protocol::manifest::Manifest;
 use repoch_protocol::{Fact, Reason};
+use repoch_sys::error::{Context as _, Error};
 use repoch_sys::proc::exec_hold::ExecHold;
 use repoch_sys::proc::{self, Runner, Walked, Watch};
 use repoch_sys::{cgroup, procevents};
@@ -26,7 +27,7 @@ pub struct ProcessSpace {
     /// Whether every exec of an enrolled executable is held from the first observation on
     /// (an issuance's observer), and the hold, or why there is none.
     pub(super) hold_execs: bool,
-    hold: Option<Result<ExecHold, String>>,
+    hold: Option<Result<ExecHold, Error>>,
 }
 
 /// The `process-space` fact's observed text when events hold it.
@@ -34,19 +35,19 @@ pub const HELD_BY_EVENTS: &str =
     "held by the kernel's process events from before the first listing";
 
 /// The process events, or why they cannot be had here.
-fn subscribe() -> Result<procevents::Subscription, String> {
+fn subscribe() -> Result<procevents::Subscription, Error> {
     #[cfg(feature = "barriers")]
     if std::env::var_os("REPOCH_TEST_PROC_EVENTS").is_some_and(|v| v == "off") {
         return Err("switched off for a test (REPOCH_TEST_PROC_EVENTS=off)".into());
     }
-    procevents::Subscription::open().map_err(|e| e.to_string())
+    procevents::Subscription::open()
 }
 
 /// Each executable's search: an error from either, else the tasks of both (each pid once).
 fn merged(
     a: Vec<Result<Vec<Runner>, repoch_sys::error::Error>>,
     b: Vec<Result<Vec<Runner>, repoch_sys::error::Error>>,
-) -> Vec<Result<Vec<Runner>, String>> {
+) -> Vec<Result<Vec<Runner>, Error>> {
     a.into_iter()
         .zip(b)
         .map(|(a, b)| {
@@ -61,7 +62,7 @@ fn merged(
                     Ok(a)
                 }
                 (Ok(r), Err(_)) | (Err(_), Ok(r)) if !r.is_empty() => Ok(r),
-                (Err(e), _) | (_, Err(e)) => Err(e.to_string()),
+                (Err(e), _) | (_, Err(e)) => Err(e),
             }
         })
         .collect()
@@ -83,12 +84,10 @@ impl ProcessSpace {
         &mut self,
         wanted: &[proc::Wanted<'_>],
         principals: &[u32],
-    ) -> Vec<Result<Vec<Runner>, String>> {
+    ) -> Vec<Result<Vec<Runner>, Error>> {
         let none = || wanted.iter().map(|_| Ok(Vec::new())).collect::<Vec<_>>();
         if self.held.is_none() {
-            match subscribe()
-                .and_then(|s| Watch::start(s, wanted, principals).map_err(|e| e.to_string()))
-            {
+            match subscribe().and_then(|s| Watch::start(s, wanted, principals)) {
                 Ok(w) => {
                     let walked = proc::walk(wanted, principals, false);
                     w.seed(walked.seeds);
@@ -156,7 +155,7 @@ impl ProcessSpace {
         let paths: Vec<&str> = exes.iter().map(String::as_str).collect();
         match &mut self.hold {
             None => {
-                let started = ExecHold::start(&paths, principals).map_err(|e| e.to_string());
+                let started = ExecHold::start(&paths, principals);
                 if let Err(why) = &started {
                     tracing::info!("no exec hold: {why}");
                 }
@@ -164,7 +163,7 @@ impl ProcessSpace {
             }
             Some(Ok(h)) => {
                 if let Err(e) = h.mark(&paths) {
-                    self.hold = Some(Err(e.to_string()));
+                    self.hold = Some(Err(e));
                 }
             }
             Some(Err(_)) => {}
@@ -247,7 +246,7 @@ fn describe(r: &[Runner]) -> String {
 
 /// Each enrolled file as it is now: its identity and content. A removed one can still run:
 /// it is then matched by its former path alone.
-fn wanted_now(exe: &str) -> Result<proc::Wanted<'_>, String> {
+fn wanted_now(exe: &str) -> Result<proc::Wanted<'_>, Error> {
     let f = match std::fs::File::open(exe) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -258,13 +257,11 @@ fn wanted_now(exe: &str) -> Result<proc::Wanted<'_>, String> {
                 tail: None,
             })
         }
-        Err(e) => return Err(format!("{exe}: {e}")),
+        Err(e) => return Err(e).context(exe),
     };
-    let st = rustix::fs::fstat(&f).map_err(|e| format!("{exe}: {e}"))?;
-    let digest = repoch_sys::digest::digest(&f, proc::CONTENT_BYTES_MAX)
-        .map_err(|e| format!("{exe}: {e}"))?;
-    let tail =
-        repoch_sys::digest::tail(&f, st.st_size as u64).map_err(|e| format!("{exe}: {e}"))?;
+    let st = rustix::fs::fstat(&f).context(exe)?;
+    let digest = repoch_sys::digest::digest(&f, proc::CONTENT_BYTES_MAX).context(exe)?;
+    let tail = repoch_sys::digest::tail(&f, st.st_size as u64).context(exe)?;
     Ok(proc::Wanted {
         path: exe,
         id: Some((st.st_dev, st.st_ino)),
@@ -283,14 +280,17 @@ pub(super) fn executables(m: &Manifest, space: &mut ProcessSpace, facts: &mut Ve
     }
     // Held before the listing: from then on no exec of them goes unjudged.
     space.hold(exes, &m.containment.principals());
-    let now: Vec<Result<proc::Wanted<'_>, String>> = exes.iter().map(|e| wanted_now(e)).collect();
-    let wanted: Vec<proc::Wanted<'_>> = now.iter().filter_map(|w| w.clone().ok()).collect();
+    let now: Vec<Result<proc::Wanted<'_>, Error>> = exes.iter().map(|e| wanted_now(e)).collect();
+    let wanted: Vec<proc::Wanted<'_>> = now
+        .iter()
+        .filter_map(|w| w.as_ref().ok().cloned())
+        .collect();
     let mut running = space
         .search(&wanted, &m.containment.principals())
         .into_iter();
     // At every observation: what /proc says of a task is believed only with nothing
     // mounted over a task's files in our namespace.
-    let unmounted = proc::tasks_unmounted().map_err(|e| e.to_string());
+    let unmounted = proc::tasks_unmounted();
     for (exe, now) in exes.iter().zip(now) {
         let running = match now {
             Err(e) => Err(e),
@@ -298,10 +298,15 @@ pub(super) fn executables(m: &Manifest, space: &mut ProcessSpace, facts: &mut Ve
                 .next()
                 .unwrap_or_else(|| Err("no walk for it".into())),
         };
-        let running = running.and_then(|r| unmounted.clone().map(|()| r));
+        let running = running.and_then(|r| match &unmounted {
+            Ok(()) => Ok(r),
+            Err(e) => Err(Error::Found(e.to_string())),
+        });
         let denied = space.denied(exe);
         facts.push(match (running, denied) {
-            (Err(e), _) => Fact::failed("process", exe, WANT, &e, Reason::ObserveFailed),
+            (Err(e), _) => {
+                Fact::failed("process", exe, WANT, &e.to_string(), Reason::ObserveFailed)
+            }
             (Ok(r), Some(d)) if d.starts_with("the exec hold stopped") && r.is_empty() => {
                 Fact::failed("process", exe, WANT, &d, Reason::ObserveFailed)
             }

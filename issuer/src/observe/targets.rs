@@ -127,7 +127,8 @@ fn consumer_exe_fact(m: &Manifest, b: &mut Baseline) -> Result<Fact, Fact> {
             Reason::ConsumerExeUnprotected,
         ));
     }
-    let digest = exe_digest(fd, b).map_err(|e| fail(WANT, &e, Reason::ObserveFailed))?;
+    let digest =
+        exe_digest(fd, b).map_err(|e| fail(WANT, &e.to_string(), Reason::ObserveFailed))?;
     if let Some(pin) = c.executable_sha256 {
         if pin != digest {
             return Err(fail(
@@ -158,7 +159,7 @@ fn consumer_exe_fact(m: &Manifest, b: &mut Baseline) -> Result<Fact, Fact> {
 /// `/proc/PID/exe` (`repoch_sys::peer::describe`); at later observations taken from that
 /// read when the file's stamp now proves it the same file unchanged (docs/THREAT-MODEL.md,
 /// "The consumer executable, hashed once per issuance"), else read whole again.
-fn exe_digest(fd: OwnedFd, b: &mut Baseline) -> Result<Hash, String> {
+fn exe_digest(fd: OwnedFd, b: &mut Baseline) -> Result<Hash, repoch_sys::error::Error> {
     match &b.consumer_exe_held {
         None => {
             let (digest, proof) = repoch_sys::digest::hash(&fd, EXE_BYTES_MAX)?;
@@ -169,8 +170,6 @@ fn exe_digest(fd: OwnedFd, b: &mut Baseline) -> Result<Hash, String> {
             Ok(digest)
         }
         Some((_, Some(p))) if Stamp::of(&fd).is_ok_and(|now| p.proves(&now)) => Ok(p.digest),
-        Some(_) => repoch_sys::digest::hash(&fd, EXE_BYTES_MAX)
-            .map(|(d, _)| d)
-            .map_err(String::from),
+        Some(_) => repoch_sys::digest::hash(&fd, EXE_BYTES_MAX).map(|(d, _)| d),
     }
 }

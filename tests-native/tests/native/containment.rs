@@ -301,18 +301,28 @@ fn an_engine_socket_is_root_only_or_named() {
     let path = sock.to_str().unwrap();
     assert_eq!(root_only(path), Ok(()));
     std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o777)).unwrap();
-    assert!(root_only(path).unwrap_err().contains("mode 777"));
+    assert!(root_only(path)
+        .unwrap_err()
+        .to_string()
+        .contains("mode 777"));
     std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o660)).unwrap();
     std::os::unix::fs::chown(&sock, Some(65534), None).unwrap();
-    assert!(root_only(path).unwrap_err().contains("uid 65534"));
+    assert!(root_only(path)
+        .unwrap_err()
+        .to_string()
+        .contains("uid 65534"));
     std::os::unix::fs::chown(&sock, Some(0), None).unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    assert!(root_only(path).unwrap_err().contains("mode 777"));
+    assert!(root_only(path)
+        .unwrap_err()
+        .to_string()
+        .contains("mode 777"));
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     let file = dir.path().join("file");
     std::fs::write(&file, b"").unwrap();
     assert!(root_only(file.to_str().unwrap())
         .unwrap_err()
+        .to_string()
         .contains("not a socket"));
     assert!(root_only("relative.sock").is_err());
 }
