@@ -76,18 +76,17 @@ pub fn run(
                "hosts": e.fleet_hosts.iter().map(|h| json!({"host": escape(&h.host), "deployment": h.deployment.to_hex(), "label": escape(&h.label)})).collect::<Vec<_>>()})
     });
     let absent = absent_now(&v.containment);
-    let journal_err = e
-        .journal_append_only
-        .as_ref()
-        .err()
-        .map(ToString::to_string);
-    let log_err = e.log_append_only.as_ref().err().map(ToString::to_string);
+    // Every text another program or the system wrote is escaped here as in the warnings
+    // (an engine's error answer above all: docs/THREAT-MODEL.md, texts shown to people).
+    let text = |e: &repoch_sys::error::Error| escape(&e.to_string()).into_owned();
+    let journal_err = e.journal_append_only.as_ref().err().map(text);
+    let log_err = e.log_append_only.as_ref().err().map(text);
     // stdout is the id alone (`ID=$(repoch enroll m.toml)`); warnings go to stderr.
     ctx.out(
         json!({"outcome": "enrolled", "deployment": e.id.to_hex(), "state_dir": e.state_dir, "manifest_sha256": e.manifest_hash.to_hex(),
                "journal_append_only": journal_err.is_none(), "journal_append_only_error": journal_err,
                "log_append_only": log_err.is_none(), "log_append_only_error": log_err,
-               "absent_at_enrollment": absent.iter().map(|(k, p, w)| json!({"kind": k, "path": p, "observed": w})).collect::<Vec<_>>(),
+               "absent_at_enrollment": absent.iter().map(|(k, p, w)| json!({"kind": k, "path": escape(p), "observed": escape(w)})).collect::<Vec<_>>(),
                "socket_files": v.containment.socket_files.iter().map(|f| json!({"path": f.path, "mode": format!("0o{:o}", f.mode), "uid": f.uid, "gid": f.gid})).collect::<Vec<_>>(),
                "fleet": fleet}),
         || e.id.to_hex(),
@@ -105,12 +104,11 @@ fn warn_human(
     e: &repoch_issuer::enroll::Enrolled,
     absent: &[(&'static str, String, String)],
 ) {
-    let journal_err = e
-        .journal_append_only
-        .as_ref()
-        .err()
-        .map(ToString::to_string);
-    let log_err = e.log_append_only.as_ref().err().map(ToString::to_string);
+    // Every text another program or the system wrote is escaped here as in the warnings
+    // (an engine's error answer above all: docs/THREAT-MODEL.md, texts shown to people).
+    let text = |e: &repoch_sys::error::Error| escape(&e.to_string()).into_owned();
+    let journal_err = e.journal_append_only.as_ref().err().map(text);
+    let log_err = e.log_append_only.as_ref().err().map(text);
     if let Some(w) = &journal_err {
         warn(&format!("repoch: warning: the producer journal is not append-only ({w}); lineage verification will refuse it (lineage-unprotected)"));
     }

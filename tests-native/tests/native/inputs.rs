@@ -436,6 +436,78 @@ fn enroll_names_the_containment_objects_that_do_not_exist_now() {
     );
 }
 
+/// A socket at `path` that answers every HTTP request with a 500 whose JSON `message` is
+/// `message`, as an engine's error does, until the test ends.
+fn engine_answering_500(path: &std::path::Path, message: &str) {
+    use std::io::{Read as _, Write as _};
+    let listener = std::os::unix::net::UnixListener::bind(path).unwrap();
+    let body = serde_json::json!({ "message": message }).to_string();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().map_while(Result::ok) {
+            // The request head, bounded: then one answer, and the connection closed.
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while head.len() < 64 * 1024 && !head.ends_with(b"\r\n\r\n") {
+                match conn.read(&mut byte) {
+                    Ok(1) => head.push(byte[0]),
+                    _ => break,
+                }
+            }
+            let _ = write!(
+                conn,
+                "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+}
+
+#[test]
+#[ignore = "needs root"]
+fn enroll_escapes_an_engines_error_text_in_json_as_in_its_warning() {
+    // An engine's answer is another program's text: printed raw, U+202E reorders what a
+    // terminal shows and U+009B starts a control sequence. Enrollment names a container it
+    // could not ask of its engine, in --json as in the human warning: escaped in both.
+    require_root!();
+    let s = Sandbox::new();
+    let sock = s.path("engine.sock");
+    engine_answering_500(&sock, "bad \u{202e}txet\u{9b}2J");
+    let extra = format!(
+        "[containment]\ncontainers = [\"docker:billing\"]\n[containment.engines]\ndocker = \"unix://{}\"\n",
+        sock.display()
+    );
+    let m = s.manifest(&extra);
+    let p = s.path("manifest.toml");
+    std::fs::write(&p, &m).unwrap();
+    let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
+    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
+    let observed = r.json()["absent_at_enrollment"][0]["observed"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        observed.contains("bad \\u{202e}txet\\u{009b}2J"),
+        "the engine's text escaped: {observed:?}"
+    );
+    assert!(
+        !observed.contains('\u{202e}') && !observed.contains('\u{9b}'),
+        "raw in --json: {observed:?}"
+    );
+    // The same in the human warning, of another deployment of the same manifest.
+    let s2 = Sandbox::new();
+    let p2 = s2.path("manifest.toml");
+    std::fs::write(&p2, s2.manifest(&extra)).unwrap();
+    let r = s2.repoch(&["enroll", p2.to_str().unwrap()]);
+    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stderr.contains("bad \\u{202e}txet\\u{009b}2J")
+            && !r.stderr.contains('\u{202e}')
+            && !r.stderr.contains('\u{9b}'),
+        "the warning: {:?}",
+        r.stderr
+    );
+}
+
 #[test]
 #[ignore = "needs root"]
 fn enroll_refuses_a_path_with_control_characters() {
