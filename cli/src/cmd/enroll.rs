@@ -29,17 +29,27 @@ pub fn run(
     fleet_admin: Option<(std::path::PathBuf, std::path::PathBuf)>,
 ) -> CmdResult {
     require_root("enroll")?;
+    let v = validated(manifest, fleet_admin)?;
+    let e = repoch_issuer::enroll::enroll(&ctx.layout, &v, now())
+        .map_err(|e| enroll_failure(manifest, &e))?;
+    let absent = absent_now(&v.containment);
+    // stdout is the id alone (`ID=$(repoch enroll m.toml)`); warnings go to stderr.
+    ctx.out(enrolled_json(&v, &e, &absent), || e.id.to_hex());
+    if !ctx.json {
+        warn_human(&v, &e, &absent);
+    }
+    Ok(Outcome::Success)
+}
+
+/// The manifest at `manifest` read and validated, with the fleet administrator's
+/// credential (`--fleet-admin-cert`, `--fleet-admin-key`) made absolute.
+fn validated(
+    manifest: &Path,
+    fleet_admin: Option<(std::path::PathBuf, std::path::PathBuf)>,
+) -> Result<repoch_issuer::enroll::Validated, Failure> {
     let text = read_manifest(manifest)
         .map_err(|e| Failure::Usage(format!("{}: {e}", manifest.display()).into()))?;
-    let invalid = |e: &repoch_issuer::enroll::EnrollError| {
-        Failure::Manifest(Refusal::new(
-            Reason::ManifestInvalid,
-            manifest.display().to_string(),
-            "an enrollable manifest",
-            e.to_string(),
-        ))
-    };
-    let mut v = repoch_issuer::enroll::validate(&text).map_err(|e| invalid(&e))?;
+    let mut v = repoch_issuer::enroll::validate(&text).map_err(|e| invalid(manifest, &e))?;
     v.fleet_admin = match fleet_admin {
         None => None,
         Some((cert, key)) => {
@@ -51,50 +61,69 @@ pub fn run(
             Some((absolute(&cert)?, absolute(&key)?))
         }
     };
-    // docs/EXIT-CODES.md: a manifest the host cannot enroll as written (a field, an object
-    // that exists or is missing, a predecessor that already has a successor) is 64; the
-    // host failing to write its files is a refusal (2) that kept nothing.
-    let e = repoch_issuer::enroll::enroll(&ctx.layout, &v, now()).map_err(|e| match e {
-        repoch_issuer::enroll::EnrollError::Manifest { .. }
-        | repoch_issuer::enroll::EnrollError::Refused { .. } => invalid(&e),
-        repoch_issuer::enroll::EnrollError::Io(_) => Failure::Refused(vec![Refusal::new(
+    Ok(v)
+}
+
+/// A manifest the host cannot enroll as written.
+fn invalid(manifest: &Path, e: &repoch_issuer::enroll::EnrollError) -> Failure {
+    Failure::Manifest(Refusal::new(
+        Reason::ManifestInvalid,
+        manifest.display().to_string(),
+        "an enrollable manifest",
+        e.to_string(),
+    ))
+}
+
+/// docs/EXIT-CODES.md: a manifest the host cannot enroll as written (a field, an object
+/// that exists or is missing, a predecessor that already has a successor) is 64; the host
+/// failing to write its files is a refusal (2) that kept nothing.
+fn enroll_failure(manifest: &Path, e: &repoch_issuer::enroll::EnrollError) -> Failure {
+    use repoch_issuer::enroll::EnrollError;
+    match e {
+        EnrollError::Manifest { .. } | EnrollError::Refused { .. } => invalid(manifest, e),
+        EnrollError::Io(_) => Failure::Refused(vec![Refusal::new(
             Reason::EnrollFailed,
             manifest.display().to_string(),
             "enrolled",
             e.to_string(),
         )]),
-        repoch_issuer::enroll::EnrollError::Registry(_) => Failure::Refused(vec![Refusal::new(
+        EnrollError::Registry(_) => Failure::Refused(vec![Refusal::new(
             Reason::RegistryUnavailable,
             manifest.display().to_string(),
             "this host recorded in the fleet registry",
             format!("{e}; enrollment failed, nothing kept"),
         )]),
-    })?;
+    }
+}
+
+/// Why a file could not be made append-only, escaped: every text another program or the
+/// system wrote is (an engine's error answer above all: docs/THREAT-MODEL.md, texts shown
+/// to people).
+fn append_only_error(r: &repoch_issuer::enroll::AppendOnly) -> Option<String> {
+    r.as_ref()
+        .err()
+        .map(|e| escape(&e.to_string()).into_owned())
+}
+
+/// `repoch --json enroll`'s answer.
+fn enrolled_json(
+    v: &repoch_issuer::enroll::Validated,
+    e: &repoch_issuer::enroll::Enrolled,
+    absent: &[(&'static str, String, String)],
+) -> serde_json::Value {
     let fleet = v.registry.as_ref().map(|r| {
         let (id, established) = e.fleet.expect("a [registry] enrolls a fleet");
         json!({"name": r.fleet, "id": id.to_string(), "established": established, "prefix": r.prefix, "host": r.host, "epoch_key": r.epoch_key(),
                "hosts": e.fleet_hosts.iter().map(|h| json!({"host": escape(&h.host), "deployment": h.deployment.to_hex(), "label": escape(&h.label)})).collect::<Vec<_>>()})
     });
-    let absent = absent_now(&v.containment);
-    // Every text another program or the system wrote is escaped here as in the warnings
-    // (an engine's error answer above all: docs/THREAT-MODEL.md, texts shown to people).
-    let text = |e: &repoch_sys::error::Error| escape(&e.to_string()).into_owned();
-    let journal_err = e.journal_append_only.as_ref().err().map(text);
-    let log_err = e.log_append_only.as_ref().err().map(text);
-    // stdout is the id alone (`ID=$(repoch enroll m.toml)`); warnings go to stderr.
-    ctx.out(
-        json!({"outcome": "enrolled", "deployment": e.id.to_hex(), "state_dir": e.state_dir, "manifest_sha256": e.manifest_hash.to_hex(),
-               "journal_append_only": journal_err.is_none(), "journal_append_only_error": journal_err,
-               "log_append_only": log_err.is_none(), "log_append_only_error": log_err,
-               "absent_at_enrollment": absent.iter().map(|(k, p, w)| json!({"kind": k, "path": escape(p), "observed": escape(w)})).collect::<Vec<_>>(),
-               "socket_files": v.containment.socket_files.iter().map(|f| json!({"path": f.path, "mode": format!("0o{:o}", f.mode), "uid": f.uid, "gid": f.gid})).collect::<Vec<_>>(),
-               "fleet": fleet}),
-        || e.id.to_hex(),
-    );
-    if !ctx.json {
-        warn_human(&v, &e, &absent);
-    }
-    Ok(Outcome::Success)
+    let journal_err = append_only_error(&e.journal_append_only);
+    let log_err = append_only_error(&e.log_append_only);
+    json!({"outcome": "enrolled", "deployment": e.id.to_hex(), "state_dir": e.state_dir, "manifest_sha256": e.manifest_hash.to_hex(),
+           "journal_append_only": journal_err.is_none(), "journal_append_only_error": journal_err,
+           "log_append_only": log_err.is_none(), "log_append_only_error": log_err,
+           "absent_at_enrollment": absent.iter().map(|(k, p, w)| json!({"kind": k, "path": escape(p), "observed": escape(w)})).collect::<Vec<_>>(),
+           "socket_files": v.containment.socket_files.iter().map(|f| json!({"path": f.path, "mode": format!("0o{:o}", f.mode), "uid": f.uid, "gid": f.gid})).collect::<Vec<_>>(),
+           "fleet": fleet})
 }
 
 /// What the human form says on stderr after an enrollment: the journal and the epoch log
@@ -104,11 +133,8 @@ fn warn_human(
     e: &repoch_issuer::enroll::Enrolled,
     absent: &[(&'static str, String, String)],
 ) {
-    // Every text another program or the system wrote is escaped here as in the warnings
-    // (an engine's error answer above all: docs/THREAT-MODEL.md, texts shown to people).
-    let text = |e: &repoch_sys::error::Error| escape(&e.to_string()).into_owned();
-    let journal_err = e.journal_append_only.as_ref().err().map(text);
-    let log_err = e.log_append_only.as_ref().err().map(text);
+    let journal_err = append_only_error(&e.journal_append_only);
+    let log_err = append_only_error(&e.log_append_only);
     if let Some(w) = &journal_err {
         warn(&format!("repoch: warning: the producer journal is not append-only ({w}); lineage verification will refuse it (lineage-unprotected)"));
     }
