@@ -286,6 +286,12 @@ impl Subscription {
     /// Subscribes: the socket bound to `CN_IDX_PROC`, the listen request sent, the kernel's
     /// acknowledgement read. `Err` says why events cannot be had here.
     pub fn open() -> Result<Subscription, Error> {
+        Subscription::open_with(RCVBUF_BYTES)
+    }
+
+    /// The same with a receive buffer of `rcvbuf` bytes asked (the kernel doubles it, and
+    /// grants at most `net.core.rmem_max`): a small one loses events to any flood.
+    pub fn open_with(rcvbuf: usize) -> Result<Subscription, Error> {
         in_initial_namespaces().map_err(|e| Error::Found(e.to_string()))?;
         let fd = rustix::net::socket_with(
             AddressFamily::NETLINK,
@@ -294,7 +300,7 @@ impl Subscription {
             Some(CONNECTOR),
         )
         .context("NETLINK_CONNECTOR socket")?;
-        rustix::net::sockopt::set_socket_recv_buffer_size(&fd, RCVBUF_BYTES)
+        rustix::net::sockopt::set_socket_recv_buffer_size(&fd, rcvbuf)
             .context("NETLINK_CONNECTOR receive buffer")?;
         rustix::net::bind(&fd, &SocketAddrNetlink::new(0, CN_IDX_PROC))
             .context("NETLINK_CONNECTOR bind to CN_IDX_PROC")?;

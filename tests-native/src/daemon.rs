@@ -65,10 +65,15 @@ impl AtBarrier {
     }
     /// The same, with more arguments for repochd (e.g. `--config FILE`).
     pub fn start_with(s: &Sandbox, barrier: &str, args: &[&str]) -> AtBarrier {
+        AtBarrier::start_env(s, barrier, args, &[])
+    }
+    /// The same, with more variables in repochd's environment (`NAME`, `VALUE`).
+    pub fn start_env(s: &Sandbox, barrier: &str, args: &[&str], env: &[(&str, &str)]) -> AtBarrier {
         let log = s.path("repochd.log");
         let daemon = s
             .cmd("repochd")
             .args(args)
+            .envs(env.iter().copied())
             .env("REPOCH_BARRIER", barrier)
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()

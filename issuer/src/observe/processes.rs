@@ -37,8 +37,18 @@ pub const HELD_BY_EVENTS: &str =
 /// The process events, or why they cannot be had here.
 fn subscribe() -> Result<procevents::Subscription, Error> {
     #[cfg(feature = "barriers")]
-    if std::env::var_os("REPOCH_TEST_PROC_EVENTS").is_some_and(|v| v == "off") {
-        return Err("switched off for a test (REPOCH_TEST_PROC_EVENTS=off)".into());
+    {
+        if std::env::var_os("REPOCH_TEST_PROC_EVENTS").is_some_and(|v| v == "off") {
+            return Err("switched off for a test (REPOCH_TEST_PROC_EVENTS=off)".into());
+        }
+        // A receive buffer of this many bytes, for a test whose flood must lose events
+        // whatever the machine's speed (tests-native/tests/tooled/burn.rs).
+        if let Some(bytes) = std::env::var("REPOCH_TEST_PROC_EVENTS_RCVBUF")
+            .ok()
+            .and_then(|b| b.parse().ok())
+        {
+            return procevents::Subscription::open_with(bytes);
+        }
     }
     procevents::Subscription::open()
 }

@@ -185,6 +185,9 @@ fn burn_sandbox() -> (
 }
 
 const ACTIONS: usize = 11;
+/// The receive buffer a flooded run's repochd asks for its process events, in bytes (the
+/// kernel doubles it): room for some 40 events.
+const FLOODED_RCVBUF_BYTES: &str = "16384";
 
 pub(crate) fn another_user_acting_at_random_moments_of_many_recoveries_never_denies_nor_burns_one()
 {
@@ -216,7 +219,12 @@ pub(crate) fn another_user_acting_at_random_moments_of_many_recoveries_never_den
         let actions: Vec<usize> = (0..ACTIONS).filter(|_| rng.bool()).collect();
         let flooded = actions.contains(&9) || actions.contains(&10);
         let what = format!("run {run} (seed {seed}): at {moment}, actions {actions:?}");
-        let d = AtBarrier::start(&s, moment);
+        // A flooded run's repochd asks a small receive buffer for its process events: the
+        // flood then loses events whatever the machine's speed, and the walk that stands in
+        // is taken (at 4 MiB, a loaded machine's flood of half a second lost none).
+        let small = [("REPOCH_TEST_PROC_EVENTS_RCVBUF", FLOODED_RCVBUF_BYTES)];
+        let env: &[(&str, &str)] = if flooded { &small } else { &[] };
+        let d = AtBarrier::start_env(&s, moment, &[], env);
         let consumer = s
             .consumer(&id[..6], "consumer.key", "grant.cbor", &[])
             .stdout(Stdio::piped())
