@@ -111,7 +111,12 @@ impl Failure {
                 .collect::<Vec<_>>()
                 .join("\n"),
             Failure::Busy(r) | Failure::Manifest(r) | Failure::Inconsistent(r) => r.to_string(),
-            Failure::Uncertain(w) | Failure::Usage(w) | Failure::Internal(w) => w.to_string(),
+            // A path or a system's text given back (a manifest path holding U+202E, an
+            // engine's answer) is shown escaped, as a refusal's texts are (docs/PROTOCOL.md,
+            // "Text"); no message here has a line of its own to keep.
+            Failure::Uncertain(w) | Failure::Usage(w) | Failure::Internal(w) => {
+                repoch_protocol::text::escape(&w.to_string()).into_owned()
+            }
         }
     }
     pub fn to_json(&self) -> serde_json::Value {

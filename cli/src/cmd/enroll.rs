@@ -118,7 +118,7 @@ fn enrolled_json(
     });
     let journal_err = append_only_error(&e.journal_append_only);
     let log_err = append_only_error(&e.log_append_only);
-    json!({"outcome": "enrolled", "deployment": e.id.to_hex(), "state_dir": e.state_dir, "manifest_sha256": e.manifest_hash.to_hex(),
+    json!({"outcome": "enrolled", "deployment": e.id.to_hex(), "state_dir": escape(&e.state_dir.display().to_string()), "manifest_sha256": e.manifest_hash.to_hex(),
            "journal_append_only": journal_err.is_none(), "journal_append_only_error": journal_err,
            "log_append_only": log_err.is_none(), "log_append_only_error": log_err,
            "absent_at_enrollment": absent.iter().map(|(k, p, w)| json!({"kind": k, "path": escape(p), "observed": escape(w)})).collect::<Vec<_>>(),

@@ -5,6 +5,7 @@ use std::path::Path;
 use repoch_issuer::store;
 use repoch_issuer::Refusal;
 use repoch_protocol::journal::{next_frame, verify_journal, JournalBody, JournalPins, OpOutcome};
+use repoch_protocol::text::escape;
 use repoch_protocol::{Outcome, Reason};
 use rustix::fs::OFlags;
 use serde_json::json;
@@ -44,7 +45,7 @@ pub fn keygen(ctx: &Ctx, keyfile: &Path) -> CmdResult {
         .map_err(|e| Failure::Usage(Why::error(e)))?;
     let pk = hex::encode(key.verifying_key().to_bytes());
     ctx.out(
-        json!({"key": keyfile, "public": pub_path, "public_key": pk}),
+        json!({"key": escape(&keyfile.display().to_string()), "public": escape(&pub_path.display().to_string()), "public_key": pk}),
         || pk.clone(),
     );
     Ok(Outcome::Success)

@@ -234,32 +234,56 @@ fn create_journal(
         },
         key,
     );
-    let io = |e: std::io::Error| EnrollError::Io(format!("journal {}: {e}", v.journal_path));
+    // The file is this enrollment's from here: whatever fails removes it, or the next
+    // enrollment of the same manifest would be refused for the file this one left.
+    match write_journal(v, (&pfd, &fd), &frame) {
+        Ok((ident, append_only)) => Ok((ident, genesis, append_only)),
+        Err(e) => {
+            remove_journal(&v.journal_path);
+            Err(e)
+        }
+    }
+}
+
+/// The new journal `fd` (in the directory `pfd`) given its owner and mode, then its genesis
+/// `frame`, durably, then made append-only where the file system allows it: its identity,
+/// and whether it is append-only. Each failure names its step.
+fn write_journal(
+    v: &Validated,
+    (pfd, fd): (&std::os::fd::OwnedFd, &std::os::fd::OwnedFd),
+    frame: &[u8],
+) -> Result<(repoch_protocol::Identity, AppendOnly), EnrollError> {
+    let io = |step: &str, e: std::io::Error| {
+        EnrollError::Io(format!("journal {}: {step}: {e}", v.journal_path))
+    };
     // Owner and mode before the append-only flag: afterwards even chown fails.
+    let owner = format!("chown to uid {} gid {}", v.journal_uid, v.journal_gid);
     rustix::fs::fchown(
-        &fd,
+        fd,
         Some(rustix::process::Uid::from_raw(v.journal_uid)),
         Some(rustix::process::Gid::from_raw(v.journal_gid)),
     )
-    .map_err(|e| io(e.into()))?;
-    rustix::fs::fchmod(&fd, rustix::fs::Mode::from_raw_mode(0o600)).map_err(|e| io(e.into()))?;
-    let n = rustix::io::write(&fd, &frame).map_err(|e| io(e.into()))?;
+    .map_err(|e| io(&owner, e.into()))?;
+    rustix::fs::fchmod(fd, rustix::fs::Mode::from_raw_mode(0o600))
+        .map_err(|e| io("chmod 0600", e.into()))?;
+    let n = rustix::io::write(fd, frame).map_err(|e| io("write its genesis", e.into()))?;
     if n != frame.len() {
-        return Err(io(std::io::Error::other("short write")));
+        return Err(io(
+            "write its genesis",
+            std::io::Error::other("short write"),
+        ));
     }
-    rustix::fs::fdatasync(&fd).map_err(|e| io(e.into()))?;
-    rustix::fs::fsync(&pfd).map_err(|e| io(e.into()))?;
-    let append_only = repoch_sys::fs::set_append_only(&fd);
-    let ident = fstat_identity(&fd).map_err(io)?;
+    rustix::fs::fdatasync(fd).map_err(|e| io("fdatasync", e.into()))?;
+    rustix::fs::fsync(pfd).map_err(|e| io("fsync its directory", e.into()))?;
+    let append_only = repoch_sys::fs::set_append_only(fd);
+    let ident = fstat_identity(fd).map_err(|e| io("fstat", e))?;
     if ident.birth.is_none() {
-        // Checked before the deployment exists; the caller removes the journal.
-        remove_journal(&v.journal_path);
         return Err(EnrollError::Refused {
             what: format!("journal {}", v.journal_path),
             why: NO_BIRTH_TIME.into(),
         });
     }
-    Ok((ident, genesis, append_only))
+    Ok((ident, append_only))
 }
 
 /// Removes a journal created by a failed enrollment (clearing the append-only flag first).

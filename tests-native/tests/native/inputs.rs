@@ -510,6 +510,34 @@ fn enroll_escapes_an_engines_error_text_in_json_as_in_its_warning() {
 
 #[test]
 #[ignore = "needs root"]
+fn a_path_given_back_in_a_usage_error_is_escaped() {
+    // The operator's path, holding U+202E and U+009B, read back in the error of a manifest
+    // that is not there: escaped in --json and on stderr, as refusals are (found by
+    // attacking the release binaries: both raw).
+    require_root!();
+    let s = Sandbox::new();
+    let p = s.path("m\u{202e}lmot.\u{9b}2J");
+    let shown = "m\\u{202e}lmot.\\u{009b}2J";
+    for json in [true, false] {
+        let mut args = vec!["enroll", p.to_str().unwrap()];
+        if json {
+            args.insert(0, "--json");
+        }
+        let r = s.repoch(&args);
+        assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
+        let said = match json {
+            true => r.json()["message"].as_str().unwrap_or_default().to_owned(),
+            false => r.stderr.clone(),
+        };
+        assert!(
+            said.contains(shown) && !said.contains('\u{202e}') && !said.contains('\u{9b}'),
+            "json {json}: {said:?}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
 fn enroll_refuses_a_path_with_control_characters() {
     // A path is printed back (facts, warnings, refusals): an escape sequence or a newline in
     // it could forge a line of output. Refused at enrollment, naming the field.

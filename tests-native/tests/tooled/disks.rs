@@ -197,6 +197,53 @@ pub(crate) fn a_dead_disk_at_each_append_is_uncertain_leaves_the_log_as_it_was_a
     );
 }
 
+pub(crate) fn an_enrollment_whose_journal_cannot_be_written_leaves_no_journal() {
+    // Proves: the journal an enrollment created (O_EXCL) and could not write, on a full
+    // disk, is removed with everything else the enrollment made: the refusal names the
+    // step and the cause, and the same manifest enrolls once the disk has room (found by
+    // attacking the release binaries: the empty journal was left, and the retry refused
+    // "File exists").
+    require_root!();
+    let _no_namespaces = no_mount_namespaces_guard();
+    let fs = Ext4::new();
+    let s = Sandbox::new();
+    let journal = fs.mnt.join("journal");
+    let m = s.manifest("").replace(
+        &format!("path = \"{}/journal\"", s.srv.display()),
+        &format!("path = \"{}\"", journal.display()),
+    );
+    let p = s.path("manifest.toml");
+    std::fs::write(&p, &m).unwrap();
+    fill(&fs.mnt);
+    let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
+    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
+    assert_eq!(
+        r.json()["refusals"][0]["reason"],
+        "enroll-failed",
+        "{}",
+        r.stdout
+    );
+    assert!(
+        !journal.exists(),
+        "the journal it created is left: {}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("write its genesis") && r.stdout.contains("No space left on device"),
+        "the step and the cause: {}",
+        r.stdout
+    );
+    std::fs::remove_file(fs.mnt.join("filler")).unwrap();
+    let again = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
+    assert_eq!(
+        again.code,
+        Outcome::Success,
+        "{}{}",
+        again.stdout,
+        again.stderr
+    );
+}
+
 /// Page size the partial-write case is built around (x86-64, and every Linux test host here).
 const PAGE_BYTES: usize = 4096;
 /// Facts tried while padding the intent so the log ends where the case needs it.

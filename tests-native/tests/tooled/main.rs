@@ -612,6 +612,11 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            disks::an_enrollment_whose_journal_cannot_be_written_leaves_no_journal,
+            EXT4
+        ),
+        trial!(
+            root,
             e2e::a_failed_append_is_uncertain_never_retried_and_repochd_stops_issuing,
             EXT4
         ),
