@@ -206,6 +206,13 @@ pub fn assert_holds(r: &Run) {
     );
 }
 
+/// A command other than a recovery or an observation (enroll, an admin request) refused,
+/// its first refusal for `reason`.
+pub fn assert_first_refusal(r: &Run, reason: &str) {
+    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.json()["refusals"][0]["reason"], reason, "{}", r.stdout);
+}
+
 /// Refused for `reason` alone.
 pub fn assert_refused(r: &Run, reason: &str) {
     assert_eq!(

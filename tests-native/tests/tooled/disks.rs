@@ -216,13 +216,7 @@ pub(crate) fn an_enrollment_whose_journal_cannot_be_written_leaves_no_journal() 
     std::fs::write(&p, &m).unwrap();
     fill(&fs.mnt);
     let r = s.repoch(&["--json", "enroll", p.to_str().unwrap()]);
-    assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
-    assert_eq!(
-        r.json()["refusals"][0]["reason"],
-        "enroll-failed",
-        "{}",
-        r.stdout
-    );
+    assert_first_refusal(&r, "enroll-failed");
     assert!(
         !journal.exists(),
         "the journal it created is left: {}",

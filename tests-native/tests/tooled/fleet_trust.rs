@@ -304,13 +304,7 @@ pub(crate) fn a_failed_enrollment_leaves_no_record_in_the_registry() {
         let full = OnePage::over(&s.root.join("var/lib/repoch/deployments"));
         let r = s.enroll_manifest(&p);
         drop(full);
-        assert_eq!(r.code, Outcome::Refused, "{}{}", r.stdout, r.stderr);
-        assert_eq!(
-            r.json()["refusals"][0]["reason"],
-            "enroll-failed",
-            "{}",
-            r.stdout
-        );
+        assert_first_refusal(&r, "enroll-failed");
         move || s.enroll_manifest(&p)
     };
     let (fleet_key, host_a) = (
