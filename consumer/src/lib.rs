@@ -173,6 +173,9 @@ pub fn receive_over(s: UnixStream, o: &Options, progress: Observer<'_>) -> Resul
     receive_on(s, &mut out, o, progress)
 }
 
+/// Receives the grant over a connected stream: says hello, answers the key proof and the
+/// custody challenge as they come, then takes the grant (docs/PROTOCOL.md, "The grant
+/// socket"). Each message is awaited for at most `o.wait`.
 fn receive_on(
     mut s: UnixStream,
     out: &mut Out,
@@ -203,32 +206,14 @@ fn receive_on(
         let (msg, fds) = recv_msg(&s, Instant::now() + o.wait)?;
         match msg {
             GrantMsg::Prove(p) => {
-                if full.is_some() || !p.deployment.to_hex().starts_with(&o.deployment) {
-                    return Err(Error::BadGrant(format!(
-                        "a key-proof request for deployment {}",
-                        p.deployment
-                    )));
-                }
-                write_msg(&mut s, &GrantMsg::Proof(p.answer(&o.key)))
-                    .map_err(|e| queued_refusal(&s, o, "key proof", e))?;
-                full = Some(p.deployment);
+                full = Some(answer_proof(&mut s, o, p, full)?);
                 barrier::reach("after-key-proof");
                 progress("proven");
             }
             GrantMsg::Accepted => progress("accepted"),
             GrantMsg::Challenge(c) => {
-                if Some(c.deployment) != full {
-                    return Err(Error::BadGrant(format!(
-                        "challenge for deployment {}, not the resolved {}",
-                        c.deployment,
-                        full.map_or("(none)".into(), |d| d.to_hex())
-                    )));
-                }
-                progress("challenge");
-                write_msg(&mut s, &GrantMsg::Custody(c.answer(&o.key)))
-                    .map_err(|e| queued_refusal(&s, o, "custody", e))?;
+                challenged = Some(answer_challenge(&mut s, o, c, full, &mut *progress)?);
                 barrier::reach("after-custody");
-                challenged = Some(c);
             }
             GrantMsg::Grant {
                 grant: bytes,
@@ -236,32 +221,11 @@ fn receive_on(
             } => {
                 let c = challenged
                     .ok_or_else(|| Error::BadGrant("a grant without a challenge".into()))?;
-                let grant = verify(&bytes, &o.issuer, Some(&key))?;
-                // The challenge named the resolved deployment (checked when it came).
-                if Some(grant.deployment) != full || grant.intent != c.intent {
-                    return Err(Error::BadGrant(
-                        "the grant is not for the challenged epoch of the resolved deployment"
-                            .into(),
-                    ));
-                }
-                check_checkpoint(&checkpoint, &grant, &o.issuer)?;
                 let mut fds = fds;
-                let listeners = check_fds(&grant, &mut fds)?;
+                let (grant, listeners) =
+                    checked_grant(&bytes, &checkpoint, &mut fds, o, &key, full, &c)?;
                 barrier::reach("after-receive");
-                out.persist_checkpoint(&checkpoint)?;
-                out.persist(&bytes)?;
-                barrier::reach("after-persist");
-                // repochd reports granted only on this acknowledgement (docs/PROTOCOL.md).
-                let ack = GrantMsg::Persisted {
-                    grant_sha256: repoch_protocol::Hash::of(&bytes),
-                };
-                write_msg(&mut s, &ack).map_err(|e| Error::Unacknowledged {
-                    out: o.out.display().to_string(),
-                    why: e.to_string(),
-                })?;
-                barrier::reach("after-acknowledge");
-                last_word(&s, repoch_protocol::Hash::of(&bytes), &o.out)?;
-                barrier::reach("after-last-word");
+                persist_acknowledged(&mut s, out, o, &bytes, &checkpoint)?;
                 return Ok(Received {
                     grant,
                     bytes,
@@ -279,6 +243,99 @@ fn receive_on(
             }
         }
     }
+}
+
+/// Answers repochd's key-proof request with the consumer key, once, and only for a
+/// deployment our prefix names; returns the full id it resolved to, which everything after
+/// must name.
+fn answer_proof(
+    s: &mut UnixStream,
+    o: &Options,
+    p: repoch_protocol::grant::KeyProof,
+    full: Option<repoch_protocol::DeploymentId>,
+) -> Result<repoch_protocol::DeploymentId, Error> {
+    if full.is_some() || !p.deployment.to_hex().starts_with(&o.deployment) {
+        return Err(Error::BadGrant(format!(
+            "a key-proof request for deployment {}",
+            p.deployment
+        )));
+    }
+    write_msg(s, &GrantMsg::Proof(p.answer(&o.key)))
+        .map_err(|e| queued_refusal(s, o, "key proof", e))?;
+    Ok(p.deployment)
+}
+
+/// Answers the custody challenge with the consumer key, only if it names the deployment
+/// the key proof resolved; returns the challenge, which the grant must match.
+fn answer_challenge(
+    s: &mut UnixStream,
+    o: &Options,
+    c: repoch_protocol::grant::Challenge,
+    full: Option<repoch_protocol::DeploymentId>,
+    progress: Observer<'_>,
+) -> Result<repoch_protocol::grant::Challenge, Error> {
+    if Some(c.deployment) != full {
+        return Err(Error::BadGrant(format!(
+            "challenge for deployment {}, not the resolved {}",
+            c.deployment,
+            full.map_or("(none)".into(), |d| d.to_hex())
+        )));
+    }
+    progress("challenge");
+    write_msg(s, &GrantMsg::Custody(c.answer(&o.key)))
+        .map_err(|e| queued_refusal(s, o, "custody", e))?;
+    Ok(c)
+}
+
+/// Checks a received grant before anything is persisted: it verifies against the pinned
+/// issuer for our key, is for the challenged epoch of the resolved deployment, its
+/// checkpoint holds it, and the fds that came with it match its fences and listeners
+/// (returned: the listeners, split off `fds`, which keeps the fences).
+fn checked_grant(
+    bytes: &[u8],
+    checkpoint: &str,
+    fds: &mut Vec<OwnedFd>,
+    o: &Options,
+    key: &PublicKey,
+    full: Option<repoch_protocol::DeploymentId>,
+    c: &repoch_protocol::grant::Challenge,
+) -> Result<(Grant, Vec<OwnedFd>), Error> {
+    let grant = verify(bytes, &o.issuer, Some(key))?;
+    // The challenge named the resolved deployment (checked when it came).
+    if Some(grant.deployment) != full || grant.intent != c.intent {
+        return Err(Error::BadGrant(
+            "the grant is not for the challenged epoch of the resolved deployment".into(),
+        ));
+    }
+    check_checkpoint(checkpoint, &grant, &o.issuer)?;
+    let listeners = check_fds(&grant, fds)?;
+    Ok((grant, listeners))
+}
+
+/// Persists the checked grant and its checkpoint durably, acknowledges it to repochd
+/// (which reports granted only on this acknowledgement, docs/PROTOCOL.md), and waits for
+/// repochd's last word naming it.
+fn persist_acknowledged(
+    s: &mut UnixStream,
+    out: &mut Out,
+    o: &Options,
+    bytes: &[u8],
+    checkpoint: &str,
+) -> Result<(), Error> {
+    out.persist_checkpoint(checkpoint)?;
+    out.persist(bytes)?;
+    barrier::reach("after-persist");
+    let ack = GrantMsg::Persisted {
+        grant_sha256: repoch_protocol::Hash::of(bytes),
+    };
+    write_msg(s, &ack).map_err(|e| Error::Unacknowledged {
+        out: o.out.display().to_string(),
+        why: e.to_string(),
+    })?;
+    barrier::reach("after-acknowledge");
+    last_word(s, repoch_protocol::Hash::of(bytes), &o.out)?;
+    barrier::reach("after-last-word");
+    Ok(())
 }
 
 /// A message to repochd could not be written: repochd may have refused and stopped
