@@ -99,86 +99,35 @@ impl Client {
         let n = self.endpoints.len();
         let mut missed = Vec::new();
         let mut foreign = Vec::new();
-        let first = self.preferred;
-        // Each endpoint once, from the preferred one; an endpoint whose attempt failed
-        // fast (a connection found broken, not a deadline) once more at the end: its
-        // channel dials again, and a dropped connection must not read as no answer.
-        let mut order: std::collections::VecDeque<usize> = match self.only {
-            Some(i) => [i].into(),
-            None => (0..n).map(|k| (first + k) % n).collect(),
-        };
+        let mut order = self.asking_order();
         let mut again = vec![true; n];
         let fast = self.deadline / 2;
         while let Some(i) = order.pop_front() {
             let started = std::time::Instant::now();
-            let mut retry = |i: usize, order: &mut std::collections::VecDeque<usize>| {
-                if std::mem::take(&mut again[i]) && started.elapsed() < fast {
-                    order.push_back(i);
-                }
-            };
-            match self.vouched(i) {
-                Ok(()) => {}
+            let asked = match self.vouched(i) {
+                Ok(()) => self.ask_endpoint(i, what, resend, &mut call, &judge)?,
                 Err(Vouched::Missed(why)) => {
-                    missed.push(format!("{}: {why}", self.endpoints[i].0));
-                    self.preferred = (i + 1) % n;
-                    retry(i, &mut order);
-                    continue;
+                    Asked::Missed(format!("{}: {why}", self.endpoints[i].0))
                 }
                 Err(Vouched::Foreign(why)) => {
-                    foreign.push(format!("{}: {why}", self.endpoints[i].0));
-                    self.preferred = (i + 1) % n;
-                    continue;
-                }
-            }
-            let (url, kv) = &self.endpoints[i];
-            let fut = call(kv.clone());
-            let deadline = self.deadline;
-            let answer = self
-                .rt
-                .block_on(async { tokio::time::timeout(deadline, fut).await });
-            let why = match answer {
-                Ok(Ok(v)) => {
-                    if let Err(why) = judge(&v) {
-                        foreign.push(format!("{url}: {why}"));
-                        self.preferred = (i + 1) % n;
-                        continue;
-                    }
-                    self.preferred = i;
-                    if let Some(pin) = &self.pin {
-                        // Vouched for on this call: an answer from elsewhere now is no
-                        // answer of the fleet's (and a write's fate is unknown).
-                        pin.header(&v.header())
-                            .map_err(|why| Error::Answer(format!("{what}: {url}: {why}")))?;
-                    }
-                    return Ok(v);
-                }
-                Ok(Err(e)) if resend || never_sent(&e) => match status(e) {
-                    Error::Unanswered(why) => why,
-                    other => return Err(other),
-                },
-                Ok(Err(e)) => {
-                    return Err(match status(e) {
-                        Error::Unanswered(why) => {
-                            // The read-back that follows starts at the next endpoint.
-                            self.preferred = (i + 1) % n;
-                            Error::Unanswered(format!("{what}: {url}: {why}"))
-                        }
-                        other => other,
-                    });
-                }
-                Err(_) if resend => format!("no answer within {} ms", deadline.as_millis()),
-                Err(_) => {
-                    self.preferred = (i + 1) % n;
-                    return Err(Error::Unanswered(format!(
-                        "{what}: {url}: no answer within {} ms",
-                        deadline.as_millis()
-                    )));
+                    Asked::Foreign(format!("{}: {why}", self.endpoints[i].0))
                 }
             };
-            missed.push(format!("{url}: {why}"));
-            // The next call starts elsewhere.
-            self.preferred = (i + 1) % n;
-            retry(i, &mut order);
+            match asked {
+                Asked::Answered(v) => return Ok(v),
+                Asked::Foreign(why) => {
+                    foreign.push(why);
+                    self.preferred = (i + 1) % n;
+                }
+                Asked::Missed(why) => {
+                    missed.push(why);
+                    // The next call starts elsewhere.
+                    self.preferred = (i + 1) % n;
+                    if std::mem::take(&mut again[i]) && started.elapsed() < fast {
+                        order.push_back(i);
+                    }
+                }
+            }
         }
         // No endpoint took the request. One that answered as another cluster makes it a
         // mismatch even beside others that did not answer: the cluster reachable is not
@@ -190,6 +139,84 @@ impl Client {
         };
         missed.extend(foreign);
         Err(reason(format!("{what}: {}", missed.join("; "))))
+    }
+
+    /// The endpoints a call asks, in turn: each once, from the preferred one (or only the
+    /// one this client is held to). An endpoint whose attempt failed fast (a connection
+    /// found broken, not a deadline) is asked once more at the end by
+    /// [`Client::ask_judged`]: its channel dials again, and a dropped connection must not
+    /// read as no answer.
+    fn asking_order(&self) -> std::collections::VecDeque<usize> {
+        let n = self.endpoints.len();
+        let first = self.preferred;
+        match self.only {
+            Some(i) => [i].into(),
+            None => (0..n).map(|k| (first + k) % n).collect(),
+        }
+    }
+
+    /// Sends the call to endpoint `i`, already vouched for, and judges its answer: taken
+    /// (the endpoint preferred from now on, the answer's header checked against the pin),
+    /// passed over as foreign or as missed (the caller tries the next endpoint), or an
+    /// error that ends the call (an error status that says the request did not apply, or a
+    /// write sent and unanswered: the caller's to resolve first).
+    fn ask_endpoint<T: Headed, F, Fut>(
+        &mut self,
+        i: usize,
+        what: &str,
+        resend: bool,
+        call: &mut F,
+        judge: &impl Fn(&T) -> Result<(), NotPinned>,
+    ) -> Result<Asked<T>, Error>
+    where
+        F: FnMut(KvClient<Channel>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+    {
+        let n = self.endpoints.len();
+        let (url, kv) = &self.endpoints[i];
+        let fut = call(kv.clone());
+        let deadline = self.deadline;
+        let answer = self
+            .rt
+            .block_on(async { tokio::time::timeout(deadline, fut).await });
+        let why = match answer {
+            Ok(Ok(v)) => {
+                if let Err(why) = judge(&v) {
+                    return Ok(Asked::Foreign(format!("{url}: {why}")));
+                }
+                self.preferred = i;
+                if let Some(pin) = &self.pin {
+                    // Vouched for on this call: an answer from elsewhere now is no
+                    // answer of the fleet's (and a write's fate is unknown).
+                    pin.header(&v.header())
+                        .map_err(|why| Error::Answer(format!("{what}: {url}: {why}")))?;
+                }
+                return Ok(Asked::Answered(v));
+            }
+            Ok(Err(e)) if resend || never_sent(&e) => match status(e) {
+                Error::Unanswered(why) => why,
+                other => return Err(other),
+            },
+            Ok(Err(e)) => {
+                return Err(match status(e) {
+                    Error::Unanswered(why) => {
+                        // The read-back that follows starts at the next endpoint.
+                        self.preferred = (i + 1) % n;
+                        Error::Unanswered(format!("{what}: {url}: {why}"))
+                    }
+                    other => other,
+                });
+            }
+            Err(_) if resend => format!("no answer within {} ms", deadline.as_millis()),
+            Err(_) => {
+                self.preferred = (i + 1) % n;
+                return Err(Error::Unanswered(format!(
+                    "{what}: {url}: no answer within {} ms",
+                    deadline.as_millis()
+                )));
+            }
+        };
+        Ok(Asked::Missed(format!("{url}: {why}")))
     }
 
     /// The pin's guard, if pinned.
@@ -295,6 +322,17 @@ impl Client {
         self.recorded[i] = true;
         Ok(())
     }
+}
+
+/// What one endpoint made of a call ([`Client::ask_endpoint`]); each string names the
+/// endpoint.
+enum Asked<T> {
+    /// It answered, and the answer is the fleet's.
+    Answered(T),
+    /// It answered as another cluster, member or fleet: passed over.
+    Foreign(String),
+    /// It gave no answer the call can take, and the request may go elsewhere.
+    Missed(String),
 }
 
 /// Why an endpoint was passed over before a call was sent to it.
