@@ -89,85 +89,110 @@ impl Checkpoint {
     /// rule (docs/PROTOCOL.md, "Text") but newline: DEL, C1 controls, bidi and other format
     /// characters too, where Go refuses only the C0 controls.
     pub fn verify(note: &str, name: &str, key: &PublicKey) -> Result<Checkpoint, CheckpointError> {
-        if note.len() > CHECKPOINT_BYTES_MAX {
-            return Err(CheckpointError::Malformed(
-                "over CHECKPOINT_BYTES_MAX (1024) bytes",
-            ));
+        let (text, sigs) = note_parts(note)?;
+        let checkpoint = note_text(text)?;
+        signed_by(text, sigs, name, key)?;
+        Ok(checkpoint)
+    }
+}
+
+/// Splits a signed note into its text (with its last newline, which the signatures
+/// cover) and its signature lines, after the note-wide rules of [`Checkpoint::verify`]:
+/// the bound, no forging character but newline, a final newline, a last blank line with
+/// at least one signature line after it.
+fn note_parts(note: &str) -> Result<(&str, &str), CheckpointError> {
+    if note.len() > CHECKPOINT_BYTES_MAX {
+        return Err(CheckpointError::Malformed(
+            "over CHECKPOINT_BYTES_MAX (1024) bytes",
+        ));
+    }
+    if note.chars().any(|c| crate::text::forges(c) && c != '\n') {
+        return Err(CheckpointError::Malformed("a forging character"));
+    }
+    if !note.ends_with('\n') {
+        return Err(CheckpointError::Malformed("no final newline"));
+    }
+    let (before, sigs) = note
+        .rsplit_once("\n\n")
+        .ok_or(CheckpointError::Malformed("no blank line"))?;
+    // The text keeps its last newline (the signatures cover it).
+    let text = &note[..=before.len()];
+    if sigs.is_empty() {
+        return Err(CheckpointError::Malformed("no signature line"));
+    }
+    Ok((text, sigs))
+}
+
+/// Parses a note's text as a checkpoint: no empty line, then the origin, the size in
+/// decimal without a sign or a leading zero (but `0` itself), the head in standard base64
+/// (32 bytes); any extension lines after them are not kept.
+fn note_text(text: &str) -> Result<Checkpoint, CheckpointError> {
+    let mut lines = text.split_terminator('\n');
+    if text.split_terminator('\n').any(str::is_empty) {
+        return Err(CheckpointError::Malformed("an empty line in the text"));
+    }
+    let origin = lines.next().ok_or(CheckpointError::Malformed("origin"))?;
+    let size = lines
+        .next()
+        .filter(|l| l.bytes().all(|b| b.is_ascii_digit()) && (*l == "0" || !l.starts_with('0')))
+        .and_then(|l| l.parse::<u64>().ok())
+        .ok_or(CheckpointError::Malformed("size"))?;
+    let head = lines
+        .next()
+        .and_then(|l| B64.decode(l).ok())
+        .and_then(|b| <[u8; 32]>::try_from(b.as_slice()).ok())
+        .ok_or(CheckpointError::Malformed("head"))?;
+    // Extension lines (tlog-checkpoint allows them; none is ours): not empty, checked
+    // above, and signed with the rest of the text.
+    Ok(Checkpoint {
+        origin: origin.into(),
+        size,
+        head: Hash(head),
+    })
+}
+
+/// Checks a note's signature lines: each one well formed (`— NAME BASE64`, a name
+/// without spaces or `+`, at least a key id and a byte), the first line by `name` and its
+/// key id verifying over `text`, lines by other keys ignored; at least one by this key.
+fn signed_by(text: &str, sigs: &str, name: &str, key: &PublicKey) -> Result<(), CheckpointError> {
+    let vk = key
+        .verifying_key()
+        .ok_or(CheckpointError::Unverified(name.into()))?;
+    let want = key_id(name, key);
+    let mut verified = false;
+    for line in sigs.split_terminator('\n') {
+        let rest = line
+            .strip_prefix(DASH)
+            .and_then(|r| r.strip_prefix(' '))
+            .ok_or(CheckpointError::Malformed("signature line"))?;
+        let (who, b) = rest
+            .split_once(' ')
+            .ok_or(CheckpointError::Malformed("signature line"))?;
+        if who.is_empty() || who.contains(char::is_whitespace) || who.contains('+') {
+            return Err(CheckpointError::Malformed("signature name"));
         }
-        if note.chars().any(|c| crate::text::forges(c) && c != '\n') {
-            return Err(CheckpointError::Malformed("a forging character"));
+        let blob = B64_SIGNATURE
+            .decode(b)
+            .ok()
+            .filter(|blob| blob.len() >= 5)
+            .ok_or(CheckpointError::Malformed("signature base64"))?;
+        // Another key's line, or a repeated line of this key (the first one decides,
+        // as Go's note.Open does): not looked at.
+        if who != name || blob[..4] != want || verified {
+            continue;
         }
-        if !note.ends_with('\n') {
-            return Err(CheckpointError::Malformed("no final newline"));
-        }
-        let (before, sigs) = note
-            .rsplit_once("\n\n")
-            .ok_or(CheckpointError::Malformed("no blank line"))?;
-        // The text keeps its last newline (the signatures cover it).
-        let text = &note[..=before.len()];
-        if sigs.is_empty() {
-            return Err(CheckpointError::Malformed("no signature line"));
-        }
-        let mut lines = text.split_terminator('\n');
-        if text.split_terminator('\n').any(str::is_empty) {
-            return Err(CheckpointError::Malformed("an empty line in the text"));
-        }
-        let origin = lines.next().ok_or(CheckpointError::Malformed("origin"))?;
-        let size = lines
-            .next()
-            .filter(|l| l.bytes().all(|b| b.is_ascii_digit()) && (*l == "0" || !l.starts_with('0')))
-            .and_then(|l| l.parse::<u64>().ok())
-            .ok_or(CheckpointError::Malformed("size"))?;
-        let head = lines
-            .next()
-            .and_then(|l| B64.decode(l).ok())
-            .and_then(|b| <[u8; 32]>::try_from(b.as_slice()).ok())
-            .ok_or(CheckpointError::Malformed("head"))?;
-        // Extension lines (tlog-checkpoint allows them; none is ours): not empty, checked
-        // above, and signed with the rest of the text.
-        let vk = key
-            .verifying_key()
-            .ok_or(CheckpointError::Unverified(name.into()))?;
-        let want = key_id(name, key);
-        let mut verified = false;
-        for line in sigs.split_terminator('\n') {
-            let rest = line
-                .strip_prefix(DASH)
-                .and_then(|r| r.strip_prefix(' '))
-                .ok_or(CheckpointError::Malformed("signature line"))?;
-            let (who, b) = rest
-                .split_once(' ')
-                .ok_or(CheckpointError::Malformed("signature line"))?;
-            if who.is_empty() || who.contains(char::is_whitespace) || who.contains('+') {
-                return Err(CheckpointError::Malformed("signature name"));
-            }
-            let blob = B64_SIGNATURE
-                .decode(b)
-                .ok()
-                .filter(|blob| blob.len() >= 5)
-                .ok_or(CheckpointError::Malformed("signature base64"))?;
-            // Another key's line, or a repeated line of this key (the first one decides,
-            // as Go's note.Open does): not looked at.
-            if who != name || blob[..4] != want || verified {
-                continue;
-            }
-            let ok = <[u8; 64]>::try_from(&blob[4..])
-                .map(|sig| vk.verify_strict(text.as_bytes(), &Signature::from_bytes(&sig)))
-                .is_ok_and(|r| r.is_ok());
-            if !ok {
-                return Err(CheckpointError::Unverified(name.into()));
-            }
-            verified = true;
-        }
-        if !verified {
+        let ok = <[u8; 64]>::try_from(&blob[4..])
+            .map(|sig| vk.verify_strict(text.as_bytes(), &Signature::from_bytes(&sig)))
+            .is_ok_and(|r| r.is_ok());
+        if !ok {
             return Err(CheckpointError::Unverified(name.into()));
         }
-        Ok(Checkpoint {
-            origin: origin.into(),
-            size,
-            head: Hash(head),
-        })
+        verified = true;
     }
+    if !verified {
+        return Err(CheckpointError::Unverified(name.into()));
+    }
+    Ok(())
 }
 
 /// The key name on every repoch checkpoint's signature line (the host issuer key).

@@ -344,13 +344,7 @@ impl Canonical for AdminEvent {
         }
     }
     fn from_value(v: Value) -> Result<Self, DecodeError> {
-        let kind = match &v {
-            Value::Array(items) => match items.first() {
-                Some(Value::Text(t)) => t.clone(),
-                _ => return Err(DecodeError::schema("admin-event", "expected a kind")),
-            },
-            _ => return Err(DecodeError::schema("admin-event", "expected an array")),
-        };
+        let kind = kind_of(&v, "admin-event")?;
         Ok(match kind.as_str() {
             "progress" => {
                 let mut f = Fields::open(v, "progress", 3)?;
@@ -473,14 +467,22 @@ impl Canonical for GrantMsg {
         }
     }
     fn from_value(v: Value) -> Result<Self, DecodeError> {
-        let kind = match &v {
-            Value::Array(items) => match items.first() {
-                Some(Value::Text(t)) => t.clone(),
-                _ => return Err(DecodeError::schema("grant-msg", "expected a kind")),
-            },
-            _ => return Err(DecodeError::schema("grant-msg", "expected an array")),
-        };
-        Ok(match kind.as_str() {
+        let kind = kind_of(&v, "grant-msg")?;
+        match kind.as_str() {
+            "hello" | "prove" | "proof" | "accepted" | "challenge" | "custody" => {
+                GrantMsg::handshake_from_value(&kind, v)
+            }
+            "grant" | "refused" | "persisted" | "granted" => GrantMsg::handoff_from_value(&kind, v),
+            k => Err(unknown_kind("grant-msg", k)),
+        }
+    }
+}
+
+impl GrantMsg {
+    /// Decodes a message of the handshake, before any grant (`hello`, `prove`, `proof`,
+    /// `accepted`, `challenge`, `custody`), `kind` being its first field.
+    fn handshake_from_value(kind: &str, v: Value) -> Result<Self, DecodeError> {
+        Ok(match kind {
             "hello" => {
                 let mut f = Fields::open(v, "hello", 3)?;
                 f.expect_text("hello")?;
@@ -517,6 +519,14 @@ impl Canonical for GrantMsg {
                 f.expect_text("custody")?;
                 GrantMsg::Custody(f.bytes()?)
             }
+            k => return Err(unknown_kind("grant-msg", k)),
+        })
+    }
+
+    /// Decodes a message of the grant's handoff and its outcome (`grant`, `refused`,
+    /// `persisted`, `granted`), `kind` being its first field.
+    fn handoff_from_value(kind: &str, v: Value) -> Result<Self, DecodeError> {
+        Ok(match kind {
             "grant" => {
                 let mut f = Fields::open(v, "grant-msg", 3)?;
                 f.expect_text("grant")?;
@@ -547,12 +557,24 @@ impl Canonical for GrantMsg {
                     grant_sha256: Hash(f.bytes()?),
                 }
             }
-            k => {
-                return Err(DecodeError::schema(
-                    "grant-msg",
-                    format!("unknown kind {k:?}"),
-                ))
-            }
+            k => return Err(unknown_kind("grant-msg", k)),
         })
     }
+}
+
+/// The kind of a tagged message (`what`: `admin-event`, `grant-msg`): the text its array
+/// opens with, or a schema error naming `what`.
+fn kind_of(v: &Value, what: &'static str) -> Result<String, DecodeError> {
+    match v {
+        Value::Array(items) => match items.first() {
+            Some(Value::Text(t)) => Ok(t.clone()),
+            _ => Err(DecodeError::schema(what, "expected a kind")),
+        },
+        _ => Err(DecodeError::schema(what, "expected an array")),
+    }
+}
+
+/// The schema error for a tagged message (`what`) of a kind it does not know.
+fn unknown_kind(what: &'static str, kind: &str) -> DecodeError {
+    DecodeError::schema(what, format!("unknown kind {kind:?}"))
 }

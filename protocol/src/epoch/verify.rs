@@ -325,61 +325,87 @@ pub(crate) fn check_record(
     if !proven.contains(&hash) && !rec.verify(issuer) {
         return fail(Problem::Forged, "bad issuer signature".into());
     }
-    let r = &rec.record;
-    let prev = records.last();
-    if let Some(d) = prev.map(|p| p.record.record.deployment).or(expected) {
-        if r.deployment != d {
-            return fail(
-                Problem::Foreign,
-                format!("belongs to deployment {}, expected {d}", r.deployment),
-            );
-        }
-    }
-    if r.seq != n as u64 {
-        return fail(Problem::Corrupt, format!("sequence number {}", r.seq));
-    }
-    if r.prev != prev.map_or(Hash::ZERO, |p| p.hash) {
-        return fail(Problem::Corrupt, "broken hash chain".into());
-    }
-    let prev_kind = prev.map(|p| p.record.record.body.kind());
-    if !Kind::may_follow(prev_kind, r.body.kind()) {
-        return fail(
-            Problem::Corrupt,
-            format!(
-                "{} may not follow {}",
-                r.body.kind().as_str(),
-                prev_kind.map_or("nothing", Kind::as_str)
-            ),
-        );
-    }
-    if let EpochBody::Genesis { issuer_key, .. } = &r.body {
-        if issuer_key != issuer {
-            return fail(Problem::Corrupt, "genesis names another issuer key".into());
-        }
-    }
-    if let EpochBody::Consume { challenge, .. } = &r.body {
-        // The custody challenge it answers names this deployment and the intent before it.
-        let intent = prev.map_or(Hash::ZERO, |p| p.hash);
-        if challenge.deployment != r.deployment || challenge.intent != intent {
-            return fail(
-                Problem::Corrupt,
-                format!(
-                    "the consume answers a challenge for deployment {} and intent {}, not this deployment's intent {intent}",
-                    challenge.deployment, challenge.intent
-                ),
-            );
-        }
-    }
-    if let EpochBody::Receipt { grant } = &r.body {
-        if let Err(why) = receipt_binds(records, grant, issuer) {
-            return fail(Problem::Corrupt, format!("the receipt's grant {why}"));
-        }
+    let checked = check_chained(records, &rec.record, expected)
+        .and_then(|()| check_body(records, &rec.record, issuer));
+    if let Err((kind, why)) = checked {
+        return fail(kind, why);
     }
     Ok(VerifiedRecord {
         offset: at,
         hash,
         record: rec,
     })
+}
+
+/// Checks a signed record's place in the chain after the verified prefix `records`: the
+/// deployment of the records before it (or `expected`), the next sequence number, the
+/// hash of the previous record, and the phase order.
+fn check_chained(
+    records: &[VerifiedRecord],
+    r: &EpochRecord,
+    expected: Option<DeploymentId>,
+) -> Result<(), (Problem, String)> {
+    let prev = records.last();
+    if let Some(d) = prev.map(|p| p.record.record.deployment).or(expected) {
+        if r.deployment != d {
+            return Err((
+                Problem::Foreign,
+                format!("belongs to deployment {}, expected {d}", r.deployment),
+            ));
+        }
+    }
+    if r.seq != records.len() as u64 {
+        return Err((Problem::Corrupt, format!("sequence number {}", r.seq)));
+    }
+    if r.prev != prev.map_or(Hash::ZERO, |p| p.hash) {
+        return Err((Problem::Corrupt, "broken hash chain".into()));
+    }
+    let prev_kind = prev.map(|p| p.record.record.body.kind());
+    if !Kind::may_follow(prev_kind, r.body.kind()) {
+        return Err((
+            Problem::Corrupt,
+            format!(
+                "{} may not follow {}",
+                r.body.kind().as_str(),
+                prev_kind.map_or("nothing", Kind::as_str)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks what a chained record's body binds: a genesis names this issuer key, a consume
+/// answers a challenge for this deployment's intent, a receipt carries a grant for this
+/// epoch.
+fn check_body(
+    records: &[VerifiedRecord],
+    r: &EpochRecord,
+    issuer: &PublicKey,
+) -> Result<(), (Problem, String)> {
+    if let EpochBody::Genesis { issuer_key, .. } = &r.body {
+        if issuer_key != issuer {
+            return Err((Problem::Corrupt, "genesis names another issuer key".into()));
+        }
+    }
+    if let EpochBody::Consume { challenge, .. } = &r.body {
+        // The custody challenge it answers names this deployment and the intent before it.
+        let intent = records.last().map_or(Hash::ZERO, |p| p.hash);
+        if challenge.deployment != r.deployment || challenge.intent != intent {
+            return Err((
+                Problem::Corrupt,
+                format!(
+                    "the consume answers a challenge for deployment {} and intent {}, not this deployment's intent {intent}",
+                    challenge.deployment, challenge.intent
+                ),
+            ));
+        }
+    }
+    if let EpochBody::Receipt { grant } = &r.body {
+        if let Err(why) = receipt_binds(records, grant, issuer) {
+            return Err((Problem::Corrupt, format!("the receipt's grant {why}")));
+        }
+    }
+    Ok(())
 }
 
 /// A whole frame whose payload is not a strictly encoded signed record: is it at least a
