@@ -288,6 +288,10 @@ struct Reader<'s> {
     pending: std::collections::VecDeque<Pending>,
 }
 
+/// What a visit found of each wanted executable, in their order: the processes running it,
+/// or why it could not be looked for.
+type Found = Vec<Result<Vec<Runner>, Error>>;
+
 /// A file waiting to be hashed, for task `pid`, and the hash so far.
 struct Pending {
     pid: u32,
@@ -570,6 +574,23 @@ impl<'s> Reader<'s> {
 
     /// Judges live process `pid` with the walk's judge; `None` when it is gone.
     fn judge(&mut self, pid: u32) -> Option<Verdict> {
+        let (visited, out, deferred) = self.visit(pid);
+        self.defer(pid, deferred);
+        let principal = match visited {
+            Visit::Gone => return None,
+            Visit::Seen { principal } => principal,
+        };
+        if !principal {
+            return Some(Verdict::Other);
+        }
+        Some(self.verdict_of(out))
+    }
+
+    /// Walks live process `pid` as the walk does, each wanted executable looked for in it:
+    /// whether it was there and a principal's, what was found of each executable, and the
+    /// files of principals' processes left to compare by content. The judge's stamps are
+    /// kept for the next visit.
+    fn visit(&mut self, pid: u32) -> (Visit, Found, Vec<super::Deferred>) {
         let wanted: Vec<Wanted<'_>> = self
             .wanted
             .iter()
@@ -584,8 +605,7 @@ impl<'s> Reader<'s> {
         judge.by_stamp = std::mem::take(&mut self.by_stamp);
         judge.deferred = Some(Vec::new());
         let principal = self.fs.principal(&self.principals);
-        let mut out: Vec<Result<Vec<Runner>, Error>> =
-            wanted.iter().map(|_| Ok(Vec::new())).collect();
+        let mut out: Found = wanted.iter().map(|_| Ok(Vec::new())).collect();
         let mut walk = Walk {
             judge: &mut judge,
             proc_dir: &self.fs.dir,
@@ -597,7 +617,14 @@ impl<'s> Reader<'s> {
         };
         let visited = walk.visit(pid);
         self.by_stamp = std::mem::take(&mut judge.by_stamp);
-        for file in judge.deferred.take().unwrap_or_default() {
+        let deferred = judge.deferred.take().unwrap_or_default();
+        (visited, out, deferred)
+    }
+
+    /// Queues the files of `pid` to be compared by content, at most `PENDING_MAX` waiting:
+    /// past it, every executable's watch is failed with the reason.
+    fn defer(&mut self, pid: u32, deferred: Vec<super::Deferred>) {
+        for file in deferred {
             if self.pending.len() >= PENDING_MAX {
                 let mut st = self.shared.lock();
                 let why = format!(
@@ -616,13 +643,12 @@ impl<'s> Reader<'s> {
                 read: 0,
             });
         }
-        let principal = match visited {
-            Visit::Gone => return None,
-            Visit::Seen { principal } => principal,
-        };
-        if !principal {
-            return Some(Verdict::Other);
-        }
+    }
+
+    /// The verdict on a principal's process from what its visit found of each wanted
+    /// executable (bit `k` for the `k`th): clean, or the executables it runs, mapped or as
+    /// a copy. An executable that could not be looked for fails its watch with the error.
+    fn verdict_of(&self, out: Found) -> Verdict {
         let (mut bits, mut mapped, mut copy) = (0u16, 0u16, 0u16);
         let mut st = self.shared.lock();
         for (k, found) in out.into_iter().enumerate() {
@@ -642,10 +668,10 @@ impl<'s> Reader<'s> {
                 }
             }
         }
-        Some(if bits == 0 {
+        if bits == 0 {
             Verdict::Clean
         } else {
             Verdict::Runs { bits, mapped, copy }
-        })
+        }
     }
 }

@@ -133,49 +133,54 @@ pub(super) fn parse_socket(p: &[u8]) -> Result<UnixSocket, Error> {
                 p.len()
             )));
         }
-        let data = &p[at + 4..at + len];
-        match kind {
-            UNIX_DIAG_NAME => {
-                if data.len() > NAME_BYTES_MAX {
-                    return Err(Error::Found(format!("name of {} bytes", data.len())));
-                }
-                // A path name may carry the terminating NUL its binder counted; an
-                // abstract name starts with NUL and is kept whole.
-                let mut name = data;
-                if name.first() != Some(&0) {
-                    while let [rest @ .., 0] = name {
-                        name = rest;
-                    }
-                }
-                s.name = Some(name.to_vec());
-            }
-            UNIX_DIAG_VFS => {
-                let (Some(ino), Some(dev), 8) = (u32_at(data, 0), u32_at(data, 4), data.len())
-                else {
-                    return Err(Error::Found(format!(
-                        "vfs attribute of {} bytes",
-                        data.len()
-                    )));
-                };
-                s.vfs = Some(Vfs {
-                    dev: dev_from_kernel(dev),
-                    ino: u64::from(ino),
-                });
-            }
-            UNIX_DIAG_PEER => {
-                let (Some(peer), 4) = (u32_at(data, 0), data.len()) else {
-                    return Err(Error::Found(format!(
-                        "peer attribute of {} bytes",
-                        data.len()
-                    )));
-                };
-                s.peer = Some(u64::from(peer));
-            }
-            _ => {}
-        }
+        take_attribute(&mut s, kind, &p[at + 4..at + len])?;
         at += align4(len);
     }
     Ok(s)
+}
+
+/// Reads one attribute of a `unix_diag_msg` (its type `kind`, its payload `data`) into
+/// `s`: the bound name, the bound file or the peer; other attributes are skipped.
+fn take_attribute(s: &mut UnixSocket, kind: u16, data: &[u8]) -> Result<(), Error> {
+    match kind {
+        UNIX_DIAG_NAME => {
+            if data.len() > NAME_BYTES_MAX {
+                return Err(Error::Found(format!("name of {} bytes", data.len())));
+            }
+            // A path name may carry the terminating NUL its binder counted; an
+            // abstract name starts with NUL and is kept whole.
+            let mut name = data;
+            if name.first() != Some(&0) {
+                while let [rest @ .., 0] = name {
+                    name = rest;
+                }
+            }
+            s.name = Some(name.to_vec());
+        }
+        UNIX_DIAG_VFS => {
+            let (Some(ino), Some(dev), 8) = (u32_at(data, 0), u32_at(data, 4), data.len()) else {
+                return Err(Error::Found(format!(
+                    "vfs attribute of {} bytes",
+                    data.len()
+                )));
+            };
+            s.vfs = Some(Vfs {
+                dev: dev_from_kernel(dev),
+                ino: u64::from(ino),
+            });
+        }
+        UNIX_DIAG_PEER => {
+            let (Some(peer), 4) = (u32_at(data, 0), data.len()) else {
+                return Err(Error::Found(format!(
+                    "peer attribute of {} bytes",
+                    data.len()
+                )));
+            };
+            s.peer = Some(u64::from(peer));
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// Sends one request for unix sockets and collects its reply.
