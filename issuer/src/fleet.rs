@@ -372,10 +372,6 @@ pub fn holder(e: &Entry) -> String {
     }
 }
 
-/// Right before the intent: the fleet epoch is unclaimed (every answer of a majority of
-/// the pinned members, each asked alone, says so), the registry answers, and it would take
-/// the claim (a cluster out of space refuses every write: found after the
-/// intent, it would burn the epoch).
 /// Who holds the fleet epoch (`e`, the key's entry) when it is not this issuance's claim:
 /// `epoch-consumed` naming a claim its host signed; `registry-forged` for anything else,
 /// which no recovery wrote: a value that is no claim, a claim of another fleet, or one the
@@ -393,22 +389,10 @@ fn taken(
     let held = holder(e);
     let refusal = |reason, observed: String| Refusal::new(reason, &subject, &expected, observed);
     let forged = |why: String| refusal(Reason::RegistryForged, format!("{held}: {why}"));
-    let c = match (
-        e.value_bytes == e.value.len(),
-        FleetClaim::from_bytes(&e.value),
-    ) {
-        (true, Ok(c)) => c,
-        _ => return forged("no recovery writes such a value".into()),
+    let c = match fleet_claim(r, e) {
+        Ok(c) => c,
+        Err(why) => return forged(why),
     };
-    if c.fleet != r.fleet {
-        return forged(format!("a claim for fleet {}", c.fleet));
-    }
-    if let Some(pin) = r.pin.as_ref().filter(|p| p.id != c.fleet_id) {
-        return forged(format!(
-            "a claim for fleet id {}, not the pinned {}",
-            c.fleet_id, pin.id
-        ));
-    }
     // A claim naming this host is judged by this host's own key alone: a host record
     // recreated by an etcd writer with a key of its own vouches for nothing here.
     if c.host == r.host {
@@ -429,9 +413,50 @@ fn taken(
     };
     // As a majority of the members say: a copy of the fleet one endpoint reaches, lacking
     // the record, cannot make a genuine claim read forged, nor vouch for a forged one.
+    let (vouching, not, why) = signers_said(&heard, &c);
+    if vouching >= quorum(r) {
+        return refusal(Reason::EpochConsumed, held);
+    }
+    match why {
+        Some(why) if not >= quorum(r) => forged(format!("{key} {why}")),
+        _ => refusal(
+            Reason::RegistryUnavailable,
+            format!(
+                "{held}; its host record {key}: the members disagree ({vouching} vouch for the claim, {not} do not)"
+            ),
+        ),
+    }
+}
+
+/// The fleet claim entry `e` holds, if it is one for this fleet (and the pinned fleet id);
+/// else why it is none any recovery wrote.
+fn fleet_claim(r: &Registry, e: &Entry) -> Result<FleetClaim, String> {
+    let c = match (
+        e.value_bytes == e.value.len(),
+        FleetClaim::from_bytes(&e.value),
+    ) {
+        (true, Ok(c)) => c,
+        _ => return Err("no recovery writes such a value".into()),
+    };
+    if c.fleet != r.fleet {
+        return Err(format!("a claim for fleet {}", c.fleet));
+    }
+    if let Some(pin) = r.pin.as_ref().filter(|p| p.id != c.fleet_id) {
+        return Err(format!(
+            "a claim for fleet id {}, not the pinned {}",
+            c.fleet_id, pin.id
+        ));
+    }
+    Ok(c)
+}
+
+/// What the members `heard` say of claim `c`'s signer, each by the host record it holds:
+/// how many distinct members vouch for it, how many do not, and the first reason one does
+/// not.
+fn signers_said(heard: &[Said], c: &FleetClaim) -> (usize, usize, Option<NotTheSigner>) {
     let verdicts: Vec<(u64, Result<(), NotTheSigner>)> = heard
         .iter()
-        .map(|said| (said.member, signer(said.entry.as_ref(), &c)))
+        .map(|said| (said.member, signer(said.entry.as_ref(), c)))
         .collect();
     let members = |vouching: bool| {
         distinct(
@@ -441,20 +466,8 @@ fn taken(
                 .map(|(m, _)| *m),
         )
     };
-    if members(true) >= quorum(r) {
-        return refusal(Reason::EpochConsumed, held);
-    }
-    match verdicts.iter().find_map(|(_, v)| v.clone().err()) {
-        Some(why) if members(false) >= quorum(r) => forged(format!("{key} {why}")),
-        _ => refusal(
-            Reason::RegistryUnavailable,
-            format!(
-                "{held}; its host record {key}: the members disagree ({} vouch for the claim, {} do not)",
-                members(true),
-                members(false)
-            ),
-        ),
-    }
+    let why = verdicts.iter().find_map(|(_, v)| v.clone().err());
+    (members(true), members(false), why)
 }
 
 /// What a host record is instead of the signer of a claim (the registry's doing: a writer,
@@ -511,6 +524,10 @@ fn signer(record: Option<&Entry>, c: &FleetClaim) -> Result<(), NotTheSigner> {
     }
 }
 
+/// Right before the intent: the fleet epoch is unclaimed (every answer of a majority of
+/// the pinned members, each asked alone, says so), the registry answers, and it would take
+/// the claim (a cluster out of space refuses every write: found after the
+/// intent, it would burn the epoch).
 pub fn look(fleet: &mut dyn Fleet, r: &Registry, own: &PublicKey) -> Result<(), Refusal> {
     let disagree = |heard: &[Said]| heard.iter().any(|said| said.entry != heard[0].entry);
     let mut heard = majority(fleet, r, &r.epoch_key())?;

@@ -21,10 +21,14 @@ use crate::store::{self, fstat_identity};
 use repoch_sys::fs::open_path;
 
 mod fleet;
+mod journal;
+mod lineage;
 mod listeners;
 mod manifest;
 
 use fleet::*;
+use journal::*;
+use lineage::*;
 pub use listeners::*;
 pub use manifest::*;
 
@@ -197,103 +201,6 @@ pub struct Enrolled {
     pub fleet: Option<(repoch_protocol::fleet::FleetId, bool)>,
 }
 
-/// Creates the journal with its genesis; returns its identity, genesis hash and whether the
-/// append-only flag could be set.
-fn create_journal(
-    v: &Validated,
-    id: DeploymentId,
-    key: &SigningKey,
-) -> Result<(repoch_protocol::Identity, Hash, AppendOnly), EnrollError> {
-    let path = Path::new(&v.journal_path);
-    let parent = path.parent().expect("absolute path has a parent");
-    let pfd = open_path(parent, OFlags::RDONLY | OFlags::DIRECTORY, 0).map_err(|e| {
-        EnrollError::Refused {
-            what: format!("journal directory {}", parent.display()),
-            why: e.to_string(),
-        }
-    })?;
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .expect("validated path");
-    let fd = repoch_sys::fs::open_at(
-        &pfd,
-        name,
-        OFlags::RDWR | OFlags::APPEND | OFlags::CREATE | OFlags::EXCL,
-        0o600,
-    )
-    .map_err(|e| EnrollError::Refused {
-        what: format!("journal {}", v.journal_path),
-        why: format!("{e} (enrollment never writes over an existing file)"),
-    })?;
-    let (frame, genesis) = next_frame(
-        id,
-        None,
-        JournalBody::Genesis {
-            producer_key: v.producer_key,
-        },
-        key,
-    );
-    // The file is this enrollment's from here: whatever fails removes it, or the next
-    // enrollment of the same manifest would be refused for the file this one left.
-    match write_journal(v, (&pfd, &fd), &frame) {
-        Ok((ident, append_only)) => Ok((ident, genesis, append_only)),
-        Err(e) => {
-            remove_journal(&v.journal_path);
-            Err(e)
-        }
-    }
-}
-
-/// The new journal `fd` (in the directory `pfd`) given its owner and mode, then its genesis
-/// `frame`, durably, then made append-only where the file system allows it: its identity,
-/// and whether it is append-only. Each failure names its step.
-fn write_journal(
-    v: &Validated,
-    (pfd, fd): (&std::os::fd::OwnedFd, &std::os::fd::OwnedFd),
-    frame: &[u8],
-) -> Result<(repoch_protocol::Identity, AppendOnly), EnrollError> {
-    let io = |step: &str, e: std::io::Error| {
-        EnrollError::Io(format!("journal {}: {step}: {e}", v.journal_path))
-    };
-    // Owner and mode before the append-only flag: afterwards even chown fails.
-    let owner = format!("chown to uid {} gid {}", v.journal_uid, v.journal_gid);
-    rustix::fs::fchown(
-        fd,
-        Some(rustix::process::Uid::from_raw(v.journal_uid)),
-        Some(rustix::process::Gid::from_raw(v.journal_gid)),
-    )
-    .map_err(|e| io(&owner, e.into()))?;
-    rustix::fs::fchmod(fd, rustix::fs::Mode::from_raw_mode(0o600))
-        .map_err(|e| io("chmod 0600", e.into()))?;
-    let n = rustix::io::write(fd, frame).map_err(|e| io("write its genesis", e.into()))?;
-    if n != frame.len() {
-        return Err(io(
-            "write its genesis",
-            std::io::Error::other("short write"),
-        ));
-    }
-    rustix::fs::fdatasync(fd).map_err(|e| io("fdatasync", e.into()))?;
-    rustix::fs::fsync(pfd).map_err(|e| io("fsync its directory", e.into()))?;
-    let append_only = repoch_sys::fs::set_append_only(fd);
-    let ident = fstat_identity(fd).map_err(|e| io("fstat", e))?;
-    if ident.birth.is_none() {
-        return Err(EnrollError::Refused {
-            what: format!("journal {}", v.journal_path),
-            why: NO_BIRTH_TIME.into(),
-        });
-    }
-    Ok((ident, append_only))
-}
-
-/// Removes a journal created by a failed enrollment (clearing the append-only flag first).
-fn remove_journal(path: &str) {
-    if let Ok(fd) = open_path(Path::new(path), OFlags::RDONLY, 0) {
-        repoch_sys::fs::clear_append_only(&fd);
-    }
-    let _ = std::fs::remove_file(path);
-}
-
 /// Longest wait for another enrollment on the same state root to finish.
 pub const ENROLL_LOCK_SECONDS_MAX: u64 = 30;
 /// Pause between attempts to take the enrollment lock.
@@ -331,40 +238,6 @@ fn lock_enrollments(layout: &Layout) -> Result<std::os::fd::OwnedFd, EnrollError
             ENROLL_LOCK_POLL_MILLISECONDS,
         ));
     }
-}
-
-/// Refuses a second successor of `predecessor`: each successor could recover once, so two
-/// would fork its lineage (docs/THREAT-MODEL.md). Every enrolled deployment is read; one
-/// that cannot be read might be a successor, so it refuses too (fail closed). Bounded by
-/// the deployments `store::list` returns.
-fn only_successor(
-    layout: &Layout,
-    issuer: &PublicKey,
-    predecessor: DeploymentId,
-) -> Result<(), EnrollError> {
-    let ids = store::list(layout).map_err(|e| {
-        field(
-            "predecessor",
-            format!("cannot list the enrolled deployments: {e}"),
-        )
-    })?;
-    for id in ids {
-        let d = store::Deployment::open(layout, issuer, id).map_err(|r| {
-            field(
-                "predecessor",
-                format!(
-                    "deployment {id} cannot be read, it may already succeed {predecessor}: {r}"
-                ),
-            )
-        })?;
-        if d.predecessor().is_some_and(|p| p.deployment == predecessor) {
-            return Err(field(
-                "predecessor",
-                format!("{predecessor} already has a successor, {id}: a lineage has one successor"),
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// Enrolls a validated manifest. Root only (checked by the caller's CLI too).
@@ -434,77 +307,6 @@ fn unnamed_controllers(v: &Validated) -> Result<(), EnrollError> {
     }
 }
 
-/// The predecessor named by the manifest: an enrolled deployment whose epoch is used (never
-/// a live `enrolled` one) and that has no successor yet.
-fn predecessor_of(
-    layout: &Layout,
-    v: &Validated,
-    issuer: &PublicKey,
-) -> Result<Option<Predecessor>, EnrollError> {
-    let issuer = *issuer;
-    Ok(match &v.predecessor {
-        None => None,
-        Some(p) => {
-            let pid = store::resolve(layout, p).map_err(|r| field("predecessor", r.to_string()))?;
-            let d = store::Deployment::open(layout, &issuer, pid)
-                .map_err(|r| field("predecessor", r.to_string()))?;
-            let rep = d.report();
-            if let Some((at, why)) = &rep.problem {
-                return Err(field(
-                    "predecessor",
-                    format!(
-                        "its log is {} at offset {at}: {why}",
-                        rep.classification.as_str()
-                    ),
-                ));
-            }
-            if rep.classification == repoch_protocol::epoch::Classification::Enrolled {
-                return Err(field(
-                    "predecessor",
-                    "its epoch is unused (enrolled): recover it, do not replace it",
-                ));
-            }
-            only_successor(layout, &issuer, pid)?;
-            floor_above(v, rep)?;
-            crate::barrier::reach("enroll-after-successor-check");
-            Some(Predecessor {
-                deployment: pid,
-                final_hash: rep.last_hash().expect("a verified log has a genesis"),
-            })
-        }
-    })
-}
-
-/// A successor with a registry: its `token_floor` at least the fencing token its
-/// predecessor's log consumed with (the largest it holds). A cluster rebuilt from its
-/// template restarts its revisions, and no host can tell a rebuilt cluster from the one
-/// its predecessor claimed in: without the floor, the successor's token could be at or
-/// below its predecessor's, which a store keeping the largest token would take as older.
-fn floor_above(v: &Validated, rep: &repoch_protocol::epoch::LogReport) -> Result<(), EnrollError> {
-    use repoch_protocol::epoch::EpochBody;
-    if v.registry.is_none() {
-        return Ok(());
-    }
-    let consumed = rep
-        .records
-        .iter()
-        .filter_map(|r| match &r.record.record.body {
-            EpochBody::Consume { fencing, .. } => *fencing,
-            _ => None,
-        })
-        .max_by_key(|t| t.revision);
-    match consumed {
-        Some(t) if v.token_floor < t.revision => Err(field(
-            "registry.token_floor",
-            format!(
-                "{} is below the fencing token {} (cluster {:016x}) the predecessor's log consumed with: set token_floor = {} or more",
-                v.token_floor, t.revision, t.cluster, t.revision
-            ),
-        )),
-        _ => Ok(()),
-    }
-}
-
 /// Every inventory object that must already exist (fences, stores), by identity.
 fn existing_inventory(v: &Validated) -> Result<Vec<InventoryEntry>, EnrollError> {
     let mut inventory = Vec::new();
@@ -526,8 +328,6 @@ fn existing_inventory(v: &Validated) -> Result<Vec<InventoryEntry>, EnrollError>
     Ok(inventory)
 }
 
-/// Enrolls once the fleet (if any) is known: the journal, the state directory, the signed
-/// manifest and the genesis, and this host's record in the registry.
 /// The staged state directory's own entries (the directory, its log and its lock), each
 /// by identity with its birth time.
 fn staged_inventory(
@@ -636,6 +436,8 @@ fn log_append_only(state_dir: &Path) -> AppendOnly {
     repoch_sys::fs::set_append_only(&fd)
 }
 
+/// Enrolls once the fleet (if any) is known: the journal, the state directory, the signed
+/// manifest and the genesis, and this host's record in the registry.
 fn enroll_with(
     layout: &Layout,
     v: &Validated,

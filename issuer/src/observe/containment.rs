@@ -319,48 +319,62 @@ pub(super) fn occupied(o: &cgroup::Occupancy) -> String {
 /// taken then (all or none; one taken already is `listener-present`, its holder named),
 /// afterwards each still ours.
 pub(super) fn listeners(m: &Manifest, held: &mut Fences, facts: &mut Vec<Fact>) {
-    const WANT: &str = "held by repochd";
     let ls = &m.containment.listeners;
     if ls.is_empty() {
         return;
     }
     if held.listeners_len() == 0 {
-        let principals = m.containment.principals();
-        let mut taken = Vec::with_capacity(ls.len());
-        for l in ls {
-            let subject = l.to_string();
-            let file = match l {
-                Listener::Unix(p) => m.containment.socket_file(p),
-                _ => None,
-            };
-            match hold::take(l, &principals, file) {
-                Ok(h) => {
-                    facts.push(Fact::ok("listener", &subject, WANT, "held"));
-                    taken.push((l.clone(), h));
-                }
-                Err(NotTaken::InUse) => facts.push(in_use(l)),
-                Err(NotTaken::Unprotected(why)) => facts.push(Fact::failed(
-                    "listener",
-                    &subject,
-                    "in a directory only root or the old root's uids can write",
-                    &why,
-                    Reason::ListenerUnprotected,
-                )),
-                Err(NotTaken::Failed(e)) => facts.push(Fact::failed(
-                    "listener",
-                    &subject,
-                    WANT,
-                    &e,
-                    Reason::ObserveFailed,
-                )),
-            }
-        }
-        // All or none: a partial set is released (dropped), never kept.
-        if taken.len() == ls.len() {
-            held.hold_listeners(taken);
-        }
+        take_listeners(m, held, facts);
         return;
     }
+    still_held(ls, held, facts);
+}
+
+/// The first observation: takes every enrolled listener, one fact each, and keeps them
+/// held only if all were taken (a partial set is released, never kept).
+fn take_listeners(m: &Manifest, held: &mut Fences, facts: &mut Vec<Fact>) {
+    const WANT: &str = "held by repochd";
+    let ls = &m.containment.listeners;
+    let principals = m.containment.principals();
+    let mut taken = Vec::with_capacity(ls.len());
+    for l in ls {
+        let subject = l.to_string();
+        let file = match l {
+            Listener::Unix(p) => m.containment.socket_file(p),
+            _ => None,
+        };
+        match hold::take(l, &principals, file) {
+            Ok(h) => {
+                facts.push(Fact::ok("listener", &subject, WANT, "held"));
+                taken.push((l.clone(), h));
+            }
+            Err(NotTaken::InUse) => facts.push(in_use(l)),
+            Err(NotTaken::Unprotected(why)) => facts.push(Fact::failed(
+                "listener",
+                &subject,
+                "in a directory only root or the old root's uids can write",
+                &why,
+                Reason::ListenerUnprotected,
+            )),
+            Err(NotTaken::Failed(e)) => facts.push(Fact::failed(
+                "listener",
+                &subject,
+                WANT,
+                &e,
+                Reason::ObserveFailed,
+            )),
+        }
+    }
+    // All or none: a partial set is released (dropped), never kept.
+    if taken.len() == ls.len() {
+        held.hold_listeners(taken);
+    }
+}
+
+/// A later observation: one fact per enrolled listener, whether the endpoint repochd
+/// holds is still the one its path or port names.
+fn still_held(ls: &[Listener], held: &Fences, facts: &mut Vec<Fact>) {
+    const WANT: &str = "held by repochd";
     for l in ls {
         let subject = l.to_string();
         facts.push(match held.listener(l).map(hold::Held::still_ours) {
@@ -392,52 +406,60 @@ pub(super) fn listeners(m: &Manifest, held: &mut Fences, facts: &mut Vec<Fact>) 
 
 /// The failed fact of an endpoint someone else took: what is there, holders named.
 fn in_use(l: &Listener) -> Fact {
-    const WANT: &str = "nothing bound";
-    let subject = l.to_string();
     let port = match l {
-        // A unix path is judged by its inode: any socket bound to it in any network
-        // namespace, however it was bound, or anything accepting there.
-        Listener::Unix(p) => {
-            return match net::unix_at(p) {
-                Err(e) => Fact::failed(
-                    "listener",
-                    &subject,
-                    WANT,
-                    &e.to_string(),
-                    Reason::ObserveFailed,
-                ),
-                Ok(net::UnixAt::Nothing(why)) => Fact::failed(
-                    "listener",
-                    &subject,
-                    WANT,
-                    &format!("taken, then gone ({why})"),
-                    Reason::ListenerPresent,
-                ),
-                Ok(net::UnixAt::Symlink(target)) => Fact::failed(
-                    "listener",
-                    &subject,
-                    "nothing bound, no symlink",
-                    &format!("a symlink to {target}: connections follow it"),
-                    Reason::ListenerPresent,
-                ),
-                Ok(net::UnixAt::Bound {
-                    sockets,
-                    unsearched,
-                    accepts,
-                }) => Fact::failed(
-                    "listener",
-                    &subject,
-                    WANT,
-                    &describe_unix_bound(&sockets, unsearched.as_deref(), accepts),
-                    Reason::ListenerPresent,
-                ),
-            };
-        }
+        Listener::Unix(p) => return unix_in_use(p, &l.to_string()),
         // Whoever holds the port, on whatever address: a socket on the enrolled address,
         // or on a wildcard covering it, is what kept it from being held.
         Listener::Tcp(i) => (false, i.port),
         Listener::Udp(i) => (true, i.port),
     };
+    port_in_use(port, &l.to_string())
+}
+
+/// [`in_use`] of a unix path, judged by its inode: any socket bound to it in any network
+/// namespace, however it was bound, or anything accepting there.
+fn unix_in_use(p: &str, subject: &str) -> Fact {
+    const WANT: &str = "nothing bound";
+    match net::unix_at(p) {
+        Err(e) => Fact::failed(
+            "listener",
+            subject,
+            WANT,
+            &e.to_string(),
+            Reason::ObserveFailed,
+        ),
+        Ok(net::UnixAt::Nothing(why)) => Fact::failed(
+            "listener",
+            subject,
+            WANT,
+            &format!("taken, then gone ({why})"),
+            Reason::ListenerPresent,
+        ),
+        Ok(net::UnixAt::Symlink(target)) => Fact::failed(
+            "listener",
+            subject,
+            "nothing bound, no symlink",
+            &format!("a symlink to {target}: connections follow it"),
+            Reason::ListenerPresent,
+        ),
+        Ok(net::UnixAt::Bound {
+            sockets,
+            unsearched,
+            accepts,
+        }) => Fact::failed(
+            "listener",
+            subject,
+            WANT,
+            &describe_unix_bound(&sockets, unsearched.as_deref(), accepts),
+            Reason::ListenerPresent,
+        ),
+    }
+}
+
+/// [`in_use`] of a TCP (`udp` false) or UDP port: the sockets bound to it on any address,
+/// and the pids that hold them.
+fn port_in_use(port: (bool, u16), subject: &str) -> Fact {
+    const WANT: &str = "nothing bound";
     let bound = net::inet_bound_all(&[port])
         .into_iter()
         .next()
@@ -458,7 +480,7 @@ fn in_use(l: &Listener) -> Fact {
     };
     Fact::failed(
         "listener",
-        &subject,
+        subject,
         WANT,
         &observed,
         Reason::ListenerPresent,
