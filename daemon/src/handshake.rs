@@ -204,8 +204,8 @@ fn peer_pidfd(s: &UnixStream, pid: u32) -> Result<OwnedFd, String> {
 
 /// The key proof (before anything is written): the peer signs, with the enrolled consumer
 /// key, a fresh nonce bound to the resolved deployment and to this peer's pid and start
-/// time; strictly verified. Then the pidfd must still name the process that was described,
-/// and that process must be the connection's only holder.
+/// time; strictly verified. Then the pidfd must still name the process that was described.
+/// (That the connection is that process's alone is proved before the intent.)
 fn prove_key(
     s: &mut std::os::unix::net::UnixStream,
     key: &repoch_protocol::PublicKey,
@@ -253,11 +253,8 @@ fn prove_key(
         ));
     }
     repoch_sys::peer::alive(pidfd).map_err(|e| rejected("the described peer", e.into()))?;
-    // Whoever signed, the connection must be the pinned peer's alone.
-    repoch_sys::peer::sole_holder(&*s, peer.pid, peer.uid).map_err(|e| {
-        let e = repoch_sys::error::Error::from(e);
-        rejected("the peer as the connection's sole holder", e.into())
-    })?;
+    // That the connection is the pinned peer's alone is proved once per issuance, right
+    // before the intent (crate::link, `repoch_sys::peer::Held`), not at each connection.
     if repoch_sys::procfs::start_ticks(peer.pid) != Some(start_ticks) {
         return Err(rejected("the described peer", "another process".into()));
     }

@@ -280,6 +280,7 @@ impl Registry {
                     conn,
                     pidfd: p.pidfd,
                     peer: p.peer,
+                    held: None,
                     operator,
                     stop: self.stop.clone(),
                 },
@@ -349,11 +350,39 @@ pub struct SocketLink {
     pidfd: OwnedFd,
     /// The peer as described and authenticated at connect.
     peer: ConsumerPeer,
+    /// The connection proved the peer's alone (by the first description again, right
+    /// before the intent), and kept so by the process events.
+    held: Option<repoch_sys::peer::Held>,
     /// The operator's admin connection (a duplicate): hung up, the operator already read
     /// "uncertain" and left, so no `granted` may be given.
     operator: OwnedFd,
     /// repochd's stop: abandoned, no operator will read the outcome.
     stop: Stop,
+}
+
+impl SocketLink {
+    /// The connection still the pinned peer's alone: proved by one walk the first time
+    /// asked, kept by the process events after.
+    fn held_alone(&mut self) -> Result<(), repoch_sys::peer::NotSole> {
+        let p = &self.peer;
+        match &mut self.held {
+            Some(h) => {
+                let checked = h.again(self.conn.stream());
+                if let Some(why) = h.walked_because() {
+                    tracing::info!(pid = p.pid, "the consumer's connection walked again: {why}");
+                }
+                checked
+            }
+            None => {
+                self.held = Some(repoch_sys::peer::Held::prove(
+                    self.conn.stream(),
+                    p.pid,
+                    p.uid,
+                )?);
+                Ok(())
+            }
+        }
+    }
 }
 
 impl ConsumerLink for SocketLink {
@@ -416,10 +445,12 @@ impl ConsumerLink for SocketLink {
             .map_err(|e| LinkError::failed("sending the grant", e))
     }
 
+    /// The peer's sole holding of the connection: one walk of the descriptors the first
+    /// time (right before the intent), the process events after it
+    /// (`repoch_sys::peer::Held`).
     fn describe_again(&mut self) -> Result<ConsumerPeer, LinkError> {
+        self.held_alone().map_err(repoch_sys::error::Error::from)?;
         let p = &self.peer;
-        repoch_sys::peer::sole_holder(self.conn.stream(), p.pid, p.uid)
-            .map_err(repoch_sys::error::Error::from)?;
         Ok(repoch_sys::peer::describe(
             p.pid,
             p.uid,
@@ -480,19 +511,28 @@ impl ConsumerLink for SocketLink {
                 "the operator's repoch recover went away before the last word".into(),
             ));
         }
-        let p = &self.peer;
+        let pid = self.peer.pid;
         repoch_sys::peer::alive(&self.pidfd).map_err(|e| {
             (
                 Reason::ConsumerLost,
-                LinkError::failed(format_args!("the authenticated consumer pid {}", p.pid), e),
+                LinkError::failed(format_args!("the authenticated consumer pid {pid}"), e),
             )
         })?;
         // A consumer that exits right after its acknowledgement has closed the connection
         // before its pidfd says so: gone, not another holder.
-        repoch_sys::peer::sole_holder(self.conn.stream(), p.pid, p.uid).map_err(|e| match e {
+        self.held_alone().map_err(|e| match e {
             repoch_sys::peer::NotSole::Gone(_) => (Reason::ConsumerLost, e.to_string().into()),
             _ => (Reason::ConsumerRejected, e.to_string().into()),
         })?;
+        if let Some(h) = &self.held {
+            tracing::info!(
+                pid = self.peer.pid,
+                walks = h.walks(),
+                "the consumer's connection held by it alone: {} walk(s) of the descriptors, \
+                 the process events between",
+                h.walks()
+            );
+        }
         if Instant::now() >= deadline {
             return Err((
                 Reason::ConsumerLost,

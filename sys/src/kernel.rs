@@ -1,8 +1,9 @@
 //! The one place `unsafe` is written (`tests-native/tests/native/architecture.rs` keeps it):
 //! the calls neither rustix nor nix offer safely. Adopting the listening sockets systemd
 //! passes by socket activation (`LISTEN_FDS`, bare fd numbers), setting signals to `SIG_IGN`
-//! (nix and rustix offer it only as `unsafe`, for any handler), and asking a user namespace
-//! who owns it and which is its parent (the `nsfs` ioctls).
+//! (nix and rustix offer it only as `unsafe`, for any handler), asking a user namespace
+//! who owns it and which is its parent (the `nsfs` ioctls), and whether two tasks share one
+//! descriptor table (`kcmp`, which neither wraps).
 #![allow(unsafe_code)]
 
 use std::os::fd::{AsFd, AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
@@ -96,6 +97,38 @@ pub fn userns_parent(ns: impl AsFd) -> Result<Option<OwnedFd>> {
     }
     // SAFETY: `r` is the descriptor the kernel just opened for this call.
     Ok(Some(unsafe { OwnedFd::from_raw_fd(r) }))
+}
+
+/// `KCMP_FILES` (`include/uapi/linux/kcmp.h`): the two tasks' descriptor tables.
+const KCMP_FILES: nix::libc::c_int = 2;
+
+/// Whether tasks `a` and `b` (thread ids, as `/proc/PID/task` lists them) share one
+/// descriptor table (`kcmp(KCMP_FILES)`: a thread made without `CLONE_FILES`, or one that
+/// called `unshare(CLONE_FILES)`, has its own). `Err` when either is gone or may not be
+/// compared (the caller needs `PTRACE_MODE_READ` over both): the caller then reads both.
+pub fn same_descriptor_table(a: u32, b: u32) -> Result<bool> {
+    let (Ok(a), Ok(b)) = (nix::libc::pid_t::try_from(a), nix::libc::pid_t::try_from(b)) else {
+        return Err(Error::Found(format!("task {a} or {b}: not a pid")));
+    };
+    // SAFETY: kcmp takes two pids, a type and two indexes (unused for KCMP_FILES) by value
+    // and reads or writes none of this process's memory.
+    let r = unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_kcmp,
+            a,
+            b,
+            KCMP_FILES,
+            0 as nix::libc::c_ulong,
+            0 as nix::libc::c_ulong,
+        )
+    };
+    match r {
+        0 => Ok(true),
+        1..=3 => Ok(false),
+        _ => {
+            Err(std::io::Error::last_os_error()).context(format_args!("kcmp({a}, {b}, KCMP_FILES)"))
+        }
+    }
 }
 
 #[cfg(test)]

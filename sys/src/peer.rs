@@ -103,6 +103,14 @@ pub const HOLDER_TASKS_PER_PROC_MAX: usize = super::proc::TASKS_PER_PROC_MAX;
 /// Descriptors of one task examined for holders of a connection.
 pub const HOLDER_FDS_PER_TASK_MAX: usize = super::procfs::PROC_FDS_MAX;
 
+/// What one walk of the descriptors found: the processes holding the socket, and how many
+/// descriptor tables it read (threads sharing their process's table are read once).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Walked {
+    pub holders: Vec<u32>,
+    pub tables: usize,
+}
+
 /// The processes holding socket inode `inode` (`socket:[inode]` among the fds of any task:
 /// a thread may have its own descriptor table), among the tasks whose real uid is one of
 /// `uids`. Exceeding a bound is an error, never a partial answer. (An fd in flight in an
@@ -114,73 +122,117 @@ pub const HOLDER_FDS_PER_TASK_MAX: usize = super::procfs::PROC_FDS_MAX;
 /// copy of the consumer's connection: the consumer makes it itself, after making itself
 /// non-dumpable (no `ptrace`, no `pidfd_getfd` but with `CAP_SYS_PTRACE`), never forks or
 /// sends it, and closes it on exec; a copy could only come from a task of the consumer's
-/// uid or from root (docs/THREAT-MODEL.md, "The consumer's connection").
-pub fn socket_holders(inode: u64, uids: &[u32]) -> Result<Vec<u32>, Error> {
-    use rustix::fs::{readlinkat_raw, Dir, CWD};
+/// uid or from root (docs/THREAT-MODEL.md, "The consumer's connection"). A thread whose
+/// table is its process's first task's (`kcmp(KCMP_FILES)`) is not read again.
+pub fn socket_holders(inode: u64, uids: &[u32]) -> Result<Walked, Error> {
     // Each directory is opened relative to the one above it and each link read relative
     // to its directory: the kernel resolves one name per call, not a path from `/`.
-    let proc = dir_at(CWD, "/proc").context("/proc")?;
+    let proc = dir_at(rustix::fs::CWD, "/proc").context("/proc")?;
     let target = format!("socket:[{inode}]");
-    // A link longer than `target` reads cut at the buffer's end: never equal to it.
-    let mut link = [0u8; 64];
-    let mut holders = Vec::new();
+    let mut walked = Walked {
+        holders: Vec::new(),
+        tables: 0,
+    };
     for pid in super::procfs::pids().context("/proc")? {
-        let Ok(mut tasks) = dir_at(&proc, format!("{pid}/task").as_str()).and_then(Dir::new) else {
-            continue; // exited meanwhile
-        };
-        let mut seen_tasks = 0usize;
-        'tasks: while let Some(t) = tasks.read() {
-            let Ok(t) = t else {
-                break; // exited meanwhile
-            };
-            let Ok(tid) = t.file_name().to_str() else {
-                continue; // not a task
-            };
-            if tid.starts_with('.') {
-                continue;
-            }
-            seen_tasks += 1;
-            if seen_tasks > HOLDER_TASKS_PER_PROC_MAX {
-                return Err(Error::Found(format!(
-                    "pid {pid}: more than {HOLDER_TASKS_PER_PROC_MAX} tasks"
-                )));
-            }
-            let Ok(at) = tasks.fd() else { break };
-            if !real_uid(at, tid).is_some_and(|u| uids.contains(&u)) {
-                continue; // another user's, or exited meanwhile
-            }
-            let Ok(mut fds) = dir_at(at, format!("{tid}/fd").as_str()).and_then(Dir::new) else {
-                continue; // exited meanwhile
-            };
-            let mut n = 0usize;
-            while let Some(e) = fds.read() {
-                let Ok(e) = e else { break };
-                if e.file_name().to_bytes().starts_with(b".") {
-                    continue;
-                }
-                if n == HOLDER_FDS_PER_TASK_MAX {
-                    return Err(Error::Found(format!(
-                        "/proc/{pid}/task/{tid}/fd: more than {HOLDER_FDS_PER_TASK_MAX} descriptors"
-                    )));
-                }
-                n += 1;
-                if fds
-                    .fd()
-                    .and_then(|at| readlinkat_raw(at, e.file_name(), &mut link[..]))
-                    .is_ok_and(|len| link[..len] == *target.as_bytes())
-                {
-                    holders.push(pid);
-                    break 'tasks;
-                }
-            }
+        if process_holds(&proc, pid, uids, target.as_bytes(), &mut walked.tables)? {
+            walked.holders.push(pid);
         }
     }
-    Ok(holders)
+    Ok(walked)
+}
+
+/// Whether a task of process `pid` whose real uid is one of `uids` holds `target` (a
+/// `socket:[INODE]` link); `tables` counts the descriptor tables read. A process gone
+/// meanwhile holds nothing.
+fn process_holds(
+    proc: &OwnedFd,
+    pid: u32,
+    uids: &[u32],
+    target: &[u8],
+    tables: &mut usize,
+) -> Result<bool, Error> {
+    use rustix::fs::Dir;
+    let Ok(mut tasks) = dir_at(proc, format!("{pid}/task").as_str()).and_then(Dir::new) else {
+        return Ok(false); // exited meanwhile
+    };
+    let mut seen_tasks = 0usize;
+    // The first task read: a later one sharing its table holds what it holds.
+    let mut first: Option<u32> = None;
+    while let Some(t) = tasks.read() {
+        let Ok(t) = t else {
+            break; // exited meanwhile
+        };
+        let Some(tid) = t
+            .file_name()
+            .to_str()
+            .ok()
+            .and_then(|t| t.parse::<u32>().ok())
+        else {
+            continue; // `.`, `..`: not a task
+        };
+        seen_tasks += 1;
+        if seen_tasks > HOLDER_TASKS_PER_PROC_MAX {
+            return Err(Error::Found(format!(
+                "pid {pid}: more than {HOLDER_TASKS_PER_PROC_MAX} tasks"
+            )));
+        }
+        let Ok(at) = tasks.fd() else { break };
+        if !real_uid(at, tid).is_some_and(|u| uids.contains(&u)) {
+            continue; // another user's, or exited meanwhile
+        }
+        match first {
+            Some(f) if crate::kernel::same_descriptor_table(f, tid).unwrap_or(false) => continue,
+            Some(_) => {}
+            None => first = Some(tid),
+        }
+        *tables += 1;
+        if table_holds(at, pid, tid, target)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Whether task `tid`'s descriptor table (`tid/fd` under its process's `task` directory
+/// `at`) holds `target`; a task gone meanwhile holds nothing.
+fn table_holds(
+    at: std::os::fd::BorrowedFd<'_>,
+    pid: u32,
+    tid: u32,
+    target: &[u8],
+) -> Result<bool, Error> {
+    use rustix::fs::{readlinkat_raw, Dir};
+    let Ok(mut fds) = dir_at(at, format!("{tid}/fd").as_str()).and_then(Dir::new) else {
+        return Ok(false); // exited meanwhile
+    };
+    // A link longer than `target` reads cut at the buffer's end: never equal to it.
+    let mut link = [0u8; 64];
+    let mut n = 0usize;
+    while let Some(e) = fds.read() {
+        let Ok(e) = e else { break };
+        if e.file_name().to_bytes().starts_with(b".") {
+            continue;
+        }
+        if n == HOLDER_FDS_PER_TASK_MAX {
+            return Err(Error::Found(format!(
+                "/proc/{pid}/task/{tid}/fd: more than {HOLDER_FDS_PER_TASK_MAX} descriptors"
+            )));
+        }
+        n += 1;
+        if fds
+            .fd()
+            .and_then(|at| readlinkat_raw(at, e.file_name(), &mut link[..]))
+            .is_ok_and(|len| link[..len] == *target)
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// The real uid of task `tid` (`Uid:` in `tid/status` under its process's `task`
 /// directory), or `None` once it has exited.
-fn real_uid(tasks: std::os::fd::BorrowedFd<'_>, tid: &str) -> Option<u32> {
+fn real_uid(tasks: std::os::fd::BorrowedFd<'_>, tid: u32) -> Option<u32> {
     let f = rustix::fs::openat(
         tasks,
         format!("{tid}/status").as_str(),
@@ -235,26 +287,176 @@ impl From<NotSole> for Error {
 /// socket's inode), then the descriptors of every task of the peer's `uid` and of root
 /// are scanned for it ([`socket_holders`] says why no other user's).
 pub fn sole_holder(ours: impl std::os::fd::AsFd, pid: u32, uid: u32) -> Result<(), NotSole> {
-    let st = rustix::fs::fstat(&ours).context("our socket")?;
-    let Some(peer) = super::sockdiag::peer_of(st.st_ino)? else {
-        return Err(NotSole::Gone(format!(
-            "socket {}: no peer (the peer closed)",
-            st.st_ino
-        )));
-    };
-    let holders = socket_holders(peer, &[uid, 0])?;
-    if holders.is_empty() {
+    sole_holder_walked(ours, pid, uid).map(|_| ())
+}
+
+/// [`sole_holder`], with what its walk read.
+fn sole_holder_walked(ours: impl std::os::fd::AsFd, pid: u32, uid: u32) -> Result<Walked, NotSole> {
+    let peer = peer_socket(&ours)?;
+    let walked = socket_holders(peer, &[uid, 0])?;
+    if walked.holders.is_empty() {
         return Err(NotSole::Gone(format!(
             "the connection (peer socket {peer}) is held by no process: pid {pid} closed it \
              or exited"
         )));
     }
-    if holders != [pid] {
+    if walked.holders != [pid] {
         return Err(NotSole::Shared(format!(
-            "the connection (peer socket {peer}) must be held by pid {pid} alone; its holders are pids {holders:?}"
+            "the connection (peer socket {peer}) must be held by pid {pid} alone; its holders are pids {:?}",
+            walked.holders
         )));
     }
-    Ok(())
+    Ok(walked)
+}
+
+/// The inode of the other end of our connected unix socket `ours`; none is `Gone`.
+fn peer_socket(ours: &impl std::os::fd::AsFd) -> Result<u64, NotSole> {
+    let st = rustix::fs::fstat(ours).context("our socket")?;
+    match super::sockdiag::peer_of(st.st_ino)? {
+        Some(peer) => Ok(peer),
+        None => Err(NotSole::Gone(format!(
+            "socket {}: no peer (the peer closed)",
+            st.st_ino
+        ))),
+    }
+}
+
+/// Process events read in one check of a [`Held`] connection at most: past it the
+/// events cannot vouch and the walk stands in.
+pub const HELD_EVENTS_MAX: usize = 1 << 16;
+
+/// A connection proved held by one process alone, by one walk of the descriptors, and
+/// kept so by the kernel's process events: asked again, it is walked again only when the
+/// events cannot vouch that no process could have come to hold a copy since the last walk
+/// (docs/THREAT-MODEL.md, "The consumer's connection").
+///
+/// A copy reaches another process by inheritance, by `SCM_RIGHTS` or by `pidfd_getfd` or
+/// `ptrace`. Inheritance makes a fork event naming the holder as parent, or, with
+/// `CLONE_PARENT`, the holder's parent; `ptrace` makes an event naming its tracee. So a
+/// check walks again when, since the last walk, the holder or its parent made a process,
+/// the holder's parent exited (the holder is then another's child), the holder was
+/// traced, events were lost, or the events could not be had at all. `SCM_RIGHTS` needs
+/// the holder to send it, which `repoch-consume` never does, and `pidfd_getfd` of a
+/// non-dumpable process needs `CAP_SYS_PTRACE`: neither makes an event (THREAT-MODEL says
+/// what is left).
+#[derive(Debug)]
+pub struct Held {
+    pid: u32,
+    uid: u32,
+    /// The holder's parent when last walked (a `CLONE_PARENT` fork names it).
+    parent: Option<u32>,
+    events: Result<crate::procevents::Subscription, String>,
+    walks: u32,
+    /// Whether the last walk found the holder alone: a check after one that did not walks
+    /// again, whatever the events.
+    proved: bool,
+    /// Why the last check walked, or `None` when the events vouched.
+    walked_because: Option<String>,
+}
+
+impl Held {
+    /// Subscribes to the process events, then walks once: `pid` must hold the other end
+    /// of `ours` alone ([`sole_holder`]).
+    pub fn prove(ours: impl std::os::fd::AsFd, pid: u32, uid: u32) -> Result<Held, NotSole> {
+        let events = crate::procevents::Subscription::open().map_err(|e| e.to_string());
+        let mut held = Held {
+            pid,
+            uid,
+            parent: None,
+            events,
+            walks: 0,
+            proved: false,
+            walked_because: Some("the first check".into()),
+        };
+        held.walk(&ours)?;
+        Ok(held)
+    }
+
+    /// Still held by the proved process alone: its other end open, and either nothing
+    /// since the last walk could have copied it (the events vouch) or a new walk says so.
+    pub fn again(&mut self, ours: impl std::os::fd::AsFd) -> Result<(), NotSole> {
+        // A peer that closed is gone whatever the events say (it closes before its exit
+        // is seen).
+        let hung_up = rustix::event::PollFlags::RDHUP | rustix::event::PollFlags::HUP;
+        if ready_now(&ours, hung_up)? {
+            return Err(NotSole::Gone(format!(
+                "pid {} closed the connection or exited",
+                self.pid
+            )));
+        }
+        peer_socket(&ours)?;
+        let why = self.unvouched();
+        self.walked_because = match self.proved {
+            true => why,
+            false => Some("the last walk did not find it held by its peer alone".into()),
+        };
+        match self.walked_because {
+            None => Ok(()),
+            Some(_) => self.walk(&ours),
+        }
+    }
+
+    /// The walks of the descriptors done so far (1 when the events vouched every time).
+    pub fn walks(&self) -> u32 {
+        self.walks
+    }
+
+    /// Why the last check walked, or `None` when the events vouched for it.
+    pub fn walked_because(&self) -> Option<&str> {
+        self.walked_because.as_deref()
+    }
+
+    fn walk(&mut self, ours: &impl std::os::fd::AsFd) -> Result<(), NotSole> {
+        // The parent read before the walk: a fork it makes after shows in the events.
+        self.parent = super::procfs::parent(self.pid);
+        self.walks = self.walks.saturating_add(1);
+        let walked = sole_holder_walked(ours, self.pid, self.uid);
+        self.proved = walked.is_ok();
+        walked.map(|_| ())
+    }
+
+    /// Why the events since the last check cannot vouch that no other process came to hold
+    /// the connection; `None` when they can. Reads every event queued (at most
+    /// [`HELD_EVENTS_MAX`]).
+    fn unvouched(&mut self) -> Option<String> {
+        use crate::procevents::{Event, Next};
+        let events = match &mut self.events {
+            Ok(s) => s,
+            Err(e) => return Some(format!("no process events here: {e}")),
+        };
+        let (pid, parent) = (self.pid, self.parent);
+        let mut why = None;
+        for _ in 0..HELD_EVENTS_MAX {
+            let seen = match events.read() {
+                Next::Empty => return why,
+                Next::Lost(w) => Some(format!("process events lost: {w}")),
+                Next::Event(m) => match m.event {
+                    Event::Fork {
+                        parent_tgid,
+                        child_pid,
+                        child_tgid,
+                    } if child_pid == child_tgid
+                        && (parent_tgid == pid || Some(parent_tgid) == parent) =>
+                    {
+                        Some(format!("pid {parent_tgid} made process {child_tgid}"))
+                    }
+                    Event::Exit { pid: p, tgid } if p == tgid && Some(tgid) == parent => {
+                        Some(format!("pid {pid}'s parent {tgid} exited"))
+                    }
+                    Event::Ptrace { tgid, tracer_tgid } if tgid == pid && tracer_tgid != 0 => {
+                        Some(format!("pid {tracer_tgid} traced pid {pid}"))
+                    }
+                    _ => None,
+                },
+            };
+            if why.is_none() {
+                why = seen;
+            }
+        }
+        Some(why.unwrap_or_else(|| {
+            format!("over {HELD_EVENTS_MAX} process events since the last check")
+        }))
+    }
 }
 
 #[cfg(test)]
@@ -302,16 +504,19 @@ mod tests {
         let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
         let me = std::process::id();
         let uid = rustix::process::getuid().as_raw();
-        assert_eq!(socket_holders(inode(&a), &[uid]).unwrap(), [me]);
+        assert_eq!(socket_holders(inode(&a), &[uid]).unwrap().holders, [me]);
         sole_holder(&b, me, uid).unwrap();
         // Tasks of other users are not read.
         assert_eq!(
-            socket_holders(inode(&a), &[uid + 1]).unwrap(),
+            socket_holders(inode(&a), &[uid + 1]).unwrap().holders,
             Vec::<u32>::new()
         );
         let ino = inode(&a);
         drop(a);
-        assert_eq!(socket_holders(ino, &[uid]).unwrap(), Vec::<u32>::new());
+        assert_eq!(
+            socket_holders(ino, &[uid]).unwrap().holders,
+            Vec::<u32>::new()
+        );
     }
 
     #[test]
@@ -331,8 +536,12 @@ mod tests {
         let (a, b) = rx.recv().unwrap();
         let uid = [rustix::process::getuid().as_raw()];
         let found = (
-            socket_holders(a, &uid).map_err(String::from),
-            socket_holders(b, &uid).map_err(String::from),
+            socket_holders(a, &uid)
+                .map(|w| w.holders)
+                .map_err(String::from),
+            socket_holders(b, &uid)
+                .map(|w| w.holders)
+                .map_err(String::from),
         );
         let premise = (in_leaders_table(a), in_leaders_table(b));
         done.send(()).unwrap();
@@ -340,5 +549,89 @@ mod tests {
         assert_eq!(premise, (false, false), "the leader's table shows them");
         let me = std::process::id();
         assert_eq!(found, (Ok(vec![me]), Ok(vec![me])));
+    }
+
+    /// Threads that share their process's descriptor table are read once; a thread that
+    /// unshared its table is read too.
+    #[test]
+    fn threads_sharing_a_descriptor_table_are_read_once_and_an_unshared_one_again() {
+        let _alone = DESCRIPTOR_TABLE.lock().unwrap_or_else(|e| e.into_inner());
+        let me = std::process::id();
+        let uid = [rustix::process::getuid().as_raw()];
+        let proc = dir_at(rustix::fs::CWD, "/proc").unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let rx = std::sync::Arc::new(std::sync::Mutex::new(rx));
+        let (up, started) = std::sync::mpsc::channel();
+        let spawn = |unshare: bool| {
+            let (rx, up) = (rx.clone(), up.clone());
+            std::thread::spawn(move || {
+                if unshare {
+                    nix::sched::unshare(nix::sched::CloneFlags::CLONE_FILES).unwrap();
+                }
+                up.send(()).unwrap();
+                let _ = rx.lock().unwrap().recv();
+            })
+        };
+        let mut threads: Vec<_> = (0..4).map(|_| spawn(false)).collect();
+        (0..4).for_each(|_| started.recv().unwrap());
+        // No socket has inode 0: every task of ours is looked at.
+        let mut tables = 0;
+        assert!(!process_holds(&proc, me, &uid, b"socket:[0]", &mut tables).unwrap());
+        assert_eq!(
+            tables, 1,
+            "four threads and the test harness's share one table"
+        );
+        threads.push(spawn(true));
+        started.recv().unwrap();
+        let mut tables = 0;
+        assert!(!process_holds(&proc, me, &uid, b"socket:[0]", &mut tables).unwrap());
+        assert_eq!(tables, 2, "the unshared thread's table is its own");
+        for _ in &threads {
+            tx.send(()).unwrap();
+        }
+        threads.into_iter().for_each(|t| t.join().unwrap());
+        assert!(crate::kernel::same_descriptor_table(me, me).unwrap());
+        assert!(crate::kernel::same_descriptor_table(me, u32::MAX >> 1).is_err());
+    }
+
+    /// Proved once, a connection is walked again when its holder made a process: a child
+    /// that inherited it is found. Without the events nothing would say to walk again.
+    #[test]
+    fn a_held_connection_copied_by_a_fork_after_its_walk_is_found_shared() {
+        let _alone = DESCRIPTOR_TABLE.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = crate::procevents::in_initial_namespaces() {
+            eprintln!("skipped: no process events here: {e}");
+            return;
+        }
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (me, uid) = (std::process::id(), rustix::process::getuid().as_raw());
+        let mut held = Held::prove(&ours, me, uid).unwrap();
+        assert_eq!(held.walks(), 1);
+        held.again(&ours).unwrap();
+        // Other tests of this process may fork meanwhile: then, and only then, it walked.
+        if held.walks() > 1 {
+            let why = held.walked_because().unwrap_or_default().to_owned();
+            assert!(why.contains(&format!("pid {me} made process")), "{why}");
+        }
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
+                theirs,
+            )))
+            .spawn()
+            .unwrap();
+        let walks = held.walks();
+        let shared = held.again(&ours);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(
+            matches!(shared, Err(NotSole::Shared(ref s)) if s.contains(&child.id().to_string())),
+            "{shared:?}"
+        );
+        assert_eq!(held.walks(), walks + 1);
+        // Not proved any more: the next check walks whatever the events say; the child is
+        // gone and took the only copy of the other end with it.
+        let gone = held.again(&ours);
+        assert!(matches!(gone, Err(NotSole::Gone(_))), "{gone:?}");
     }
 }

@@ -43,6 +43,7 @@ const WHAT_FORK: u32 = 0x1;
 const WHAT_EXEC: u32 = 0x2;
 const WHAT_UID: u32 = 0x4;
 const WHAT_GID: u32 = 0x40;
+const WHAT_PTRACE: u32 = 0x100;
 const WHAT_EXIT: u32 = 0x8000_0000;
 
 /// Receive buffer asked of the kernel for the subscription (it grants at most
@@ -79,8 +80,11 @@ pub enum Event {
     Gid { tgid: u32 },
     /// A task exited: a process when `pid == tgid`.
     Exit { pid: u32, tgid: u32 },
-    /// Another kind (sid, ptrace, comm, coredump, or one added later): carries nothing the
-    /// judge needs.
+    /// Process `tgid` was attached to by a tracer (`tracer_tgid`), or detached from
+    /// (`tracer_tgid` 0): a tracer can copy any of its descriptors.
+    Ptrace { tgid: u32, tracer_tgid: u32 },
+    /// Another kind (sid, comm, coredump, or one added later): carries nothing the judge
+    /// needs.
     Other { what: u32 },
 }
 
@@ -145,6 +149,10 @@ pub fn decode(d: &[u8]) -> Result<Message, EventsError> {
         WHAT_EXIT => Event::Exit {
             pid: at(0),
             tgid: at(1),
+        },
+        WHAT_PTRACE => Event::Ptrace {
+            tgid: at(1),
+            tracer_tgid: at(3),
         },
         what => Event::Other { what },
     };
@@ -483,6 +491,13 @@ mod tests {
             Event::Ack { err: 22 }
         );
         assert_eq!(
+            m(WHAT_PTRACE, [60, 61, 62, 63, 0, 0]).event,
+            Event::Ptrace {
+                tgid: 61,
+                tracer_tgid: 63
+            }
+        );
+        assert_eq!(
             m(0x200, [1, 2, 3, 4, 5, 6]).event,
             Event::Other { what: 0x200 }
         );
@@ -560,7 +575,13 @@ mod tests {
             state
         };
         let kinds = [
-            WHAT_NONE, WHAT_FORK, WHAT_EXEC, WHAT_UID, WHAT_GID, WHAT_EXIT,
+            WHAT_NONE,
+            WHAT_FORK,
+            WHAT_EXEC,
+            WHAT_UID,
+            WHAT_GID,
+            WHAT_EXIT,
+            WHAT_PTRACE,
         ];
         for i in 0..200_000 {
             let mut d = datagram(kinds[i % kinds.len()], 1, 2, [1, 2, 3, 4, 5, 6]);
@@ -652,9 +673,12 @@ int main(void) {
   printf("%zu %zu %zu\n", (char *)&e.event_data.exit.process_pid - (char *)&e,
          (char *)&e.event_data.exit.process_tgid - (char *)&e,
          (char *)&e.event_data.ack.err - (char *)&e);
-  printf("%d %d %d %d %u %u %u %u %u %u %d\n", CN_IDX_PROC, CN_VAL_PROC, PROC_CN_MCAST_LISTEN,
+  printf("%zu %zu\n", (char *)&e.event_data.ptrace.process_tgid - (char *)&e,
+         (char *)&e.event_data.ptrace.tracer_tgid - (char *)&e);
+  printf("%d %d %d %d %u %u %u %u %u %u %u %d\n", CN_IDX_PROC, CN_VAL_PROC, PROC_CN_MCAST_LISTEN,
          PROC_CN_MCAST_IGNORE, PROC_EVENT_NONE, PROC_EVENT_FORK, PROC_EVENT_EXEC,
-         PROC_EVENT_UID, PROC_EVENT_GID, (unsigned)PROC_EVENT_EXIT, NLMSG_DONE);
+         PROC_EVENT_UID, PROC_EVENT_GID, (unsigned)PROC_EVENT_EXIT, PROC_EVENT_PTRACE,
+         NLMSG_DONE);
   return 0;
 }
 "#,
@@ -676,8 +700,9 @@ int main(void) {
         let h = EVENT_HEAD_BYTES;
         let want = format!(
             "{NLMSG_HDR_BYTES} {CN_MSG_BYTES} 16 {EVENT_BYTES}\n4 {h} 8\n{} {} {}\n{} {} {} {}\n{h} {} {h}\n\
+             {} {}\n\
              {CN_IDX_PROC} {CN_VAL_PROC} {PROC_CN_MCAST_LISTEN} {PROC_CN_MCAST_IGNORE} {WHAT_NONE} \
-             {WHAT_FORK} {WHAT_EXEC} {WHAT_UID} {WHAT_GID} {WHAT_EXIT} {NLMSG_DONE}\n",
+             {WHAT_FORK} {WHAT_EXEC} {WHAT_UID} {WHAT_GID} {WHAT_EXIT} {WHAT_PTRACE} {NLMSG_DONE}\n",
             h + 4,
             h + 8,
             h + 12,
@@ -686,6 +711,8 @@ int main(void) {
             h + 8,
             h + 12,
             h + 4,
+            h + 4,
+            h + 12,
         );
         assert_eq!(String::from_utf8_lossy(&out.stdout), want);
     }

@@ -38,6 +38,14 @@ pub fn start_ticks(pid: u32) -> Option<u64> {
     rest.split(' ').nth(19)?.parse().ok()
 }
 
+/// `/proc/<pid>/stat` field 4: the parent's pid (its real parent, which a fork event
+/// names).
+pub fn parent(pid: u32) -> Option<u32> {
+    let s = read_small(Path::new(&format!("/proc/{pid}/stat")), PROC_FILE_BYTES_MAX).ok()?;
+    let rest = s.get(s.rfind(')')?.checked_add(2)?..)?;
+    rest.split(' ').nth(1)?.parse().ok()
+}
+
 pub fn boot_id() -> String {
     read_small(Path::new("/proc/sys/kernel/random/boot_id"), 64)
         .map(|s| s.trim().to_owned())

@@ -54,6 +54,8 @@
 //! * `hello-then-share SOCKET PREFIX KEY OUTFILE` — connects, lets a child (`sleep`) inherit
 //!   the connection, then speaks the consumer protocol with the real key, logging each
 //!   message to OUTFILE.
+//! * `share-on-cue SOCKET PREFIX KEY OUTFILE CUE` — the same, but the child inherits the
+//!   connection only once the file CUE exists (polled every 10 ms, at most 10 s).
 #![deny(unsafe_code)]
 
 use std::io::Write as _;
@@ -274,6 +276,56 @@ fn sleep_forever() -> ! {
 /// Whether a wait status is a normal exit (`WIFEXITED`).
 fn libc_exited(status: i32) -> bool {
     status & 0x7f == 0
+}
+
+/// Lets a child (`sleep`) hold the connection `s` (as its stdin) from now on, and logs its
+/// pid to `out` (`sharing with pid N`).
+fn share_connection(s: &std::os::unix::net::UnixStream, out: &str) {
+    #[allow(clippy::zombie_processes)]
+    let child = Command::new(std::env::current_exe().unwrap())
+        .arg("sleep")
+        .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
+            s.try_clone().unwrap(),
+        )))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    append(out, &format!("sharing with pid {}", child.id()));
+    std::mem::forget(child);
+}
+
+/// The consumer protocol after `hello` with `key`, each message logged to `out`: proves
+/// the key, answers the challenge, logs a grant (`grant`) without acknowledging it, and
+/// sleeps once refused or cut off.
+fn speak_and_log(
+    s: &mut std::os::unix::net::UnixStream,
+    key: &ed25519_dalek::SigningKey,
+    out: &str,
+) -> ! {
+    use repoch_protocol::wire::{read_msg, write_msg, GrantMsg};
+    loop {
+        match read_msg::<GrantMsg>(s) {
+            Ok(GrantMsg::Prove(p)) => {
+                append(out, "asked for a key proof");
+                write_msg(s, &GrantMsg::Proof(p.answer(key))).unwrap();
+            }
+            Ok(GrantMsg::Challenge(c)) => {
+                append(out, "challenged");
+                write_msg(s, &GrantMsg::Custody(c.answer(key))).unwrap();
+            }
+            Ok(GrantMsg::Refused { reason, detail }) => {
+                append(out, &format!("refused {reason}: {detail}"));
+                sleep_forever();
+            }
+            Ok(GrantMsg::Grant { .. }) => append(out, "grant"),
+            Ok(m) => append(out, &format!("{m:?}")),
+            Err(e) => {
+                append(out, &format!("error {e}"));
+                sleep_forever();
+            }
+        }
+    }
 }
 
 fn main() {
@@ -773,7 +825,6 @@ fn main() {
             panic!("exec: {err}");
         }
         Some("hello-then-share") => {
-            use repoch_protocol::wire::{read_msg, write_msg, GrantMsg};
             let key = repoch_protocol::sign::signing_key_from_hex(
                 &std::fs::read_to_string(&args[4]).unwrap(),
             )
@@ -781,18 +832,7 @@ fn main() {
             let out = &args[5];
             let mut s = std::os::unix::net::UnixStream::connect(&args[2]).expect("connect");
             // Another process holds the same connection (as its stdin) from now on.
-            #[allow(clippy::zombie_processes)]
-            let child = Command::new(std::env::current_exe().unwrap())
-                .arg("sleep")
-                .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
-                    s.try_clone().unwrap(),
-                )))
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .expect("spawn");
-            append(out, &format!("sharing with pid {}", child.id()));
-            std::mem::forget(child);
+            share_connection(&s, out);
             hello(
                 &mut s,
                 &args[3],
@@ -800,27 +840,33 @@ fn main() {
             )
             .unwrap();
             ready();
-            loop {
-                match read_msg::<GrantMsg>(&mut s) {
-                    Ok(GrantMsg::Prove(p)) => {
-                        append(out, "asked for a key proof");
-                        write_msg(&mut s, &GrantMsg::Proof(p.answer(&key))).unwrap();
+            speak_and_log(&mut s, &key, out)
+        }
+        Some("share-on-cue") => {
+            let key = repoch_protocol::sign::signing_key_from_hex(
+                &std::fs::read_to_string(&args[4]).unwrap(),
+            )
+            .unwrap();
+            let (out, cue) = (args[5].clone(), std::path::PathBuf::from(&args[6]));
+            let mut s = std::os::unix::net::UnixStream::connect(&args[2]).expect("connect");
+            hello(
+                &mut s,
+                &args[3],
+                repoch_protocol::PublicKey::from(&key.verifying_key()),
+            )
+            .unwrap();
+            let shared = s.try_clone().unwrap();
+            let log = out.clone();
+            std::thread::spawn(move || {
+                for _ in 0..EXEC_WAIT_TRIES_MAX {
+                    if cue.exists() {
+                        return share_connection(&shared, &log);
                     }
-                    Ok(GrantMsg::Challenge(c)) => {
-                        append(out, "challenged");
-                        write_msg(&mut s, &GrantMsg::Custody(c.answer(&key))).unwrap();
-                    }
-                    Ok(GrantMsg::Refused { reason, detail }) => {
-                        append(out, &format!("refused {reason}: {detail}"));
-                        sleep_forever();
-                    }
-                    Ok(m) => append(out, &format!("{m:?}")),
-                    Err(e) => {
-                        append(out, &format!("error {e}"));
-                        sleep_forever();
-                    }
+                    std::thread::sleep(std::time::Duration::from_millis(10));
                 }
-            }
+            });
+            ready();
+            speak_and_log(&mut s, &key, &out)
         }
         Some("drip-proof") => {
             // drip-proof SOCKET PREFIX KEYFILE MILLIS: hello, then the key proof's frame one
