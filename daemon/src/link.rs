@@ -248,32 +248,11 @@ impl Registry {
                 }
                 continue;
             };
-            // A consumer that went away while pending must not be taken: it would burn the
-            // epoch at the challenge.
-            if let Err(e) = repoch_sys::peer::alive(&p.pidfd)
-                .map_err(LinkError::from)
-                .and_then(|_| hung_up(&p.stream))
-            {
-                told.peer(
-                    progress,
-                    format!("dropped a stale consumer (pid {}): {e}", p.peer.pid),
-                );
+            let Some((conn, authenticated)) = admit(
+                p.stream, &p.peer, &p.key, &p.pidfd, expected, &mut told, progress,
+            ) else {
                 continue;
-            }
-            let mut conn = Connection::new(p.stream);
-            let authenticated = match expected.authenticate(&p.peer, &p.key) {
-                Ok(a) => a,
-                Err(r) => {
-                    conn.refuse(r.reason, &r.detail());
-                    told.peer(progress, format!("rejected a peer: {r}"));
-                    continue;
-                }
             };
-            let by = Instant::now() + Duration::from_secs(REFUSAL_WRITE_SECONDS_MAX);
-            if conn.write_msg(&GrantMsg::Accepted, by).is_err() {
-                told.peer(progress, format!("consumer pid {} went away", p.peer.pid));
-                continue;
-            }
             told.more(progress);
             return Ok((
                 SocketLink {
@@ -295,6 +274,47 @@ impl Registry {
             format!("none within {}s; nothing written", wait.as_secs()),
         ))
     }
+}
+
+/// A pending consumer taken for an issuance: still there, authenticated against what the
+/// issuance expects, and told `accepted`; `None` (the operator told why) when it went away
+/// or failed, which burns nothing: the wait goes on.
+fn admit<'id>(
+    stream: UnixStream,
+    peer: &ConsumerPeer,
+    key: &PublicKey,
+    pidfd: &OwnedFd,
+    expected: &Expected<'id>,
+    told: &mut Told,
+    progress: &mut dyn FnMut(AdminEvent),
+) -> Option<(Connection, Authenticated<'id>)> {
+    // A consumer that went away while pending must not be taken: it would burn the epoch
+    // at the challenge.
+    if let Err(e) = repoch_sys::peer::alive(pidfd)
+        .map_err(LinkError::from)
+        .and_then(|_| hung_up(&stream))
+    {
+        told.peer(
+            progress,
+            format!("dropped a stale consumer (pid {}): {e}", peer.pid),
+        );
+        return None;
+    }
+    let mut conn = Connection::new(stream);
+    let authenticated = match expected.authenticate(peer, key) {
+        Ok(a) => a,
+        Err(r) => {
+            conn.refuse(r.reason, &r.detail());
+            told.peer(progress, format!("rejected a peer: {r}"));
+            return None;
+        }
+    };
+    let by = Instant::now() + Duration::from_secs(REFUSAL_WRITE_SECONDS_MAX);
+    if conn.write_msg(&GrantMsg::Accepted, by).is_err() {
+        told.peer(progress, format!("consumer pid {} went away", peer.pid));
+        return None;
+    }
+    Some((conn, authenticated))
 }
 
 /// The peers a consumer wait told the operator of: the first [`PEER_EVENTS_SHOWN_MAX`], and

@@ -255,11 +255,24 @@ fn a_recovery_walks_the_consumers_descriptors_once() {
     let s = Sandbox::new();
     let id = s.enroll();
     let d = s.daemon();
-    let consumer = s
-        .consumer(&id[..8], "consumer.key", "grant.cbor", &[])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    // Its parent a shell that makes no other process (the test binary, its parent
+    // otherwise, makes the other tests' processes: each one is a reason to walk again).
+    let direct = s.consumer(&id[..8], "consumer.key", "grant.cbor", &[]);
+    let mut via_shell = Command::new("sh");
+    via_shell
+        .args(["-c", "\"$0\" \"$@\"; exit $?"])
+        .arg(direct.get_program())
+        .args(direct.get_args());
+    for (k, v) in direct.get_envs() {
+        match v {
+            Some(v) => via_shell.env(k, v),
+            None => via_shell.env_remove(k),
+        };
+    }
+    if let Some(dir) = direct.get_current_dir() {
+        via_shell.current_dir(dir);
+    }
+    let consumer = via_shell.stdout(Stdio::piped()).spawn().unwrap();
     let r = run(s.recover(&id, 20, &[]));
     assert_eq!(r.code, Outcome::Success, "{}", r.stdout);
     assert_eq!(finish(consumer).code, Outcome::Success);
