@@ -345,7 +345,7 @@ pub struct Held {
     uid: u32,
     /// The holder's parent when last walked (a `CLONE_PARENT` fork names it).
     parent: Option<u32>,
-    events: Result<crate::procevents::Subscription, String>,
+    events: Result<crate::procevents::Subscription, Error>,
     walks: u32,
     /// Whether the last walk found the holder alone: a check after one that did not walks
     /// again, whatever the events.
@@ -358,7 +358,7 @@ impl Held {
     /// Subscribes to the process events, then walks once: `pid` must hold the other end
     /// of `ours` alone ([`sole_holder`]).
     pub fn prove(ours: impl std::os::fd::AsFd, pid: u32, uid: u32) -> Result<Held, NotSole> {
-        let events = crate::procevents::Subscription::open().map_err(|e| e.to_string());
+        let events = crate::procevents::Subscription::open();
         let mut held = Held {
             pid,
             uid,
