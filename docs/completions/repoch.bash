@@ -22,6 +22,9 @@ _repoch() {
             repoch,checkpoint)
                 cmd="repoch__subcmd__checkpoint"
                 ;;
+            repoch,discover)
+                cmd="repoch__subcmd__discover"
+                ;;
             repoch,enroll)
                 cmd="repoch__subcmd__enroll"
                 ;;
@@ -48,6 +51,9 @@ _repoch() {
                 ;;
             repoch__subcmd__help,checkpoint)
                 cmd="repoch__subcmd__help__subcmd__checkpoint"
+                ;;
+            repoch__subcmd__help,discover)
+                cmd="repoch__subcmd__help__subcmd__discover"
                 ;;
             repoch__subcmd__help,enroll)
                 cmd="repoch__subcmd__help__subcmd__enroll"
@@ -155,7 +161,7 @@ _repoch() {
 
     case "${cmd}" in
         repoch)
-            opts="-h -V --root --json --help --version enroll recover observe status list checkpoint audit journal help"
+            opts="-h -V --root --json --help --version enroll discover recover observe status list checkpoint audit journal help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -224,6 +230,36 @@ _repoch() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        repoch__subcmd__discover)
+            opts="-h --pid --cgroup --unit --root --json --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --pid)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cgroup)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --unit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --root)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         repoch__subcmd__enroll)
             opts="-h --fleet-admin-cert --fleet-admin-key --root --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -251,7 +287,7 @@ _repoch() {
             return 0
             ;;
         repoch__subcmd__help)
-            opts="enroll recover observe status list checkpoint audit journal help"
+            opts="enroll discover recover observe status list checkpoint audit journal help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -279,6 +315,20 @@ _repoch() {
             return 0
             ;;
         repoch__subcmd__help__subcmd__checkpoint)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        repoch__subcmd__help__subcmd__discover)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

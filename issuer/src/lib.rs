@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod barrier;
+pub mod discover;
 pub mod enroll;
 pub mod fleet;
 pub mod issuance;

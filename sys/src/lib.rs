@@ -7,6 +7,7 @@ pub mod cgroup;
 pub mod digest;
 pub mod error;
 pub mod fs;
+pub mod held_by;
 pub mod hold;
 pub mod kernel;
 mod ne;

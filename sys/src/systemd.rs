@@ -89,6 +89,43 @@ pub fn show_all(cmd: &[String], units: &[String]) -> Vec<Result<UnitState, Error
         .collect()
 }
 
+/// `PROPERTIES` (comma-separated, as `systemctl show --property=` takes them) of each of
+/// `units`, in one `systemctl show`: for each unit, its `Key=value` lines as pairs, in
+/// order. `Err` when systemd could not be asked, its answer did not hold one block per unit,
+/// or a name is a pattern.
+pub fn show_properties(
+    cmd: &[String],
+    properties: &str,
+    units: &[String],
+) -> Result<Vec<Vec<(String, String)>>, Error> {
+    if let Some(u) = units.iter().find(|u| u.contains(PATTERN_CHARS)) {
+        return Err(Error::Found(format!(
+            "{u:?} is a pattern systemctl would expand, not a unit name"
+        )));
+    }
+    if units.is_empty() {
+        return Ok(Vec::new());
+    }
+    let asked: Vec<&String> = units.iter().collect();
+    let blocks = show(cmd, properties, &asked, SYSTEMCTL_OUTPUT_BYTES_MAX)?;
+    if blocks.len() != units.len() {
+        return Err(Error::Found(format!(
+            "systemctl show answered for {} units, {} were asked",
+            blocks.len(),
+            units.len()
+        )));
+    }
+    Ok(blocks
+        .iter()
+        .map(|b| {
+            b.lines()
+                .filter_map(|l| l.split_once('='))
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect()
+        })
+        .collect())
+}
+
 /// The template an instance (`NAME@I.TYPE`) is made from (`NAME@.TYPE`); `None` for a
 /// unit that is no instance.
 pub fn template_of(unit: &str) -> Option<String> {

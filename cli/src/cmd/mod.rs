@@ -6,6 +6,7 @@
 pub mod audit;
 pub mod checkpoint;
 pub mod common;
+pub mod discover;
 pub mod enroll;
 pub mod journal;
 pub mod list;
@@ -109,6 +110,34 @@ pub enum Cmd {
         /// The key of `--fleet-admin-cert` (PEM; root's, 0600).
         #[arg(long, value_name = "FILE", requires = "fleet_admin_cert")]
         fleet_admin_key: Option<PathBuf>,
+    },
+    /// Find the old root's authorities on the live system and print a draft manifest.
+    ///
+    /// Starting from where the old root runs now (--pid, --cgroup, --unit; any number,
+    /// at least one), follows its processes and every descendant, and finds the cgroups
+    /// and units they run in (a user manager's units listed as unknown), the containers
+    /// those cgroups are (by full id), the units that trigger its units (timers, sockets,
+    /// paths), its executables, the uids it runs as (a user namespace's owner included),
+    /// the sockets it listens on (spelled as `containment.listeners` spells them), the
+    /// files it holds locks on (fence candidates), what started each of its processes
+    /// (systemd, a container shim, a supervisor, a shell in a terminal session, cron), and
+    /// the cron and at lines that run its executables. Prints a draft manifest, each entry
+    /// with a comment saying why; what it could not classify or read is listed as UNKNOWN
+    /// at the end, never dropped. Writes nothing. Root only. Exit 0 once discovered (read
+    /// the unknowns), 64 when a seed names nothing, 2 (observe-failed) when the host could
+    /// not be read. --json: {"found": {...}, "draft": "..."}.
+    #[command(group(clap::ArgGroup::new("seeds").required(true).multiple(true).args(["pid", "cgroup", "unit"])))]
+    Discover {
+        /// A process of the old root (it and its descendants are followed).
+        #[arg(long, value_name = "PID")]
+        pid: Vec<u32>,
+        /// A cgroup v2 path the old root runs in, from the hierarchy's root
+        /// (`/system.slice/x.service`); every process in it and below.
+        #[arg(long, value_name = "PATH")]
+        cgroup: Vec<String>,
+        /// A systemd unit of the old root (its `ControlGroup=`).
+        #[arg(long, value_name = "UNIT")]
+        unit: Vec<String>,
     },
     /// Ask repochd to run the one recovery of DEPLOYMENT; streams each step.
     Recover {
@@ -232,6 +261,14 @@ pub fn run(args: Args) -> Outcome {
             consumer_wait,
         } => recover::run(&ctx, &deployment, approve_ready.as_deref(), consumer_wait),
         Cmd::Status { deployment } => status::run(&ctx, &deployment),
+        Cmd::Discover { pid, cgroup, unit } => discover::run(
+            &ctx,
+            discover::Seeds {
+                pids: pid,
+                cgroups: cgroup,
+                units: unit,
+            },
+        ),
         Cmd::Observe {
             deployment,
             approve_ready,

@@ -11,6 +11,7 @@ mod contenders;
 mod cross;
 mod daemon_config;
 mod deadlines;
+mod discover;
 mod e2e;
 mod granted;
 mod handoff;

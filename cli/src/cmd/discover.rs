@@ -1,0 +1,58 @@
+//! `repoch discover`: the old root's authorities found on the live system, printed as a
+//! draft manifest (or `--json`). Writes nothing.
+
+use repoch_issuer::discover::{self, DiscoverError, Seed};
+use repoch_issuer::Refusal;
+use repoch_protocol::{Outcome, Reason};
+use serde_json::json;
+
+use super::common::{require_root, warn, Ctx};
+use super::CmdResult;
+use crate::exit::Failure;
+
+/// The seeds as given on the command line: pids, cgroups, units.
+#[derive(Debug)]
+pub struct Seeds {
+    pub pids: Vec<u32>,
+    pub cgroups: Vec<String>,
+    pub units: Vec<String>,
+}
+
+pub fn run(ctx: &Ctx, seeds: Seeds) -> CmdResult {
+    require_root("discover")?;
+    let seeds: Vec<Seed> = seeds
+        .pids
+        .into_iter()
+        .map(Seed::Pid)
+        .chain(seeds.cgroups.into_iter().map(Seed::Cgroup))
+        .chain(seeds.units.into_iter().map(Seed::Unit))
+        .collect();
+    let cmd = repoch_sys::systemd::systemctl_command();
+    let systemctl = repoch_sys::systemd::booted(&cmd).then_some(cmd.as_slice());
+    let d = discover::discover(&seeds, systemctl).map_err(failure)?;
+    let draft = discover::draft(&d);
+    ctx.out(json!({"found": d, "draft": draft}), || {
+        draft.trim_end().to_owned()
+    });
+    if !d.unknown.is_empty() && !ctx.json {
+        warn(&format!(
+            "repoch: {} findings are unknown (listed at the end of the draft): resolve each before enrolling",
+            d.unknown.len()
+        ));
+    }
+    Ok(Outcome::Success)
+}
+
+/// A seed that names nothing is the operator's input (exit 64); a host that could not be
+/// read is `observe-failed` (exit 2).
+fn failure(e: DiscoverError) -> Failure {
+    match e {
+        DiscoverError::Host(e) => Failure::refused(Refusal::new(
+            Reason::ObserveFailed,
+            "repoch discover",
+            "the host's /proc, cgroups and systemd readable",
+            e.to_string(),
+        )),
+        other => Failure::Usage(other.to_string().into()),
+    }
+}

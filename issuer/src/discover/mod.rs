@@ -1,0 +1,435 @@
+//! `repoch discover`: the old root's authorities, found on the live system from where it
+//! runs (a pid, a cgroup, a unit), for an operator to enroll (docs/OPERATOR.md,
+//! "Discovering the old root"). Its processes are the seeds and every descendant; for
+//! them: the cgroups and units they run in, the containers those cgroups are, the units
+//! that would start those units again, their executables, the uids they run as (a user
+//! namespace's owner included), the sockets they listen on, the files they hold locks on,
+//! what started each of them (its parent chain, classified), and the cron and at entries
+//! that name their executables. What cannot be classified or read is listed as unknown,
+//! never dropped. Nothing is written; nothing is judged: the draft is for a person.
+
+mod draft;
+mod starters;
+
+use std::collections::BTreeMap;
+
+use repoch_sys::held_by;
+use serde::Serialize;
+
+pub use draft::draft;
+
+/// Processes followed from the seeds at most (seeds and descendants).
+pub const DISCOVER_PROCESSES_MAX: usize = 4096;
+
+/// Where to start: the old root as it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seed {
+    Pid(u32),
+    /// A cgroup v2 path from the hierarchy's root (`/system.slice/x.service`).
+    Cgroup(String),
+    /// A systemd unit (its `ControlGroup=`).
+    Unit(String),
+}
+
+impl std::fmt::Display for Seed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Seed::Pid(p) => write!(f, "pid {p}"),
+            Seed::Cgroup(c) => write!(f, "cgroup {c}"),
+            Seed::Unit(u) => write!(f, "unit {u}"),
+        }
+    }
+}
+
+/// Why discovery could not start: a seed that names nothing (the operator's input), or a
+/// host that could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoverError {
+    #[error("{0}: no such process")]
+    NoSuchPid(u32),
+    #[error("{seed}: {why}")]
+    Seed { seed: String, why: String },
+    #[error("more than {DISCOVER_PROCESSES_MAX} processes from the seeds (DISCOVER_PROCESSES_MAX): give a narrower one")]
+    TooMany,
+    #[error(transparent)]
+    Host(#[from] repoch_sys::error::Error),
+}
+
+/// One thing found, the processes it was found through, and why it is listed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Found {
+    pub value: String,
+    pub pids: Vec<u32>,
+    pub why: String,
+}
+
+/// A process of the old root as found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProcessFound {
+    pub pid: u32,
+    pub ppid: u32,
+    pub comm: String,
+    pub exe: String,
+    pub ruid: Option<u32>,
+    pub euid: Option<u32>,
+    pub userns_owner: Option<u32>,
+    pub cgroup: String,
+}
+
+/// Everything found from the seeds (each list in the order found, each value once).
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Discovery {
+    pub seeds: Vec<String>,
+    pub processes: Vec<ProcessFound>,
+    pub cgroups: Vec<Found>,
+    pub units: Vec<Found>,
+    /// Units that would start a found unit again (`TriggeredBy=`: timers, sockets, paths).
+    pub unit_starters: Vec<Found>,
+    pub containers: Vec<Found>,
+    pub executables: Vec<Found>,
+    /// Executables the old root runs that other processes run too (not in the draft's
+    /// list; each said why).
+    pub shared_executables: Vec<Found>,
+    pub uids: Vec<Found>,
+    pub listeners: Vec<Found>,
+    /// Files the processes hold locks on: fence candidates.
+    pub locks: Vec<Found>,
+    /// What started each process whose parent is not the old root's: its parent chain.
+    pub starters: Vec<Found>,
+    /// Lines of cron and at files that name a found executable.
+    pub scheduled: Vec<Found>,
+    pub unknown: Vec<Found>,
+}
+
+impl Discovery {
+    /// Adds `pid` to the entry `value` of `list`, made with `why` when new.
+    fn add(
+        list: &mut Vec<Found>,
+        value: impl Into<String>,
+        pid: u32,
+        why: impl FnOnce() -> String,
+    ) {
+        let value = value.into();
+        match list.iter_mut().find(|f| f.value == value) {
+            Some(f) => {
+                if !f.pids.contains(&pid) {
+                    f.pids.push(pid);
+                }
+            }
+            None => list.push(Found {
+                value,
+                pids: vec![pid],
+                why: why(),
+            }),
+        }
+    }
+}
+
+/// Discovers from `seeds`; `systemctl` asks the system manager (`None`: not asked, the
+/// units' starters unknown).
+pub fn discover(seeds: &[Seed], systemctl: Option<&[String]>) -> Result<Discovery, DiscoverError> {
+    let pids = processes(seeds, systemctl)?;
+    let mut d = Discovery {
+        seeds: seeds.iter().map(ToString::to_string).collect(),
+        ..Discovery::default()
+    };
+    for &pid in &pids {
+        process(&mut d, pid);
+    }
+    shared_executables(&mut d, &pids)?;
+    starters::units(&mut d, systemctl);
+    for &pid in &pids {
+        starters::parents(&mut d, pid, &pids);
+    }
+    starters::scheduled(&mut d);
+    Ok(d)
+}
+
+/// Executables other processes run too (a shell, an interpreter, `sleep`): enrolled, any
+/// root task running them would refuse the recovery. They move from `executables` to
+/// `shared_executables`, with how many others run them now.
+fn shared_executables(d: &mut Discovery, ours: &[u32]) -> Result<(), DiscoverError> {
+    let mut others: BTreeMap<String, usize> = BTreeMap::new();
+    for pid in held_by::all_pids()? {
+        // `ours` is sorted (`processes`).
+        if ours.binary_search(&pid).is_ok() {
+            continue;
+        }
+        if let Some(exe) = held_by::exe(pid) {
+            *others.entry(exe).or_default() += 1;
+        }
+    }
+    let (shared, own): (Vec<Found>, Vec<Found>) = std::mem::take(&mut d.executables)
+        .into_iter()
+        .partition(|e| others.contains_key(&e.value));
+    d.executables = own;
+    d.shared_executables = shared
+        .into_iter()
+        .map(|mut e| {
+            e.why = format!(
+                "also run now by {} processes that are not the old root's: enrolled, any of \
+                 root's running it refuses the recovery; name it only if it is the old root's alone",
+                others[&e.value]
+            );
+            e
+        })
+        .collect();
+    Ok(())
+}
+
+/// The seeds' processes and every descendant, sorted.
+fn processes(seeds: &[Seed], systemctl: Option<&[String]>) -> Result<Vec<u32>, DiscoverError> {
+    let mut set = Vec::new();
+    for seed in seeds {
+        match seed {
+            Seed::Pid(p) => match held_by::ancestor(*p) {
+                Some(_) => set.push(*p),
+                None => return Err(DiscoverError::NoSuchPid(*p)),
+            },
+            Seed::Cgroup(c) => set.extend(in_cgroup(seed, c)?),
+            Seed::Unit(u) => {
+                let cg = unit_cgroup(seed, u, systemctl)?;
+                set.extend(in_cgroup(seed, &cg)?);
+            }
+        }
+    }
+    // Every process's parent, read once: the descendants follow.
+    let mut children: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    for pid in held_by::all_pids()? {
+        if let Some(a) = held_by::ancestor(pid) {
+            children.entry(a.ppid).or_default().push(pid);
+        }
+    }
+    let mut at = 0;
+    while at < set.len() {
+        if set.len() > DISCOVER_PROCESSES_MAX {
+            return Err(DiscoverError::TooMany);
+        }
+        for kid in children.get(&set[at]).cloned().unwrap_or_default() {
+            if !set.contains(&kid) {
+                set.push(kid);
+            }
+        }
+        at += 1;
+    }
+    set.sort_unstable();
+    set.dedup();
+    Ok(set)
+}
+
+/// The processes in cgroup `cg` and its descendants.
+fn in_cgroup(seed: &Seed, cg: &str) -> Result<Vec<u32>, DiscoverError> {
+    let root = repoch_sys::cgroup::mount_point()?;
+    let occ = repoch_sys::cgroup::occupancy(&root, cg)?;
+    if !occ.exists {
+        return Err(DiscoverError::Seed {
+            seed: seed.to_string(),
+            why: "no such cgroup".into(),
+        });
+    }
+    Ok(occ.procs)
+}
+
+/// The cgroup systemd runs `unit` in (`ControlGroup=`).
+fn unit_cgroup(
+    seed: &Seed,
+    unit: &str,
+    systemctl: Option<&[String]>,
+) -> Result<String, DiscoverError> {
+    let fail = |why: String| DiscoverError::Seed {
+        seed: seed.to_string(),
+        why,
+    };
+    let cmd = systemctl.ok_or_else(|| fail("no systemd manager to ask".into()))?;
+    let shown = repoch_sys::systemd::show_properties(cmd, "ControlGroup", &[unit.to_owned()])
+        .map_err(|e| fail(e.to_string()))?;
+    shown
+        .first()
+        .and_then(|p| p.iter().find(|(k, _)| k == "ControlGroup"))
+        .map(|(_, v)| v.clone())
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| fail("it runs in no cgroup (not active)".into()))
+}
+
+/// What one process is, runs as, runs in, listens on and holds.
+fn process(d: &mut Discovery, pid: u32) {
+    let Some(me) = held_by::ancestor(pid) else {
+        return; // exited meanwhile: nothing to hold
+    };
+    let cgroup = repoch_sys::cgroup::of_pid(pid).unwrap_or_default();
+    let runs = held_by::runs_as(pid);
+    d.processes.push(ProcessFound {
+        pid,
+        ppid: me.ppid,
+        comm: me.comm.clone(),
+        exe: me.exe.clone(),
+        ruid: runs.as_ref().ok().map(|r| r.ruid),
+        euid: runs.as_ref().ok().map(|r| r.euid),
+        userns_owner: runs.as_ref().ok().and_then(|r| r.userns_owner),
+        cgroup: cgroup.clone(),
+    });
+    place(d, pid, &cgroup);
+    executable(d, pid, &me.exe);
+    match runs {
+        Ok(r) => uids(d, pid, r),
+        Err(e) => Discovery::add(&mut d.unknown, format!("pid {pid}'s uids"), pid, || {
+            e.to_string()
+        }),
+    }
+    holds(d, pid);
+}
+
+/// The cgroup `pid` runs in, the unit that cgroup is, or the container.
+fn place(d: &mut Discovery, pid: u32, cgroup: &str) {
+    if cgroup.is_empty() {
+        return Discovery::add(&mut d.unknown, format!("pid {pid}'s cgroup"), pid, || {
+            "its cgroup unreadable, or without a cgroup v2 line".into()
+        });
+    }
+    Discovery::add(&mut d.cgroups, cgroup, pid, || {
+        "a cgroup the old root runs in".into()
+    });
+    if let Some((engine, id)) = container_of(cgroup) {
+        let why = || format!("the cgroup {cgroup} is this {engine} container's");
+        return Discovery::add(&mut d.containers, format!("{engine}:{id}"), pid, why);
+    }
+    let Some(unit) = cgroup
+        .rsplit('/')
+        .find(|c| c.ends_with(".service") || c.ends_with(".scope"))
+    else {
+        return;
+    };
+    match cgroup
+        .split('/')
+        .find(|c| c.starts_with("user@") && c.ends_with(".service"))
+    {
+        Some(manager) if manager != unit => Discovery::add(&mut d.unknown, unit, pid, || {
+            format!(
+                "a unit of a user's systemd manager ({manager}), which repoch does not ask: stop \
+                 and disable it there, and name its cgroup {cgroup}"
+            )
+        }),
+        _ => Discovery::add(&mut d.units, unit, pid, || {
+            format!("runs the cgroup {cgroup}")
+        }),
+    }
+}
+
+/// The engine and full id of a container whose cgroup this is, as Docker's and podman's
+/// cgroup drivers name them (`docker-ID.scope`, `/docker/ID`, `libpod-ID.scope`).
+fn container_of(cgroup: &str) -> Option<(&'static str, String)> {
+    let full = |id: &str| id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit());
+    let mut parts = cgroup.split('/').rev();
+    for c in parts.by_ref() {
+        for (prefix, engine) in [("docker-", "docker"), ("libpod-", "podman")] {
+            if let Some(id) = c
+                .strip_prefix(prefix)
+                .and_then(|r| r.strip_suffix(".scope"))
+            {
+                if full(id) {
+                    return Some((engine, id.to_owned()));
+                }
+            }
+        }
+    }
+    let mut up = cgroup.split('/').rev();
+    match (up.next(), up.next()) {
+        (Some(id), Some("docker")) if full(id) => Some(("docker", id.to_owned())),
+        _ => None,
+    }
+}
+
+/// The executable `pid` runs.
+fn executable(d: &mut Discovery, pid: u32, exe: &str) {
+    if exe.is_empty() {
+        return Discovery::add(
+            &mut d.unknown,
+            format!("pid {pid}'s executable"),
+            pid,
+            || "its executable unreadable".into(),
+        );
+    }
+    match exe.strip_suffix(" (deleted)") {
+        Some(was) => Discovery::add(&mut d.unknown, exe, pid, || {
+            format!("its executable was deleted: name the file it was ({was}) if it is back, and any copy")
+        }),
+        None => Discovery::add(&mut d.executables, exe, pid, || {
+            "run by the old root".into()
+        }),
+    }
+}
+
+/// The uids `pid` runs as that are not root's (root is always a principal), and the owner
+/// of its user namespace when it is not ours.
+fn uids(d: &mut Discovery, pid: u32, r: held_by::RunsAs) {
+    if let Some(owner) = r.userns_owner.filter(|o| *o != 0) {
+        Discovery::add(&mut d.uids, owner.to_string(), pid, || {
+            "the owner of a user namespace the old root runs in".into()
+        });
+    }
+    for uid in [r.ruid, r.euid] {
+        if uid != 0 {
+            Discovery::add(&mut d.uids, uid.to_string(), pid, || {
+                "a uid the old root runs as".into()
+            });
+        }
+    }
+}
+
+/// What `pid` listens on and holds locks on.
+fn holds(d: &mut Discovery, pid: u32) {
+    let listening = held_by::socket_inodes(pid).and_then(|inodes| held_by::listening(pid, &inodes));
+    match listening {
+        Ok(ls) => {
+            let other_ns = held_by::other_netns(pid);
+            for l in ls {
+                Discovery::add(&mut d.listeners, l.spelled, pid, || match &other_ns {
+                    Some(ns) => {
+                        format!("held by the old root, in another network namespace ({ns})")
+                    }
+                    None => "held by the old root".into(),
+                });
+            }
+        }
+        Err(e) => Discovery::add(&mut d.unknown, format!("pid {pid}'s sockets"), pid, || {
+            e.to_string()
+        }),
+    }
+    match held_by::locks_held(pid) {
+        Ok(locks) => {
+            for l in locks {
+                let kind = l.kind.clone();
+                Discovery::add(&mut d.locks, l.path, pid, || {
+                    format!("{kind}: a fence candidate")
+                });
+            }
+        }
+        Err(e) => Discovery::add(&mut d.unknown, format!("pid {pid}'s locks"), pid, || {
+            e.to_string()
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn docker_and_podman_cgroups_name_their_container_by_full_id() {
+        let id = "a".repeat(64);
+        assert_eq!(
+            container_of(&format!("/system.slice/docker-{id}.scope")),
+            Some(("docker", id.clone()))
+        );
+        assert_eq!(
+            container_of(&format!("/docker/{id}")),
+            Some(("docker", id.clone()))
+        );
+        assert_eq!(
+            container_of(&format!("/machine.slice/libpod-{id}.scope/container")),
+            Some(("podman", id.clone()))
+        );
+        assert_eq!(container_of("/system.slice/docker.service"), None);
+        assert_eq!(container_of("/docker/short"), None);
+    }
+}

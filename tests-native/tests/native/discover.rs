@@ -1,0 +1,240 @@
+//! `repoch discover` against real old roots: processes in a cgroup of the test's own
+//! holding a lock and a listener, a loop in a shell on a terminal, a user namespace made by
+//! another user, a cron line; the draft enrolled as printed and recovered.
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::process::{Command, Stdio};
+
+use repoch_tests_native::*;
+
+/// `repoch --json discover ARGS` as root; its `found` object and its draft.
+fn discover(s: &Sandbox, args: &[&str]) -> (serde_json::Value, String) {
+    let mut all = vec!["--json", "discover"];
+    all.extend_from_slice(args);
+    let r = s.repoch(&all);
+    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
+    let v = r.json();
+    (v["found"].clone(), v["draft"].as_str().unwrap().to_owned())
+}
+
+/// The values of list `key` of a discovery.
+fn values(found: &serde_json::Value, key: &str) -> Vec<String> {
+    found[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {key} in {found}"))
+        .iter()
+        .map(|f| f["value"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// A copy of the test helper with bytes of its own appended (it still runs): no other
+/// process on the host runs a file with its content, so it can be enrolled as the old
+/// root's executable while other tests run the helper.
+fn own_copy_of_the_helper(s: &Sandbox) -> std::path::PathBuf {
+    let exe = s.srv.join("old-root");
+    let mut bytes = std::fs::read(bin("repoch-test-helper")).unwrap();
+    bytes.extend_from_slice(s.tag.as_bytes());
+    std::fs::write(&exe, bytes).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    exe
+}
+
+/// `exe args…` started in cgroup `cg` (a shell moves itself there, then execs it).
+fn in_cgroup(cg: &Cgroup, exe: &std::path::Path, args: &[&str]) -> Proc {
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg(format!(
+            "echo $$ > {}/cgroup.procs && exec \"$0\" \"$@\"",
+            cg.path().display()
+        ))
+        .arg(exe)
+        .args(args)
+        .stderr(Stdio::null());
+    spawn_ready(c)
+}
+
+#[test]
+#[ignore = "needs root"]
+fn an_old_root_in_its_cgroup_with_a_lock_and_a_sidecars_listener_is_discovered_and_its_draft_recovers(
+) {
+    // The old root: its own program (a copy of the helper) holding the deployment's lock,
+    // and a sidecar of the same program holding a unix listener, both in a cgroup of
+    // their own. Discovered from the cgroup: the cgroup, the executable, the listener as
+    // a manifest spells it, the lock as a fence candidate. The draft, completed with what
+    // no process shows (label, stores, READY, journal, consumer), enrolls once the old
+    // root is contained, and recovers with a real consumer.
+    require_root!();
+    let s = Sandbox::new();
+    let cg = Cgroup::new(&format!("repoch-discover-{}", s.tag));
+    let exe = own_copy_of_the_helper(&s);
+    let lock = s.srv.join("lock");
+    let sock = s.srv.join("old-root.sock");
+    let holder = in_cgroup(&cg, &exe, &["flock", lock.to_str().unwrap()]);
+    let sidecar = in_cgroup(&cg, &exe, &["listen-unix", sock.to_str().unwrap()]);
+    let (found, draft) = discover(&s, &["--cgroup", &cg.rel]);
+    assert_eq!(values(&found, "cgroups"), std::slice::from_ref(&cg.rel));
+    assert_eq!(values(&found, "executables"), [exe.display().to_string()]);
+    assert_eq!(
+        values(&found, "listeners"),
+        [format!("unix:{}", sock.display())]
+    );
+    assert_eq!(values(&found, "locks"), [lock.display().to_string()]);
+    let why = found["locks"][0]["why"].as_str().unwrap();
+    assert!(why.starts_with("FLOCK WRITE"), "{why}");
+    assert_eq!(found["locks"][0]["pids"], serde_json::json!([holder.pid()]));
+    assert_eq!(
+        found["listeners"][0]["pids"],
+        serde_json::json!([sidecar.pid()])
+    );
+    // Contained as OPERATOR.md says: nothing of it runs any more.
+    drop((holder, sidecar));
+    cg.kill_all();
+    let _ = std::fs::remove_file(&sock);
+    let id = s.enroll_with(&completed(&s, &draft));
+    let _d = s.daemon();
+    let consumer = s
+        .consumer(&id[..8], "consumer.key", "grant.cbor", &[])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let r = run(s.recover(&id, 20, &[]));
+    assert_eq!(r.code, Outcome::Success, "{}\n{draft}", r.stdout);
+    let c = consumer.wait_with_output().unwrap();
+    assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stdout));
+}
+
+/// `draft` with what no process shows, taken from the sandbox's own manifest: its top
+/// level (label, stores, READY) before, its `[journal]` and `[consumer]` tables after.
+fn completed(s: &Sandbox, draft: &str) -> String {
+    let own = s.manifest("");
+    let (top, tables) = own.split_at(own.find("[journal]").unwrap());
+    let top: String = top
+        .lines()
+        .filter(|l| !l.starts_with("fences"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    format!("{top}{draft}\n{tables}")
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_loop_in_a_shell_on_a_terminal_is_named_as_its_starter() {
+    // The old root is restarted by a shell loop run on a terminal (`script` gives it a
+    // pty): discovered from the old root's own process, its starter is that shell, on a
+    // terminal, which starts it again.
+    require_root!();
+    let s = Sandbox::new();
+    let exe = own_copy_of_the_helper(&s);
+    let mut term = Command::new("script")
+        .args([
+            "-qfc",
+            &format!("while :; do {} sleep; done", exe.display()),
+            "/dev/null",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let exe_name = exe.display().to_string();
+    crate::hostile::wait_until("the loop to run the old root", || {
+        !pids_running(&exe_name).is_empty()
+    });
+    let pid = pids_running(&exe_name)[0];
+    let (found, draft) = discover(&s, &["--pid", &pid.to_string()]);
+    // The loop first (the old root's parent), then what it ran.
+    if let Some(shell) = repoch_sys::procfs::parent(pid) {
+        kill_pid(shell);
+    }
+    let _ = term.kill();
+    let _ = term.wait();
+    for p in pids_running(&exe_name) {
+        kill_pid(p);
+    }
+    let starters = found["starters"].as_array().unwrap();
+    assert_eq!(starters.len(), 1, "{found}");
+    let why = starters[0]["why"].as_str().unwrap();
+    assert!(
+        why.starts_with("a shell (") && why.contains("on a terminal"),
+        "{why}\n{draft}"
+    );
+    assert!(
+        draft.contains("What started the old root's processes"),
+        "{draft}"
+    );
+}
+
+/// The pids whose executable is `exe`.
+fn pids_running(exe: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse().ok()) else {
+            continue;
+        };
+        if std::fs::read_link(e.path().join("exe")).is_ok_and(|p| p.to_string_lossy() == exe) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_user_namespace_another_uid_made_names_that_uid_and_a_cron_line_is_found() {
+    // The old root run by uid 65534 in a user namespace of its own (root inside it): the
+    // uid that owns the namespace is found with why. A crontab line that runs its
+    // executable is found (a crontab of a mount namespace of the test's own: a tmpfs over
+    // /var/spool).
+    require_root!();
+    let s = Sandbox::new();
+    let exe = own_copy_of_the_helper(&s);
+    let lockable = s.dir.path().join("nobody.lock");
+    std::fs::write(&lockable, "").unwrap();
+    std::fs::set_permissions(&lockable, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let old = spawn_ready({
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            "unshare",
+            "-Ur",
+        ])
+        .arg(&exe)
+        .args(["flock", lockable.to_str().unwrap()]);
+        c
+    });
+    let pid = old.pid().to_string();
+    let script = format!(
+        "mount -t tmpfs repoch-test /var/spool && mkdir -p /var/spool/cron/crontabs && \
+         echo '* * * * * {exe} --once' > /var/spool/cron/crontabs/root && \
+         exec \"$0\" --json discover --pid {pid}",
+        exe = exe.display()
+    );
+    let out = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script])
+        .arg(bin("repoch"))
+        .env("REPOCH_ROOT", &s.root)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let found = &v["found"];
+    let uids = found["uids"].as_array().unwrap();
+    let owner = uids
+        .iter()
+        .find(|u| u["value"] == "65534")
+        .unwrap_or_else(|| panic!("{found}"));
+    assert!(
+        owner["why"].as_str().unwrap().contains("user namespace"),
+        "{owner}"
+    );
+    let scheduled = values(found, "scheduled");
+    assert_eq!(scheduled, ["/var/spool/cron/crontabs/root:1"], "{found}");
+}
