@@ -71,6 +71,10 @@ pub const OLD_ROOT_UIDS_MAX: usize = 8;
 pub const CONTAINERS_MAX: usize = 8;
 /// Longest container name or id (Docker's ids are 64 hex digits; names are short).
 pub const CONTAINER_NAME_BYTES_MAX: usize = 128;
+/// Waivers in one manifest (`containment.waived`: authorities left out on purpose).
+pub const WAIVERS_MAX: usize = 32;
+/// Bytes of a waiver's `what` and of its reason.
+pub const WAIVER_TEXT_BYTES_MAX: usize = 256;
 
 /// Facts that are not per-item: journal, frontier, predecessor, target, consumer, epoch.
 pub const FACTS_FIXED_MAX: usize = 16;

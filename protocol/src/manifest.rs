@@ -6,6 +6,9 @@ use crate::cbor::{self, as_text, as_uint, Canonical, DecodeError, Fields};
 use crate::limits::*;
 use crate::types::{DeploymentId, Hash, Identity, PublicKey};
 
+mod waiver;
+pub use waiver::{Waiver, WAIVER_KINDS};
+
 /// The role of an inventory object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Role {
@@ -217,6 +220,10 @@ pub struct Containment {
     /// observation and held by its event stream (docs/OPERATOR.md, "Containers"). Sorted
     /// and distinct; encoded only when not empty (then after `socket_files`, even empty).
     pub containers: Vec<ContainerRef>,
+    /// What the old root held at enrollment that the manifest leaves out on purpose, each
+    /// with its reason. Sorted and distinct by `what`; encoded only when not empty (then
+    /// after `containers`, even empty).
+    pub waived: Vec<Waiver>,
 }
 
 /// A container, named to its engine (docs/OPERATOR.md, "Containers").
@@ -371,8 +378,11 @@ impl Canonical for Containment {
             cbor::list(&self.listeners),
             texts(&self.executables),
         ];
-        let containers = !self.containers.is_empty();
-        if !self.old_root_uids.is_empty() || !self.socket_files.is_empty() || containers {
+        // Each later field is present when it or any after it is not empty.
+        let waived = !self.waived.is_empty();
+        let containers = !self.containers.is_empty() || waived;
+        let socket_files = !self.socket_files.is_empty() || containers;
+        if !self.old_root_uids.is_empty() || socket_files {
             fields.push(cbor::array(
                 self.old_root_uids
                     .iter()
@@ -380,17 +390,20 @@ impl Canonical for Containment {
                     .collect(),
             ));
         }
-        if !self.socket_files.is_empty() || containers {
+        if socket_files {
             fields.push(cbor::list(&self.socket_files));
         }
         if containers {
             fields.push(cbor::list(&self.containers));
         }
+        if waived {
+            fields.push(cbor::list(&self.waived));
+        }
         cbor::array(fields)
     }
     fn from_value(v: Value) -> Result<Self, DecodeError> {
         let arity = match &v {
-            Value::Array(items) if (5..=7).contains(&items.len()) => items.len(),
+            Value::Array(items) if (5..=8).contains(&items.len()) => items.len(),
             _ => 4,
         };
         let mut f = Fields::open(v, "containment", arity)?;
@@ -402,6 +415,7 @@ impl Canonical for Containment {
             old_root_uids: Vec::new(),
             socket_files: Vec::new(),
             containers: Vec::new(),
+            waived: Vec::new(),
         };
         if arity >= 5 {
             c.old_root_uids = f.list(OLD_ROOT_UIDS_MAX, |v| {
@@ -424,7 +438,7 @@ impl Canonical for Containment {
             c.socket_files = f.list(LISTENERS_MAX, SocketFile::from_value)?;
             // One encoding per value: present only when not empty, sorted and distinct by
             // path, each the file of a unix listener.
-            let canonical = (arity == 7 || !c.socket_files.is_empty())
+            let canonical = (arity >= 7 || !c.socket_files.is_empty())
                 && c.socket_files.windows(2).all(|w| w[0].path < w[1].path)
                 && c.socket_files.iter().all(|f| {
                     c.listeners
@@ -438,18 +452,34 @@ impl Canonical for Containment {
                 ));
             }
         }
-        if arity == 7 {
+        if arity >= 7 {
             c.containers = f.list(CONTAINERS_MAX, ContainerRef::from_value)?;
-            // One encoding per value: present only when not empty, sorted and distinct.
-            if c.containers.is_empty() || !c.containers.windows(2).all(|w| w[0] < w[1]) {
-                return Err(DecodeError::schema(
-                    "containment",
-                    "containers must be sorted, distinct, and present only when not empty",
-                ));
-            }
+            c.waived = match arity {
+                8 => f.list(WAIVERS_MAX, Waiver::from_value)?,
+                _ => Vec::new(),
+            };
+            canonical_tail(&c, arity)?;
         }
         Ok(c)
     }
+}
+
+/// One encoding per value for a containment's last two fields: containers present only
+/// when they or the waivers are not empty, each list sorted and distinct.
+fn canonical_tail(c: &Containment, arity: usize) -> Result<(), DecodeError> {
+    if (c.containers.is_empty() && arity == 7) || !c.containers.windows(2).all(|w| w[0] < w[1]) {
+        return Err(DecodeError::schema(
+            "containment",
+            "containers must be sorted, distinct, and present only when not empty",
+        ));
+    }
+    if arity == 8 && (c.waived.is_empty() || !c.waived.windows(2).all(|w| w[0].what < w[1].what)) {
+        return Err(DecodeError::schema(
+            "containment",
+            "waivers must be sorted and distinct by what, and present only when not empty",
+        ));
+    }
+    Ok(())
 }
 
 /// The authenticated consumer (the worker supervisor).

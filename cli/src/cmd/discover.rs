@@ -34,10 +34,10 @@ pub fn run(ctx: &Ctx, seeds: Seeds) -> CmdResult {
     ctx.out(json!({"found": d, "draft": draft}), || {
         draft.trim_end().to_owned()
     });
-    if !d.unknown.is_empty() && !ctx.json {
+    let unknown = d.unknown.len() + d.unknown_starters.len();
+    if unknown > 0 && !ctx.json {
         warn(&format!(
-            "repoch: {} findings are unknown (listed at the end of the draft): resolve each before enrolling",
-            d.unknown.len()
+            "repoch: {unknown} findings are unknown (listed at the end of the draft): resolve each before enrolling"
         ));
     }
     Ok(Outcome::Success)

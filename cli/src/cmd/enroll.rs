@@ -123,7 +123,20 @@ fn enrolled_json(
            "log_append_only": log_err.is_none(), "log_append_only_error": log_err,
            "absent_at_enrollment": absent.iter().map(|(k, p, w)| json!({"kind": k, "path": escape(p), "observed": escape(w)})).collect::<Vec<_>>(),
            "socket_files": v.containment.socket_files.iter().map(|f| json!({"path": f.path, "mode": format!("0o{:o}", f.mode), "uid": f.uid, "gid": f.gid})).collect::<Vec<_>>(),
+           "cross_check": cross_check_json(&e.cross_check),
+           "waived": v.containment.waived.iter().map(|w| json!({"what": w.what, "reason": w.reason})).collect::<Vec<_>>(),
            "fleet": fleet})
+}
+
+/// What the cross-check with the running old root did, for `--json`.
+fn cross_check_json(c: &repoch_issuer::enroll::CrossCheck) -> serde_json::Value {
+    use repoch_issuer::enroll::CrossCheck;
+    match c {
+        CrossCheck::NotRun { why } => json!({"ran": false, "why": why}),
+        CrossCheck::Passed { seeds, processes } => {
+            json!({"ran": true, "seeds": seeds.iter().map(|s| escape(s)).collect::<Vec<_>>(), "processes": processes})
+        }
+    }
 }
 
 /// What the human form says on stderr after an enrollment: the journal and the epoch log
@@ -135,6 +148,9 @@ fn warn_human(
 ) {
     let journal_err = append_only_error(&e.journal_append_only);
     let log_err = append_only_error(&e.log_append_only);
+    if let repoch_issuer::enroll::CrossCheck::NotRun { why } = &e.cross_check {
+        warn(&format!("repoch: note: nothing was cross-checked with the running old root: {why} (docs/OPERATOR.md, \"Discovering the old root\")"));
+    }
     if let Some(w) = &journal_err {
         warn(&format!("repoch: warning: the producer journal is not append-only ({w}); lineage verification will refuse it (lineage-unprotected)"));
     }

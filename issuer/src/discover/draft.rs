@@ -46,10 +46,16 @@ pub fn draft(d: &Discovery) -> String {
         "Cron and at entries that run its executables: remove them",
         &d.scheduled,
     );
+    let unknown: Vec<Found> = d
+        .unknown_starters
+        .iter()
+        .chain(&d.unknown)
+        .cloned()
+        .collect();
     notes(
         &mut s,
         "UNKNOWN: found, not classified or not read; resolve each before enrolling",
-        &d.unknown,
+        &unknown,
     );
     s
 }

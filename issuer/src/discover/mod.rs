@@ -98,6 +98,8 @@ pub struct Discovery {
     pub starters: Vec<Found>,
     /// Lines of cron and at files that name a found executable.
     pub scheduled: Vec<Found>,
+    /// Starters not classified (unknown: listed with the unknowns).
+    pub unknown_starters: Vec<Found>,
     pub unknown: Vec<Found>,
 }
 

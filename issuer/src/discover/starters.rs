@@ -95,7 +95,7 @@ pub(super) fn parents(d: &mut Discovery, pid: u32, ours: &[u32]) {
     let list = if known {
         &mut d.starters
     } else {
-        &mut d.unknown
+        &mut d.unknown_starters
     };
     Discovery::add(list, value, pid, || kind);
 }

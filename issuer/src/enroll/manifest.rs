@@ -22,6 +22,10 @@ pub struct ManifestToml {
     pub predecessor: Option<String>,
     /// The fleet registry (docs/OPERATOR.md, "A fleet registry").
     pub registry: Option<RegistryToml>,
+    /// Authorities of the running old root left out on purpose, `"KIND:VALUE" = "reason"`
+    /// (docs/OPERATOR.md, "Discovering the old root"); kept in the signed manifest.
+    #[serde(default)]
+    pub waive: std::collections::BTreeMap<String, String>,
 }
 
 /// `[registry]`: the etcd cluster that holds the fleet deployment's one epoch.
@@ -170,7 +174,8 @@ pub fn validate(text: &str) -> Result<Validated, EnrollError> {
     repoch_protocol::text::check_name(&m.label).map_err(|w| field("label", w))?;
     check_bounds(&m)?;
     check_paths(&m)?;
-    let containment = check_containment(m.containment)?;
+    let mut containment = check_containment(m.containment)?;
+    containment.waived = waivers(&m.waive)?;
     path_field("consumer.executable", &m.consumer.executable)?;
     if let Some(c) = &m.consumer.cgroup {
         path_field("consumer.cgroup", c)?;
@@ -341,7 +346,37 @@ pub(super) fn check_containment(c: ContainmentToml) -> Result<Containment, Enrol
         old_root_uids,
         socket_files,
         containers,
+        waived: Vec::new(),
     })
+}
+
+/// The `[waive]` table as the signed manifest keeps it (sorted by `what`, as the table
+/// is): each `KIND:VALUE` of a known kind, with a reason, both plain text.
+fn waivers(
+    table: &std::collections::BTreeMap<String, String>,
+) -> Result<Vec<repoch_protocol::manifest::Waiver>, EnrollError> {
+    use repoch_protocol::manifest::{Waiver, WAIVER_KINDS};
+    bounded("waive", &table.iter().collect::<Vec<_>>(), WAIVERS_MAX)?;
+    table
+        .iter()
+        .map(|(what, reason)| {
+            let w = Waiver {
+                what: what.clone(),
+                reason: reason.clone(),
+            };
+            match w.well_formed() {
+                true => Ok(w),
+                false => Err(field(
+                    format!("waive.{}", repoch_protocol::text::escape(what)),
+                    format!(
+                        "expected \"KIND:VALUE\" = \"REASON\", KIND one of {}, a reason, each at most \
+                         {WAIVER_TEXT_BYTES_MAX} bytes of plain text",
+                        WAIVER_KINDS.join(", ")
+                    ),
+                )),
+            }
+        })
+        .collect()
 }
 
 /// Each `ENGINE:NAME` parsed with its engine's socket (root's, checked now as at every

@@ -20,11 +20,13 @@ use crate::storage::Real;
 use crate::store::{self, fstat_identity};
 use repoch_sys::fs::open_path;
 
+mod crosscheck;
 mod fleet;
 mod journal;
 mod lineage;
 mod listeners;
 mod manifest;
+pub use crosscheck::CrossCheck;
 
 use fleet::*;
 use journal::*;
@@ -199,6 +201,8 @@ pub struct Enrolled {
     pub fleet_hosts: Vec<repoch_protocol::fleet::FleetHost>,
     /// With a `[registry]`: the fleet's id, and whether this enrollment established it.
     pub fleet: Option<(repoch_protocol::fleet::FleetId, bool)>,
+    /// What the cross-check with the running old root did.
+    pub cross_check: crosscheck::CrossCheck,
 }
 
 /// Longest wait for another enrollment on the same state root to finish.
@@ -248,6 +252,7 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
     let _enrolling = lock_enrollments(layout)?;
     let predecessor = predecessor_of(layout, v, &issuer)?;
     unnamed_controllers(v)?;
+    let cross_check = crosscheck::cross_check(v)?;
     let inventory = existing_inventory(v)?;
     // The fleet, before anything is written here: joined (its record read and this
     // cluster checked against it) or established (its record made now).
@@ -274,6 +279,7 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
         }
         (done, _) => done,
     }
+    .map(|e| Enrolled { cross_check, ..e })
 }
 
 /// Every service systemd could start that runs an enrolled executable is named under
@@ -501,6 +507,9 @@ fn enroll_with(
         manifest_hash,
         fleet_hosts,
         fleet: fleet.map(|f| (f.pin.id, f.established)),
+        cross_check: crosscheck::CrossCheck::NotRun {
+            why: "not asked".into(),
+        },
     })
 }
 

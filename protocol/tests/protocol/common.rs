@@ -82,6 +82,7 @@ pub fn manifest() -> Manifest {
             old_root_uids: vec![],
             socket_files: vec![],
             containers: vec![],
+            waived: vec![],
         },
         consumer: Consumer {
             uid: 990,

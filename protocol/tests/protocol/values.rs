@@ -479,3 +479,53 @@ fn containers_have_one_encoding_and_name_a_known_engine() {
     }
     assert!(Containment::from_value(v).is_err());
 }
+
+#[test]
+fn waivers_have_one_encoding_each_a_known_kind_with_a_reason() {
+    // Waivers are the containment's eighth field, every field before them present (even
+    // empty), sorted and distinct by what; each KIND:VALUE of a known kind with a reason,
+    // plain text. Anything else does not decode.
+    use repoch_protocol::manifest::{Containment, Waiver};
+    let w = |what: &str, reason: &str| Waiver {
+        what: what.into(),
+        reason: reason.into(),
+    };
+    let good = Containment {
+        waived: vec![
+            w("lock:/srv/a/cache.lock", "a cache, not the exclusion"),
+            w(
+                "starter:4242 bash",
+                "the operator's session, ended before recovering",
+            ),
+            w("unit:billing-root.timer", "masked with the service"),
+        ],
+        ..Containment::default()
+    };
+    let bytes = good.to_bytes();
+    assert_eq!(Containment::from_bytes(&bytes).unwrap(), good);
+    match good.to_value() {
+        ciborium::value::Value::Array(items) => assert_eq!(items.len(), 8),
+        v => panic!("{v:?}"),
+    }
+    for bad in [
+        vec![good.waived[1].clone(), good.waived[0].clone()],
+        vec![good.waived[0].clone(), good.waived[0].clone()],
+        vec![w("port:80", "no such kind")],
+        vec![w("unit:", "no value")],
+        vec![w("unit:x.service", "")],
+        vec![w("unit:x.service", "a reason \u{202e} reversed")],
+        vec![w(&format!("unit:{}", "u".repeat(260)), "too long")],
+    ] {
+        let v = Containment {
+            waived: bad.clone(),
+            ..Containment::default()
+        };
+        assert!(Containment::from_bytes(&v.to_bytes()).is_err(), "{bad:?}");
+    }
+    // Nine fields is no containment.
+    let mut v = good.to_value();
+    if let ciborium::value::Value::Array(items) = &mut v {
+        items.push(ciborium::value::Value::Array(vec![]));
+    }
+    assert!(Containment::from_value(v).is_err());
+}

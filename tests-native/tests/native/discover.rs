@@ -238,3 +238,74 @@ fn a_user_namespace_another_uid_made_names_that_uid_and_a_cron_line_is_found() {
     let scheduled = values(found, "scheduled");
     assert_eq!(scheduled, ["/var/spool/cron/crontabs/root:1"], "{found}");
 }
+
+#[test]
+#[ignore = "needs root"]
+fn enrolling_while_the_old_root_runs_refuses_what_the_manifest_leaves_out_until_named_or_waived() {
+    // The old root runs in its cgroup: its own program holding the deployment's fence,
+    // and a sidecar of it holding a unix listener. A manifest naming only the cgroup is
+    // refused, naming the executable's line; with the executable, refused naming the
+    // listener; with the listener and the old root's starter (this test) waived, each
+    // with a reason, it enrolls, the waivers kept in the signed manifest. Nothing is
+    // created by a refused enrollment.
+    require_root!();
+    let s = Sandbox::new();
+    let cg = Cgroup::new(&format!("repoch-crosscheck-{}", s.tag));
+    let exe = own_copy_of_the_helper(&s);
+    let sock = s.srv.join("old-root.sock");
+    let _holder = in_cgroup(&cg, &exe, &["flock", s.srv.join("lock").to_str().unwrap()]);
+    let _sidecar = in_cgroup(&cg, &exe, &["listen-unix", sock.to_str().unwrap()]);
+    let enroll = |extra: &str| {
+        let p = s.path("manifest.toml");
+        std::fs::write(&p, s.manifest(extra)).unwrap();
+        s.enroll_manifest(&p)
+    };
+    let only_cgroup = format!("[containment]\ncgroups = [\"{}\"]\n", cg.rel);
+    let r = enroll(&only_cgroup);
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
+    let said = r.json()["message"].as_str().unwrap().to_owned();
+    assert!(
+        said.contains("containment.executables")
+            && said.contains(&format!("[waive] \"executable:{}\"", exe.display())),
+        "{said}"
+    );
+    assert!(
+        !s.srv.join("journal").exists(),
+        "a refused enrollment created the journal"
+    );
+    let with_exe = format!("{only_cgroup}executables = [\"{}\"]\n", exe.display());
+    let r = enroll(&with_exe);
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
+    let said = r.json()["message"].as_str().unwrap().to_owned();
+    let listener = format!("listener:unix:{}", sock.display());
+    assert!(
+        said.contains("containment.listeners") && said.contains(&listener),
+        "{said}"
+    );
+    let me = std::process::id();
+    let program = std::env::current_exe().unwrap();
+    let program = program.file_name().unwrap().to_string_lossy();
+    let waived = format!(
+        "{with_exe}\n[waive]\n\"{listener}\" = \"a debug socket, gone with the old root\"\n\
+         \"starter:{me} {program}\" = \"the test that started it, which does not again\"\n"
+    );
+    let r = enroll(&waived);
+    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
+    let v = r.json();
+    assert_eq!(v["cross_check"]["ran"], true, "{v}");
+    let id = v["deployment"].as_str().unwrap();
+    let bytes = std::fs::read(s.state_dir(id).join("manifest.cbor")).unwrap();
+    use repoch_protocol::cbor::Canonical as _;
+    let signed = repoch_protocol::manifest::SignedManifest::from_bytes(&bytes).unwrap();
+    let kept: Vec<&str> = signed
+        .manifest
+        .containment
+        .waived
+        .iter()
+        .map(|w| w.what.as_str())
+        .collect();
+    assert_eq!(
+        kept,
+        [listener.as_str(), &format!("starter:{me} {program}")]
+    );
+}

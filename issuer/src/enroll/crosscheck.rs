@@ -1,0 +1,222 @@
+//! Enrollment's cross-check (docs/OPERATOR.md, "Discovering the old root"): while the old
+//! root runs, what `repoch discover` finds from what the manifest names (its cgroups, the
+//! processes running its executables, its active units) must be named in the manifest or
+//! waived in its `[waive]` table, with a reason the genesis keeps. The first authority left
+//! out refuses the enrollment, naming the line to add. When nothing of the old root runs,
+//! nothing is cross-checked, and the enrollment says so.
+
+use super::*;
+use crate::discover::{self, Discovery, Found, Seed};
+use repoch_sys::held_by;
+
+/// What the cross-check did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CrossCheck {
+    /// Nothing of the old root runs now (`why` says what was looked for).
+    NotRun { why: String },
+    /// The old root's processes found from `seeds` hold nothing the manifest does not
+    /// name or waive.
+    Passed {
+        seeds: Vec<String>,
+        processes: usize,
+    },
+}
+
+/// One authority found and left out: the manifest field to add it to (or `waive`), the
+/// waiver key, and why it was found.
+struct LeftOut {
+    field: &'static str,
+    what: String,
+    why: String,
+}
+
+/// The cross-check of `v` against the live system.
+pub(super) fn cross_check(v: &Validated) -> Result<CrossCheck, EnrollError> {
+    let cmd = repoch_sys::systemd::systemctl_command();
+    let systemctl = repoch_sys::systemd::booted(&cmd).then_some(cmd.as_slice());
+    let seeds = seeds(&v.containment, systemctl);
+    if seeds.is_empty() {
+        return Ok(CrossCheck::NotRun {
+            why: "no process runs in the named cgroups or units, or runs the named executables"
+                .into(),
+        });
+    }
+    let d = discover::discover(&seeds, systemctl).map_err(|e| EnrollError::Refused {
+        what: "the cross-check with the running old root".into(),
+        why: e.to_string(),
+    })?;
+    let waived: Vec<&str> = v
+        .containment
+        .waived
+        .iter()
+        .map(|w| w.what.as_str())
+        .collect();
+    if let Some(l) = left_out(v, &d)
+        .into_iter()
+        .find(|l| !waived.contains(&l.what.as_str()))
+    {
+        use repoch_protocol::text::escape;
+        return Err(field(
+            l.field,
+            format!(
+                "the running old root holds {} ({}), which the manifest neither names nor \
+                 waives: add it to {}, or waive it: [waive] \"{}\" = \"REASON\"",
+                escape(l.what.split_once(':').map_or(&l.what[..], |(_, v)| v)),
+                escape(&l.why),
+                l.field,
+                escape(&l.what)
+            ),
+        ));
+    }
+    Ok(CrossCheck::Passed {
+        seeds: d.seeds.clone(),
+        processes: d.processes.len(),
+    })
+}
+
+/// Where the old root runs now, by what the manifest names: each named cgroup that exists,
+/// each process that runs a named executable, each named unit systemd runs in a cgroup.
+fn seeds(c: &Containment, systemctl: Option<&[String]>) -> Vec<Seed> {
+    let mut seeds = Vec::new();
+    let root = repoch_sys::cgroup::mount_point().ok();
+    let populated = |cg: &str| {
+        root.as_deref()
+            .and_then(|r| repoch_sys::cgroup::occupancy(r, cg).ok())
+            .is_some_and(|o| !o.procs.is_empty())
+    };
+    for cg in c.cgroups.iter().filter(|cg| populated(cg)) {
+        seeds.push(Seed::Cgroup(cg.clone()));
+    }
+    for pid in held_by::all_pids().unwrap_or_default() {
+        if held_by::exe(pid).is_some_and(|e| c.executables.contains(&e)) {
+            seeds.push(Seed::Pid(pid));
+        }
+    }
+    if let (Some(cmd), false) = (systemctl, c.units.is_empty()) {
+        // A unit that runs in no cgroup here (inactive, not found, or another manager's
+        // whose cgroups are not this host's) starts nothing now that a seed could follow.
+        let shown = repoch_sys::systemd::show_properties(cmd, "ControlGroup", &c.units);
+        for props in shown.unwrap_or_default() {
+            if let Some((_, cg)) = props
+                .iter()
+                .find(|(k, v)| k == "ControlGroup" && populated(v))
+            {
+                seeds.push(Seed::Cgroup(cg.clone()));
+            }
+        }
+    }
+    seeds
+}
+
+/// Every authority of `d` the manifest `v` does not name (waivers not yet applied).
+fn left_out(v: &Validated, d: &Discovery) -> Vec<LeftOut> {
+    let c = &v.containment;
+    let mut out = Vec::new();
+    let mut each =
+        |found: &[Found], field: &'static str, kind: &str, named: &dyn Fn(&str) -> bool| {
+            for f in found.iter().filter(|f| !named(&f.value)) {
+                out.push(LeftOut {
+                    field,
+                    what: format!("{kind}:{}", f.value),
+                    why: f.why.clone(),
+                });
+            }
+        };
+    let units = |u: &str| c.units.iter().any(|n| n == u);
+    each(&d.units, "containment.units", "unit", &units);
+    each(&d.unit_starters, "containment.units", "unit", &units);
+    // A named unit's own cgroup is the unit's: the unit fact holds it.
+    let held_cgroup = |cg: &str| {
+        cg.rsplit('/').next().is_some_and(&units)
+            || c.cgroups
+                .iter()
+                .any(|n| repoch_sys::cgroup::is_within(cg, n))
+    };
+    each(&d.cgroups, "containment.cgroups", "cgroup", &held_cgroup);
+    // An executable must be named when a process runs it outside every held cgroup: there
+    // only the executable holds it. (Inside, naming it too holds an escape from the cgroup.)
+    let outside: Vec<Found> = d
+        .executables
+        .iter()
+        .filter(|e| {
+            d.processes
+                .iter()
+                .any(|p| p.exe == e.value && !held_cgroup(&p.cgroup))
+        })
+        .cloned()
+        .collect();
+    each(&outside, "containment.executables", "executable", &|e| {
+        c.executables.iter().any(|n| n == e)
+    });
+    each(&d.uids, "containment.old_root_uids", "uid", &|u| {
+        u.parse().is_ok_and(|u: u32| c.old_root_uids.contains(&u))
+    });
+    each(&d.listeners, "containment.listeners", "listener", &|l| {
+        c.listeners.iter().any(|n| covers(&n.to_string(), l))
+    });
+    each(&d.locks, "fences", "lock", &|p| {
+        v.fences.iter().any(|f| f == p)
+    });
+    each(&d.scheduled, "waive", "scheduled", &|_| false);
+    each(&d.unknown, "waive", "unknown", &|_| false);
+    out.extend(starters(d));
+    out
+}
+
+/// Whether the manifest's listener `named` holds the endpoint `found` (both spelled as the
+/// manifest spells them): the same, or `KIND:*:PORT` for any address of that kind and port.
+fn covers(named: &str, found: &str) -> bool {
+    let parts = |s: &str| {
+        let (kind, rest) = s.split_once(':')?;
+        let (addr, port) = rest.rsplit_once(':')?;
+        Some((kind.to_owned(), addr.to_owned(), port.to_owned()))
+    };
+    named == found
+        || matches!((parts(named), parts(found)), (Some((k, a, p)), Some((k2, _, p2)))
+            if k != "unix" && a == "*" && k == k2 && p == p2)
+}
+
+/// The starters of the old root's processes that no manifest line holds: every parent that
+/// is not one of its processes, but the system's systemd (its units and cgroups are
+/// named or left out above). Keyed by the starter's pid and program, which stay while it
+/// runs.
+fn starters(d: &Discovery) -> Vec<LeftOut> {
+    let ours: Vec<u32> = d.processes.iter().map(|p| p.pid).collect();
+    let mut out: Vec<LeftOut> = Vec::new();
+    for p in d.processes.iter().filter(|p| !ours.contains(&p.ppid)) {
+        let Some(a) = held_by::ancestor(p.ppid) else {
+            continue; // gone: it starts nothing any more
+        };
+        let program = std::path::Path::new(&a.exe)
+            .file_name()
+            .map_or(a.comm.clone(), |n| n.to_string_lossy().into_owned());
+        if a.pid == 1 && program == "systemd" {
+            continue;
+        }
+        let what = format!("starter:{} {program}", a.pid);
+        if !out.iter().any(|l| l.what == what) {
+            out.push(LeftOut {
+                field: "waive",
+                what,
+                why: format!("it started pid {}, and may start it again", p.pid),
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listener_on_every_address_covers_one_address_of_its_kind_and_port_only() {
+        assert!(covers("tcp:*:7071", "tcp:127.0.0.1:7071"));
+        assert!(covers("tcp:*:7071", "tcp:[::1]:7071"));
+        assert!(covers("udp:[::1]:53", "udp:[::1]:53"));
+        assert!(!covers("tcp:*:7071", "udp:127.0.0.1:7071"));
+        assert!(!covers("tcp:*:7071", "tcp:127.0.0.1:7072"));
+        assert!(!covers("tcp:127.0.0.1:7071", "tcp:*:7071"));
+        assert!(!covers("unix:/run/a.sock", "unix:/run/b.sock"));
+    }
+}
