@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use crate::error::{Context as _, Error};
-use crate::procfs::{read_small, PROC_FDS_MAX, PROC_FILE_BYTES_MAX};
+use crate::procfs::{read_small_lossy, PROC_FDS_MAX, PROC_FILE_BYTES_MAX};
 
 /// Lines of one `/proc/PID/net/*` table read; past it the table is an error.
 pub const NET_TABLE_LINES_MAX: usize = 1 << 16;
@@ -72,17 +72,18 @@ pub fn listening(pid: u32, inodes: &[u64]) -> Result<Vec<Listening>, Error> {
         ("udp6", true),
     ] {
         let path = format!("/proc/{pid}/net/{table}");
-        let text =
-            read_small(Path::new(&path), NET_TABLE_BYTES_MAX).context(format_args!("{path}"))?;
-        for line in text.lines().skip(1).take(NET_TABLE_LINES_MAX) {
+        let text = read_small_lossy(Path::new(&path), NET_TABLE_BYTES_MAX)
+            .context(format_args!("{path}"))?;
+        for line in table_lines(&path, &text)? {
             if let Some(l) = inet_line(line, udp).filter(|l| inodes.contains(&l.inode)) {
                 out.push(l);
             }
         }
     }
     let path = format!("/proc/{pid}/net/unix");
-    let text = read_small(Path::new(&path), NET_TABLE_BYTES_MAX).context(format_args!("{path}"))?;
-    for line in text.lines().skip(1).take(NET_TABLE_LINES_MAX) {
+    let text =
+        read_small_lossy(Path::new(&path), NET_TABLE_BYTES_MAX).context(format_args!("{path}"))?;
+    for line in table_lines(&path, &text)? {
         if let Some(l) = unix_line(line).filter(|l| inodes.contains(&l.inode)) {
             out.push(l);
         }
@@ -90,6 +91,20 @@ pub fn listening(pid: u32, inodes: &[u64]) -> Result<Vec<Listening>, Error> {
     out.sort();
     out.dedup();
     Ok(out)
+}
+
+/// The lines of table `text` (read from `path`) after its header; more than
+/// [`NET_TABLE_LINES_MAX`] is an error, never a cut table (what came after the cut would
+/// be unseen).
+fn table_lines<'t>(path: &str, text: &'t str) -> Result<std::str::Lines<'t>, Error> {
+    if text.lines().count() > NET_TABLE_LINES_MAX + 1 {
+        return Err(Error::Found(format!(
+            "{path}: more than {NET_TABLE_LINES_MAX} sockets (NET_TABLE_LINES_MAX)"
+        )));
+    }
+    let mut lines = text.lines();
+    lines.next();
+    Ok(lines)
 }
 
 /// One line of `/proc/net/{tcp,udp}{,6}`: a TCP socket listening, or a UDP socket bound to
@@ -125,24 +140,47 @@ fn address(hex: &str) -> Option<String> {
     Some(match ip {
         ip if ip.is_unspecified() => "*".into(),
         std::net::IpAddr::V4(v4) => v4.to_string(),
-        std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+        // An IPv4-mapped address is that IPv4 address, as a manifest must spell it.
+        std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => format!("[{v6}]"),
+        },
     })
 }
 
-/// One line of `/proc/net/unix`: a socket bound to a path that listens (stream,
-/// seqpacket) or receives (datagram); abstract and unbound sockets are `None`.
+/// One line of `/proc/net/unix`: a socket bound to a name that listens (stream,
+/// seqpacket) or receives (datagram); unbound sockets are `None`. The path is the rest of
+/// the line (it may hold spaces); an abstract name is spelled `unix:@NAME`, which no
+/// manifest can name (the caller says so).
 fn unix_line(line: &str) -> Option<Listening> {
-    let f: Vec<&str> = line.split_whitespace().collect();
-    let (flags, kind, inode, path) = (f.get(3)?, f.get(4)?, f.get(6)?, f.get(7)?);
+    let (f, path) = fields_and_rest(line, 7)?;
+    let (flags, kind, inode) = (f[3], f[4], f[6]);
     let flags = u32::from_str_radix(flags, 16).ok()?;
-    let datagram = *kind == "0002";
-    if !path.starts_with('/') || !(datagram || flags & SO_ACCEPTCON != 0) {
+    let datagram = kind == "0002";
+    if path.is_empty() || !(datagram || flags & SO_ACCEPTCON != 0) {
         return None;
     }
     Some(Listening {
         spelled: format!("unix:{path}"),
         inode: inode.parse().ok()?,
     })
+}
+
+/// The first `n` whitespace-separated fields of `line`, and what follows them (its
+/// leading blanks cut): a last field that may hold spaces.
+fn fields_and_rest(line: &str, n: usize) -> Option<(Vec<&str>, &str)> {
+    let mut fields = Vec::with_capacity(n);
+    let mut rest = line;
+    for _ in 0..n {
+        rest = rest.trim_start_matches([' ', '\t']);
+        let end = rest.find([' ', '\t']).unwrap_or(rest.len());
+        if end == 0 {
+            return None;
+        }
+        fields.push(&rest[..end]);
+        rest = &rest[end..];
+    }
+    Some((fields, rest.trim_start_matches([' ', '\t'])))
 }
 
 /// A lock a process holds on one of its open files.
@@ -164,7 +202,7 @@ pub fn locks_held(pid: u32) -> Result<Vec<LockHeld>, Error> {
         .take(PROC_FDS_MAX)
     {
         let Ok(e) = e else { continue };
-        let Ok(info) = read_small(&e.path(), PROC_FILE_BYTES_MAX) else {
+        let Ok(info) = read_small_lossy(&e.path(), PROC_FILE_BYTES_MAX) else {
             continue; // closed meanwhile
         };
         let locks: Vec<_> = info
@@ -204,7 +242,8 @@ pub struct RunsAs {
 /// `pid`'s uids (`Uid:` in its status) and its user namespace's owner when it is not ours.
 pub fn runs_as(pid: u32) -> Result<RunsAs, Error> {
     let path = format!("/proc/{pid}/status");
-    let s = read_small(Path::new(&path), PROC_FILE_BYTES_MAX).context(format_args!("{path}"))?;
+    let s =
+        read_small_lossy(Path::new(&path), PROC_FILE_BYTES_MAX).context(format_args!("{path}"))?;
     let mut uids = s
         .lines()
         .find_map(|l| l.strip_prefix("Uid:"))
@@ -266,7 +305,7 @@ pub struct Ancestor {
 
 /// `pid` as an [`Ancestor`]; `None` once it has exited.
 pub fn ancestor(pid: u32) -> Option<Ancestor> {
-    let s = read_small(Path::new(&format!("/proc/{pid}/stat")), PROC_FILE_BYTES_MAX).ok()?;
+    let s = read_small_lossy(Path::new(&format!("/proc/{pid}/stat")), PROC_FILE_BYTES_MAX).ok()?;
     let open = s.find('(')?;
     let close = s.rfind(')')?;
     let comm = s.get(open + 1..close)?.to_owned();
@@ -319,6 +358,12 @@ mod tests {
         assert_eq!(inet_line(any, false).unwrap().spelled, "tcp:*:80");
         let v6 = "   0: 00000000000000000000000001000000:0035 00000000000000000000000000000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 9 2";
         assert_eq!(inet_line(v6, true).unwrap().spelled, "udp:[::1]:53");
+        // ::ffff:127.0.0.1, as the kernel prints it: the IPv4 address.
+        let mapped = "   0: 0000000000000000FFFF00000100007F:4311 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 10 1";
+        assert_eq!(
+            inet_line(mapped, false).unwrap().spelled,
+            "tcp:127.0.0.1:17169"
+        );
     }
 
     #[test]
@@ -331,14 +376,23 @@ mod tests {
                 inode: 31337
             })
         );
-        // Connected stream, abstract, unbound: none is a listener.
+        // Connected stream, unbound: no listener; an abstract name is spelled with `@`; a
+        // path with spaces is whole.
         assert_eq!(
             unix_line(&listening.replace(" 00010000 ", " 00000000 ")),
             None
         );
         assert_eq!(
-            unix_line(&listening.replace("/run/x.sock", "@abstract")),
-            None
+            unix_line(&listening.replace("/run/x.sock", "@abstract"))
+                .unwrap()
+                .spelled,
+            "unix:@abstract"
+        );
+        assert_eq!(
+            unix_line(&listening.replace("/run/x.sock", "/run/with space.sock"))
+                .unwrap()
+                .spelled,
+            "unix:/run/with space.sock"
         );
         assert_eq!(
             unix_line("0000000000000000: 00000002 00000000 00000000 0002 01 5"),

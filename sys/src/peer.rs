@@ -125,6 +125,13 @@ pub struct Walked {
 /// uid or from root (docs/THREAT-MODEL.md, "The consumer's connection"). A thread whose
 /// table is its process's first task's (`kcmp(KCMP_FILES)`) is not read again.
 pub fn socket_holders(inode: u64, uids: &[u32]) -> Result<Walked, Error> {
+    socket_holders_with(inode, uids, &[])
+}
+
+/// [`socket_holders`], with the tasks of the processes `made` read whatever their uid: the
+/// processes a holder made since it was last walked (a child may give up its parent's
+/// uid, and keep the copy it inherited).
+pub fn socket_holders_with(inode: u64, uids: &[u32], made: &[u32]) -> Result<Walked, Error> {
     // Each directory is opened relative to the one above it and each link read relative
     // to its directory: the kernel resolves one name per call, not a path from `/`.
     let proc = dir_at(rustix::fs::CWD, "/proc").context("/proc")?;
@@ -134,6 +141,8 @@ pub fn socket_holders(inode: u64, uids: &[u32]) -> Result<Walked, Error> {
         tables: 0,
     };
     for pid in super::procfs::pids().context("/proc")? {
+        let any_uid = made.contains(&pid);
+        let uids = if any_uid { None } else { Some(uids) };
         if process_holds(&proc, pid, uids, target.as_bytes(), &mut walked.tables)? {
             walked.holders.push(pid);
         }
@@ -141,13 +150,13 @@ pub fn socket_holders(inode: u64, uids: &[u32]) -> Result<Walked, Error> {
     Ok(walked)
 }
 
-/// Whether a task of process `pid` whose real uid is one of `uids` holds `target` (a
+/// Whether a task of process `pid` whose real uid is one of `uids` (any, for `None`) holds `target` (a
 /// `socket:[INODE]` link); `tables` counts the descriptor tables read. A process gone
 /// meanwhile holds nothing.
 fn process_holds(
     proc: &OwnedFd,
     pid: u32,
-    uids: &[u32],
+    uids: Option<&[u32]>,
     target: &[u8],
     tables: &mut usize,
 ) -> Result<bool, Error> {
@@ -177,7 +186,7 @@ fn process_holds(
             )));
         }
         let Ok(at) = tasks.fd() else { break };
-        if !real_uid(at, tid).is_some_and(|u| uids.contains(&u)) {
+        if uids.is_some_and(|uids| !real_uid(at, tid).is_some_and(|u| uids.contains(&u))) {
             continue; // another user's, or exited meanwhile
         }
         match first {
@@ -240,7 +249,8 @@ fn real_uid(tasks: std::os::fd::BorrowedFd<'_>, tid: u32) -> Option<u32> {
         rustix::fs::Mode::empty(),
     )
     .ok()?;
-    super::procfs::read_small_from(f.into(), super::procfs::PROC_FILE_BYTES_MAX)
+    // Lossy: a task whose name is not UTF-8 is still read (its name is not parsed).
+    super::procfs::read_small_lossy_from(f.into(), super::procfs::PROC_FILE_BYTES_MAX)
         .ok()?
         .lines()
         .find_map(|l| l.strip_prefix("Uid:"))?
@@ -287,13 +297,18 @@ impl From<NotSole> for Error {
 /// socket's inode), then the descriptors of every task of the peer's `uid` and of root
 /// are scanned for it ([`socket_holders`] says why no other user's).
 pub fn sole_holder(ours: impl std::os::fd::AsFd, pid: u32, uid: u32) -> Result<(), NotSole> {
-    sole_holder_walked(ours, pid, uid).map(|_| ())
+    sole_holder_walked(ours, pid, uid, &[]).map(|_| ())
 }
 
 /// [`sole_holder`], with what its walk read.
-fn sole_holder_walked(ours: impl std::os::fd::AsFd, pid: u32, uid: u32) -> Result<Walked, NotSole> {
+fn sole_holder_walked(
+    ours: impl std::os::fd::AsFd,
+    pid: u32,
+    uid: u32,
+    made: &[u32],
+) -> Result<Walked, NotSole> {
     let peer = peer_socket(&ours)?;
-    let walked = socket_holders(peer, &[uid, 0])?;
+    let walked = socket_holders_with(peer, &[uid, 0], made)?;
     if walked.holders.is_empty() {
         return Err(NotSole::Gone(format!(
             "the connection (peer socket {peer}) is held by no process: pid {pid} closed it \
@@ -321,6 +336,10 @@ fn peer_socket(ours: &impl std::os::fd::AsFd) -> Result<u64, NotSole> {
     }
 }
 
+/// Processes made by a held connection's holder (and by those it made) followed at most:
+/// past it the events cannot vouch.
+pub const HELD_MADE_MAX: usize = 4096;
+
 /// Process events read in one check of a [`Held`] connection at most: past it the
 /// events cannot vouch and the walk stands in.
 pub const HELD_EVENTS_MAX: usize = 1 << 16;
@@ -345,6 +364,9 @@ pub struct Held {
     uid: u32,
     /// The holder's parent when last walked (a `CLONE_PARENT` fork names it).
     parent: Option<u32>,
+    /// The processes the holder and those made the events saw since the subscription (at
+    /// most [`HELD_MADE_MAX`]): a walk reads them whatever their uid.
+    made: Vec<u32>,
     events: Result<crate::procevents::Subscription, Error>,
     walks: u32,
     /// Whether the last walk found the holder alone: a check after one that did not walks
@@ -363,6 +385,7 @@ impl Held {
             pid,
             uid,
             parent: None,
+            made: Vec::new(),
             events,
             walks: 0,
             proved: false,
@@ -386,9 +409,16 @@ impl Held {
         }
         peer_socket(&ours)?;
         let why = self.unvouched();
-        self.walked_because = match self.proved {
-            true => why,
-            false => Some("the last walk did not find it held by its peer alone".into()),
+        // Its parent now: re-parented since (its parent's last thread exited without the
+        // leader's exit to see), a `CLONE_PARENT` fork would name a parent not followed.
+        let parent = super::procfs::parent(self.pid);
+        self.walked_because = match (self.proved, parent == self.parent) {
+            (false, _) => Some("the last walk did not find it held by its peer alone".into()),
+            (true, false) => Some(format!(
+                "pid {}'s parent is {parent:?}, not {:?} as at the last walk",
+                self.pid, self.parent
+            )),
+            (true, true) => why,
         };
         match self.walked_because {
             None => Ok(()),
@@ -410,7 +440,7 @@ impl Held {
         // The parent read before the walk: a fork it makes after shows in the events.
         self.parent = super::procfs::parent(self.pid);
         self.walks = self.walks.saturating_add(1);
-        let walked = sole_holder_walked(ours, self.pid, self.uid);
+        let walked = sole_holder_walked(ours, self.pid, self.uid, &self.made);
         self.proved = walked.is_ok();
         walked.map(|_| ())
     }
@@ -419,44 +449,69 @@ impl Held {
     /// the connection; `None` when they can. Reads every event queued (at most
     /// [`HELD_EVENTS_MAX`]).
     fn unvouched(&mut self) -> Option<String> {
-        use crate::procevents::{Event, Next};
         let events = match &mut self.events {
             Ok(s) => s,
             Err(e) => return Some(format!("no process events here: {e}")),
         };
-        let (pid, parent) = (self.pid, self.parent);
-        let mut why = None;
-        for _ in 0..HELD_EVENTS_MAX {
-            let seen = match events.read() {
-                Next::Empty => return why,
-                Next::Lost(w) => Some(format!("process events lost: {w}")),
-                Next::Event(m) => match m.event {
-                    Event::Fork {
-                        parent_tgid,
-                        child_pid,
-                        child_tgid,
-                    } if child_pid == child_tgid
-                        && (parent_tgid == pid || Some(parent_tgid) == parent) =>
-                    {
-                        Some(format!("pid {parent_tgid} made process {child_tgid}"))
-                    }
-                    Event::Exit { pid: p, tgid } if p == tgid && Some(tgid) == parent => {
-                        Some(format!("pid {pid}'s parent {tgid} exited"))
-                    }
-                    Event::Ptrace { tgid, tracer_tgid } if tgid == pid && tracer_tgid != 0 => {
-                        Some(format!("pid {tracer_tgid} traced pid {pid}"))
-                    }
-                    _ => None,
-                },
-            };
-            if why.is_none() {
-                why = seen;
-            }
-        }
-        Some(why.unwrap_or_else(|| {
-            format!("over {HELD_EVENTS_MAX} process events since the last check")
-        }))
+        let mut made = std::mem::take(&mut self.made);
+        let why = drain(events, (self.pid, self.parent), &mut made);
+        self.made = made;
+        why
     }
+}
+
+/// Reads every event queued on `events` (at most [`HELD_EVENTS_MAX`]) for the holder `pid`
+/// whose parent is `parent`: why they cannot vouch, or `None`. A process the holder (or
+/// one it made, or its parent) made joins `made`, to be read whatever its uid.
+fn drain(
+    events: &mut crate::procevents::Subscription,
+    (pid, parent): (u32, Option<u32>),
+    made: &mut Vec<u32>,
+) -> Option<String> {
+    use crate::procevents::{Event, Next};
+    let mut why = None;
+    for _ in 0..HELD_EVENTS_MAX {
+        let seen = match events.read() {
+            Next::Empty => return why,
+            Next::Lost(w) => Some(format!("process events lost: {w}")),
+            Next::Event(m) => match m.event {
+                Event::Fork {
+                    parent_tgid,
+                    child_pid,
+                    child_tgid,
+                } if child_pid == child_tgid
+                    && (parent_tgid == pid
+                        || Some(parent_tgid) == parent
+                        || made.contains(&parent_tgid)) =>
+                {
+                    if made.len() < HELD_MADE_MAX {
+                        made.push(child_tgid);
+                        Some(format!("pid {parent_tgid} made process {child_tgid}"))
+                    } else {
+                        Some(format!(
+                            "over {HELD_MADE_MAX} processes made (HELD_MADE_MAX)"
+                        ))
+                    }
+                }
+                // Any task of the parent: its leader may have exited before.
+                Event::Exit { pid: _, tgid } if Some(tgid) == parent => {
+                    Some(format!("pid {pid}'s parent {tgid} exited"))
+                }
+                Event::Ptrace { tgid, tracer_tgid } if tgid == pid && tracer_tgid != 0 => {
+                    Some(format!("pid {tracer_tgid} traced pid {pid}"))
+                }
+                _ => None,
+            },
+        };
+        if why.is_none() {
+            why = seen;
+        }
+    }
+    Some(
+        why.unwrap_or_else(|| {
+            format!("over {HELD_EVENTS_MAX} process events since the last check")
+        }),
+    )
 }
 
 #[cfg(test)]
@@ -576,7 +631,7 @@ mod tests {
         (0..4).for_each(|_| started.recv().unwrap());
         // No socket has inode 0: every task of ours is looked at.
         let mut tables = 0;
-        assert!(!process_holds(&proc, me, &uid, b"socket:[0]", &mut tables).unwrap());
+        assert!(!process_holds(&proc, me, Some(&uid), b"socket:[0]", &mut tables).unwrap());
         assert_eq!(
             tables, 1,
             "four threads and the test harness's share one table"
@@ -584,7 +639,7 @@ mod tests {
         threads.push(spawn(true));
         started.recv().unwrap();
         let mut tables = 0;
-        assert!(!process_holds(&proc, me, &uid, b"socket:[0]", &mut tables).unwrap());
+        assert!(!process_holds(&proc, me, Some(&uid), b"socket:[0]", &mut tables).unwrap());
         assert_eq!(tables, 2, "the unshared thread's table is its own");
         for _ in &threads {
             tx.send(()).unwrap();
@@ -633,5 +688,173 @@ mod tests {
         // gone and took the only copy of the other end with it.
         let gone = held.again(&ours);
         assert!(matches!(gone, Err(NotSole::Gone(_))), "{gone:?}");
+    }
+
+    /// A holder whose name is not UTF-8 (any process can `prctl(PR_SET_NAME)` one) is
+    /// still read: its status is read lossily (it was skipped as another user's).
+    #[test]
+    fn a_holder_whose_name_is_not_utf8_is_found() {
+        let _alone = DESCRIPTOR_TABLE.lock().unwrap_or_else(|e| e.into_inner());
+        let (_ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let ino = inode(&theirs);
+        // Only a process itself can name itself so (`/proc/PID/comm` of another: EINVAL).
+        let mut child = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import ctypes, time\n\
+                 ctypes.CDLL(None).prctl(15, b'old\\xffroot', 0, 0, 0)\n\
+                 print('named', flush=True)\n\
+                 time.sleep(60)",
+            ])
+            .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
+                theirs,
+            )))
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut named = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut named,
+        )
+        .unwrap();
+        assert_eq!(named.trim(), "named");
+        let comm = std::fs::read(format!("/proc/{}/comm", child.id())).unwrap();
+        assert!(std::str::from_utf8(&comm).is_err(), "{comm:?}");
+        let uid = rustix::process::getuid().as_raw();
+        let found = socket_holders(ino, &[uid]).map(|w| w.holders);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(found.unwrap(), [child.id()]);
+    }
+
+    /// The holder re-parented after the walk (its parent's last thread exits after the
+    /// parent's leader already had: no exit of a process is seen): the next check walks
+    /// again, saying why. Without it the events vouched, and a `CLONE_PARENT` fork would
+    /// name the new parent, which is not followed.
+    #[test]
+    fn a_holder_re_parented_after_its_walk_is_walked_again() {
+        let _alone = DESCRIPTOR_TABLE.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = crate::procevents::in_initial_namespaces() {
+            eprintln!("skipped: no process events here: {e}");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let cue = dir.path().join("cue");
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        // The launcher starts the holder from a thread, then its leader exits.
+        let script = "import ctypes, os, subprocess, sys, threading, time\n\
+             def t():\n\
+             \x20   p = subprocess.Popen(['sleep', '60'], stdin=0, stdout=subprocess.DEVNULL)\n\
+             \x20   os.close(0)\n\
+             \x20   print(p.pid, flush=True)\n\
+             \x20   while not os.path.exists(sys.argv[1]): time.sleep(0.01)\n\
+             \x20   os._exit(0)\n\
+             threading.Thread(target=t).start()\n\
+             time.sleep(0.3)\n\
+             ctypes.CDLL(None).pthread_exit(None)\n";
+        let mut launcher = std::process::Command::new("python3")
+            .args(["-c", script])
+            .arg(&cue)
+            .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
+                theirs,
+            )))
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(launcher.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let holder: u32 = line.trim().parse().unwrap();
+        let lpid = launcher.id();
+        let leader_gone = || {
+            std::fs::read_to_string(format!("/proc/{lpid}/status"))
+                .is_ok_and(|s| s.contains("State:\tZ"))
+        };
+        for _ in 0..500 {
+            if leader_gone() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(leader_gone(), "the launcher's leader did not exit");
+        let uid = rustix::process::getuid().as_raw();
+        let mut held = Held::prove(&ours, holder, uid).unwrap();
+        std::fs::write(&cue, "").unwrap();
+        for _ in 0..500 {
+            if crate::procfs::parent(holder) != Some(lpid) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let again = held.again(&ours);
+        let why = held.walked_because().map(str::to_owned);
+        if let Some(p) = rustix::process::Pid::from_raw(holder as i32) {
+            let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+        }
+        let _ = launcher.wait();
+        again.unwrap();
+        assert_eq!(held.walks(), 2, "{why:?}");
+        assert!(
+            why.as_deref().is_some_and(|w| w.contains("parent")),
+            "{why:?}"
+        );
+    }
+
+    /// A child the holder makes after the walk that gives up its parent's uid keeps the
+    /// copy it inherited: it is read whatever its uid (it was skipped as another user's).
+    #[test]
+    fn a_child_of_the_holder_that_gives_up_its_uid_is_still_read() {
+        let _alone = DESCRIPTOR_TABLE.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = crate::procevents::in_initial_namespaces() {
+            eprintln!("skipped: no process events here: {e}");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let cue = dir.path().join("cue");
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let script = "import os, sys, time\n\
+             print('ready', flush=True)\n\
+             while not os.path.exists(sys.argv[1]): time.sleep(0.01)\n\
+             if os.fork() == 0:\n\
+             \x20   os.setresgid(65534, 65534, 65534)\n\
+             \x20   os.setresuid(65534, 65534, 65534)\n\
+             \x20   print(os.getpid(), flush=True)\n\
+             \x20   time.sleep(60)\n\
+             \x20   os._exit(0)\n\
+             time.sleep(60)\n";
+        let mut holder = std::process::Command::new("python3")
+            .args(["-c", script])
+            .arg(&cue)
+            .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
+                theirs,
+            )))
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(holder.stdout.take().unwrap());
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        assert_eq!(line.trim(), "ready");
+        let uid = rustix::process::getuid().as_raw();
+        let mut held = Held::prove(&ours, holder.id(), uid).unwrap();
+        std::fs::write(&cue, "").unwrap();
+        line.clear();
+        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        let child: u32 = line.trim().parse().unwrap();
+        let again = held.again(&ours);
+        for p in [child, holder.id()] {
+            if let Some(p) = rustix::process::Pid::from_raw(p as i32) {
+                let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+            }
+        }
+        let _ = holder.wait();
+        assert!(
+            matches!(&again, Err(NotSole::Shared(s)) if s.contains(&child.to_string())),
+            "{again:?}"
+        );
     }
 }

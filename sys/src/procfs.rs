@@ -30,9 +30,24 @@ pub fn read_small_from(f: fs::File, max: u64) -> std::io::Result<String> {
     String::from_utf8(bytes).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
+/// [`read_small`] for a file whose text may hold another's bytes that are not UTF-8 (a
+/// process's name in `stat` and `status`, a socket's path in `/proc/net/unix`): those
+/// bytes read as U+FFFD, and the rest of the file as it is. Only for files whose parsing
+/// never matches on such a field: a name that is not UTF-8 must not make its process, or a
+/// table's other lines, unreadable (any user can name a process so).
+pub fn read_small_lossy(path: &Path, max: u64) -> std::io::Result<String> {
+    read_small_lossy_from(fs::File::open(path)?, max)
+}
+
+/// [`read_small_lossy`] of a file already open.
+pub fn read_small_lossy_from(f: fs::File, max: u64) -> std::io::Result<String> {
+    let bytes = crate::fs::read_bounded(&f, usize::try_from(max).unwrap_or(usize::MAX))?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
 /// `/proc/<pid>/stat` field 22: start time in clock ticks since boot.
 pub fn start_ticks(pid: u32) -> Option<u64> {
-    let s = read_small(Path::new(&format!("/proc/{pid}/stat")), PROC_FILE_BYTES_MAX).ok()?;
+    let s = read_small_lossy(Path::new(&format!("/proc/{pid}/stat")), PROC_FILE_BYTES_MAX).ok()?;
     // comm (field 2) may contain spaces and parentheses: split after the last ')'.
     let rest = s.get(s.rfind(')')?.checked_add(2)?..)?;
     rest.split(' ').nth(19)?.parse().ok()
@@ -41,7 +56,7 @@ pub fn start_ticks(pid: u32) -> Option<u64> {
 /// `/proc/<pid>/stat` field 4: the parent's pid (its real parent, which a fork event
 /// names).
 pub fn parent(pid: u32) -> Option<u32> {
-    let s = read_small(Path::new(&format!("/proc/{pid}/stat")), PROC_FILE_BYTES_MAX).ok()?;
+    let s = read_small_lossy(Path::new(&format!("/proc/{pid}/stat")), PROC_FILE_BYTES_MAX).ok()?;
     let rest = s.get(s.rfind(')')?.checked_add(2)?..)?;
     rest.split(' ').nth(1)?.parse().ok()
 }
@@ -53,7 +68,7 @@ pub fn boot_id() -> String {
 }
 
 pub fn comm(pid: u32) -> String {
-    read_small(Path::new(&format!("/proc/{pid}/comm")), 64)
+    read_small_lossy(Path::new(&format!("/proc/{pid}/comm")), 64)
         .map(|s| s.trim().to_owned())
         .unwrap_or_default()
 }

@@ -144,7 +144,65 @@ pub fn discover(seeds: &[Seed], systemctl: Option<&[String]>) -> Result<Discover
         starters::parents(&mut d, pid, &pids);
     }
     starters::scheduled(&mut d);
+    quarantine(&mut d);
     Ok(d)
+}
+
+/// What no manifest can name as found (a value holding a control, bidirectional or other
+/// forging character, a unix name that is abstract or not UTF-8) moves to the unknowns,
+/// escaped; every reason is escaped (docs/PROTOCOL.md, "Text"): nothing found is shown
+/// raw, in the draft or in `--json`.
+fn quarantine(d: &mut Discovery) {
+    use repoch_protocol::text::{check, escape};
+    let nameable =
+        |v: &str| check(v).is_ok() && !v.contains('\u{fffd}') && !v.starts_with("unix:@");
+    let mut moved = Vec::new();
+    for list in [
+        &mut d.cgroups,
+        &mut d.units,
+        &mut d.unit_starters,
+        &mut d.containers,
+        &mut d.executables,
+        &mut d.shared_executables,
+        &mut d.uids,
+        &mut d.listeners,
+        &mut d.locks,
+    ] {
+        let (keep, bad): (Vec<Found>, Vec<Found>) = std::mem::take(list)
+            .into_iter()
+            .partition(|f| nameable(&f.value));
+        *list = keep;
+        moved.extend(bad.into_iter().map(|mut f| {
+            f.why = format!("{} (no manifest can name it as written)", f.why);
+            f
+        }));
+    }
+    d.unknown.extend(moved);
+    for list in [
+        &mut d.cgroups,
+        &mut d.units,
+        &mut d.unit_starters,
+        &mut d.containers,
+        &mut d.executables,
+        &mut d.shared_executables,
+        &mut d.uids,
+        &mut d.listeners,
+        &mut d.locks,
+        &mut d.starters,
+        &mut d.scheduled,
+        &mut d.unknown_starters,
+        &mut d.unknown,
+    ] {
+        for f in list.iter_mut() {
+            f.value = escape(&f.value).into_owned();
+            f.why = escape(&f.why).into_owned();
+        }
+    }
+    for p in &mut d.processes {
+        for text in [&mut p.comm, &mut p.exe, &mut p.cgroup] {
+            *text = escape(text).into_owned();
+        }
+    }
 }
 
 /// Executables other processes run too (a shell, an interpreter, `sleep`): enrolled, any
@@ -157,7 +215,18 @@ fn shared_executables(d: &mut Discovery, ours: &[u32]) -> Result<(), DiscoverErr
         if ours.binary_search(&pid).is_ok() {
             continue;
         }
-        if let Some(exe) = held_by::exe(pid) {
+        let Some(exe) = held_by::exe(pid).filter(|e| d.executables.iter().any(|f| &f.value == e))
+        else {
+            continue;
+        };
+        // Only a principal's process (root's, or a uid the old root runs as) would refuse
+        // the recovery: another user running the same file shares nothing.
+        let principal = held_by::runs_as(pid).is_ok_and(|r| {
+            [r.ruid, r.euid]
+                .iter()
+                .any(|u| *u == 0 || d.uids.iter().any(|f| f.value == u.to_string()))
+        });
+        if principal {
             *others.entry(exe).or_default() += 1;
         }
     }
@@ -169,8 +238,9 @@ fn shared_executables(d: &mut Discovery, ours: &[u32]) -> Result<(), DiscoverErr
         .into_iter()
         .map(|mut e| {
             e.why = format!(
-                "also run now by {} processes that are not the old root's: enrolled, any of \
-                 root's running it refuses the recovery; name it only if it is the old root's alone",
+                "also run now by {} of the principals' processes that are not the old root's: \
+                 enrolled, any of them running it refuses the recovery; name it only if it is \
+                 the old root's alone",
                 others[&e.value]
             );
             e
@@ -216,6 +286,16 @@ fn processes(seeds: &[Seed], systemctl: Option<&[String]>) -> Result<Vec<u32>, D
     }
     set.sort_unstable();
     set.dedup();
+    if set.is_empty() {
+        return Err(DiscoverError::Seed {
+            seed: seeds
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            why: "no process runs there now: nothing to discover".into(),
+        });
+    }
     Ok(set)
 }
 
@@ -415,6 +495,30 @@ fn holds(d: &mut Discovery, pid: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_no_manifest_can_name_is_moved_to_the_unknowns_escaped() {
+        let f = |value: &str| Found {
+            value: value.into(),
+            pids: vec![7],
+            why: "found\u{202e}".into(),
+        };
+        let mut d = Discovery {
+            listeners: vec![f("unix:@abstract"), f("tcp:127.0.0.1:80")],
+            locks: vec![f("/srv/\u{202e}lock")],
+            cgroups: vec![f("/odd\u{fffd}name")],
+            ..Discovery::default()
+        };
+        quarantine(&mut d);
+        assert_eq!(d.listeners.len(), 1);
+        assert_eq!(d.listeners[0].value, "tcp:127.0.0.1:80");
+        assert!(d.locks.is_empty() && d.cgroups.is_empty());
+        assert_eq!(d.unknown.len(), 3);
+        for u in d.unknown.iter().chain(&d.listeners) {
+            assert!(repoch_protocol::text::check(&u.value).is_ok(), "{u:?}");
+            assert!(repoch_protocol::text::check(&u.why).is_ok(), "{u:?}");
+        }
+    }
 
     #[test]
     fn docker_and_podman_cgroups_name_their_container_by_full_id() {

@@ -244,10 +244,10 @@ fn a_user_namespace_another_uid_made_names_that_uid_and_a_cron_line_is_found() {
 fn enrolling_while_the_old_root_runs_refuses_what_the_manifest_leaves_out_until_named_or_waived() {
     // The old root runs in its cgroup: its own program holding the deployment's fence,
     // and a sidecar of it holding a unix listener. A manifest naming only the cgroup is
-    // refused, naming the executable's line; with the executable, refused naming the
-    // listener; with the listener and the old root's starter (this test) waived, each
-    // with a reason, it enrolls, the waivers kept in the signed manifest. Nothing is
-    // created by a refused enrollment.
+    // refused naming the listener (the line to add, the waiver to write); with the
+    // listener waived, refused naming the old root's starter (this test); with both
+    // waived, each with a reason, it enrolls, the waivers kept in the signed manifest.
+    // Nothing is created by a refused enrollment.
     require_root!();
     let s = Sandbox::new();
     let cg = Cgroup::new(&format!("repoch-crosscheck-{}", s.tag));
@@ -261,33 +261,34 @@ fn enrolling_while_the_old_root_runs_refuses_what_the_manifest_leaves_out_until_
         s.enroll_manifest(&p)
     };
     let only_cgroup = format!("[containment]\ncgroups = [\"{}\"]\n", cg.rel);
+    // Its executable runs inside the named cgroup only: the cgroup holds it. Its listener
+    // is named nowhere.
     let r = enroll(&only_cgroup);
     assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
     let said = r.json()["message"].as_str().unwrap().to_owned();
+    let listener = format!("listener:unix:{}", sock.display());
     assert!(
-        said.contains("containment.executables")
-            && said.contains(&format!("[waive] \"executable:{}\"", exe.display())),
+        said.contains("containment.listeners") && said.contains(&format!("[waive] \"{listener}\"")),
         "{said}"
     );
     assert!(
         !s.srv.join("journal").exists(),
         "a refused enrollment created the journal"
     );
-    let with_exe = format!("{only_cgroup}executables = [\"{}\"]\n", exe.display());
-    let r = enroll(&with_exe);
-    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
-    let said = r.json()["message"].as_str().unwrap().to_owned();
-    let listener = format!("listener:unix:{}", sock.display());
-    assert!(
-        said.contains("containment.listeners") && said.contains(&listener),
-        "{said}"
-    );
+    // The listener waived: this test, which started the old root, is its starter.
     let me = std::process::id();
     let program = std::env::current_exe().unwrap();
-    let program = program.file_name().unwrap().to_string_lossy();
+    let program = program.file_name().unwrap().to_string_lossy().into_owned();
+    let starter = format!("starter:{me} {program}");
+    let listener_waived = format!(
+        "{only_cgroup}\n[waive]\n\"{listener}\" = \"a debug socket, gone with the old root\"\n"
+    );
+    let r = enroll(&listener_waived);
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
+    let said = r.json()["message"].as_str().unwrap().to_owned();
+    assert!(said.contains(&format!("[waive] \"{starter}\"")), "{said}");
     let waived = format!(
-        "{with_exe}\n[waive]\n\"{listener}\" = \"a debug socket, gone with the old root\"\n\
-         \"starter:{me} {program}\" = \"the test that started it, which does not again\"\n"
+        "{listener_waived}\"{starter}\" = \"the test that started it, which does not again\"\n"
     );
     let r = enroll(&waived);
     assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
