@@ -535,6 +535,29 @@ mod tests {
             .any(|e| std::fs::metadata(e.path()).is_ok_and(|m| m.ino() == ino))
     }
 
+    /// `python3 -c script args…` holding `socket` as its stdin, its stdout read line by
+    /// line (each line a barrier the script passes).
+    fn python_holding(
+        script: &str,
+        args: &[&std::path::Path],
+        socket: std::os::unix::net::UnixStream,
+    ) -> (
+        std::process::Child,
+        std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+    ) {
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", script])
+            .args(args)
+            .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
+                socket,
+            )))
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+        (child, out)
+    }
+
     #[test]
     fn a_connection_whose_peer_closed_is_gone_and_one_held_by_another_is_shared() {
         let _alone = DESCRIPTOR_TABLE.lock().unwrap_or_else(|e| e.into_inner());
@@ -698,27 +721,15 @@ mod tests {
         let (_ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
         let ino = inode(&theirs);
         // Only a process itself can name itself so (`/proc/PID/comm` of another: EINVAL).
-        let mut child = std::process::Command::new("python3")
-            .args([
-                "-c",
-                "import ctypes, time\n\
-                 ctypes.CDLL(None).prctl(15, b'old\\xffroot', 0, 0, 0)\n\
-                 print('named', flush=True)\n\
-                 time.sleep(60)",
-            ])
-            .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
-                theirs,
-            )))
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut named = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-            &mut named,
-        )
-        .unwrap();
-        assert_eq!(named.trim(), "named");
+        let (mut child, mut out) = python_holding(
+            "import ctypes, time\n\
+             ctypes.CDLL(None).prctl(15, b'old\\xffroot', 0, 0, 0)\n\
+             print('named', flush=True)\n\
+             time.sleep(60)",
+            &[],
+            theirs,
+        );
+        assert_eq!(out.next().unwrap().unwrap(), "named");
         let comm = std::fs::read(format!("/proc/{}/comm", child.id())).unwrap();
         assert!(std::str::from_utf8(&comm).is_err(), "{comm:?}");
         let uid = rustix::process::getuid().as_raw();
@@ -753,22 +764,8 @@ mod tests {
              threading.Thread(target=t).start()\n\
              time.sleep(0.3)\n\
              ctypes.CDLL(None).pthread_exit(None)\n";
-        let mut launcher = std::process::Command::new("python3")
-            .args(["-c", script])
-            .arg(&cue)
-            .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
-                theirs,
-            )))
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(launcher.stdout.take().unwrap()),
-            &mut line,
-        )
-        .unwrap();
-        let holder: u32 = line.trim().parse().unwrap();
+        let (mut launcher, mut out) = python_holding(script, &[&cue], theirs);
+        let holder: u32 = out.next().unwrap().unwrap().trim().parse().unwrap();
         let lpid = launcher.id();
         let leader_gone = || {
             std::fs::read_to_string(format!("/proc/{lpid}/status"))
@@ -826,25 +823,12 @@ mod tests {
              \x20   time.sleep(60)\n\
              \x20   os._exit(0)\n\
              time.sleep(60)\n";
-        let mut holder = std::process::Command::new("python3")
-            .args(["-c", script])
-            .arg(&cue)
-            .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
-                theirs,
-            )))
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut out = std::io::BufReader::new(holder.stdout.take().unwrap());
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
-        assert_eq!(line.trim(), "ready");
+        let (mut holder, mut out) = python_holding(script, &[&cue], theirs);
+        assert_eq!(out.next().unwrap().unwrap(), "ready");
         let uid = rustix::process::getuid().as_raw();
         let mut held = Held::prove(&ours, holder.id(), uid).unwrap();
         std::fs::write(&cue, "").unwrap();
-        line.clear();
-        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
-        let child: u32 = line.trim().parse().unwrap();
+        let child: u32 = out.next().unwrap().unwrap().trim().parse().unwrap();
         let again = held.again(&ours);
         for p in [child, holder.id()] {
             if let Some(p) = rustix::process::Pid::from_raw(p as i32) {

@@ -17,6 +17,7 @@ use repoch_sys::held_by;
 use serde::Serialize;
 
 pub use draft::draft;
+pub(crate) use starters::program;
 
 /// Processes followed from the seeds at most (seeds and descendants).
 pub const DISCOVER_PROCESSES_MAX: usize = 4096;
@@ -148,16 +149,9 @@ pub fn discover(seeds: &[Seed], systemctl: Option<&[String]>) -> Result<Discover
     Ok(d)
 }
 
-/// What no manifest can name as found (a value holding a control, bidirectional or other
-/// forging character, a unix name that is abstract or not UTF-8) moves to the unknowns,
-/// escaped; every reason is escaped (docs/PROTOCOL.md, "Text"): nothing found is shown
-/// raw, in the draft or in `--json`.
-fn quarantine(d: &mut Discovery) {
-    use repoch_protocol::text::{check, escape};
-    let nameable =
-        |v: &str| check(v).is_ok() && !v.contains('\u{fffd}') && !v.starts_with("unix:@");
-    let mut moved = Vec::new();
-    for list in [
+/// The lists whose values a manifest names (or a waiver does).
+fn nameable_lists(d: &mut Discovery) -> [&mut Vec<Found>; 9] {
+    [
         &mut d.cgroups,
         &mut d.units,
         &mut d.unit_starters,
@@ -167,7 +161,19 @@ fn quarantine(d: &mut Discovery) {
         &mut d.uids,
         &mut d.listeners,
         &mut d.locks,
-    ] {
+    ]
+}
+
+/// What no manifest can name as found (a value holding a control, bidirectional or other
+/// forging character, a unix name that is abstract or not UTF-8) moves to the unknowns,
+/// escaped; every reason is escaped (docs/PROTOCOL.md, "Text"): nothing found is shown
+/// raw, in the draft or in `--json`.
+fn quarantine(d: &mut Discovery) {
+    use repoch_protocol::text::{check, escape};
+    let nameable =
+        |v: &str| check(v).is_ok() && !v.contains('\u{fffd}') && !v.starts_with("unix:@");
+    let mut moved = Vec::new();
+    for list in nameable_lists(d) {
         let (keep, bad): (Vec<Found>, Vec<Found>) = std::mem::take(list)
             .into_iter()
             .partition(|f| nameable(&f.value));
@@ -178,26 +184,21 @@ fn quarantine(d: &mut Discovery) {
         }));
     }
     d.unknown.extend(moved);
-    for list in [
-        &mut d.cgroups,
-        &mut d.units,
-        &mut d.unit_starters,
-        &mut d.containers,
-        &mut d.executables,
-        &mut d.shared_executables,
-        &mut d.uids,
-        &mut d.listeners,
-        &mut d.locks,
-        &mut d.starters,
-        &mut d.scheduled,
-        &mut d.unknown_starters,
-        &mut d.unknown,
-    ] {
+    let escape_all = |list: &mut Vec<Found>| {
         for f in list.iter_mut() {
             f.value = escape(&f.value).into_owned();
             f.why = escape(&f.why).into_owned();
         }
-    }
+    };
+    nameable_lists(d).into_iter().for_each(escape_all);
+    [
+        &mut d.starters,
+        &mut d.scheduled,
+        &mut d.unknown_starters,
+        &mut d.unknown,
+    ]
+    .into_iter()
+    .for_each(escape_all);
     for p in &mut d.processes {
         for text in [&mut p.comm, &mut p.exe, &mut p.cgroup] {
             *text = escape(text).into_owned();

@@ -146,7 +146,7 @@ fn classify(chain: &[Ancestor]) -> (String, bool) {
 }
 
 /// A process's program name: its executable's file name, else its `comm`.
-fn program(a: &Ancestor) -> String {
+pub(crate) fn program(a: &Ancestor) -> String {
     std::path::Path::new(a.exe.trim_end_matches(" (deleted)"))
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

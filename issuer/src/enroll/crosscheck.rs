@@ -187,9 +187,7 @@ fn starters(d: &Discovery) -> Vec<LeftOut> {
         let Some(a) = held_by::ancestor(p.ppid) else {
             continue; // gone: it starts nothing any more
         };
-        let program = std::path::Path::new(&a.exe)
-            .file_name()
-            .map_or(a.comm.clone(), |n| n.to_string_lossy().into_owned());
+        let program = crate::discover::program(&a);
         if a.pid == 1 && program == "systemd" {
             continue;
         }
