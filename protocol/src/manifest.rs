@@ -6,7 +6,12 @@ use crate::cbor::{self, as_text, as_uint, Canonical, DecodeError, Fields};
 use crate::limits::*;
 use crate::types::{DeploymentId, Hash, Identity, PublicKey};
 
+mod container;
 mod waiver;
+pub use container::{
+    is_container_id, is_container_name, is_container_ref, is_containerd_identifier, ContainerRef,
+    CONTAINER_ENGINES,
+};
 pub use waiver::{Waiver, WAIVER_KINDS};
 
 /// The role of an inventory object.
@@ -224,87 +229,6 @@ pub struct Containment {
     /// with its reason. Sorted and distinct by `what`; encoded only when not empty (then
     /// after `containers`, even empty).
     pub waived: Vec<Waiver>,
-}
-
-/// A container, named to its engine (docs/OPERATOR.md, "Containers").
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct ContainerRef {
-    /// `docker` or `podman` (both asked through the Docker Engine API), or `containerd`
-    /// (its own gRPC API).
-    pub engine: String,
-    /// The container's name or id, as the engine takes it; containerd's `NAMESPACE/ID`.
-    pub name: String,
-    /// The absolute path of the engine's unix socket.
-    pub socket: String,
-}
-
-/// The engines a container may be named to.
-pub const CONTAINER_ENGINES: &[&str] = &["docker", "podman", "containerd"];
-
-impl ContainerRef {
-    /// `ENGINE:NAME`, as the manifest names it.
-    pub fn spelled(&self) -> String {
-        format!("{}:{}", self.engine, self.name)
-    }
-}
-
-/// Whether `name` is a container name or id as Docker and podman take one: a letter or
-/// digit, then letters, digits, `_`, `.` or `-`.
-pub fn is_container_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    name.len() <= CONTAINER_NAME_BYTES_MAX
-        && chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
-        && chars.all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
-}
-
-/// Whether `name` names a container to `engine`: containerd's `NAMESPACE/ID`, each a
-/// containerd identifier; for the others a container name or id ([`is_container_name`]).
-pub fn is_container_ref(engine: &str, name: &str) -> bool {
-    match engine {
-        "containerd" => {
-            name.len() <= CONTAINER_NAME_BYTES_MAX
-                && name.split_once('/').is_some_and(|(ns, id)| {
-                    is_containerd_identifier(ns) && is_containerd_identifier(id)
-                })
-        }
-        _ => is_container_name(name),
-    }
-}
-
-/// Whether `s` is an identifier as containerd takes a namespace or a container id: letters
-/// and digits in runs joined by one `_`, `.` or `-`, at most 76 bytes.
-pub fn is_containerd_identifier(s: &str) -> bool {
-    s.len() <= 76
-        && s.split(['_', '.', '-'])
-            .all(|run| !run.is_empty() && run.chars().all(|c| c.is_ascii_alphanumeric()))
-}
-
-impl Canonical for ContainerRef {
-    fn to_value(&self) -> Value {
-        cbor::array(vec![
-            cbor::text(&self.engine),
-            cbor::text(&self.name),
-            cbor::text(&self.socket),
-        ])
-    }
-    fn from_value(v: Value) -> Result<Self, DecodeError> {
-        let mut f = Fields::open(v, "container", 3)?;
-        let c = ContainerRef {
-            engine: f.text(TEXT_BYTES_MAX)?,
-            name: f.text(CONTAINER_NAME_BYTES_MAX)?,
-            socket: f.path()?,
-        };
-        if !CONTAINER_ENGINES.contains(&c.engine.as_str())
-            || !is_container_ref(&c.engine, &c.name)
-            || !c.socket.starts_with('/')
-        {
-            return Err(DecodeError::schema(
-                "container",
-                "an engine of docker, podman or containerd, a container name, an absolute socket path",
-            ));
-        }
-        Ok(c)
-    }
 }
 
 /// The owner, group and mode a held unix listener's socket file is given, as systemd's

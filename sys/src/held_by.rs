@@ -291,6 +291,15 @@ pub fn other_netns(pid: u32) -> Option<String> {
     (theirs != ours).then(|| theirs.to_string_lossy().into_owned())
 }
 
+/// Whether `pid` runs under another root directory than ours (a container's, a chroot's):
+/// the paths it sees, its executable's among them, are not the host's. `None` when it
+/// cannot be told (gone, or unreadable).
+pub fn other_root(pid: u32) -> Option<bool> {
+    let theirs = rustix::fs::stat(format!("/proc/{pid}/root/")).ok()?;
+    let ours = rustix::fs::stat("/").ok()?;
+    Some((theirs.st_dev, theirs.st_ino) != (ours.st_dev, ours.st_ino))
+}
+
 /// One process of a parent chain: its pid, its name (`comm`), its executable's path (empty
 /// when unreadable: a kernel thread, or gone), its parent.
 #[derive(Debug, Clone, PartialEq, Eq)]

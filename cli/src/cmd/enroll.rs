@@ -32,7 +32,7 @@ pub fn run(
     let v = validated(manifest, fleet_admin)?;
     let e = repoch_issuer::enroll::enroll(&ctx.layout, &v, now())
         .map_err(|e| enroll_failure(manifest, &e))?;
-    let absent = absent_now(&v.containment);
+    let absent = absent_now(&v.containment, &e.containers_absent);
     // stdout is the id alone (`ID=$(repoch enroll m.toml)`); warnings go to stderr.
     ctx.out(enrolled_json(&v, &e, &absent), || e.id.to_hex());
     if !ctx.json {
@@ -124,6 +124,7 @@ fn enrolled_json(
            "absent_at_enrollment": absent.iter().map(|(k, p, w)| json!({"kind": k, "path": escape(p), "observed": escape(w)})).collect::<Vec<_>>(),
            "socket_files": v.containment.socket_files.iter().map(|f| json!({"path": f.path, "mode": format!("0o{:o}", f.mode), "uid": f.uid, "gid": f.gid})).collect::<Vec<_>>(),
            "cross_check": cross_check_json(&e.cross_check),
+           "containers": e.containers.iter().map(|c| json!({"container": c.spelled(), "socket": escape(&c.socket), "pinned": c.pinned})).collect::<Vec<_>>(),
            "waived": v.containment.waived.iter().map(|w| json!({"what": w.what, "reason": w.reason})).collect::<Vec<_>>(),
            "fleet": fleet})
 }
@@ -191,7 +192,10 @@ fn warn_human(
 /// "Enrolling a deployment (once)"). A path that cannot be checked otherwise is not named:
 /// observation reports it. A named container its engine has none of is named too, and one
 /// whose engine could not be asked.
-fn absent_now(c: &repoch_protocol::manifest::Containment) -> Vec<(&'static str, String, String)> {
+fn absent_now(
+    c: &repoch_protocol::manifest::Containment,
+    containers: &[(String, String)],
+) -> Vec<(&'static str, String, String)> {
     const MISSING: &str = "does not exist now";
     let missing = |p: &Path| matches!(std::fs::metadata(p), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
     let mut out = Vec::new();
@@ -213,11 +217,10 @@ fn absent_now(c: &repoch_protocol::manifest::Containment) -> Vec<(&'static str, 
             _ => {}
         }
     }
-    let containers = repoch_issuer::observe::containers::absent_now(&c.containers);
     out.extend(
         containers
-            .into_iter()
-            .map(|(n, what)| ("container", n, what)),
+            .iter()
+            .map(|(n, what)| ("container", n.clone(), what.clone())),
     );
     out
 }

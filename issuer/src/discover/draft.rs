@@ -33,6 +33,11 @@ pub fn draft(d: &Discovery) -> String {
         "Executables the old root runs that others run too (not listed above)",
         &d.shared_executables,
     );
+    notes(
+        &mut s,
+        "Executables run under another root directory: a container's paths, not the host's",
+        &d.rooted_executables,
+    );
     if !d.uids.is_empty() {
         s.push_str("old_root_uids = [\n");
         for u in &d.uids {

@@ -91,6 +91,10 @@ pub struct Discovery {
     /// Executables the old root runs that other processes run too (not in the draft's
     /// list; each said why).
     pub shared_executables: Vec<Found>,
+    /// Executables run under another root directory (a container's, a chroot's): their
+    /// paths are that root's, not the host's, so no manifest line names them (the
+    /// container, or the cgroup, holds them).
+    pub rooted_executables: Vec<Found>,
     pub uids: Vec<Found>,
     pub listeners: Vec<Found>,
     /// Files the processes hold locks on: fence candidates.
@@ -192,6 +196,7 @@ fn quarantine(d: &mut Discovery) {
     };
     nameable_lists(d).into_iter().for_each(escape_all);
     [
+        &mut d.rooted_executables,
         &mut d.starters,
         &mut d.scheduled,
         &mut d.unknown_starters,
@@ -399,19 +404,20 @@ fn place(d: &mut Discovery, pid: u32, cgroup: &str) {
 }
 
 /// The engine and full id of a container whose cgroup this is, as Docker's and podman's
-/// cgroup drivers name them (`docker-ID.scope`, `/docker/ID`, `libpod-ID.scope`).
-fn container_of(cgroup: &str) -> Option<(&'static str, String)> {
-    let full = |id: &str| id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit());
-    let mut parts = cgroup.split('/').rev();
-    for c in parts.by_ref() {
+/// cgroup drivers name them (systemd's `docker-ID.scope` and `libpod-ID.scope`;
+/// cgroupfs's `/docker/ID` and `libpod-ID`).
+pub(crate) fn container_of(cgroup: &str) -> Option<(&'static str, String)> {
+    let full = repoch_protocol::manifest::is_container_id;
+    for c in cgroup.split('/').rev() {
         for (prefix, engine) in [("docker-", "docker"), ("libpod-", "podman")] {
-            if let Some(id) = c
-                .strip_prefix(prefix)
-                .and_then(|r| r.strip_suffix(".scope"))
-            {
-                if full(id) {
-                    return Some((engine, id.to_owned()));
-                }
+            let Some(rest) = c.strip_prefix(prefix) else {
+                continue;
+            };
+            let id = rest.strip_suffix(".scope").unwrap_or(rest);
+            let scoped = id.len() != rest.len();
+            // cgroupfs names no scope: podman's libpod-ID only.
+            if full(id) && (scoped || engine == "podman") {
+                return Some((engine, id.to_owned()));
             }
         }
     }
@@ -431,6 +437,11 @@ fn executable(d: &mut Discovery, pid: u32, exe: &str) {
             pid,
             || "its executable unreadable".into(),
         );
+    }
+    if held_by::other_root(pid) == Some(true) {
+        return Discovery::add(&mut d.rooted_executables, exe, pid, || {
+            "run under another root directory (a container's): a path there, not the host's".into()
+        });
     }
     match exe.strip_suffix(" (deleted)") {
         Some(was) => Discovery::add(&mut d.unknown, exe, pid, || {
@@ -535,6 +546,20 @@ mod tests {
         assert_eq!(
             container_of(&format!("/machine.slice/libpod-{id}.scope/container")),
             Some(("podman", id.clone()))
+        );
+        // podman's cgroupfs manager (found running podman with --cgroup-manager cgroupfs).
+        assert_eq!(
+            container_of(&format!("/libpod_parent/libpod-{id}")),
+            Some(("podman", id.clone()))
+        );
+        assert_eq!(container_of(&format!("/libpod_parent/docker-{id}")), None);
+        assert_eq!(
+            container_of(&format!("/machine.slice/libpod-conmon-{id}.scope")),
+            None
+        );
+        assert_eq!(
+            container_of(&format!("/docker/{}", id.to_uppercase())),
+            None
         );
         assert_eq!(container_of("/system.slice/docker.service"), None);
         assert_eq!(container_of("/docker/short"), None);

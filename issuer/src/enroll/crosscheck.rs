@@ -7,6 +7,7 @@
 
 use super::*;
 use crate::discover::{self, Discovery, Found, Seed};
+use crate::observe::containers::Pinning;
 use repoch_sys::held_by;
 
 /// What the cross-check did.
@@ -31,13 +32,17 @@ struct LeftOut {
 }
 
 /// The cross-check of `v` against the live system.
-pub(super) fn cross_check(v: &Validated) -> Result<CrossCheck, EnrollError> {
+/// `containers` is what pinning the named containers found: their main processes are
+/// seeds too, and the cgroups their engines report are held.
+pub(super) fn cross_check(v: &Validated, containers: &Pinning) -> Result<CrossCheck, EnrollError> {
     let cmd = repoch_sys::systemd::systemctl_command();
     let systemctl = repoch_sys::systemd::booted(&cmd).then_some(cmd.as_slice());
-    let seeds = seeds(&v.containment, systemctl);
+    let mut seeds = seeds(&v.containment, systemctl);
+    seeds.extend(containers.pids.iter().map(|&pid| Seed::Pid(pid)));
     if seeds.is_empty() {
         return Ok(CrossCheck::NotRun {
-            why: "no process runs in the named cgroups or units, or runs the named executables"
+            why: "no process runs in the named cgroups, units or containers, or runs the named \
+                  executables"
                 .into(),
         });
     }
@@ -51,7 +56,7 @@ pub(super) fn cross_check(v: &Validated) -> Result<CrossCheck, EnrollError> {
         .iter()
         .map(|w| w.what.as_str())
         .collect();
-    if let Some(l) = left_out(v, &d)
+    if let Some(l) = left_out(v, &d, &containers.cgroups)
         .into_iter()
         .find(|l| !waived.contains(&l.what.as_str()))
     {
@@ -108,9 +113,16 @@ fn seeds(c: &Containment, systemctl: Option<&[String]>) -> Vec<Seed> {
     seeds
 }
 
-/// Every authority of `d` the manifest `v` does not name (waivers not yet applied).
-fn left_out(v: &Validated, d: &Discovery) -> Vec<LeftOut> {
+/// Every authority of `d` the manifest `v` does not name (waivers not yet applied);
+/// `engine_cgroups` are those the engines report for the named containers.
+fn left_out(v: &Validated, d: &Discovery, engine_cgroups: &[String]) -> Vec<LeftOut> {
     let c = &v.containment;
+    let in_named_container = |cg: &str| {
+        in_named_container(c, cg)
+            || engine_cgroups
+                .iter()
+                .any(|n| repoch_sys::cgroup::is_within(cg, n))
+    };
     let mut out = Vec::new();
     let mut each =
         |found: &[Found], field: &'static str, kind: &str, named: &dyn Fn(&str) -> bool| {
@@ -125,9 +137,14 @@ fn left_out(v: &Validated, d: &Discovery) -> Vec<LeftOut> {
     let units = |u: &str| c.units.iter().any(|n| n == u);
     each(&d.units, "containment.units", "unit", &units);
     each(&d.unit_starters, "containment.units", "unit", &units);
-    // A named unit's own cgroup is the unit's: the unit fact holds it.
+    each(&d.containers, "containment.containers", "container", &|k| {
+        named_container(c, k)
+    });
+    // A named unit's own cgroup is the unit's: the unit fact holds it; a named container's
+    // is its engine's.
     let held_cgroup = |cg: &str| {
         cg.rsplit('/').next().is_some_and(&units)
+            || in_named_container(cg)
             || c.cgroups
                 .iter()
                 .any(|n| repoch_sys::cgroup::is_within(cg, n))
@@ -159,8 +176,24 @@ fn left_out(v: &Validated, d: &Discovery) -> Vec<LeftOut> {
     });
     each(&d.scheduled, "waive", "scheduled", &|_| false);
     each(&d.unknown, "waive", "unknown", &|_| false);
-    out.extend(starters(d));
+    out.extend(starters(d, &in_named_container));
     out
+}
+
+/// Whether the container discovery found (`ENGINE:FULL_ID`) is one the manifest names: by
+/// the full id enrollment pinned for it, or by that id as its name.
+fn named_container(c: &Containment, found: &str) -> bool {
+    found.split_once(':').is_some_and(|(engine, id)| {
+        c.containers
+            .iter()
+            .any(|n| n.engine == engine && (n.pinned.as_deref() == Some(id) || n.name == id))
+    })
+}
+
+/// Whether the cgroup `cg` is a named container's, as its engine names its cgroups.
+fn in_named_container(c: &Containment, cg: &str) -> bool {
+    discover::container_of(cg)
+        .is_some_and(|(engine, id)| named_container(c, &format!("{engine}:{id}")))
 }
 
 /// Whether the manifest's listener `named` holds the endpoint `found` (both spelled as the
@@ -180,7 +213,7 @@ fn covers(named: &str, found: &str) -> bool {
 /// is not one of its processes, but the system's systemd (its units and cgroups are
 /// named or left out above). Keyed by the starter's pid and program, which stay while it
 /// runs.
-fn starters(d: &Discovery) -> Vec<LeftOut> {
+fn starters(d: &Discovery, in_named_container: &dyn Fn(&str) -> bool) -> Vec<LeftOut> {
     let ours: Vec<u32> = d.processes.iter().map(|p| p.pid).collect();
     let mut out: Vec<LeftOut> = Vec::new();
     for p in d.processes.iter().filter(|p| !ours.contains(&p.ppid)) {
@@ -189,6 +222,11 @@ fn starters(d: &Discovery) -> Vec<LeftOut> {
         };
         let program = crate::discover::program(&a);
         if a.pid == 1 && program == "systemd" {
+            continue;
+        }
+        // A named container's shim: the container fact holds what its engine starts.
+        let shim = program.starts_with("containerd-shim") || program == "conmon";
+        if shim && in_named_container(&p.cgroup) {
             continue;
         }
         let what = format!("starter:{} {program}", a.pid);
@@ -216,5 +254,34 @@ mod tests {
         assert!(!covers("tcp:*:7071", "tcp:127.0.0.1:7072"));
         assert!(!covers("tcp:127.0.0.1:7071", "tcp:*:7071"));
         assert!(!covers("unix:/run/a.sock", "unix:/run/b.sock"));
+    }
+
+    #[test]
+    fn a_container_found_is_named_by_the_id_enrollment_pinned_or_by_that_id() {
+        let id = "ab".repeat(32);
+        let named = |name: &str, pinned: Option<&str>| Containment {
+            containers: vec![repoch_protocol::manifest::ContainerRef {
+                engine: "docker".into(),
+                name: name.into(),
+                socket: "/run/docker.sock".into(),
+                pinned: pinned.map(Into::into),
+            }],
+            ..Containment::default()
+        };
+        let found = format!("docker:{id}");
+        assert!(named_container(&named("old-root", Some(&id)), &found));
+        assert!(named_container(&named(&id, None), &found));
+        // A name alone says nothing of which container it is; another engine's is not it.
+        assert!(!named_container(&named("old-root", None), &found));
+        assert!(!named_container(
+            &named("old-root", Some(&id)),
+            &format!("podman:{id}")
+        ));
+        let c = named("old-root", Some(&id));
+        assert!(in_named_container(
+            &c,
+            &format!("/system.slice/docker-{id}.scope")
+        ));
+        assert!(!in_named_container(&c, "/system.slice/docker.service"));
     }
 }

@@ -416,6 +416,7 @@ pub(super) fn containers(
             engine: engine.to_owned(),
             name: name.to_owned(),
             socket,
+            pinned: None,
         });
     }
     out.sort();

@@ -203,6 +203,11 @@ pub struct Enrolled {
     pub fleet: Option<(repoch_protocol::fleet::FleetId, bool)>,
     /// What the cross-check with the running old root did.
     pub cross_check: crosscheck::CrossCheck,
+    /// The named containers as enrolled: each pinned to its full id when its engine had it.
+    pub containers: Vec<repoch_protocol::manifest::ContainerRef>,
+    /// The named containers their engines had none of, or could not be asked about:
+    /// `(ENGINE:NAME, what)`, left unpinned.
+    pub containers_absent: Vec<(String, String)>,
 }
 
 /// Longest wait for another enrollment on the same state root to finish.
@@ -246,13 +251,17 @@ fn lock_enrollments(layout: &Layout) -> Result<std::os::fd::OwnedFd, EnrollError
 
 /// Enrolls a validated manifest. Root only (checked by the caller's CLI too).
 pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, EnrollError> {
+    // Each named container pinned to the full id of the one its name names now.
+    let mut v = v.clone();
+    let pinning = crate::observe::containers::pin_at_enrollment(&mut v.containment.containers);
+    let v = &v;
     let key = issuer_key(layout, true)?;
     let issuer = PublicKey::from(&key.verifying_key());
     // One enrollment at a time, from the successor check until the deployment exists.
     let _enrolling = lock_enrollments(layout)?;
     let predecessor = predecessor_of(layout, v, &issuer)?;
     unnamed_controllers(v)?;
-    let cross_check = crosscheck::cross_check(v)?;
+    let cross_check = crosscheck::cross_check(v, &pinning)?;
     let inventory = existing_inventory(v)?;
     // The fleet, before anything is written here: joined (its record read and this
     // cluster checked against it) or established (its record made now).
@@ -279,7 +288,12 @@ pub fn enroll(layout: &Layout, v: &Validated, now: u64) -> Result<Enrolled, Enro
         }
         (done, _) => done,
     }
-    .map(|e| Enrolled { cross_check, ..e })
+    .map(|e| Enrolled {
+        cross_check,
+        containers: v.containment.containers.clone(),
+        containers_absent: pinning.absent,
+        ..e
+    })
 }
 
 /// Every service systemd could start that runs an enrolled executable is named under
@@ -510,6 +524,8 @@ fn enroll_with(
         cross_check: crosscheck::CrossCheck::NotRun {
             why: "not asked".into(),
         },
+        containers: Vec::new(),
+        containers_absent: Vec::new(),
     })
 }
 

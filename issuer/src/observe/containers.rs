@@ -225,11 +225,15 @@ fn caught_up(
                 .iter()
                 .filter_map(|(c, _)| held.pinned.get(c).cloned().flatten())
                 .map(|p| p.id)
+                .chain(looked.iter().filter_map(|(c, _)| c.pinned.clone()))
                 .collect();
-            // A name that found a container by that name is no id prefix.
+            // A name that found a container by that name, or whose container enrollment
+            // pinned, is no id prefix.
             let prefixes: Vec<String> = looked
                 .iter()
-                .filter(|(c, now)| now.as_ref().is_none_or(|k| k.name != c.name))
+                .filter(|(c, now)| {
+                    c.pinned.is_none() && now.as_ref().is_none_or(|k| k.name != c.name)
+                })
                 .map(|(c, _)| c.name.clone())
                 .collect();
             let logged = engine
@@ -248,21 +252,31 @@ fn caught_up(
     }
 }
 
-/// The container as its engine reports it now: by the id pinned at the first observation
-/// (a container renamed away is still the one to judge), and by name when none was pinned
-/// or the pinned one is gone (something created under the name since is judged then).
-/// containerd's ids are their names: asked by name alone.
+/// The container as its engine reports it now: by the id pinned at the first observation,
+/// or before it by the id enrollment pinned (a container renamed away is still the one to
+/// judge), and by name when none was pinned or the pinned one is gone (something created
+/// under the name since is judged then). containerd's ids are their names: asked by name
+/// alone.
 fn look(
     engine: &Client,
     c: &ContainerRef,
     pinned: Option<&Option<Pinned>>,
 ) -> Result<Option<Container>, repoch_engines::Error> {
-    if let (Client::Api(_), Some(Some(p))) = (engine, pinned) {
-        if let Some(k) = engine.inspect(&p.id)? {
+    let id = match pinned {
+        Some(Some(p)) => Some(p.id.as_str()),
+        Some(None) => None,
+        None => c.pinned.as_deref(),
+    };
+    if let (Client::Api(_), Some(id)) = (engine, id) {
+        if let Some(k) = engine.inspect(id)? {
             return Ok(Some(k));
         }
     }
-    engine.inspect(&c.name)
+    let by_name = engine.inspect(&c.name)?;
+    // The pinned container gone, the engine answers a container whose id begins with the
+    // name: a bystander's random id (`d`, `cafe`), not what the name named. A container
+    // created under the name is judged.
+    Ok(by_name.filter(|k| c.pinned.is_none() || k.name == c.name))
 }
 
 /// The named containers by engine socket (and API), in the manifest's order.
@@ -340,6 +354,15 @@ fn engine_of(
     let watch = engine
         .watch(&names, since)
         .map_err(|e| Failure::unknown(&format!("its event stream: {e}")))?;
+    // The containers enrollment pinned are followed by their ids from the start, and
+    // their names are no id prefixes: a bystander whose random id begins with one is no
+    // one's.
+    for c in refs {
+        if let Some(id) = &c.pinned {
+            watch.pin(id);
+            watch.named(&c.name);
+        }
+    }
     engine
         .ping()
         .map_err(|e| Failure::unknown(&e.to_string()))?;
@@ -568,28 +591,54 @@ fn running(k: &Container) -> Option<String> {
     None
 }
 
-/// The named containers their engines have none of now, or that could not be asked:
-/// `(ENGINE:NAME, what)`, in manifest order. Observation finds such a container absent,
-/// which is contained: right once the old root is gone, but a misspelt name checks
-/// nothing. Enrollment happens while the old root runs, so it names each
+/// Pins each named Docker and podman container to the full id of the container its name
+/// names now (`pinned`): observation judges that container whatever it is named since (a
+/// container renamed away, and another created under its name, before the first
+/// observation). Returns the named containers their engines have none of now, or that
+/// could not be asked, left unpinned ([`Pinning::absent`]). Observation finds such a
+/// container absent, which is contained: right once the old root is gone, but a misspelt
+/// name checks nothing. Enrollment happens while the old root runs, so it names each
 /// (docs/OPERATOR.md, "Enrolling a deployment (once)").
-pub fn absent_now(named: &[ContainerRef]) -> Vec<(String, String)> {
+pub fn pin_at_enrollment(named: &mut [ContainerRef]) -> Pinning {
     let deadline = Duration::from_secs(ENGINE_CALL_SECONDS_MAX);
-    named
-        .iter()
-        .filter_map(|c| {
-            let key = (c.socket.clone(), c.engine.clone());
-            let asked = Client::new(&key, deadline).and_then(|e| e.inspect(&c.name));
-            match asked {
-                Ok(Some(_)) => None,
-                Ok(None) => Some((c.spelled(), "does not exist now".to_owned())),
-                Err(e) => Some((
-                    c.spelled(),
-                    format!("could not be asked of its engine ({e})"),
-                )),
+    let mut p = Pinning::default();
+    for c in named.iter_mut() {
+        let key = (c.socket.clone(), c.engine.clone());
+        let asked = Client::new(&key, deadline).and_then(|e| e.inspect(&c.name));
+        match asked {
+            Ok(Some(k)) => {
+                let api = c.engine != "containerd";
+                if let Ok(pid @ 1..) = u32::try_from(k.pid) {
+                    p.pids.push(pid);
+                }
+                p.cgroups.extend(k.cgroup.clone());
+                c.pinned =
+                    (api && repoch_protocol::manifest::is_container_id(&k.id)).then_some(k.id);
             }
-        })
-        .collect()
+            Ok(None) => p
+                .absent
+                .push((c.spelled(), "does not exist now".to_owned())),
+            Err(e) => p.absent.push((
+                c.spelled(),
+                format!("could not be asked of its engine ({e})"),
+            )),
+        }
+    }
+    p
+}
+
+/// What pinning the named containers at enrollment found.
+#[derive(Debug, Default, Clone)]
+pub struct Pinning {
+    /// The named containers their engines have none of now, or that could not be asked:
+    /// `(ENGINE:NAME, what)`, in manifest order.
+    pub absent: Vec<(String, String)>,
+    /// The main process of each named container that runs now (its engine's word): where
+    /// the cross-check with the running old root starts from.
+    pub pids: Vec<u32>,
+    /// The cgroups the engines report for the named containers (containerd's spec): held
+    /// by the container facts, as a named container's own cgroup is.
+    pub cgroups: Vec<String>,
 }
 
 /// Why an engine's socket is not root's alone: whoever wrote the manifest, or whoever owns
@@ -667,6 +716,7 @@ mod tests {
             engine: "docker".into(),
             name: name.into(),
             socket: "/run/docker.sock".into(),
+            pinned: None,
         }
     }
 

@@ -21,6 +21,7 @@ pub const WAIVER_KINDS: &[&str] = &[
     "uid",
     "listener",
     "lock",
+    "container",
     "starter",
     "scheduled",
     "unknown",

@@ -669,7 +669,14 @@ pub fn samples() -> Vec<(&'static str, Vec<u8>)> {
         engine: "docker".into(),
         name: "old-root".into(),
         socket: "/run/docker.sock".into(),
+        pinned: None,
     }];
+    v.push((
+        "signed-manifest",
+        SignedManifest::sign(m.clone(), &issuer()).to_bytes(),
+    ));
+    // The same container pinned to its full id at enrollment (a fourth field).
+    m.containment.containers[0].pinned = Some("0123456789abcdef".repeat(4));
     v.push((
         "signed-manifest",
         SignedManifest::sign(m, &issuer()).to_bytes(),

@@ -429,7 +429,13 @@ fn containers_have_one_encoding_and_name_a_known_engine() {
         engine: engine.into(),
         name: name.into(),
         socket: socket.into(),
+        pinned: None,
     };
+    let pinned = |engine: &str, id: &str| ContainerRef {
+        pinned: Some(id.into()),
+        ..c(engine, "old-root", "/run/engine.sock")
+    };
+    let id = "0123456789abcdef".repeat(4);
     let good = Containment {
         containers: vec![
             c("containerd", "ops/old-root", "/run/containerd.sock"),
@@ -439,6 +445,15 @@ fn containers_have_one_encoding_and_name_a_known_engine() {
         ..Containment::default()
     };
     assert_eq!(Containment::from_bytes(&good.to_bytes()).unwrap(), good);
+    // Pinned to its full id at enrollment: a fourth field, kept.
+    let with_pins = Containment {
+        containers: vec![pinned("docker", &id), pinned("podman", &id)],
+        ..Containment::default()
+    };
+    assert_eq!(
+        Containment::from_bytes(&with_pins.to_bytes()).unwrap(),
+        with_pins
+    );
     assert_eq!(good.containers[2].spelled(), "podman:old-root");
     assert_eq!(good.containers[0].spelled(), "containerd:ops/old-root");
     for bad in [
@@ -459,6 +474,12 @@ fn containers_have_one_encoding_and_name_a_known_engine() {
         vec![c("docker", "-old", "/run/docker.sock")],
         vec![c("docker", "a/b", "/run/docker.sock")],
         vec![c("docker", "old-root", "run/docker.sock")],
+        // A pin is Docker's or podman's full id: 64 lowercase hex digits, never
+        // containerd's (its id is its name).
+        vec![pinned("docker", &id[..63])],
+        vec![pinned("docker", &id.to_uppercase())],
+        vec![pinned("podman", &format!("{}g", &id[..63]))],
+        vec![pinned("containerd", &id)],
     ] {
         let v = Containment {
             containers: bad.clone(),

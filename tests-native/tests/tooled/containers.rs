@@ -641,6 +641,25 @@ pub(crate) fn a_containerd_container_its_restart_monitor_would_start_is_refused_
     assert!(o.stdout.contains("absent"), "{}", o.stdout);
 }
 
+/// A sandbox enrolled with containerd's container `id`, whose task runs in a cgroup its
+/// record does not name (the record deleted, or made again naming another): enrollment's
+/// cross-check would have that cgroup named and the task's shim waived; waived here, the
+/// container's fact is observed alone.
+fn enrolled_past_its_engine(c: &Containerd, id: &str) -> (Sandbox, String) {
+    let (_, task) = c.task(id).expect("the task");
+    let shim = repoch_sys::procfs::parent(task).expect("its shim");
+    let s = Sandbox::new();
+    let dep = s.enroll_with(&s.manifest(&format!(
+        "[containment]\ncontainers = [\"{}\"]\n[containment.engines]\n{}\n\
+         [waive]\n\"cgroup:/{}/{id}\" = \"the container's fact alone is observed\"\n\
+         \"starter:{shim} containerd-shim-runc-v2\" = \"its shim\"\n",
+        c.spelled(id),
+        c.engines_toml(),
+        c.namespace
+    )));
+    (s, dep)
+}
+
 /// A process in the cgroup containerd's spec names for `old-root` (stopped, no task: the
 /// old root left in it, or moved into it): the container is running, whatever its engine
 /// says.
@@ -767,7 +786,7 @@ pub(crate) fn a_containerd_container_started_while_repochd_waits_or_containerd_g
     // Found by attacking the release binaries: observed absent, and granted.
     c.run_sleeping("orphan", false);
     c.delete_record("orphan");
-    let (s, id) = enrolled_on(&c.engines_toml(), &[c.spelled("orphan")]);
+    let (s, id) = enrolled_past_its_engine(&c, "orphan");
     assert_refused(&s.observe(&id), "container-running");
     // Its record deleted under its running task and created again naming containerd's
     // legacy runtime and an empty cgroup: tasks.Get asks that runtime, which has no such
@@ -775,7 +794,7 @@ pub(crate) fn a_containerd_container_started_while_repochd_waits_or_containerd_g
     c.run_sleeping("moved", false);
     let decoy = format!("/{}/decoy", c.namespace);
     c.recreate_record("moved", "io.containerd.runtime.v1.linux", &decoy);
-    let (s, id) = enrolled_on(&c.engines_toml(), &[c.spelled("moved")]);
+    let (s, id) = enrolled_past_its_engine(&c, "moved");
     assert_refused(&s.observe(&id), "container-running");
 
     assert_an_unclean_cgroup_path_is_unknown(&c);
@@ -836,16 +855,20 @@ pub(crate) fn a_podman_short_id_another_container_took_as_its_name_is_refused() 
 }
 
 /// Docker and podman take a reference as a full id, then a name, then an id prefix. The old
-/// root, running, enrolled by its short id: refused container-running; then a stopped
-/// container created with that short id as its name, which the engine answers for the
-/// reference (found by attacking the release binaries: granted while the old root ran):
-/// refused controller-unknown, naming both. Enrolled by its full id: still the old root.
+/// root, running, enrolled by its short id: pinned to its full id, refused
+/// container-running. A stopped container then created with that short id as its name,
+/// which the engine answers for the reference (found by attacking the release binaries:
+/// granted while the old root ran): the pinned old root is still judged, refused
+/// container-running. Enrolled by the short id once it is taken: not pinned (enrollment
+/// says it could not be asked: ambiguous), and refused controller-unknown, naming both.
+/// Enrolled by its full id: still the old root.
 fn assert_a_taken_short_id_is_ambiguous(e: &impl Engine) {
     e.import_busybox();
     let full = e.run_sleeping("old-root", "always");
     let short = &full[..12];
-    let (s, id) = enrolled_on(&e.engines_toml(), &[format!("{}:{short}", e.name())]);
-    assert_refused(&s.observe(&id), "container-running");
+    let spelled = format!("{}:{short}", e.name());
+    let (pinned, pinned_id) = enrolled_on(&e.engines_toml(), std::slice::from_ref(&spelled));
+    assert_refused(&pinned.observe(&pinned_id), "container-running");
     e.ok(&[
         "create",
         "--name",
@@ -855,6 +878,24 @@ fn assert_a_taken_short_id_is_ambiguous(e: &impl Engine) {
         BUSYBOX_IMAGE,
         "true",
     ]);
+    let r = pinned.observe(&pinned_id);
+    assert_refused(&r, "container-running");
+    assert!(r.stdout.contains(short), "{}", r.stdout);
+
+    let s = Sandbox::new();
+    let r = enroll_manifest(&s, &format!("\"{spelled}\""), &e.engines_toml());
+    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
+    let absent = &r.json()["absent_at_enrollment"][0];
+    assert!(
+        absent["observed"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("ambiguous"),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(r.json()["containers"][0]["pinned"], serde_json::Value::Null);
+    let id = r.json()["deployment"].as_str().unwrap().to_owned();
     let r = s.observe(&id);
     assert_refused(&r, "controller-unknown");
     assert!(
@@ -864,4 +905,85 @@ fn assert_a_taken_short_id_is_ambiguous(e: &impl Engine) {
     );
     let (s, id) = enrolled_on(&e.engines_toml(), &[format!("{}:{full}", e.name())]);
     assert_refused(&s.observe(&id), "container-running");
+}
+
+pub(crate) fn a_container_renamed_away_before_the_first_observation_is_still_the_one_judged() {
+    // Proves: enrollment pins each named container to its full id (`repoch --json enroll`
+    // says which), and observation judges that container whatever it is named since. The
+    // old root's container renamed away and another created, stopped, under its name
+    // before any observation (found by attacking the release binaries: the one under the
+    // name was judged, contained, while the old root ran by another name): refused
+    // container-changed ("renamed hidden"), running or stopped.
+    require_root!();
+    let sb = Sandbox::new();
+    let d = Dockerd::start(&sb.path("docker"));
+    d.import_busybox();
+    let full = d.run_sleeping("old-root", "no");
+    let s = Sandbox::new();
+    let r = enroll_manifest(&s, "\"docker:old-root\"", &d.engines_toml());
+    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
+    assert_eq!(
+        r.json()["containers"][0]["pinned"],
+        full.as_str(),
+        "{}",
+        r.stdout
+    );
+    let id = r.json()["deployment"].as_str().unwrap().to_owned();
+
+    d.ok(&["rename", "old-root", "hidden"]);
+    d.ok(&[
+        "create",
+        "--name",
+        "old-root",
+        "--network",
+        "none",
+        BUSYBOX_IMAGE,
+        "true",
+    ]);
+    let o = s.observe(&id);
+    assert_refused(&o, "container-changed");
+    assert!(
+        o.stdout
+            .contains(&format!("container {} renamed hidden", &full[..12])),
+        "{}",
+        o.stdout
+    );
+    d.ok(&["stop", "-t", "1", "hidden"]);
+    assert_refused(&s.observe(&id), "container-changed");
+}
+
+pub(crate) fn a_bystander_whose_id_begins_with_the_named_containers_name_changes_nothing() {
+    // Proves: the old root's container `d` (a name of one hex digit: podman takes it,
+    // Docker wants two), enrolled and pinned, then removed: contained. Containers nobody
+    // named are created while repochd waits at `after-connect` until one's random id
+    // begins with `d`: the engine answers that container for the name `d`, and its
+    // events' ids begin with it; neither is the named container's (found by attacking the
+    // release binaries: refused, the epoch burnt by a container nobody named). Granted.
+    require_root!();
+    let sb = Sandbox::new();
+    let p = Podman::start(&sb.path("podman"));
+    p.import_busybox();
+    p.run_sleeping("d", "no");
+    let (s, id) = enrolled_on(&p.engines_toml(), &["podman:d".to_owned()]);
+    p.ok(&["rm", "-f", "-t", "0", "d"]);
+    let mut bystander = String::new();
+    let (r, c) = recover_acting_at(&s, &id, "after-connect", || {
+        // 1 in 16 creates: 128 tries miss once in 3,800 runs.
+        for _ in 0..128 {
+            let made = p.ok(&["create", "--network", "none", BUSYBOX_IMAGE, "true"]);
+            if made.starts_with('d') {
+                bystander = made;
+                break;
+            }
+        }
+    });
+    assert!(!bystander.is_empty(), "no container id began with d");
+    assert_eq!(
+        r.outcome()["outcome"],
+        "granted",
+        "bystander {bystander}: {}{}",
+        r.stdout,
+        r.stderr
+    );
+    assert_eq!(c.code, Outcome::Success, "{}", c.stdout);
 }

@@ -24,6 +24,7 @@ mod burn;
 mod checkpoint;
 mod containers;
 mod containment;
+mod discover;
 mod disks;
 mod e2e;
 mod fleet;
@@ -453,6 +454,26 @@ fn declared() -> Vec<Declared> {
         trial!(
             root,
             containers::a_podman_short_id_another_container_took_as_its_name_is_refused,
+            PODMAN
+        ),
+        trial!(
+            root,
+            containers::a_container_renamed_away_before_the_first_observation_is_still_the_one_judged,
+            DOCKER
+        ),
+        trial!(
+            root,
+            discover::a_docker_container_that_restarts_is_discovered_and_refused_at_enrollment_until_named,
+            DOCKER
+        ),
+        trial!(
+            root,
+            discover::a_podman_container_that_restarts_is_discovered_and_refused_at_enrollment_until_named,
+            PODMAN
+        ),
+        trial!(
+            root,
+            containers::a_bystander_whose_id_begins_with_the_named_containers_name_changes_nothing,
             PODMAN
         ),
         trial!(
