@@ -398,7 +398,7 @@ fn judge(
             _ => None,
         })
         .or_else(|| now.and_then(|k| against_state(k, units)))
-        .or_else(|| now.and_then(against_cgroup));
+        .or_else(|| now.and_then(|k| against_cgroup(&c.engine, k)));
     match (failed, now) {
         (Some((expected, observed, reason)), _) => {
             Fact::failed(KIND, &c.spelled(), &expected, &observed, reason)
@@ -548,23 +548,55 @@ fn against_state(k: &Container, units: &[String]) -> Option<Failed> {
     })
 }
 
-/// The cgroup its engine reports for it (containerd's spec) holding a process or thread:
-/// the old root left in, or moved into, a container that is stopped by its engine's word
-/// (the cgroup facts of `containment.cgroups`, recursively). A cgroup that cannot be read
-/// is unknown.
-fn against_cgroup(k: &Container) -> Option<Failed> {
+/// The cgroup its engine reports for it (containerd's spec), or the cgroups Docker's and
+/// podman's drivers make for it ([`driver_cgroups`]: their API names none), holding a
+/// process or thread: the old root left in, or moved into, a container that is stopped
+/// by its engine's word (the cgroup facts of `containment.cgroups`, recursively). A
+/// cgroup that cannot be read is unknown.
+fn against_cgroup(engine: &str, k: &Container) -> Option<Failed> {
     use repoch_sys::cgroup;
-    let rel = k.cgroup.as_deref()?;
-    let expected = format!("its cgroup {rel}: no process, no thread");
-    let occupancy = cgroup::mount_point().and_then(|root| cgroup::occupancy(&root, rel));
-    match occupancy {
-        Err(e) => Some((expected, e.to_string(), Reason::ControllerUnknown)),
-        Ok(o) if o.empty() => None,
-        Ok(o) => Some((
-            expected,
-            super::containment::occupied(&o),
-            Reason::ContainerRunning,
-        )),
+    let cgroups = match &k.cgroup {
+        Some(rel) => vec![rel.clone()],
+        None => driver_cgroups(engine, &k.id),
+    };
+    let root = cgroup::mount_point();
+    cgroups.iter().find_map(|rel| {
+        let expected = format!("its cgroup {rel}: no process, no thread");
+        let occupancy = match &root {
+            Ok(root) => cgroup::occupancy(root, rel).map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match occupancy {
+            Err(e) => Some((expected, e, Reason::ControllerUnknown)),
+            Ok(o) if o.empty() => None,
+            Ok(o) => Some((
+                expected,
+                super::containment::occupied(&o),
+                Reason::ContainerRunning,
+            )),
+        }
+    })
+}
+
+/// The cgroups Docker's and podman's cgroup drivers make for container `id` under their
+/// default parents: systemd's (`/system.slice/docker-ID.scope`,
+/// `/machine.slice/libpod-ID.scope`) and cgroupfs's (`/docker/ID`,
+/// `/libpod_parent/libpod-ID`). A container given another parent (`--cgroup-parent`) is
+/// not among them (docs/THREAT-MODEL.md, "Container engines").
+fn driver_cgroups(engine: &str, id: &str) -> Vec<String> {
+    if !repoch_protocol::manifest::is_container_id(id) {
+        return Vec::new();
+    }
+    match engine {
+        "docker" => vec![
+            format!("/system.slice/docker-{id}.scope"),
+            format!("/docker/{id}"),
+        ],
+        "podman" => vec![
+            format!("/machine.slice/libpod-{id}.scope"),
+            format!("/libpod_parent/libpod-{id}"),
+        ],
+        _ => Vec::new(),
     }
 }
 

@@ -987,3 +987,43 @@ pub(crate) fn a_bystander_whose_id_begins_with_the_named_containers_name_changes
     );
     assert_eq!(c.code, Outcome::Success, "{}", c.stdout);
 }
+
+pub(crate) fn a_process_in_a_stopped_containers_cgroup_is_a_running_container() {
+    // Proves: the cgroup Docker's and podman's drivers make for a named container (as the
+    // container's own process showed it while it ran) holds no process once the engine
+    // says the container is stopped. A process run into that cgroup behind the engine's
+    // back (the old root left in it, or moved into it, as `runc run` with the container's
+    // cgroup does): container-running, whatever the engine reports (observed contained
+    // before: only containerd's spec named a cgroup repoch checked).
+    require_root!();
+    let sb = Sandbox::new();
+    let d = Dockerd::start(&sb.path("docker"));
+    let p = Podman::start(&sb.path("podman"));
+    assert_a_process_in_the_engines_cgroup_is_running(&d);
+    assert_a_process_in_the_engines_cgroup_is_running(&p);
+}
+
+/// See `a_process_in_a_stopped_containers_cgroup_is_a_running_container`, with `e`.
+fn assert_a_process_in_the_engines_cgroup_is_running(e: &impl Engine) {
+    e.import_busybox();
+    e.run_sleeping("old-root", "no");
+    let pid = e.inspect("old-root")["State"]["Pid"].as_u64().unwrap();
+    let cg = repoch_sys::cgroup::of_pid(u32::try_from(pid).unwrap()).unwrap();
+    let (s, id) = enrolled_on(&e.engines_toml(), &[format!("{}:old-root", e.name())]);
+    e.ok(&["stop", "-t", "1", "old-root"]);
+    assert_holds(&s.observe(&id));
+    let taken = Cgroup::new(cg.trim_start_matches('/'));
+    let mut left = std::process::Command::new("sleep")
+        .arg("1000")
+        .spawn()
+        .unwrap();
+    taken.add(left.id());
+    let o = s.observe(&id);
+    drop(taken);
+    let _ = left.wait();
+    assert_refused(&o, "container-running");
+    // (A fact's text is bounded: the path's beginning is enough.)
+    let named = format!("its cgroup {}", &cg[..cg.len().min(48)]);
+    assert!(o.stdout.contains(&named), "{cg}: {}", o.stdout);
+    e.ok(&["rm", "old-root"]);
+}

@@ -170,6 +170,25 @@ const PODMAN: &[Need] = &[
         package: "busybox-static",
     },
 ];
+/// A dockerd and a podman service of the test's own.
+const DOCKER_AND_PODMAN: &[Need] = &[
+    Need::Program {
+        name: "dockerd",
+        package: "docker.io",
+    },
+    Need::Program {
+        name: "containerd",
+        package: "containerd",
+    },
+    Need::Program {
+        name: "podman",
+        package: "podman",
+    },
+    Need::Dir {
+        path: "/usr/share/doc/busybox-static",
+        package: "busybox-static",
+    },
+];
 const EXT4: &[Need] = &[MKFS_EXT4, LOSETUP];
 const MKFS_BTRFS: Need = Need::Program {
     name: "mkfs.btrfs",
@@ -460,6 +479,11 @@ fn declared() -> Vec<Declared> {
             root,
             containers::a_container_renamed_away_before_the_first_observation_is_still_the_one_judged,
             DOCKER
+        ),
+        trial!(
+            root,
+            containers::a_process_in_a_stopped_containers_cgroup_is_a_running_container,
+            DOCKER_AND_PODMAN
         ),
         trial!(
             root,
