@@ -37,6 +37,13 @@ struct LeftOut {
 pub(super) fn cross_check(v: &Validated, containers: &Pinning) -> Result<CrossCheck, EnrollError> {
     let cmd = repoch_sys::systemd::systemctl_command();
     let systemctl = repoch_sys::systemd::booted(&cmd).then_some(cmd.as_slice());
+    let waived: Vec<&str> = v
+        .containment
+        .waived
+        .iter()
+        .map(|w| w.what.as_str())
+        .collect();
+    units_engines_name(v, containers, &waived)?;
     let mut seeds = seeds(&v.containment, systemctl);
     seeds.extend(containers.pids.iter().map(|&pid| Seed::Pid(pid)));
     if seeds.is_empty() {
@@ -50,12 +57,6 @@ pub(super) fn cross_check(v: &Validated, containers: &Pinning) -> Result<CrossCh
         what: "the cross-check with the running old root".into(),
         why: e.to_string(),
     })?;
-    let waived: Vec<&str> = v
-        .containment
-        .waived
-        .iter()
-        .map(|w| w.what.as_str())
-        .collect();
     if let Some(l) = left_out(v, &d, &containers.cgroups)
         .into_iter()
         .find(|l| !waived.contains(&l.what.as_str()))
@@ -77,6 +78,36 @@ pub(super) fn cross_check(v: &Validated, containers: &Pinning) -> Result<CrossCh
         seeds: d.seeds.clone(),
         processes: d.processes.len(),
     })
+}
+
+/// Each systemd unit an engine names as running a named container (podman's
+/// `PODMAN_SYSTEMD_UNIT`, what `podman generate systemd` and Quadlet set) is named under
+/// `containment.units`, or waived: its next start runs the container again, and
+/// observation refuses the container (`container-restartable`) until it is named. Checked
+/// whether or not the old root runs now: the engine keeps the label on a stopped
+/// container.
+fn units_engines_name(
+    v: &Validated,
+    containers: &Pinning,
+    waived: &[&str],
+) -> Result<(), EnrollError> {
+    use repoch_protocol::text::escape;
+    let named = |u: &str| v.containment.units.iter().any(|n| n == u);
+    let Some((container, unit)) = containers
+        .units
+        .iter()
+        .find(|(_, u)| !named(u) && !waived.contains(&format!("unit:{u}").as_str()))
+    else {
+        return Ok(());
+    };
+    Err(field(
+        "containment.units",
+        format!(
+            "the container {container} is run by systemd unit {} (its engine's label              PODMAN_SYSTEMD_UNIT), which the manifest neither names nor waives: add it to              containment.units (and mask it), or waive it: [waive] \"unit:{}\" = \"REASON\"",
+            escape(unit),
+            escape(unit)
+        ),
+    ))
 }
 
 /// Where the old root runs now, by what the manifest names: each named cgroup that exists,

@@ -644,6 +644,12 @@ pub fn pin_at_enrollment(named: &mut [ContainerRef]) -> Pinning {
                     p.pids.push(pid);
                 }
                 p.cgroups.extend(k.cgroup.clone());
+                if let Some(unit) = k
+                    .restart_policy
+                    .strip_prefix(repoch_engines::SYSTEMD_UNIT_POLICY)
+                {
+                    p.units.push((c.spelled(), unit.to_owned()));
+                }
                 c.pinned =
                     (api && repoch_protocol::manifest::is_container_id(&k.id)).then_some(k.id);
             }
@@ -671,6 +677,10 @@ pub struct Pinning {
     /// The cgroups the engines report for the named containers (containerd's spec): held
     /// by the container facts, as a named container's own cgroup is.
     pub cgroups: Vec<String>,
+    /// The systemd units the engines name as running a named container (podman's label
+    /// `PODMAN_SYSTEMD_UNIT`): `(ENGINE:NAME, unit)`. Each must be named under
+    /// `containment.units`: observation refuses the container otherwise.
+    pub units: Vec<(String, String)>,
 }
 
 /// Why an engine's socket is not root's alone: whoever wrote the manifest, or whoever owns

@@ -421,7 +421,8 @@ pub(crate) fn a_podman_container_its_restart_at_boot_would_start_is_refused_unti
 pub(crate) fn a_podman_container_a_systemd_unit_runs_is_refused_unless_its_unit_is_named() {
     // Proves: a container of restart policy `no` that a systemd unit runs (podman's own
     // label PODMAN_SYSTEMD_UNIT names it, as `podman generate systemd` and Quadlet set it),
-    // stopped, the manifest naming the container alone: refused container-restartable,
+    // stopped, the manifest naming the container alone: refused at enrollment naming
+    // `containment.units`; waived there, refused container-restartable at observation,
     // naming the unit (its next start brings the old root back). Found by attacking the
     // release binaries: granted.
     require_root!();
@@ -447,8 +448,23 @@ pub(crate) fn a_podman_container_a_systemd_unit_runs_is_refused_unless_its_unit_
         "1000000",
     ]);
     p.ok(&["stop", "-t", "1", "old-root"]);
-    let refs = ["podman:old-root".to_owned()];
-    let (s, id) = enrolled_on(&p.engines_toml(), &refs);
+    // Enrollment asks the engine: the unit it names is left out, refused (exit 64) naming
+    // the line to add or the waiver (enrolled before).
+    let s = Sandbox::new();
+    let r = enroll_manifest(&s, "\"podman:old-root\"", &p.engines_toml());
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
+    let said = r.json()["message"].as_str().unwrap().to_owned();
+    assert!(
+        said.contains("containment.units")
+            && said.contains("[waive] \"unit:container-old-root.service\""),
+        "{said}"
+    );
+    // Waived (say, to be removed before the recovery), observation still refuses it.
+    let id = s.enroll_with(&s.manifest(&format!(
+        "[containment]\ncontainers = [\"podman:old-root\"]\n[containment.engines]\n{}\n\
+         [waive]\n\"unit:container-old-root.service\" = \"removed before the recovery\"\n",
+        p.engines_toml()
+    )));
     let r = s.observe(&id);
     assert_refused(&r, "container-restartable");
     assert!(
