@@ -83,7 +83,7 @@ pub fn show_all(cmd: &[String], units: &[String]) -> Vec<Result<UnitState, Error
                 Err(e) => Err(Error::Found(e.to_string())),
                 Ok(b) => b
                     .next()
-                    .map_or_else(|| Err("systemctl show: no block".into()), |b| parse(b)),
+                    .map_or_else(|| Err("systemctl show: no block".into()), |b| parse(u, b)),
             }
         })
         .collect()
@@ -348,8 +348,12 @@ fn run(cmd: &[String], words: &[&str], bytes_max: usize) -> Result<String, Error
     Ok(out)
 }
 
-/// One unit's block of `systemctl show` output.
-fn parse(out: &str) -> Result<UnitState, Error> {
+/// One unit's block of `systemctl show` output, for `unit`. Only a service has a main
+/// process: systemd prints no `MainPID=` for a timer, a socket, a path or any other unit
+/// type, whose main pid is then 0 (found by enrolling a timer and a socket unit as
+/// `repoch discover` names them: every observation was `controller-unknown`). A service
+/// whose answer lacks it is not read.
+fn parse(unit: &str, out: &str) -> Result<UnitState, Error> {
     let get = |k: &str| {
         out.lines()
             .find_map(|l| l.strip_prefix(k).and_then(|r| r.strip_prefix('=')))
@@ -361,9 +365,12 @@ fn parse(out: &str) -> Result<UnitState, Error> {
         file_state: field("UnitFileState")?,
         active: field("ActiveState")?,
         sub: field("SubState")?,
-        main_pid: field("MainPID")?
-            .parse()
-            .map_err(|_| "systemctl show: MainPID is not a number".to_owned())?,
+        main_pid: match get("MainPID") {
+            None if !unit.ends_with(".service") => 0,
+            _ => field("MainPID")?
+                .parse()
+                .map_err(|_| "systemctl show: MainPID is not a number".to_owned())?,
+        },
         need_reload: match field("NeedDaemonReload")?.as_str() {
             "yes" => true,
             "no" => false,
@@ -415,6 +422,19 @@ mod tests {
     }
 
     /// An answer larger than the bound is an error, never a cut answer: `yes` never ends.
+    #[test]
+    fn only_a_service_has_a_main_pid_to_read() {
+        let block = "LoadState=masked\nUnitFileState=masked\nActiveState=inactive\n\
+                     SubState=dead\nNeedDaemonReload=no";
+        for unit in ["old.timer", "old.socket", "old.path"] {
+            assert_eq!(parse(unit, block).unwrap().main_pid, 0, "{unit}");
+        }
+        assert!(parse("old.service", block).is_err());
+        let with = format!("{block}\nMainPID=42");
+        assert_eq!(parse("old.service", &with).unwrap().main_pid, 42);
+        assert_eq!(parse("old.timer", &with).unwrap().main_pid, 42);
+    }
+
     #[test]
     fn an_answer_past_its_bound_is_an_error() {
         let cmd = vec![

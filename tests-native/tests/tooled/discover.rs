@@ -121,3 +121,141 @@ fn completed(s: &Sandbox, draft: &str, engines: &str) -> String {
         .collect();
     format!("{top}{draft}\n{engines}\n{tables}")
 }
+
+pub(crate) fn a_timer_and_an_activating_socket_are_discovered_and_refused_at_enrollment_until_named(
+) {
+    // Proves, under a real systemd (the nspawn container of units.rs, repochd installed
+    // as its shipped units run it): the old root is a service a timer starts, holding the
+    // deployment's lock, beside a sidecar service its socket unit activated, holding that
+    // socket (a listener the sidecar inherited). `repoch discover --unit` from both
+    // services names the services, the timer and the socket unit that would start them
+    // again (`TriggeredBy=`), the sidecar's listener and the lock. A manifest naming the
+    // two services only is refused while they run (exit 64), naming the starter left out.
+    // The draft, completed with what no process shows, enrolls while they run; once
+    // contained (all four units stopped and masked), the recovery is granted to a real
+    // consumer unit.
+    require_root!();
+    let s = Sandbox::new();
+    let c = Container::boot(&s.tag);
+    crate::systemd_recovery::install_built(&c);
+    let (uid, gid) = crate::systemd_recovery::fixtures(&c);
+    let run = |script: &str| crate::systemd_recovery::run_in(&c, script);
+    // The old root's own program: the helper with bytes of its own (nothing else runs it).
+    c.sh("cp /usr/bin/repoch-test-helper /srv/billing/old-root && echo old-root >> /srv/billing/old-root \
+          && mkdir -p /run/billing");
+    let units = [
+        (
+            "billing-old.service",
+            "[Service]\\nExecStart=/srv/billing/old-root flock /srv/billing/lock\\n",
+        ),
+        (
+            "billing-old.timer",
+            "[Timer]\\nOnCalendar=*-*-* 03:00\\n[Install]\\nWantedBy=timers.target\\n",
+        ),
+        (
+            "billing-ctl.socket",
+            "[Socket]\\nListenStream=/run/billing/ctl.sock\\n[Install]\\nWantedBy=sockets.target\\n",
+        ),
+        (
+            "billing-ctl.service",
+            "[Service]\\nExecStart=/srv/billing/old-root sleep\\n",
+        ),
+    ];
+    for (unit, text) in units {
+        c.sh(&format!(
+            "printf '[Unit]\\nDescription={unit}\\n{text}' > /usr/lib/systemd/system/{unit}"
+        ));
+    }
+    c.sh(
+        "systemctl daemon-reload && systemctl enable --now billing-old.timer billing-ctl.socket \
+          && systemctl start billing-old.service billing-ctl.service",
+    );
+
+    let d = run("repoch --json discover --unit billing-old.service --unit billing-ctl.service");
+    assert_eq!(d.code, Outcome::Success, "{}{}", d.stdout, d.stderr);
+    let (found, draft) = (
+        &d.json()["found"],
+        d.json()["draft"].as_str().unwrap().to_owned(),
+    );
+    let values = |key: &str| -> Vec<String> {
+        found[key]
+            .as_array()
+            .unwrap_or_else(|| panic!("no {key}: {found}"))
+            .iter()
+            .map(|f| f["value"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let mut starters = values("unit_starters");
+    starters.sort();
+    assert_eq!(
+        starters,
+        ["billing-ctl.socket", "billing-old.timer"],
+        "{found}"
+    );
+    assert!(
+        values("units").contains(&"billing-old.service".to_owned()),
+        "{found}"
+    );
+    assert_eq!(
+        values("listeners"),
+        ["unix:/run/billing/ctl.sock"],
+        "{found}"
+    );
+    assert_eq!(values("locks"), ["/srv/billing/lock"], "{found}");
+
+    let top =
+        "label = \"billing\"\nstores = [\"/srv/billing/data\"]\nready = \"/srv/billing/READY\"\n";
+    let tables = format!(
+        "\n[journal]\npath = \"/srv/billing/journal\"\nproducer_key_file = \"/etc/billing/producer.key.pub\"\n\n\
+         [consumer]\nuid = {uid}\ngid = {gid}\nexecutable = \"/usr/bin/repoch-consume\"\n\
+         key_file = \"/etc/billing/consumer.key.pub\"\n"
+    );
+    let write = |manifest: &str| {
+        std::fs::write(
+            format!("/proc/{}/root/etc/billing/billing.toml", c.leader),
+            manifest,
+        )
+        .unwrap();
+    };
+    // Left out: the timer and the socket unit (and the listener).
+    write(&format!(
+        "{top}fences = [\"/srv/billing/lock\"]\n[containment]\n\
+         units = [\"billing-old.service\", \"billing-ctl.service\"]\n{tables}"
+    ));
+    let r = run("repoch --json enroll /etc/billing/billing.toml");
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
+    let said = r.json()["message"].as_str().unwrap().to_owned();
+    assert!(
+        said.contains("containment.units")
+            && (said.contains("[waive] \"unit:billing-old.timer\"")
+                || said.contains("[waive] \"unit:billing-ctl.socket\"")),
+        "{said}"
+    );
+
+    // The draft as printed, completed: enrolls while the old root runs.
+    write(&format!("{top}{draft}{tables}"));
+    let e = run("repoch --json enroll /etc/billing/billing.toml");
+    assert_eq!(
+        e.code,
+        Outcome::Success,
+        "{}{}\n{draft}",
+        e.stdout,
+        e.stderr
+    );
+    assert_eq!(e.json()["cross_check"]["ran"], true, "{}", e.stdout);
+    let id = e.json()["deployment"].as_str().unwrap().to_owned();
+
+    // Contained as OPERATOR.md says, then recovered.
+    c.sh("systemctl stop billing-old.timer billing-ctl.socket billing-old.service billing-ctl.service \
+          && systemctl mask billing-old.timer billing-ctl.socket billing-old.service billing-ctl.service \
+          && rm -f /run/billing/ctl.sock");
+    let r = crate::systemd_recovery::recover_with_consumer_unit(&c, &id);
+    assert_eq!(
+        r.outcome()["outcome"],
+        "granted",
+        "{}{}\n{draft}",
+        r.stdout,
+        r.stderr
+    );
+    c.sh("systemctl stop billing-new.service");
+}

@@ -792,6 +792,11 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            discover::a_timer_and_an_activating_socket_are_discovered_and_refused_at_enrollment_until_named,
+            CONTAINER
+        ),
+        trial!(
+            root,
             systemd_recovery::a_recovery_from_the_installed_package,
             &[NSPAWN, Need::NspawnRootfs, Need::DebianPackage]
         ),

@@ -61,14 +61,13 @@ pub(crate) fn install_built(c: &Container) {
     );
 }
 
-/// The recovery, against whatever `install` put in the container.
-pub(crate) fn recover_under_systemd(c: &Container) {
-    let j = |r: &Run| format!("{}\n{}\n--- journal:\n{}", r.stdout, r.stderr, journal(c));
-    // The consumer's user (a member of repoch-consumer through its unit), the deployment's
-    // fixtures under /srv, keys under /etc/billing. /srv is a tmpfs: the container's root is
-    // an overlay, where a flock shows in /proc/locks under the overlay's device while stat
-    // names the upper file system's, so a fence there is refused `fence-custody` (real
-    // deployments live on ext4, xfs, btrfs or tmpfs: docs/OPERATOR.md).
+/// The deployment's fixtures: the consumer's user `billing` (a member of repoch-consumer
+/// through its unit), the lock, store and READY under /srv/billing, keys under
+/// /etc/billing; the user's uid and gid. /srv is a tmpfs: the container's root is an
+/// overlay, where a flock shows in /proc/locks under the overlay's device while stat names
+/// the upper file system's, so a fence there is refused `fence-custody` (real deployments
+/// live on ext4, xfs, btrfs or tmpfs: docs/OPERATOR.md).
+pub(crate) fn fixtures(c: &Container) -> (String, String) {
     c.sh("mount -t tmpfs -o mode=0755 srv /srv && mkdir -p /etc/sysusers.d && echo 'u billing - \"billing root\" /var/lib/billing' > /etc/sysusers.d/billing.conf \
           && systemd-sysusers \
           && mkdir -p /srv/billing /etc/billing && cd /srv/billing \
@@ -79,6 +78,36 @@ pub(crate) fn recover_under_systemd(c: &Container) {
           && chown billing /etc/billing/consumer.key");
     let uid = run_in(c, "id -u billing").stdout.trim().to_owned();
     let gid = run_in(c, "id -g billing").stdout.trim().to_owned();
+    (uid, gid)
+}
+
+/// The recovery of `id` with its consumer a real service unit as `billing`, waiting on the
+/// grant socket (which activates repochd), then exec'ing the new root that holds the
+/// fences: `repoch recover`'s run.
+pub(crate) fn recover_with_consumer_unit(c: &Container, id: &str) -> Run {
+    c.sh(&format!(
+        "printf '[Unit]\\nDescription=billing new root\\n[Service]\\nUser=billing\\n\
+         SupplementaryGroups=repoch-consumer\\nStateDirectory=billing\\n\
+         ExecStart=/usr/bin/repoch-consume --json receive --deployment {short} \
+         --key /etc/billing/consumer.key --issuer-key /etc/repoch/issuer.pub \
+         --out /var/lib/billing/grant.cbor -- /usr/bin/repoch-test-helper hold-fences \
+         /var/lib/billing/held.txt\\n' > /etc/systemd/system/billing-new.service \
+         && systemctl daemon-reload && systemctl start billing-new.service",
+        short = &id[..8]
+    ));
+    run_in(
+        c,
+        &format!(
+            "repoch --json recover {id} --consumer-wait 20 --approve-ready \
+             $(sha256sum /srv/billing/READY | cut -d' ' -f1)"
+        ),
+    )
+}
+
+/// The recovery, against whatever `install` put in the container.
+pub(crate) fn recover_under_systemd(c: &Container) {
+    let j = |r: &Run| format!("{}\n{}\n--- journal:\n{}", r.stdout, r.stderr, journal(c));
+    let (uid, gid) = fixtures(c);
     // The old root: a real unit holding the fence, listening on its port (in the
     // container's network namespace, which is the host's) and on its unix socket, running.
     c.sh("mkdir -p /run/billing && printf '[Unit]\\nDescription=billing old root\\n[Service]\\n\
@@ -147,25 +176,7 @@ pub(crate) fn recover_under_systemd(c: &Container) {
           && rm /run/billing/old.sock",
     );
 
-    // The consumer: a real service unit as `billing`, waiting on the grant socket (which
-    // activates repochd), then exec'ing the new root that holds the fences.
-    c.sh(&format!(
-        "printf '[Unit]\\nDescription=billing new root\\n[Service]\\nUser=billing\\n\
-         SupplementaryGroups=repoch-consumer\\nStateDirectory=billing\\n\
-         ExecStart=/usr/bin/repoch-consume --json receive --deployment {short} \
-         --key /etc/billing/consumer.key --issuer-key /etc/repoch/issuer.pub \
-         --out /var/lib/billing/grant.cbor -- /usr/bin/repoch-test-helper hold-fences \
-         /var/lib/billing/held.txt\\n' > /etc/systemd/system/billing-new.service \
-         && systemctl daemon-reload && systemctl start billing-new.service",
-        short = &id[..8]
-    ));
-    let r = run_in(
-        c,
-        &format!(
-            "repoch --json recover {id} --consumer-wait 20 --approve-ready \
-             $(sha256sum /srv/billing/READY | cut -d' ' -f1)"
-        ),
-    );
+    let r = recover_with_consumer_unit(c, &id);
     assert_eq!(r.code, Outcome::Success, "recover: {}", j(&r));
     assert_eq!(r.outcome()["outcome"], "granted", "{}", j(&r));
     // repochd under its real unit holds every exec of the enrolled executable (its
