@@ -291,6 +291,23 @@ pub fn other_netns(pid: u32) -> Option<String> {
     (theirs != ours).then(|| theirs.to_string_lossy().into_owned())
 }
 
+/// The arguments `pid` was started with (`/proc/PID/cmdline`, at most
+/// `PROC_FILE_BYTES_MAX` bytes, each argument read lossily); `None` once it has exited or
+/// when unreadable.
+pub fn arguments(pid: u32) -> Option<Vec<String>> {
+    let s = read_small_lossy(
+        Path::new(&format!("/proc/{pid}/cmdline")),
+        PROC_FILE_BYTES_MAX,
+    )
+    .ok()?;
+    Some(
+        s.trim_end_matches('\0')
+            .split('\0')
+            .map(str::to_owned)
+            .collect(),
+    )
+}
+
 /// Whether `pid` runs under another root directory than ours (a container's, a chroot's):
 /// the paths it sees, its executable's among them, are not the host's. `None` when it
 /// cannot be told (gone, or unreadable).

@@ -91,6 +91,14 @@ pub(super) fn parents(d: &mut Discovery, pid: u32, ours: &[u32]) {
         .map(|a| format!("{} ({})", a.pid, a.comm))
         .collect();
     let (kind, known) = classify(&chain);
+    if let Some((container, runtime)) = shim_container(first) {
+        Discovery::add(&mut d.containers, container, pid, || {
+            format!(
+                "its runtime's shim (pid {}, {runtime}) runs this container",
+                first.pid
+            )
+        });
+    }
     let value = format!("pid {pid}: started by {}", shown.join(" < "));
     let list = if known {
         &mut d.starters
@@ -143,6 +151,43 @@ fn classify(chain: &[Ancestor]) -> (String, bool) {
         }
     };
     (said, true)
+}
+
+/// The container a runtime's shim runs, as its arguments name it: containerd's shim
+/// `-namespace NS -id ID` (`containerd:NS/ID`; in Docker's namespace `moby`, the Docker
+/// container `docker:ID`), podman's `conmon` `--cid ID` (`podman:ID`); with the shim's
+/// program. `None` for any other process, or arguments that name no valid container.
+fn shim_container(a: &Ancestor) -> Option<(String, String)> {
+    let name = program(a);
+    if !(name.starts_with("containerd-shim") || name == "conmon") {
+        return None;
+    }
+    let container = container_of_shim(&name, &held_by::arguments(a.pid)?)?;
+    Some((container, name))
+}
+
+/// The container the shim `name` started with `args` runs ([`shim_container`]).
+fn container_of_shim(name: &str, args: &[String]) -> Option<String> {
+    use repoch_protocol::manifest::{is_container_id, is_containerd_identifier};
+    let after = |flag: &str| {
+        args.iter()
+            .position(|x| x == flag)
+            .and_then(|i| args.get(i + 1))
+            .map(String::as_str)
+    };
+    if name.starts_with("containerd-shim") {
+        let (ns, id) = (after("-namespace")?, after("-id")?);
+        match ns {
+            "moby" => is_container_id(id).then(|| format!("docker:{id}")),
+            _ => (is_containerd_identifier(ns) && is_containerd_identifier(id))
+                .then(|| format!("containerd:{ns}/{id}")),
+        }
+    } else if name == "conmon" {
+        let id = after("--cid").or_else(|| after("-c"))?;
+        is_container_id(id).then(|| format!("podman:{id}"))
+    } else {
+        None
+    }
 }
 
 /// A process's program name: its executable's file name, else its `comm`.
@@ -292,6 +337,43 @@ mod tests {
             .contains("terminal session (tmux)"));
         let (what, known) = said(&[a(45, "odd", "/opt/odd", 0), init]);
         assert!(!known && what.contains("pid 45 (odd, /opt/odd)"), "{what}");
+    }
+
+    #[test]
+    fn a_shims_arguments_name_its_container_and_nothing_else_does() {
+        let args = |a: &str| a.split(' ').map(str::to_owned).collect::<Vec<_>>();
+        let id = "c0".repeat(32);
+        let shim = "containerd-shim-runc-v2";
+        assert_eq!(
+            container_of_shim(
+                shim,
+                &args("-namespace ops -id old-root -address /run/c.sock")
+            ),
+            Some("containerd:ops/old-root".into())
+        );
+        assert_eq!(
+            container_of_shim(shim, &args(&format!("-namespace moby -id {id}"))),
+            Some(format!("docker:{id}"))
+        );
+        assert_eq!(
+            container_of_shim("conmon", &args(&format!("--api-version 1 -c {id} -u {id}"))),
+            Some(format!("podman:{id}"))
+        );
+        // Arguments that name no valid container, or another program's: none.
+        assert_eq!(
+            container_of_shim(shim, &args("-namespace moby -id short")),
+            None
+        );
+        assert_eq!(
+            container_of_shim(shim, &args("-namespace o/ps -id x")),
+            None
+        );
+        assert_eq!(container_of_shim(shim, &args("-namespace ops -id")), None);
+        assert_eq!(container_of_shim("conmon", &args("-c ../x")), None);
+        assert_eq!(
+            container_of_shim("runsv", &args("-namespace ops -id x")),
+            None
+        );
     }
 
     #[test]

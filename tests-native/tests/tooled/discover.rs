@@ -259,3 +259,82 @@ pub(crate) fn a_timer_and_an_activating_socket_are_discovered_and_refused_at_enr
     );
     c.sh("systemctl stop billing-new.service");
 }
+
+pub(crate) fn a_containerd_container_its_restart_monitor_starts_is_discovered_and_refused_until_named(
+) {
+    // Proves: the old root is a containerd container labelled for the restart monitor
+    // (containerd.io/restart.status=running), on a containerd of the test's own. `repoch
+    // discover --pid` from its task names the container (`containerd:NS/ID`, read from its
+    // shim's arguments: containerd's cgroups are whatever its spec says, so no cgroup
+    // names it; found by nothing before). A manifest naming its cgroup only is refused
+    // while it runs (exit 64) naming `containment.containers` and the waiver. The draft,
+    // completed, enrolls while it runs; once contained (the label removed, the task
+    // deleted), the recovery is granted with a real consumer.
+    require_root!();
+    let sb = Sandbox::new();
+    let c = Containerd::start(&sb.path("containerd"));
+    c.run_sleeping("old-root", true);
+    let (_, pid) = c.task("old-root").expect("its task");
+    let s = Sandbox::new();
+    let r = s.repoch(&["--json", "discover", "--pid", &pid.to_string()]);
+    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
+    let (found, draft) = (
+        &r.json()["found"],
+        r.json()["draft"].as_str().unwrap().to_owned(),
+    );
+    let spelled = c.spelled("old-root");
+    assert_eq!(found["containers"][0]["value"], spelled.as_str(), "{found}");
+    let cgroup = found["cgroups"][0]["value"].as_str().unwrap().to_owned();
+
+    let engines = format!("[containment.engines]\n{}\n", c.engines_toml());
+    let p = s.path("manifest.toml");
+    std::fs::write(
+        &p,
+        s.manifest(&format!(
+            "[containment]\ncgroups = [\"{cgroup}\"]\n{engines}"
+        )),
+    )
+    .unwrap();
+    let r = s.enroll_manifest(&p);
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
+    let said = r.json()["message"].as_str().unwrap().to_owned();
+    assert!(
+        said.contains("containment.containers")
+            && said.contains(&format!("[waive] \"container:{spelled}\"")),
+        "{said}"
+    );
+
+    std::fs::write(&p, completed(&s, &draft, &engines)).unwrap();
+    let r = s.enroll_manifest(&p);
+    assert_eq!(
+        r.code,
+        Outcome::Success,
+        "{}{}\n{draft}",
+        r.stdout,
+        r.stderr
+    );
+    assert_eq!(r.json()["cross_check"]["ran"], true, "{}", r.stdout);
+    let id = r.json()["deployment"].as_str().unwrap().to_owned();
+
+    c.ok(&[
+        "container",
+        "label",
+        "old-root",
+        "containerd.io/restart.status=",
+    ]);
+    c.delete_task("old-root");
+    let _d = s.daemon();
+    let consumer = s
+        .consumer(&id[..8], "consumer.key", "grant.cbor", &[])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let r = run(s.recover(&id, 20, &[]));
+    assert_eq!(r.code, Outcome::Success, "{}\n{draft}", r.stdout);
+    let out = consumer.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

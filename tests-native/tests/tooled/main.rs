@@ -497,6 +497,11 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            discover::a_containerd_container_its_restart_monitor_starts_is_discovered_and_refused_until_named,
+            CONTAINERD
+        ),
+        trial!(
+            root,
             containers::a_bystander_whose_id_begins_with_the_named_containers_name_changes_nothing,
             PODMAN
         ),
