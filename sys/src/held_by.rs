@@ -83,14 +83,41 @@ pub fn listening(pid: u32, inodes: &[u64]) -> Result<Vec<Listening>, Error> {
     let path = format!("/proc/{pid}/net/unix");
     let text =
         read_small_lossy(Path::new(&path), NET_TABLE_BYTES_MAX).context(format_args!("{path}"))?;
+    let ours = other_netns(pid).is_none();
     for line in table_lines(&path, &text)? {
         if let Some(l) = unix_line(line).filter(|l| inodes.contains(&l.inode)) {
-            out.push(l);
+            // The table prints each name raw: a name holding a newline ends its line and
+            // forges the next (another path for any inode). In our network namespace the
+            // kernel names each socket exactly (sock_diag).
+            match ours {
+                true => out.extend(named_by_the_kernel(l.inode)?),
+                false => out.push(l),
+            }
         }
     }
     out.sort();
     out.dedup();
     Ok(out)
+}
+
+/// The unix socket `inode` as sock_diag names it in our network namespace: its bound name
+/// (an abstract one spelled with `@`, as `/proc/net/unix` does), read lossily; `None` when
+/// it is gone or bound to no name. Its listening is the table's word: a forged line only
+/// adds a socket to hold, never hides one.
+fn named_by_the_kernel(inode: u64) -> Result<Option<Listening>, Error> {
+    let Some(s) = crate::sockdiag::unix_socket(inode, None)? else {
+        return Ok(None);
+    };
+    Ok(s.name.filter(|n| !n.is_empty()).map(|n| {
+        let name = match n.split_first() {
+            Some((0, abstract_name)) => format!("@{}", String::from_utf8_lossy(abstract_name)),
+            _ => String::from_utf8_lossy(&n).into_owned(),
+        };
+        Listening {
+            spelled: format!("unix:{name}"),
+            inode,
+        }
+    }))
 }
 
 /// The lines of table `text` (read from `path`) after its header; more than

@@ -310,3 +310,60 @@ fn enrolling_while_the_old_root_runs_refuses_what_the_manifest_leaves_out_until_
         [listener.as_str(), &format!("starter:{me} {program}")]
     );
 }
+
+#[test]
+#[ignore = "needs root"]
+fn a_unix_socket_name_that_forges_a_line_of_the_kernels_table_names_no_listener() {
+    // The old root listens on a unix socket, and a sidecar of it binds one whose name holds
+    // a newline and then a whole line of /proc/net/unix naming the first socket's inode at
+    // another path (the kernel prints a name raw). Read from the table, the first socket
+    // was listed at the forged path too, and the second at the name's first line, a path
+    // that does not exist: a manifest naming those would hold neither. Each socket's name
+    // is now the kernel's own answer for its inode (sock_diag): the real listener alone,
+    // and the forging name an unknown (no manifest can name it).
+    require_root!();
+    let s = Sandbox::new();
+    let cg = Cgroup::new(&format!("repoch-forge-{}", s.tag));
+    let exe = own_copy_of_the_helper(&s);
+    // Short paths: a unix name holds at most 107 bytes.
+    let dir = std::path::PathBuf::from(format!("/tmp/rf{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let real = dir.join("r.sock");
+    let holder = in_cgroup(&cg, &exe, &["listen-unix", real.to_str().unwrap()]);
+    let inode = std::fs::read_dir(format!("/proc/{}/fd", holder.pid()))
+        .unwrap()
+        .flatten()
+        .find_map(|e| {
+            let l = std::fs::read_link(e.path()).ok()?;
+            l.to_str()?
+                .strip_prefix("socket:[")?
+                .strip_suffix(']')
+                .map(str::to_owned)
+        })
+        .expect("its socket");
+    let forged = dir.join("f");
+    // (The table's first field is the kernel's address of the socket; any word reads as
+    // one.)
+    let forging = format!(
+        "{}/x\n0: 00000002 00000000 00010000 0001 01 {inode} {}",
+        dir.display(),
+        forged.display()
+    );
+    // (Its slashes are directories: made, so that it can be bound.)
+    std::fs::create_dir_all(std::path::Path::new(&forging).parent().unwrap()).unwrap();
+    let _sidecar = in_cgroup(&cg, &exe, &["listen-unix", &forging]);
+    let (found, _) = discover(&s, &["--cgroup", &cg.rel]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        values(&found, "listeners"),
+        [format!("unix:{}", real.display())],
+        "{found}"
+    );
+    let unknown = values(&found, "unknown");
+    assert!(
+        unknown
+            .iter()
+            .any(|u| u.contains("\\u{000a}0: 00000002") && u.contains(&inode)),
+        "the forging name is not an unknown: {found}"
+    );
+}
