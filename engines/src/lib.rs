@@ -298,17 +298,20 @@ impl Engine {
             s => return Err(Error::Answer(format!("{path}: {s}: {}", message(&bytes)))),
         };
         self.unambiguous(name_or_id, &found)?;
-        Ok(Some(found))
+        Ok(named_by(name_or_id, &found).then_some(found))
     }
 
     /// Docker and podman take a reference as a full id, then a name, then an id prefix: a
     /// short id that another container took as its name names that one instead (found by
     /// attacking the release binaries: a stopped container named by the old root's short
     /// id, and the recovery granted while the old root ran). A reference that is a name
-    /// here and begins another container's id is refused as ambiguous.
+    /// here and begins another container's id is refused as ambiguous. One shorter than a
+    /// short id is a name alone ([`named_by`]): no ambiguity.
     fn unambiguous(&self, spelled: &str, found: &Container) -> Result<(), Error> {
         let hex = |c: char| c.is_ascii_digit() || ('a'..='f').contains(&c);
-        if found.name != spelled || spelled.len() >= 64 || !spelled.chars().all(hex) {
+        let id_like =
+            (SHORT_ID_HEX_DIGITS..64).contains(&spelled.len()) && spelled.chars().all(hex);
+        if found.name != spelled || !id_like {
             return Ok(());
         }
         let filters = serde_json::json!({ "id": [spelled] }).to_string();
@@ -458,12 +461,26 @@ async fn read_events(mut body: hyper::body::Incoming, shared: &Mutex<Shared>) ->
     Ok(())
 }
 
-/// A path segment as the URL carries it.
-/// An id's first 12 characters, as the engines print it.
-pub fn short_id(id: &str) -> &str {
-    id.get(..12).unwrap_or(id)
+/// The digits of a short id: the shortest id prefix a reference is taken as.
+pub const SHORT_ID_HEX_DIGITS: usize = 12;
+
+/// Whether `reference` names container `k`: its name, its id, or the beginning of its id
+/// of at least [`SHORT_ID_HEX_DIGITS`] digits. Docker and podman take any beginning of an
+/// id, so a short name nothing is called (`db`, `d`) reads as a bystander whose random id
+/// begins with it (found by attacking the release binaries: such a bystander was pinned at
+/// enrollment, and a container of that very name started later ran unjudged).
+pub fn named_by(reference: &str, k: &Container) -> bool {
+    k.name == reference
+        || k.id == reference
+        || (reference.len() >= SHORT_ID_HEX_DIGITS && k.id.starts_with(reference))
 }
 
+/// An id's first 12 characters, as the engines print it.
+pub fn short_id(id: &str) -> &str {
+    id.get(..SHORT_ID_HEX_DIGITS).unwrap_or(id)
+}
+
+/// A path segment as the URL carries it.
 fn escape_segment(s: &str) -> String {
     percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
 }
@@ -633,10 +650,14 @@ mod tests {
             .collect();
         assert_eq!(actions, ["rename", "start"]);
         // Named by a short id: its events by the id they start.
-        let shared = following(&["abc1"], &[]);
-        let e = event("start", "abc123", r#""name":"anything""#);
+        let shared = following(&["abc123456789"], &[]);
+        let e = event("start", "abc123456789ff", r#""name":"anything""#);
         take_lines(&mut Vec::new(), &[&e[..], b"\n"].concat(), &shared).unwrap();
         assert_eq!(shared.lock().unwrap().seen.events.len(), 1);
+        // A reference shorter than a short id is a name: no id prefix.
+        let shared = following(&["abc1"], &[]);
+        take_lines(&mut Vec::new(), &[&e[..], b"\n"].concat(), &shared).unwrap();
+        assert!(shared.lock().unwrap().seen.events.is_empty());
     }
 
     #[test]

@@ -49,7 +49,8 @@ impl Shared {
     }
 
     /// Whether `e` is of a container followed: by its name now or before a rename
-    /// (`oldName`), by a pinned id, or by the id prefix it was named by.
+    /// (`oldName`), by a pinned id, or by the id prefix it was named by (at least a short
+    /// id's digits: a shorter reference is a name, [`crate::named_by`]).
     pub(crate) fn follows(&self, e: &EventLine) -> bool {
         let named = |key: &str| {
             e.actor
@@ -60,10 +61,9 @@ impl Shared {
         named("name")
             || named("oldName")
             || self.ids.contains(&e.actor.id)
-            || self
-                .prefixes
-                .iter()
-                .any(|n| e.actor.id.starts_with(n.as_str()))
+            || self.prefixes.iter().any(|n| {
+                n.len() >= crate::SHORT_ID_HEX_DIGITS && e.actor.id.starts_with(n.as_str())
+            })
     }
 }
 

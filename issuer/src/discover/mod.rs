@@ -421,11 +421,14 @@ pub(crate) fn container_of(cgroup: &str) -> Option<(&'static str, String)> {
             }
         }
     }
-    let mut up = cgroup.split('/').rev();
-    match (up.next(), up.next()) {
-        (Some(id), Some("docker")) if full(id) => Some(("docker", id.to_owned())),
-        _ => None,
-    }
+    // cgroupfs's `/docker/ID`, the process in it or in a child of it (cgroup v2 moves every
+    // process to a leaf once a container enables controllers for its subtree).
+    let parts: Vec<&str> = cgroup.split('/').collect();
+    parts
+        .windows(2)
+        .rev()
+        .find(|w| w[0] == "docker" && full(w[1]))
+        .map(|w| ("docker", w[1].to_owned()))
 }
 
 /// The executable `pid` runs.
@@ -563,5 +566,14 @@ mod tests {
         );
         assert_eq!(container_of("/system.slice/docker.service"), None);
         assert_eq!(container_of("/docker/short"), None);
+        // A child of the container's cgroup is the container's.
+        assert_eq!(
+            container_of(&format!("/docker/{id}/sub/deeper")),
+            Some(("docker", id.clone()))
+        );
+        assert_eq!(
+            container_of(&format!("/system.slice/docker-{id}.scope/init")),
+            Some(("docker", id.clone()))
+        );
     }
 }

@@ -398,7 +398,10 @@ fn judge(
             _ => None,
         })
         .or_else(|| now.and_then(|k| against_state(k, units)))
-        .or_else(|| now.and_then(|k| against_cgroup(&c.engine, k)));
+        .or_else(|| match now {
+            Some(k) => against_cgroup(&c.engine, k),
+            None => against_gone_cgroups(c, pinned),
+        });
     match (failed, now) {
         (Some((expected, observed, reason)), _) => {
             Fact::failed(KIND, &c.spelled(), &expected, &observed, reason)
@@ -480,7 +483,7 @@ fn against_pin(c: &ContainerRef, k: &Container, first: Option<&Pinned>) -> Optio
     // The pinned container under another name (renamed away: what is named may be created
     // anew, and what runs is the old root by another name). Named by an id prefix, its
     // name is its own.
-    (k.name != c.name && !f.id.starts_with(c.name.as_str())).then(|| {
+    (!repoch_engines::named_by(&c.name, k)).then(|| {
         (
             format!("named {}", c.name),
             format!(
@@ -554,11 +557,15 @@ fn against_state(k: &Container, units: &[String]) -> Option<Failed> {
 /// by its engine's word (the cgroup facts of `containment.cgroups`, recursively). A
 /// cgroup that cannot be read is unknown.
 fn against_cgroup(engine: &str, k: &Container) -> Option<Failed> {
+    match &k.cgroup {
+        Some(rel) => against_cgroups(std::slice::from_ref(rel)),
+        None => against_cgroups(&driver_cgroups(engine, &k.id)),
+    }
+}
+
+/// The first of `cgroups` that holds a process or thread, or cannot be read.
+fn against_cgroups(cgroups: &[String]) -> Option<Failed> {
     use repoch_sys::cgroup;
-    let cgroups = match &k.cgroup {
-        Some(rel) => vec![rel.clone()],
-        None => driver_cgroups(engine, &k.id),
-    };
     let root = cgroup::mount_point();
     cgroups.iter().find_map(|rel| {
         let expected = format!("its cgroup {rel}: no process, no thread");
@@ -576,6 +583,18 @@ fn against_cgroup(engine: &str, k: &Container) -> Option<Failed> {
             )),
         }
     })
+}
+
+/// A named container its engine has none of now: the cgroups its drivers made for the
+/// ids it was pinned to (at enrollment, at the first observation) hold no process (found
+/// by attacking the release binaries: a process left in a removed container's cgroup was
+/// observed absent, and granted).
+fn against_gone_cgroups(c: &ContainerRef, pinned: Option<&Option<Pinned>>) -> Option<Failed> {
+    let first = pinned.and_then(Option::as_ref).map(|p| p.id.clone());
+    let mut ids: Vec<String> = c.pinned.iter().cloned().chain(first).collect();
+    ids.dedup();
+    ids.iter()
+        .find_map(|id| against_cgroups(&driver_cgroups(&c.engine, id)))
 }
 
 /// The cgroups Docker's and podman's cgroup drivers make for container `id` under their

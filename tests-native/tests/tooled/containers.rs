@@ -1010,7 +1010,8 @@ pub(crate) fn a_process_in_a_stopped_containers_cgroup_is_a_running_container() 
     // says the container is stopped. A process run into that cgroup behind the engine's
     // back (the old root left in it, or moved into it, as `runc run` with the container's
     // cgroup does): container-running, whatever the engine reports (observed contained
-    // before: only containerd's spec named a cgroup repoch checked).
+    // before: only containerd's spec named a cgroup repoch checked); the container removed
+    // since, the same.
     require_root!();
     let sb = Sandbox::new();
     let d = Dockerd::start(&sb.path("docker"));
@@ -1035,11 +1036,60 @@ fn assert_a_process_in_the_engines_cgroup_is_running(e: &impl Engine) {
         .unwrap();
     taken.add(left.id());
     let o = s.observe(&id);
+    // (A fact's text is bounded: the path's beginning is enough.)
+    let named = format!("its cgroup {}", &cg[..cg.len().min(48)]);
+    assert_refused(&o, "container-running");
+    assert!(o.stdout.contains(&named), "{cg}: {}", o.stdout);
+    // The container removed, the process still there: its pinned id names the cgroup
+    // (found by attacking the release binaries: observed absent, granted).
+    e.ok(&["rm", "old-root"]);
+    let o = s.observe(&id);
     drop(taken);
     let _ = left.wait();
     assert_refused(&o, "container-running");
-    // (A fact's text is bounded: the path's beginning is enough.)
-    let named = format!("its cgroup {}", &cg[..cg.len().min(48)]);
     assert!(o.stdout.contains(&named), "{cg}: {}", o.stdout);
-    e.ok(&["rm", "old-root"]);
+}
+
+pub(crate) fn a_short_name_only_a_bystanders_id_begins_with_pins_nothing() {
+    // Proves: a manifest naming `docker:XY` (two hex digits) when no container is named
+    // so, and a bystander's id begins with them: the engine answers the bystander for the
+    // reference (Docker takes a reference as an id prefix too), but a reference shorter
+    // than a short id (12 digits) is a name: nothing is pinned and enrollment names it in
+    // `absent_at_enrollment` (found by attacking the release binaries: the bystander was
+    // pinned and judged, and the recovery granted while a container of that very name,
+    // started after enrollment with --restart=always, ran). That container is then
+    // refused container-running.
+    require_root!();
+    let sb = Sandbox::new();
+    let d = Dockerd::start(&sb.path("docker"));
+    d.import_busybox();
+    let bystander = d.ok(&[
+        "create",
+        "--name",
+        "bystander",
+        "--network",
+        "none",
+        BUSYBOX_IMAGE,
+        "true",
+    ]);
+    let short = &bystander[..2];
+    let s = Sandbox::new();
+    let r = enroll_manifest(&s, &format!("\"docker:{short}\""), &d.engines_toml());
+    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
+    assert_eq!(
+        r.json()["containers"][0]["pinned"],
+        serde_json::Value::Null,
+        "{}",
+        r.stdout
+    );
+    assert_eq!(
+        r.json()["absent_at_enrollment"][0]["path"],
+        format!("docker:{short}").as_str(),
+        "{}",
+        r.stdout
+    );
+    let id = r.json()["deployment"].as_str().unwrap().to_owned();
+    assert_holds(&s.observe(&id));
+    d.run_sleeping(short, "always");
+    assert_refused(&s.observe(&id), "container-running");
 }

@@ -338,3 +338,44 @@ pub(crate) fn a_containerd_container_its_restart_monitor_starts_is_discovered_an
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+pub(crate) fn a_containers_process_in_a_child_of_its_cgroup_is_still_the_containers() {
+    // Proves: a Docker container whose process sits in a child of the cgroup dockerd made
+    // for it (cgroup v2 moves every process to a leaf once a container enables controllers
+    // for its subtree): discovery still names the container (found by attacking the
+    // release binaries: no container found, its cgroup only; a manifest leaving the
+    // container out enrolled with the shim waived, and was granted with the container's
+    // policy still `always`), and a manifest naming the container enrolls while it runs
+    // (refused before, asking for the child cgroup).
+    require_root!();
+    let sb = Sandbox::new();
+    let d = Dockerd::start(&sb.path("docker"));
+    d.import_busybox();
+    let full = d.run_sleeping("old-root", "always");
+    let pid = d.inspect("old-root")["State"]["Pid"].as_u64().unwrap() as u32;
+    let cg = repoch_sys::cgroup::of_pid(pid).unwrap();
+    let child = Cgroup::new(&format!("{}/sub", cg.trim_start_matches('/')));
+    child.add(pid);
+    let s = Sandbox::new();
+    let r = s.repoch(&["--json", "discover", "--pid", &pid.to_string()]);
+    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
+    let found = &r.json()["found"];
+    assert_eq!(
+        found["containers"][0]["value"],
+        format!("docker:{full}").as_str(),
+        "{found}"
+    );
+    let engines = format!("[containment.engines]\n{}\n", d.engines_toml());
+    let p = s.path("manifest.toml");
+    std::fs::write(
+        &p,
+        s.manifest(&format!(
+            "[containment]\ncontainers = [\"docker:old-root\"]\n{engines}"
+        )),
+    )
+    .unwrap();
+    let r = s.enroll_manifest(&p);
+    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
+    d.ok(&["rm", "-f", "old-root"]);
+    drop(child);
+}

@@ -482,6 +482,16 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            containers::a_short_name_only_a_bystanders_id_begins_with_pins_nothing,
+            DOCKER
+        ),
+        trial!(
+            root,
+            discover::a_containers_process_in_a_child_of_its_cgroup_is_still_the_containers,
+            DOCKER
+        ),
+        trial!(
+            root,
             containers::a_process_in_a_stopped_containers_cgroup_is_a_running_container,
             DOCKER_AND_PODMAN
         ),
