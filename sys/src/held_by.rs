@@ -354,6 +354,8 @@ pub struct Ancestor {
     /// The terminal it runs on (`tty_nr` of its stat), 0 for none.
     pub tty: u32,
     pub ppid: u32,
+    /// Exited, not yet reaped by its parent: it runs nothing and holds nothing.
+    pub zombie: bool,
 }
 
 /// `pid` as an [`Ancestor`]; `None` once it has exited.
@@ -363,7 +365,8 @@ pub fn ancestor(pid: u32) -> Option<Ancestor> {
     let close = s.rfind(')')?;
     let comm = s.get(open + 1..close)?.to_owned();
     let mut rest = s.get(close + 2..)?.split(' ');
-    let ppid = rest.nth(1)?.parse().ok()?;
+    let zombie = rest.next()? == "Z";
+    let ppid = rest.next()?.parse().ok()?;
     let tty = rest.nth(2)?.parse::<i64>().ok()?;
     let exe = exe(pid).unwrap_or_default();
     Some(Ancestor {
@@ -372,6 +375,7 @@ pub fn ancestor(pid: u32) -> Option<Ancestor> {
         exe,
         tty: u32::try_from(tty).unwrap_or(0),
         ppid,
+        zombie,
     })
 }
 

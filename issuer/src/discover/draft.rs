@@ -66,26 +66,29 @@ pub fn draft(d: &Discovery) -> String {
 }
 
 /// `key = [...]`, one string per line with its comment; nothing when `found` is empty.
+/// Each value is nameable, shown escaped (discovery's quarantine): escaping such a value
+/// only doubled its backslashes, undone here so that the manifest names the value itself.
 fn array(s: &mut String, key: &str, found: &[Found]) {
     if found.is_empty() {
         return;
     }
     s.push_str(&format!("{key} = [\n"));
     for f in found {
-        let value = toml::Value::String(f.value.clone());
+        let value = toml::Value::String(f.value.replace("\\\\", "\\"));
         s.push_str(&format!("  {value},{}\n", comment(f)));
     }
     s.push_str("]\n");
 }
 
-/// `  # WHY (pids ...)`, escaped: a found value or reason cannot end the comment.
+/// `  # WHY (pids ...)`: a found reason is shown escaped (discovery's quarantine), so it
+/// cannot end the comment.
 fn comment(f: &Found) -> String {
     let pids = match f.pids.as_slice() {
         [] => String::new(),
         p if p.len() <= 8 => format!(" (pids {})", join(p)),
         p => format!(" (pids {} and {} more)", join(&p[..8]), p.len() - 8),
     };
-    format!("  # {}{pids}", escape(&f.why))
+    format!("  # {}{pids}", f.why)
 }
 
 fn join(p: &[u32]) -> String {
@@ -101,7 +104,7 @@ fn notes(s: &mut String, title: &str, found: &[Found]) {
     for f in found {
         s.push_str(&format!(
             "#   {}:{}\n",
-            escape(&f.value),
+            f.value,
             comment(f).trim_start_matches(' ').trim_start_matches('#')
         ));
     }
@@ -127,12 +130,24 @@ mod tests {
             units: vec![found("x.service", "runs\nlabel = \"forged\"")],
             listeners: vec![found("tcp:127.0.0.1:7070", "held")],
             uids: vec![found("990", "a uid")],
+            cgroups: vec![found("/x\\y", "a cgroup")],
+            starters: vec![found("pid 8 \nx", "odd")],
             unknown: vec![found("pid 9\n[consumer]", "odd")],
             ..Discovery::default()
         };
+        let mut d = d;
+        super::super::quarantine(&mut d);
         let text = draft(&d);
         let v: toml::Table = toml::from_str(&text).unwrap();
         assert_eq!(v["fences"][0].as_str(), Some("/srv/a \"lock\""));
+        // A backslash is the value's own, once (it was doubled in the draft's TOML).
+        assert_eq!(
+            v["containment"]["cgroups"][0].as_str(),
+            Some("/x\\y"),
+            "{text}"
+        );
+        // Shown escaped once in a comment.
+        assert!(text.contains("#   pid 8 \\u{000a}x:"), "{text}");
         assert_eq!(v["containment"]["units"][0].as_str(), Some("x.service"));
         assert_eq!(v["containment"]["old_root_uids"][0].as_integer(), Some(990));
         assert!(

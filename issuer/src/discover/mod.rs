@@ -307,6 +307,12 @@ fn processes(seeds: &[Seed], systemctl: Option<&[String]>) -> Result<Vec<u32>, D
 
 /// The processes in cgroup `cg` and its descendants.
 fn in_cgroup(seed: &Seed, cg: &str) -> Result<Vec<u32>, DiscoverError> {
+    if cg.trim_matches('/').is_empty() {
+        return Err(DiscoverError::Seed {
+            seed: seed.to_string(),
+            why: "the root cgroup holds every process of the host: give the old root's own".into(),
+        });
+    }
     let root = repoch_sys::cgroup::mount_point()?;
     let occ = repoch_sys::cgroup::occupancy(&root, cg)?;
     if !occ.exists {
@@ -341,8 +347,8 @@ fn unit_cgroup(
 
 /// What one process is, runs as, runs in, listens on and holds.
 fn process(d: &mut Discovery, pid: u32) {
-    let Some(me) = held_by::ancestor(pid) else {
-        return; // exited meanwhile: nothing to hold
+    let Some(me) = held_by::ancestor(pid).filter(|a| !a.zombie) else {
+        return; // exited (reaped or not): it runs and holds nothing
     };
     let cgroup = repoch_sys::cgroup::of_pid(pid).unwrap_or_default();
     let runs = held_by::runs_as(pid);

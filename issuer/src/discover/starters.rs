@@ -299,6 +299,7 @@ mod tests {
             exe: exe.into(),
             tty,
             ppid: 1,
+            zombie: false,
         }
     }
 

@@ -45,7 +45,16 @@ pub(super) fn cross_check(v: &Validated, containers: &Pinning) -> Result<CrossCh
         .collect();
     units_engines_name(v, containers, &waived)?;
     let mut seeds = seeds(&v.containment, systemctl);
-    seeds.extend(containers.pids.iter().map(|&pid| Seed::Pid(pid)));
+    // A named container's main process, and the cgroup it runs in: every process of the
+    // container (one an exec session started is no descendant of its main process).
+    for &pid in &containers.pids {
+        seeds.push(Seed::Pid(pid));
+        // (Not the root cgroup: a container no cgroup of its own holds is its process.)
+        match repoch_sys::cgroup::of_pid(pid) {
+            Ok(cg) if !cg.trim_matches('/').is_empty() => seeds.push(Seed::Cgroup(cg)),
+            _ => {}
+        }
+    }
     if seeds.is_empty() {
         return Ok(CrossCheck::NotRun {
             why: "no process runs in the named cgroups, units or containers, or runs the named \

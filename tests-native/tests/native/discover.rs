@@ -367,3 +367,45 @@ fn a_unix_socket_name_that_forges_a_line_of_the_kernels_table_names_no_listener(
         "the forging name is not an unknown: {found}"
     );
 }
+
+#[test]
+#[ignore = "needs root"]
+fn a_zombie_of_the_old_root_is_no_unknown() {
+    // The old root has a child that exited and that it never reaps (a zombie): it runs
+    // nothing and holds nothing. Discovery left it out; it listed it as an unknown before
+    // ("pid N's executable": unreadable), which only a waiver naming its pid could clear
+    // (found by attacking the release binaries).
+    require_root!();
+    let s = Sandbox::new();
+    let cg = Cgroup::new(&format!("repoch-zombie-{}", s.tag));
+    let exe = own_copy_of_the_helper(&s);
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg(format!(
+            "echo $$ > {}/cgroup.procs && /bin/true & exec \"$0\" listen-unix {}",
+            cg.path().display(),
+            s.srv.join("z.sock").display()
+        ))
+        .arg(&exe)
+        .stderr(Stdio::null());
+    let old = spawn_ready(c);
+    crate::hostile::wait_until("its child to be a zombie", || {
+        std::fs::read_to_string(format!("/proc/{}/task/{}/children", old.pid(), old.pid()))
+            .unwrap_or_default()
+            .split_whitespace()
+            .any(|kid| {
+                std::fs::read_to_string(format!("/proc/{kid}/stat")).is_ok_and(|st| {
+                    st.rsplit(')')
+                        .next()
+                        .is_some_and(|r| r.trim_start().starts_with('Z'))
+                })
+            })
+    });
+    let (found, _) = discover(&s, &["--cgroup", &cg.rel]);
+    assert_eq!(values(&found, "unknown"), Vec::<String>::new(), "{found}");
+    assert_eq!(found["processes"].as_array().unwrap().len(), 1, "{found}");
+    // The root cgroup is no seed: it holds every process of the host.
+    let r = s.repoch(&["--json", "discover", "--cgroup", "/"]);
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("the root cgroup"), "{}", r.stdout);
+}

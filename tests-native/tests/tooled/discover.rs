@@ -379,3 +379,61 @@ pub(crate) fn a_containers_process_in_a_child_of_its_cgroup_is_still_the_contain
     d.ok(&["rm", "-f", "old-root"]);
     drop(child);
 }
+
+pub(crate) fn a_process_an_exec_session_started_in_a_named_container_is_cross_checked() {
+    // Proves: a process `docker exec -d` started in the old root's container (no
+    // descendant of its main process: its parent is the runtime's shim) listening on a
+    // port in the container's network namespace. Enrolling a manifest that names the
+    // container alone is refused (exit 64) naming the listener (found by attacking the
+    // release binaries: the cross-check followed the container's main process only, and
+    // enrolled).
+    require_root!();
+    let sb = Sandbox::new();
+    let d = Dockerd::start(&sb.path("docker"));
+    d.import_busybox();
+    d.run_sleeping("old-root", "no");
+    let pid = d.inspect("old-root")["State"]["Pid"].as_u64().unwrap();
+    d.ok(&[
+        "exec",
+        "-d",
+        "old-root",
+        "/bin/busybox",
+        "httpd",
+        "-f",
+        "-p",
+        "127.0.0.1:7071",
+    ]);
+    // Listening (port 7071 is 1B9F in the container's table, state 0A).
+    let start = std::time::Instant::now();
+    while !std::fs::read_to_string(format!("/proc/{pid}/net/tcp"))
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.contains(":1B9F 00000000:0000 0A"))
+    {
+        assert!(
+            start.elapsed().as_secs() < 10,
+            "httpd never listened: {}\n{:?}",
+            std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap_or_default(),
+            d.docker(&["exec", "old-root", "/bin/busybox", "ps"])
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let s = Sandbox::new();
+    let p = s.path("manifest.toml");
+    std::fs::write(
+        &p,
+        s.manifest(&format!(
+            "[containment]\ncontainers = [\"docker:old-root\"]\n[containment.engines]\n{}\n",
+            d.engines_toml()
+        )),
+    )
+    .unwrap();
+    let r = s.enroll_manifest(&p);
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
+    let said = r.json()["message"].as_str().unwrap().to_owned();
+    assert!(
+        said.contains("containment.listeners") && said.contains("tcp:127.0.0.1:7071"),
+        "{said}"
+    );
+    d.ok(&["rm", "-f", "old-root"]);
+}

@@ -492,6 +492,11 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            discover::a_process_an_exec_session_started_in_a_named_container_is_cross_checked,
+            DOCKER
+        ),
+        trial!(
+            root,
             containers::a_process_in_a_stopped_containers_cgroup_is_a_running_container,
             DOCKER_AND_PODMAN
         ),
