@@ -231,7 +231,7 @@ _repoch() {
             return 0
             ;;
         repoch__subcmd__discover)
-            opts="-h --pid --cgroup --unit --root --json --help"
+            opts="-h --pid --cgroup --unit --engine --root --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -246,6 +246,10 @@ _repoch() {
                     return 0
                     ;;
                 --unit)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --engine)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -46,6 +46,7 @@ complete -c repoch -n "__fish_repoch_using_subcommand enroll" -s h -l help -d 'P
 complete -c repoch -n "__fish_repoch_using_subcommand discover" -l pid -d 'A process of the old root (it and its descendants are followed)' -r
 complete -c repoch -n "__fish_repoch_using_subcommand discover" -l cgroup -d 'A cgroup v2 path the old root runs in, from the hierarchy\'s root (`/system.slice/x.service`); every process in it and below' -r
 complete -c repoch -n "__fish_repoch_using_subcommand discover" -l unit -d 'A systemd unit of the old root (its `ControlGroup=`)' -r
+complete -c repoch -n "__fish_repoch_using_subcommand discover" -l engine -d 'Where a container engine listens (`docker=unix:///run/docker.sock`; docker, podman or containerd, each once): asked what it says of the containers found (the systemd unit its label names as running one, its restart policy). Each engine not given is asked at its default socket' -r
 complete -c repoch -n "__fish_repoch_using_subcommand discover" -l root -d 'Relocate /etc/repoch, /var/lib/repoch and /run/repoch under DIR (tests, demo)' -r -F
 complete -c repoch -n "__fish_repoch_using_subcommand discover" -l json -d 'Machine-readable output: one JSON object per line on stdout'
 complete -c repoch -n "__fish_repoch_using_subcommand discover" -s h -l help -d 'Print help (see more with \'--help\')'

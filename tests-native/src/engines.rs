@@ -658,6 +658,9 @@ pub trait Engine {
         String::from_utf8_lossy(&o.stdout).trim().to_owned()
     }
 
+    /// [`Engine::cli`] with one more environment variable (`(NAME, VALUE)`).
+    fn cli_with_env(&self, env: (&str, &str), args: &[&str]) -> Output;
+
     /// Imports [`BUSYBOX_IMAGE`] from busybox-static (offline).
     fn import_busybox(&self) {
         let tar = busybox_rootfs_tar(self.dir());
@@ -710,6 +713,17 @@ impl Engine for Dockerd {
     fn cli(&self, args: &[&str]) -> Output {
         self.docker(args)
     }
+    fn cli_with_env(&self, (name, value): (&str, &str), args: &[&str]) -> Output {
+        Command::new(docker_cli())
+            .env("DOCKER_CONFIG", self.dir.join("cli"))
+            .env(name, value)
+            .arg("-H")
+            .arg(format!("unix://{}", self.socket.display()))
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("docker CLI")
+    }
 }
 
 impl Engine for Podman {
@@ -724,5 +738,13 @@ impl Engine for Podman {
     }
     fn cli(&self, args: &[&str]) -> Output {
         self.podman(args)
+    }
+    fn cli_with_env(&self, (name, value): (&str, &str), args: &[&str]) -> Output {
+        self.command()
+            .env(name, value)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("podman (Debian package podman)")
     }
 }

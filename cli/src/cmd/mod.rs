@@ -120,8 +120,9 @@ pub enum Cmd {
     /// paths), its executables, the uids it runs as (a user namespace's owner included),
     /// the sockets it listens on (spelled as `containment.listeners` spells them), the
     /// files it holds locks on (fence candidates), what started each of its processes
-    /// (systemd, a container shim, a supervisor, a shell in a terminal session, cron), and
-    /// the cron and at lines that run its executables. Prints a draft manifest, each entry
+    /// (systemd, a container shim, a supervisor, a shell in a terminal session, cron), the
+    /// cron and at lines that run its executables, and what the container engines say of
+    /// its containers (the systemd unit that runs one, a restart policy). Prints a draft manifest, each entry
     /// with a comment saying why; what it could not classify or read is listed as UNKNOWN
     /// at the end, never dropped. Writes nothing. Root only. Exit 0 once discovered (read
     /// the unknowns), 64 when a seed names nothing, 2 (observe-failed) when the host could
@@ -138,6 +139,12 @@ pub enum Cmd {
         /// A systemd unit of the old root (its `ControlGroup=`).
         #[arg(long, value_name = "UNIT")]
         unit: Vec<String>,
+        /// Where a container engine listens (`docker=unix:///run/docker.sock`; docker,
+        /// podman or containerd, each once): asked what it says of the containers found
+        /// (the systemd unit its label names as running one, its restart policy). Each
+        /// engine not given is asked at its default socket.
+        #[arg(long, value_name = "ENGINE=unix:///PATH")]
+        engine: Vec<String>,
     },
     /// Ask repochd to run the one recovery of DEPLOYMENT; streams each step.
     Recover {
@@ -261,12 +268,18 @@ pub fn run(args: Args) -> Outcome {
             consumer_wait,
         } => recover::run(&ctx, &deployment, approve_ready.as_deref(), consumer_wait),
         Cmd::Status { deployment } => status::run(&ctx, &deployment),
-        Cmd::Discover { pid, cgroup, unit } => discover::run(
+        Cmd::Discover {
+            pid,
+            cgroup,
+            unit,
+            engine,
+        } => discover::run(
             &ctx,
             discover::Seeds {
                 pids: pid,
                 cgroups: cgroup,
                 units: unit,
+                engines: engine,
             },
         ),
         Cmd::Observe {

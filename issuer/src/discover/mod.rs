@@ -133,8 +133,13 @@ impl Discovery {
 }
 
 /// Discovers from `seeds`; `systemctl` asks the system manager (`None`: not asked, the
-/// units' starters unknown).
-pub fn discover(seeds: &[Seed], systemctl: Option<&[String]>) -> Result<Discovery, DiscoverError> {
+/// units' starters unknown); `engines` (`(ENGINE, SOCKET)`) are asked what they say of the
+/// containers found ([`engines_say`]; none: not asked).
+pub fn discover(
+    seeds: &[Seed],
+    systemctl: Option<&[String]>,
+    engines: &[(String, String)],
+) -> Result<Discovery, DiscoverError> {
     let pids = processes(seeds, systemctl)?;
     let mut d = Discovery {
         seeds: seeds.iter().map(ToString::to_string).collect(),
@@ -149,8 +154,61 @@ pub fn discover(seeds: &[Seed], systemctl: Option<&[String]>) -> Result<Discover
         starters::parents(&mut d, pid, &pids);
     }
     starters::scheduled(&mut d);
+    engines_say(&mut d, engines);
     quarantine(&mut d);
     Ok(d)
+}
+
+/// What the engines say of each container found (Docker and podman, asked at their
+/// socket in `engines`): the systemd unit an engine names as running it (podman's label
+/// `PODMAN_SYSTEMD_UNIT`, which `podman generate systemd` and Quadlet set) is a unit that
+/// would start it again; a restart policy that starts it again is said in its reason. A
+/// container its engine has none of, or an engine that cannot be asked, is an unknown.
+fn engines_say(d: &mut Discovery, engines: &[(String, String)]) {
+    for i in 0..d.containers.len() {
+        let found = d.containers[i].clone();
+        let pid = found.pids.first().copied().unwrap_or(0);
+        let Some((engine, id)) = found.value.split_once(':') else {
+            continue;
+        };
+        let Some((_, socket)) = engines.iter().find(|(e, _)| e == engine) else {
+            continue;
+        };
+        let asked = crate::observe::containers::inspect_at(engine, socket, id);
+        let k = match asked {
+            Ok(Some(k)) => k,
+            Ok(None) => {
+                let why = || format!("its engine at {socket} has no such container");
+                Discovery::add(&mut d.unknown, found.value.clone(), pid, why);
+                continue;
+            }
+            Err(e) => {
+                let why = || format!("its engine at {socket} could not be asked: {e}");
+                Discovery::add(&mut d.unknown, found.value.clone(), pid, why);
+                continue;
+            }
+        };
+        match k
+            .restart_policy
+            .strip_prefix(repoch_engines::SYSTEMD_UNIT_POLICY)
+        {
+            Some(unit) => Discovery::add(&mut d.unit_starters, unit, pid, || {
+                format!(
+                    "runs the container {} (its engine's label PODMAN_SYSTEMD_UNIT): name it \
+                     and mask it",
+                    found.value
+                )
+            }),
+            None if !matches!(k.restart_policy.as_str(), "no" | "") => {
+                d.containers[i].why = format!(
+                    "{}; restart policy {}: its engine starts it again (set it to no, or \
+                     remove the container, to contain it)",
+                    found.why, k.restart_policy
+                );
+            }
+            None => {}
+        }
+    }
 }
 
 /// The lists whose values a manifest names (or a waiver does).

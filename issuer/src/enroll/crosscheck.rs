@@ -62,7 +62,8 @@ pub(super) fn cross_check(v: &Validated, containers: &Pinning) -> Result<CrossCh
                 .into(),
         });
     }
-    let d = discover::discover(&seeds, systemctl).map_err(|e| EnrollError::Refused {
+    // The engines were asked when the containers were pinned (`units_engines_name`).
+    let d = discover::discover(&seeds, systemctl, &[]).map_err(|e| EnrollError::Refused {
         what: "the cross-check with the running old root".into(),
         why: e.to_string(),
     })?;

@@ -642,6 +642,17 @@ fn running(k: &Container) -> Option<String> {
     None
 }
 
+/// The container `name` as the `engine` at `socket` reports it now (its socket checked to
+/// be root's first: another user's answer would be anyone's), for `repoch discover`.
+pub fn inspect_at(engine: &str, socket: &str, name: &str) -> Result<Option<Container>, String> {
+    root_only(socket).map_err(|why| format!("its socket is not root's alone: {why}"))?;
+    let key = (socket.to_owned(), engine.to_owned());
+    let deadline = Duration::from_secs(ENGINE_CALL_SECONDS_MAX);
+    Client::new(&key, deadline)
+        .and_then(|e| e.inspect(name))
+        .map_err(|e| e.to_string())
+}
+
 /// Pins each named Docker and podman container to the full id of the container its name
 /// names now (`pinned`): observation judges that container whatever it is named since (a
 /// container renamed away, and another created under its name, before the first

@@ -27,7 +27,8 @@ pub(crate) fn a_podman_container_that_restarts_is_discovered_and_refused_at_enro
 }
 
 /// The old root is a container with `--restart=always`. `repoch discover --pid` from its
-/// process names the container by engine and full id (from the cgroup its engine made)
+/// process names the container by engine and full id (from the cgroup its engine made),
+/// with its restart policy as its engine (`--engine`) says it,
 /// and its runtime's shim as the starter. A manifest naming its cgroup only is refused
 /// while it runs (exit 64), naming `containment.containers` and the waiver key (before
 /// containers were cross-checked: enrolled). The draft, with the engine's socket and what
@@ -38,7 +39,8 @@ fn assert_a_restarting_container_is_discovered(e: &impl Engine) {
     let full = e.run_sleeping("old-root", "always");
     let pid = e.inspect("old-root")["State"]["Pid"].to_string();
     let s = Sandbox::new();
-    let r = s.repoch(&["--json", "discover", "--pid", &pid]);
+    let engine = format!("{}=unix://{}", e.name(), e.socket().display());
+    let r = s.repoch(&["--json", "discover", "--pid", &pid, "--engine", &engine]);
     assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
     let (found, draft) = (
         &r.json()["found"],
@@ -46,6 +48,9 @@ fn assert_a_restarting_container_is_discovered(e: &impl Engine) {
     );
     let spelled = format!("{}:{full}", e.name());
     assert_eq!(found["containers"][0]["value"], spelled.as_str(), "{found}");
+    // Its engine, asked, says what starts it again.
+    let why = found["containers"][0]["why"].as_str().unwrap();
+    assert!(why.contains("restart policy always"), "{found}");
     let starter = found["starters"][0]["why"].as_str().unwrap_or_default();
     assert!(starter.contains("shim"), "{found}");
     let cgroup = found["cgroups"][0]["value"].as_str().unwrap().to_owned();
@@ -436,4 +441,89 @@ pub(crate) fn a_process_an_exec_session_started_in_a_named_container_is_cross_ch
         "{said}"
     );
     d.ok(&["rm", "-f", "old-root"]);
+}
+
+pub(crate) fn a_podman_container_its_generated_unit_runs_is_discovered_and_held_by_that_unit() {
+    // Proves, with a real systemd (the nspawn container of units.rs) and a podman of the
+    // test's own: the old root is a podman container run as `podman generate systemd`'s
+    // unit runs it (`Environment=PODMAN_SYSTEMD_UNIT=%n`: podman labels the container with
+    // its unit), the unit file as podman generated it installed and enabled in systemd.
+    // `repoch discover --pid --engine` names that unit as what would start the container
+    // again (it did not ask the engine before). Enrolling the container without the unit
+    // is refused (exit 64, naming containment.units); with it, it enrolls; observed, the
+    // enabled unit is `unit-not-masked`; masked, with the container stopped, it holds.
+    require_root!();
+    let sb = Sandbox::new();
+    let p = Podman::start(&sb.path("podman"));
+    p.import_busybox();
+    let c = Container::boot(&sb.tag);
+    let unit = "container-old-root.service";
+    let o = p.cli_with_env(
+        ("PODMAN_SYSTEMD_UNIT", unit),
+        &[
+            "run",
+            "-d",
+            "--name",
+            "old-root",
+            "--network",
+            "none",
+            "--restart=no",
+            "--ulimit",
+            "nofile=1024:1024",
+            "--ulimit",
+            "nproc=1024:1024",
+            BUSYBOX_IMAGE,
+            "sleep",
+            "1000000",
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let generated = p.ok(&["generate", "systemd", "--name", "old-root"]);
+    assert!(generated.contains("PODMAN_SYSTEMD_UNIT=%n"), "{generated}");
+    std::fs::write(
+        format!("/proc/{}/root/etc/systemd/system/{unit}", c.leader),
+        &generated,
+    )
+    .unwrap();
+    c.sh(&format!(
+        "systemctl daemon-reload && systemctl enable {unit}"
+    ));
+
+    let pid = p.inspect("old-root")["State"]["Pid"].to_string();
+    let s = Sandbox::new();
+    let engine = format!("podman=unix://{}", p.socket().display());
+    let r = s.repoch(&["--json", "discover", "--pid", &pid, "--engine", &engine]);
+    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
+    let found = &r.json()["found"];
+    assert_eq!(found["unit_starters"][0]["value"], unit, "{found}");
+
+    let engines = format!("[containment.engines]\n{}\n", p.engines_toml());
+    let with_systemd = |mut cmd: std::process::Command| -> Run {
+        cmd.env("REPOCH_SYSTEMCTL", c.systemctl());
+        cmd.output().unwrap().into()
+    };
+    let enroll = |units: &str| {
+        let path = s.path("manifest.toml");
+        std::fs::write(
+            &path,
+            s.manifest(&format!(
+                "[containment]\ncontainers = [\"podman:old-root\"]\n{units}{engines}"
+            )),
+        )
+        .unwrap();
+        with_systemd(s.enroll_cmd(&path))
+    };
+    let r = enroll("");
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("containment.units"), "{}", r.stdout);
+    let r = enroll(&format!("units = [\"{unit}\"]\n"));
+    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
+    let id = r.json()["deployment"].as_str().unwrap().to_owned();
+    p.ok(&["stop", "-t", "1", "old-root"]);
+    assert_refused(&with_systemd(s.observe_cmd(&id, &[])), "unit-not-masked");
+    // (A unit file in /etc cannot be masked over: removed, then masked.)
+    c.sh(&format!(
+        "systemctl disable {unit} && rm /etc/systemd/system/{unit} && systemctl mask {unit}"
+    ));
+    assert_holds(&with_systemd(s.observe_cmd(&id, &[])));
 }

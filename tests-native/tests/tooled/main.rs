@@ -196,6 +196,19 @@ const MKFS_BTRFS: Need = Need::Program {
 };
 const BTRFS: &[Need] = &[MKFS_BTRFS, LOSETUP];
 const CONTAINER: &[Need] = &[NSPAWN, Need::NspawnRootfs];
+/// A podman of the test's own beside a real systemd in a container.
+const PODMAN_IN_CONTAINER: &[Need] = &[
+    NSPAWN,
+    Need::NspawnRootfs,
+    Need::Program {
+        name: "podman",
+        package: "podman",
+    },
+    Need::Dir {
+        path: "/usr/share/doc/busybox-static",
+        package: "busybox-static",
+    },
+];
 
 /// The command that installs the packages, as `apt-get install` takes them.
 fn apt(packages: &str) -> String {
@@ -814,6 +827,11 @@ fn declared() -> Vec<Declared> {
             root,
             discover::a_timer_and_an_activating_socket_are_discovered_and_refused_at_enrollment_until_named,
             CONTAINER
+        ),
+        trial!(
+            root,
+            discover::a_podman_container_its_generated_unit_runs_is_discovered_and_held_by_that_unit,
+            PODMAN_IN_CONTAINER
         ),
         trial!(
             root,
