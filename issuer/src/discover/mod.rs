@@ -438,6 +438,12 @@ fn place(d: &mut Discovery, pid: u32, cgroup: &str) {
             "its cgroup unreadable, or without a cgroup v2 line".into()
         });
     }
+    // The root cgroup holds every process no other cgroup holds: no manifest can name it
+    // (and naming it would hold the whole host). Such a process is held by its
+    // executable, its uid and its starter.
+    if cgroup == "/" {
+        return;
+    }
     Discovery::add(&mut d.cgroups, cgroup, pid, || {
         "a cgroup the old root runs in".into()
     });

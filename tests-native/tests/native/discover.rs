@@ -409,3 +409,56 @@ fn a_zombie_of_the_old_root_is_no_unknown() {
     assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("the root cgroup"), "{}", r.stdout);
 }
+
+#[test]
+#[ignore = "needs root"]
+fn a_loop_in_a_tmux_session_is_named_as_its_starter_and_refused_until_waived() {
+    // The old root restarted by a shell loop in a tmux session (a server of the test's own
+    // socket): discovered from the old root's process, its starter is that shell, in a
+    // terminal session (tmux). Enrolling a manifest naming the old root's executable while
+    // it runs is refused (exit 64) naming the starter's waiver: the loop would start it
+    // again after the grant.
+    require_root!();
+    let s = Sandbox::new();
+    let exe = own_copy_of_the_helper(&s);
+    let socket = format!("repoch-{}", s.tag);
+    let tmux = |args: &[&str]| {
+        Command::new("tmux")
+            .args(["-L", &socket])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    struct Server<F: Fn(&[&str]) -> std::process::Output>(F);
+    impl<F: Fn(&[&str]) -> std::process::Output> Drop for Server<F> {
+        fn drop(&mut self) {
+            let _ = (self.0)(&["kill-server"]);
+        }
+    }
+    let loop_ = format!("while :; do {} sleep; done", exe.display());
+    let o = tmux(&["new-session", "-d", "sh", "-c", &loop_]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let _server = Server(tmux);
+    let exe_name = exe.display().to_string();
+    crate::hostile::wait_until("the loop to run the old root", || {
+        !pids_running(&exe_name).is_empty()
+    });
+    let pid = pids_running(&exe_name)[0];
+    let (found, _) = discover(&s, &["--pid", &pid.to_string()]);
+    let why = found["starters"][0]["why"].as_str().unwrap_or_default();
+    assert!(
+        why.starts_with("a shell (") && why.contains("terminal session (tmux"),
+        "{found}"
+    );
+    let p = s.path("manifest.toml");
+    std::fs::write(
+        &p,
+        s.manifest(&format!("[containment]\nexecutables = [\"{exe_name}\"]\n")),
+    )
+    .unwrap();
+    let r = s.enroll_manifest(&p);
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
+    let said = r.json()["message"].as_str().unwrap().to_owned();
+    assert!(said.contains("[waive] \"starter:"), "{said}");
+}
