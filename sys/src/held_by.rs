@@ -354,25 +354,37 @@ pub struct Ancestor {
     /// The terminal it runs on (`tty_nr` of its stat), 0 for none.
     pub tty: u32,
     pub ppid: u32,
-    /// Exited, not yet reaped by its parent: it runs nothing and holds nothing.
+    /// Exited, not yet reaped by its parent, and no thread of it left: it runs nothing and
+    /// holds nothing. (A leader that exited while other threads run is no zombie.)
     pub zombie: bool,
 }
 
 /// `pid` as an [`Ancestor`]; `None` once it has exited.
 pub fn ancestor(pid: u32) -> Option<Ancestor> {
     let s = read_small_lossy(Path::new(&format!("/proc/{pid}/stat")), PROC_FILE_BYTES_MAX).ok()?;
+    let mut a = from_stat(pid, &s)?;
+    a.exe = exe(pid).unwrap_or_default();
+    Some(a)
+}
+
+/// `pid`'s stat line read (its executable not yet).
+fn from_stat(pid: u32, s: &str) -> Option<Ancestor> {
     let open = s.find('(')?;
     let close = s.rfind(')')?;
     let comm = s.get(open + 1..close)?.to_owned();
     let mut rest = s.get(close + 2..)?.split(' ');
-    let zombie = rest.next()? == "Z";
+    let state = rest.next()?;
     let ppid = rest.next()?.parse().ok()?;
     let tty = rest.nth(2)?.parse::<i64>().ok()?;
-    let exe = exe(pid).unwrap_or_default();
+    // `num_threads`, the 20th field (`tty_nr` is the 7th): a leader that exited while
+    // other threads run is `Z` and still holds everything they hold (found by attacking
+    // the release binaries: such a process was left out as a zombie).
+    let threads = rest.nth(12)?.parse::<u64>().ok()?;
+    let zombie = state == "Z" && threads <= 1;
     Some(Ancestor {
         pid,
         comm,
-        exe,
+        exe: String::new(),
         tty: u32::try_from(tty).unwrap_or(0),
         ppid,
         zombie,
@@ -397,6 +409,22 @@ pub fn parents(pid: u32) -> Vec<Ancestor> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_zombie_leader_whose_threads_run_is_no_zombie() {
+        let stat = |state: &str, threads: u32| {
+            format!(
+                "42 (old root) {state} 7 42 42 34816 42 4194560 0 0 0 0 0 0 0 0 20 0 {threads} 0 99"
+            )
+        };
+        let a = from_stat(42, &stat("S", 1)).unwrap();
+        assert_eq!(
+            (a.ppid, a.tty, a.comm.as_str(), a.zombie),
+            (7, 34816, "old root", false)
+        );
+        assert!(from_stat(42, &stat("Z", 1)).unwrap().zombie);
+        assert!(!from_stat(42, &stat("Z", 2)).unwrap().zombie);
+    }
     use super::*;
 
     #[test]

@@ -34,6 +34,10 @@ pub struct UnitState {
     pub sub: String,
     pub main_pid: u32,
     pub need_reload: bool,
+    /// The cgroup systemd runs it in (`ControlGroup=`), empty when none: a unit stopped
+    /// with `KillMode=process` (or `none`, `mixed`) is inactive while its cgroup still
+    /// holds what its main process started.
+    pub control_group: String,
 }
 
 pub fn systemctl_command() -> Vec<String> {
@@ -255,7 +259,7 @@ fn unit_files(
 fn ask(cmd: &[String], units: &[&String]) -> Result<Vec<String>, Error> {
     show(
         cmd,
-        "LoadState,UnitFileState,ActiveState,SubState,MainPID,NeedDaemonReload",
+        "LoadState,UnitFileState,ActiveState,SubState,MainPID,NeedDaemonReload,ControlGroup",
         units,
         SYSTEMCTL_OUTPUT_BYTES_MAX,
     )
@@ -371,6 +375,7 @@ fn parse(unit: &str, out: &str) -> Result<UnitState, Error> {
                 .parse()
                 .map_err(|_| "systemctl show: MainPID is not a number".to_owned())?,
         },
+        control_group: get("ControlGroup").unwrap_or_default(),
         need_reload: match field("NeedDaemonReload")?.as_str() {
             "yes" => true,
             "no" => false,

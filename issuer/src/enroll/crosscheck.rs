@@ -44,7 +44,7 @@ pub(super) fn cross_check(v: &Validated, containers: &Pinning) -> Result<CrossCh
         .map(|w| w.what.as_str())
         .collect();
     units_engines_name(v, containers, &waived)?;
-    let mut seeds = seeds(&v.containment, systemctl);
+    let (mut seeds, unit_cgroups) = seeds(&v.containment, systemctl);
     // A named container's main process, and the cgroup it runs in: every process of the
     // container (one an exec session started is no descendant of its main process).
     for &pid in &containers.pids {
@@ -67,7 +67,11 @@ pub(super) fn cross_check(v: &Validated, containers: &Pinning) -> Result<CrossCh
         what: "the cross-check with the running old root".into(),
         why: e.to_string(),
     })?;
-    if let Some(l) = left_out(v, &d, &containers.cgroups)
+    let held = Held {
+        units: &unit_cgroups,
+        containers,
+    };
+    if let Some(l) = left_out(v, &d, &held)
         .into_iter()
         .find(|l| !waived.contains(&l.what.as_str()))
     {
@@ -120,10 +124,21 @@ fn units_engines_name(
     ))
 }
 
+/// The cgroups held by other facts than `containment.cgroups`: the named units' own, as
+/// systemd reports them (a cgroup that is only named like a unit is no unit's: found by
+/// attacking the release binaries), and the named containers' (as their engines report
+/// them, or as their main processes run in).
+struct Held<'a> {
+    units: &'a [String],
+    containers: &'a Pinning,
+}
+
 /// Where the old root runs now, by what the manifest names: each named cgroup that exists,
-/// each process that runs a named executable, each named unit systemd runs in a cgroup.
-fn seeds(c: &Containment, systemctl: Option<&[String]>) -> Vec<Seed> {
+/// each process that runs a named executable, each named unit systemd runs in a cgroup;
+/// and the cgroup systemd reports for each named unit.
+fn seeds(c: &Containment, systemctl: Option<&[String]>) -> (Vec<Seed>, Vec<String>) {
     let mut seeds = Vec::new();
+    let mut unit_cgroups = Vec::new();
     let root = repoch_sys::cgroup::mount_point().ok();
     let populated = |cg: &str| {
         root.as_deref()
@@ -143,27 +158,27 @@ fn seeds(c: &Containment, systemctl: Option<&[String]>) -> Vec<Seed> {
         // whose cgroups are not this host's) starts nothing now that a seed could follow.
         let shown = repoch_sys::systemd::show_properties(cmd, "ControlGroup", &c.units);
         for props in shown.unwrap_or_default() {
-            if let Some((_, cg)) = props
+            let Some((_, cg)) = props
                 .iter()
-                .find(|(k, v)| k == "ControlGroup" && populated(v))
-            {
+                .find(|(k, v)| k == "ControlGroup" && !v.is_empty())
+            else {
+                continue;
+            };
+            unit_cgroups.push(cg.clone());
+            if populated(cg) {
                 seeds.push(Seed::Cgroup(cg.clone()));
             }
         }
     }
-    seeds
+    (seeds, unit_cgroups)
 }
 
 /// Every authority of `d` the manifest `v` does not name (waivers not yet applied);
-/// `engine_cgroups` are those the engines report for the named containers.
-fn left_out(v: &Validated, d: &Discovery, engine_cgroups: &[String]) -> Vec<LeftOut> {
+/// `held` says which cgroups the named units and containers hold.
+fn left_out(v: &Validated, d: &Discovery, held: &Held<'_>) -> Vec<LeftOut> {
     let c = &v.containment;
-    let in_named_container = |cg: &str| {
-        in_named_container(c, cg)
-            || engine_cgroups
-                .iter()
-                .any(|n| repoch_sys::cgroup::is_within(cg, n))
-    };
+    let within = |cg: &str, of: &[String]| of.iter().any(|n| repoch_sys::cgroup::is_within(cg, n));
+    let in_named_container = |cg: &str| within(cg, &held.containers.cgroups);
     let mut out = Vec::new();
     let mut each =
         |found: &[Found], field: &'static str, kind: &str, named: &dyn Fn(&str) -> bool| {
@@ -184,7 +199,7 @@ fn left_out(v: &Validated, d: &Discovery, engine_cgroups: &[String]) -> Vec<Left
     // A named unit's own cgroup is the unit's: the unit fact holds it; a named container's
     // is its engine's.
     let held_cgroup = |cg: &str| {
-        cg.rsplit('/').next().is_some_and(&units)
+        within(cg, held.units)
             || in_named_container(cg)
             || c.cgroups
                 .iter()
@@ -229,12 +244,6 @@ fn named_container(c: &Containment, found: &str) -> bool {
             .iter()
             .any(|n| n.engine == engine && (n.pinned.as_deref() == Some(id) || n.name == id))
     })
-}
-
-/// Whether the cgroup `cg` is a named container's, as its engine names its cgroups.
-fn in_named_container(c: &Containment, cg: &str) -> bool {
-    discover::container_of(cg)
-        .is_some_and(|(engine, id)| named_container(c, &format!("{engine}:{id}")))
 }
 
 /// Whether the manifest's listener `named` holds the endpoint `found` (both spelled as the
@@ -318,11 +327,5 @@ mod tests {
             &named("old-root", Some(&id)),
             &format!("podman:{id}")
         ));
-        let c = named("old-root", Some(&id));
-        assert!(in_named_container(
-            &c,
-            &format!("/system.slice/docker-{id}.scope")
-        ));
-        assert!(!in_named_container(&c, "/system.slice/docker.service"));
     }
 }

@@ -672,8 +672,14 @@ pub fn pin_at_enrollment(named: &mut [ContainerRef]) -> Pinning {
                 let api = c.engine != "containerd";
                 if let Ok(pid @ 1..) = u32::try_from(k.pid) {
                     p.pids.push(pid);
+                    p.shims.extend(repoch_sys::procfs::parent(pid));
                 }
-                p.cgroups.extend(k.cgroup.clone());
+                // The cgroups observation checks for it: its spec's (containerd), or its
+                // drivers' (Docker, podman).
+                match &k.cgroup {
+                    Some(cg) => p.cgroups.push(cg.clone()),
+                    None => p.cgroups.extend(driver_cgroups(&c.engine, &k.id)),
+                }
                 if let Some(unit) = k
                     .restart_policy
                     .strip_prefix(repoch_engines::SYSTEMD_UNIT_POLICY)
@@ -704,9 +710,12 @@ pub struct Pinning {
     /// The main process of each named container that runs now (its engine's word): where
     /// the cross-check with the running old root starts from.
     pub pids: Vec<u32>,
-    /// The cgroups the engines report for the named containers (containerd's spec): held
-    /// by the container facts, as a named container's own cgroup is.
+    /// The cgroups observation checks for the named containers (containerd's spec, Docker's
+    /// and podman's drivers'): held by the container facts.
     pub cgroups: Vec<String>,
+    /// The parent of each named container's main process (its runtime's shim, by its
+    /// engine's word): no starter to waive.
+    pub shims: Vec<u32>,
     /// The systemd units the engines name as running a named container (podman's label
     /// `PODMAN_SYSTEMD_UNIT`): `(ENGINE:NAME, unit)`. Each must be named under
     /// `containment.units`: observation refuses the container otherwise.

@@ -9,9 +9,10 @@ use super::Fences;
 use repoch_sys::hold::{self, NotTaken};
 use repoch_sys::{cgroup, net, systemd};
 
-/// The enrolled units: masked, inactive, no main pid, no reload pending.
+/// The enrolled units: masked, inactive, no main pid, no reload pending, nothing left in
+/// their cgroup.
 pub(super) fn units(m: &Manifest, systemctl: &[String], facts: &mut Vec<Fact>) {
-    const WANT: &str = "masked, inactive, MainPID 0, no reload pending";
+    const WANT: &str = "masked, inactive, MainPID 0, no reload pending, nothing in its cgroup";
     let (templates, units): (Vec<String>, Vec<String>) = m
         .containment
         .units
@@ -49,12 +50,37 @@ pub(super) fn units(m: &Manifest, systemctl: &[String], facts: &mut Vec<Fact>) {
                     Fact::failed("unit", u, WANT, &observed, Reason::UnitActive)
                 } else if s.main_pid != 0 {
                     Fact::failed("unit", u, WANT, &observed, Reason::UnitMainPid)
+                } else if let Some((observed, reason)) = left_in(&s.control_group) {
+                    Fact::failed("unit", u, WANT, &observed, reason)
                 } else {
                     Fact::ok("unit", u, WANT, &format!("masked {}", s.active))
                 }
             }
         };
         facts.push(fact);
+    }
+}
+
+/// What an inactive unit left in its cgroup (`control_group`, as systemd names it): a
+/// unit stopped with `KillMode=process`, `none` or `mixed` is inactive while what its main
+/// process started still runs there, and starts the old root again (found by attacking the
+/// release binaries: a watchdog left in a masked, inactive unit held, and exec'd the old
+/// root after the grant). `None` when it holds nothing (or the unit has no cgroup).
+fn left_in(control_group: &str) -> Option<(String, Reason)> {
+    if control_group.is_empty() {
+        return None;
+    }
+    let occupancy = cgroup::mount_point().and_then(|root| cgroup::occupancy(&root, control_group));
+    match occupancy {
+        Ok(o) if o.empty() => None,
+        Ok(o) => Some((
+            format!("inactive, its cgroup {control_group}: {}", occupied(&o)),
+            Reason::UnitActive,
+        )),
+        Err(e) => Some((
+            format!("its cgroup {control_group}: {e}"),
+            Reason::ControllerUnknown,
+        )),
     }
 }
 

@@ -462,3 +462,54 @@ fn a_loop_in_a_tmux_session_is_named_as_its_starter_and_refused_until_waived() {
     let said = r.json()["message"].as_str().unwrap().to_owned();
     assert!(said.contains("[waive] \"starter:"), "{said}");
 }
+
+#[test]
+#[ignore = "needs root"]
+fn a_cgroup_only_named_like_a_named_unit_is_no_units() {
+    // The manifest names the unit `billing.service` and the old root's cgroup; a process
+    // of the old root runs in a plain cgroup that is only named `billing.service` (systemd
+    // knows nothing of it: this host runs no systemd). Enrolling is refused naming that
+    // cgroup (found by attacking the release binaries: a cgroup whose last component
+    // was a named unit's name counted as that unit's, and enrolled).
+    require_root!();
+    let s = Sandbox::new();
+    let top = format!("repoch-lookalike-{}", s.tag);
+    let own = Cgroup::new(&format!("{top}/root"));
+    let lookalike = Cgroup::new(&format!("{top}/billing.service"));
+    let exe = own_copy_of_the_helper(&s);
+    let _a = in_cgroup(
+        &own,
+        &exe,
+        &["listen-unix", s.srv.join("a.sock").to_str().unwrap()],
+    );
+    let _b = in_cgroup(
+        &lookalike,
+        &exe,
+        &["listen-unix", s.srv.join("b.sock").to_str().unwrap()],
+    );
+    let me = std::process::id();
+    let program = std::env::current_exe().unwrap();
+    let program = program.file_name().unwrap().to_string_lossy().into_owned();
+    let p = s.path("manifest.toml");
+    std::fs::write(
+        &p,
+        s.manifest(&format!(
+            "[containment]\nunits = [\"billing.service\"]\ncgroups = [\"{}\"]\n\
+             executables = [\"{}\"]\nlisteners = [\"unix:{}\", \"unix:{}\"]\n\
+             [waive]\n\"starter:{me} {program}\" = \"the test that started it\"\n\
+             \"unknown:what starts billing.service\" = \"no systemd on this host\"\n",
+            own.rel,
+            exe.display(),
+            s.srv.join("a.sock").display(),
+            s.srv.join("b.sock").display(),
+        )),
+    )
+    .unwrap();
+    let r = s.enroll_manifest(&p);
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
+    let said = r.json()["message"].as_str().unwrap().to_owned();
+    assert!(
+        said.contains("containment.cgroups") && said.contains(&lookalike.rel),
+        "{said}"
+    );
+}

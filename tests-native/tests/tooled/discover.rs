@@ -527,3 +527,57 @@ pub(crate) fn a_podman_container_its_generated_unit_runs_is_discovered_and_held_
     ));
     assert_holds(&with_systemd(s.observe_cmd(&id, &[])));
 }
+
+pub(crate) fn a_fake_shim_in_a_look_alike_container_cgroup_is_no_named_containers() {
+    // Proves: the manifest names a Docker container by a full id its engine has none of,
+    // and the old root's executable. The old root runs as the child of a shell copied under
+    // the name `conmon`, both in a cgroup only named like that container's
+    // (`/X/docker-ID.scope`). Enrolling is refused (exit 64): that cgroup is no named
+    // container's (no engine said so) and the loop is a starter to name or waive (found
+    // by attacking the release binaries: a program's name made it a shim, a cgroup's name
+    // made it the container's, and the restart loop enrolled unseen).
+    require_root!();
+    let sb = Sandbox::new();
+    let d = Dockerd::start(&sb.path("docker"));
+    let id = "ab".repeat(32);
+    let s = Sandbox::new();
+    let lookalike = Cgroup::new(&format!("repoch-fakeshim-{}/docker-{id}.scope", s.tag));
+    let exe = s.srv.join("old-root");
+    let mut bytes = std::fs::read(bin("repoch-test-helper")).unwrap();
+    bytes.extend_from_slice(s.tag.as_bytes());
+    std::fs::write(&exe, bytes).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let conmon = s.srv.join("conmon");
+    std::fs::copy("/bin/sh", &conmon).unwrap();
+    let sock = s.srv.join("a.sock");
+    let mut c = std::process::Command::new(&conmon);
+    c.arg("-c")
+        .arg(format!(
+            "echo $$ > {}/cgroup.procs && {} listen-unix {}; true",
+            lookalike.path().display(),
+            exe.display(),
+            sock.display()
+        ))
+        .stderr(Stdio::null());
+    let _loop = spawn_ready(c);
+    let p = s.path("manifest.toml");
+    std::fs::write(
+        &p,
+        s.manifest(&format!(
+            "[containment]\ncontainers = [\"docker:{id}\"]\nexecutables = [\"{}\"]\n\
+             listeners = [\"unix:{}\"]\n[containment.engines]\n{}\n",
+            exe.display(),
+            sock.display(),
+            d.engines_toml()
+        )),
+    )
+    .unwrap();
+    let r = s.enroll_manifest(&p);
+    assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
+    let said = r.json()["message"].as_str().unwrap().to_owned();
+    assert!(
+        said.contains(&format!("docker-{id}.scope")) || said.contains(" conmon\""),
+        "{said}"
+    );
+}

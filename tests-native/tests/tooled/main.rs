@@ -510,6 +510,11 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            discover::a_fake_shim_in_a_look_alike_container_cgroup_is_no_named_containers,
+            DOCKER
+        ),
+        trial!(
+            root,
             containers::a_process_in_a_stopped_containers_cgroup_is_a_running_container,
             DOCKER_AND_PODMAN
         ),
@@ -826,6 +831,11 @@ fn declared() -> Vec<Declared> {
         trial!(
             root,
             discover::a_timer_and_an_activating_socket_are_discovered_and_refused_at_enrollment_until_named,
+            CONTAINER
+        ),
+        trial!(
+            root,
+            units::a_unit_stopped_with_a_process_left_in_its_cgroup_is_active,
             CONTAINER
         ),
         trial!(

@@ -458,3 +458,59 @@ pub(crate) fn a_service_that_runs_the_old_roots_executable_must_be_named() {
         .expect("the unit's fact");
     assert!(unit.holds(), "{unit:?}");
 }
+
+pub(crate) fn a_unit_stopped_with_a_process_left_in_its_cgroup_is_active() {
+    // Proves, under a real systemd with repoch inside it (so that systemd's cgroup paths
+    // are repoch's): a service with `KillMode=process` whose main process started a
+    // watchdog; stopped and masked, systemd reports it inactive while the watchdog still
+    // runs in its cgroup, ready to start the old root again. Observed: `unit-active`,
+    // naming the cgroup (found by attacking the release binaries: held, and the watchdog
+    // exec'd the old root after the grant). The watchdog gone: the unit holds.
+    require_root!();
+    let s = Sandbox::new();
+    let c = Container::boot(&s.tag);
+    crate::systemd_recovery::install_built(&c);
+    let (uid, gid) = crate::systemd_recovery::fixtures(&c);
+    let run = |script: &str| crate::systemd_recovery::run_in(&c, script);
+    c.sh("cp /usr/bin/repoch-test-helper /srv/billing/old-root && echo old-root >> /srv/billing/old-root \
+          && cp /usr/bin/repoch-test-helper /srv/billing/watchdog && echo watchdog >> /srv/billing/watchdog \
+          && printf '[Unit]\\nDescription=old root\\n[Service]\\nKillMode=process\\n\
+          ExecStart=/bin/sh -c \"/srv/billing/watchdog sleep & exec /srv/billing/old-root flock /srv/billing/lock\"\\n' \
+          > /usr/lib/systemd/system/billing-old.service \
+          && systemctl daemon-reload && systemctl start billing-old.service");
+    let manifest = format!(
+        "label = \"billing\"\nfences = [\"/srv/billing/lock\"]\nstores = [\"/srv/billing/data\"]\n\
+         ready = \"/srv/billing/READY\"\n\n[containment]\nunits = [\"billing-old.service\"]\n\
+         executables = [\"/srv/billing/old-root\"]\n\n\
+         [journal]\npath = \"/srv/billing/journal\"\nproducer_key_file = \"/etc/billing/producer.key.pub\"\n\n\
+         [consumer]\nuid = {uid}\ngid = {gid}\nexecutable = \"/usr/bin/repoch-consume\"\n\
+         key_file = \"/etc/billing/consumer.key.pub\"\n"
+    );
+    std::fs::write(
+        format!("/proc/{}/root/etc/billing/billing.toml", c.leader),
+        manifest,
+    )
+    .unwrap();
+    let e = run("repoch --json enroll /etc/billing/billing.toml");
+    assert_eq!(e.code, Outcome::Success, "{}{}", e.stdout, e.stderr);
+    let id = e.json()["deployment"].as_str().unwrap().to_owned();
+    c.sh("systemctl stop billing-old.service && systemctl mask billing-old.service");
+    let left = run("systemctl show -p ActiveState --value billing-old.service");
+    assert_eq!(left.stdout.trim(), "inactive", "{}", left.stdout);
+    let o = run(&format!("repoch --json observe {id}"));
+    assert_eq!(reasons(&o), ["unit-active"], "{}", o.stdout);
+    assert!(
+        o.stdout
+            .contains("inactive, its cgroup /system.slice/billing-old.service"),
+        "{}",
+        o.stdout
+    );
+    c.sh("systemctl kill --signal=KILL billing-old.service; sleep 0.5");
+    let o = run(&format!("repoch --json observe {id}"));
+    assert!(
+        !reasons(&o).contains(&"unit-active".to_owned()),
+        "{}",
+        o.stdout
+    );
+    assert_eq!(o.code, Outcome::Success, "{}", o.stdout);
+}
