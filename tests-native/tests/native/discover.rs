@@ -57,10 +57,11 @@ fn in_cgroup(cg: &Cgroup, exe: &std::path::Path, args: &[&str]) -> Proc {
 #[ignore = "needs root"]
 fn an_old_root_in_its_cgroup_with_a_lock_and_a_sidecars_listener_is_discovered_and_its_draft_recovers(
 ) {
-    // The old root: its own program (a copy of the helper) holding the deployment's lock,
-    // and a sidecar of the same program holding a unix listener, both in a cgroup of
-    // their own. Discovered from the cgroup: the cgroup, the executable, the listener as
-    // a manifest spells it, the lock as a fence candidate. The draft, completed with what
+    // The old root: its own program (a copy of the helper) holding the deployment's lock
+    // and a second one, and a sidecar of the same program holding a unix listener, all in
+    // a cgroup of their own. Discovered from the cgroup: the cgroup, the executable, the
+    // listener as a manifest spells it, both locks as fence candidates. The draft (both
+    // fences), completed with what
     // no process shows (label, stores, READY, journal, consumer), enrolls once the old
     // root is contained, and recovers with a real consumer.
     require_root!();
@@ -69,8 +70,13 @@ fn an_old_root_in_its_cgroup_with_a_lock_and_a_sidecars_listener_is_discovered_a
     let exe = own_copy_of_the_helper(&s);
     let lock = s.srv.join("lock");
     let sock = s.srv.join("old-root.sock");
+    // A second lock the old root holds: a second fence candidate.
+    let lock2 = s.srv.join("lock2");
+    std::fs::write(&lock2, "").unwrap();
+    std::fs::set_permissions(&lock2, std::fs::Permissions::from_mode(0o600)).unwrap();
     let holder = in_cgroup(&cg, &exe, &["flock", lock.to_str().unwrap()]);
     let sidecar = in_cgroup(&cg, &exe, &["listen-unix", sock.to_str().unwrap()]);
+    let holder2 = in_cgroup(&cg, &exe, &["flock", lock2.to_str().unwrap()]);
     let (found, draft) = discover(&s, &["--cgroup", &cg.rel]);
     assert_eq!(values(&found, "cgroups"), std::slice::from_ref(&cg.rel));
     assert_eq!(values(&found, "executables"), [exe.display().to_string()]);
@@ -78,16 +84,27 @@ fn an_old_root_in_its_cgroup_with_a_lock_and_a_sidecars_listener_is_discovered_a
         values(&found, "listeners"),
         [format!("unix:{}", sock.display())]
     );
-    assert_eq!(values(&found, "locks"), [lock.display().to_string()]);
-    let why = found["locks"][0]["why"].as_str().unwrap();
+    let mut locks = values(&found, "locks");
+    locks.sort();
+    assert_eq!(
+        locks,
+        [lock.display().to_string(), lock2.display().to_string()]
+    );
+    let first = found["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["value"] == lock.display().to_string())
+        .unwrap();
+    let why = first["why"].as_str().unwrap();
     assert!(why.starts_with("FLOCK WRITE"), "{why}");
-    assert_eq!(found["locks"][0]["pids"], serde_json::json!([holder.pid()]));
+    assert_eq!(first["pids"], serde_json::json!([holder.pid()]));
     assert_eq!(
         found["listeners"][0]["pids"],
         serde_json::json!([sidecar.pid()])
     );
     // Contained as OPERATOR.md says: nothing of it runs any more.
-    drop((holder, sidecar));
+    drop((holder, sidecar, holder2));
     cg.kill_all();
     let _ = std::fs::remove_file(&sock);
     let id = s.enroll_with(&completed(&s, &draft));
