@@ -289,10 +289,17 @@ impl Sandbox {
 
     /// Starts repochd on this sandbox's root and waits until it is ready.
     pub fn daemon(&self) -> Daemon {
+        self.daemon_env(&[])
+    }
+
+    /// [`Sandbox::daemon`] with more environment variables (`(NAME, VALUE)`), such as
+    /// `REPOCH_SYSTEMCTL` for a systemd of a test's own.
+    pub fn daemon_env(&self, env: &[(&str, &str)]) -> Daemon {
         let log = self.path("repochd.log");
         let f = std::fs::File::create(&log).unwrap();
         let child = self
             .cmd("repochd")
+            .envs(env.iter().copied())
             .stderr(f)
             .stdout(std::process::Stdio::null())
             .spawn()

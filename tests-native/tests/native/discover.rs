@@ -121,13 +121,17 @@ fn an_old_root_in_its_cgroup_with_a_lock_and_a_sidecars_listener_is_discovered_a
 }
 
 /// `draft` with what no process shows, taken from the sandbox's own manifest: its top
-/// level (label, stores, READY) before, its `[journal]` and `[consumer]` tables after.
+/// level (label, stores, READY, and its fences when the draft names none) before, its
+/// `[journal]` and `[consumer]` tables after.
 fn completed(s: &Sandbox, draft: &str) -> String {
     let own = s.manifest("");
     let (top, tables) = own.split_at(own.find("[journal]").unwrap());
+    // An old root that holds no lock has no fence in its draft: the deployment's own is
+    // kept.
+    let drafted = draft.contains("\nfences = [");
     let top: String = top
         .lines()
-        .filter(|l| !l.starts_with("fences"))
+        .filter(|l| !(drafted && l.starts_with("fences")))
         .map(|l| format!("{l}\n"))
         .collect();
     format!("{top}{draft}\n{tables}")
@@ -434,7 +438,7 @@ fn a_loop_in_a_tmux_session_is_named_as_its_starter_and_refused_until_waived() {
     // socket): discovered from the old root's process, its starter is that shell, in a
     // terminal session (tmux). Enrolling a manifest naming the old root's executable while
     // it runs is refused (exit 64) naming the starter's waiver: the loop would start it
-    // again after the grant.
+    // again after the grant. The session ended, its draft enrolls and recovers.
     require_root!();
     let s = Sandbox::new();
     let exe = own_copy_of_the_helper(&s);
@@ -462,7 +466,7 @@ fn a_loop_in_a_tmux_session_is_named_as_its_starter_and_refused_until_waived() {
         !pids_running(&exe_name).is_empty()
     });
     let pid = pids_running(&exe_name)[0];
-    let (found, _) = discover(&s, &["--pid", &pid.to_string()]);
+    let (found, draft) = discover(&s, &["--pid", &pid.to_string()]);
     let why = found["starters"][0]["why"].as_str().unwrap_or_default();
     assert!(
         why.starts_with("a shell (") && why.contains("terminal session (tmux"),
@@ -478,6 +482,23 @@ fn a_loop_in_a_tmux_session_is_named_as_its_starter_and_refused_until_waived() {
     assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
     let said = r.json()["message"].as_str().unwrap().to_owned();
     assert!(said.contains("[waive] \"starter:"), "{said}");
+    // Contained as OPERATOR.md says (the session ended, nothing of it runs), its draft
+    // enrolls and recovers.
+    drop(_server);
+    for p in pids_running(&exe_name) {
+        kill_pid(p);
+    }
+    let id = s.enroll_with(&completed(&s, &draft));
+    let _d = s.daemon();
+    let consumer = s
+        .consumer(&id[..8], "consumer.key", "grant.cbor", &[])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let r = run(s.recover(&id, 20, &[]));
+    assert_eq!(r.code, Outcome::Success, "{}\n{draft}", r.stdout);
+    let c = consumer.wait_with_output().unwrap();
+    assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stdout));
 }
 
 #[test]

@@ -451,7 +451,8 @@ pub(crate) fn a_podman_container_its_generated_unit_runs_is_discovered_and_held_
     // `repoch discover --pid --engine` names that unit as what would start the container
     // again (it did not ask the engine before). Enrolling the container without the unit
     // is refused (exit 64, naming containment.units); with it, it enrolls; observed, the
-    // enabled unit is `unit-not-masked`; masked, with the container stopped, it holds.
+    // enabled unit is `unit-not-masked`; masked, with the container stopped, it holds, and
+    // the recovery is granted with a real consumer.
     require_root!();
     let sb = Sandbox::new();
     let p = Podman::start(&sb.path("podman"));
@@ -526,6 +527,21 @@ pub(crate) fn a_podman_container_its_generated_unit_runs_is_discovered_and_held_
         "systemctl disable {unit} && rm /etc/systemd/system/{unit} && systemctl mask {unit}"
     ));
     assert_holds(&with_systemd(s.observe_cmd(&id, &[])));
+    // And recovered, repochd asking the same systemd.
+    let _d = s.daemon_env(&[("REPOCH_SYSTEMCTL", &c.systemctl())]);
+    let consumer = s
+        .consumer(&id[..8], "consumer.key", "grant.cbor", &[])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let r = run(s.recover(&id, 20, &[]));
+    assert_eq!(r.code, Outcome::Success, "{}", r.stdout);
+    let out = consumer.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 pub(crate) fn a_fake_shim_in_a_look_alike_container_cgroup_is_no_named_containers() {
