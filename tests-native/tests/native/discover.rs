@@ -205,7 +205,8 @@ fn a_user_namespace_another_uid_made_names_that_uid_and_a_cron_line_is_found() {
     // The old root run by uid 65534 in a user namespace of its own (root inside it): the
     // uid that owns the namespace is found with why. A crontab line that runs its
     // executable is found (a crontab of a mount namespace of the test's own: a tmpfs over
-    // /var/spool).
+    // /var/spool), and enrolling while it runs with the line left out is refused, naming
+    // its waiver.
     require_root!();
     let s = Sandbox::new();
     let exe = own_copy_of_the_helper(&s);
@@ -231,21 +232,42 @@ fn a_user_namespace_another_uid_made_names_that_uid_and_a_cron_line_is_found() {
     let script = format!(
         "mount -t tmpfs repoch-test /var/spool && mkdir -p /var/spool/cron/crontabs && \
          echo '* * * * * {exe} --once' > /var/spool/cron/crontabs/root && \
-         exec \"$0\" --json discover --pid {pid}",
-        exe = exe.display()
+         \"$0\" --json discover --pid {pid} > {found} && \
+         exec \"$0\" --json enroll {manifest}",
+        exe = exe.display(),
+        found = s.path("found.json").display(),
+        manifest = s.path("manifest.toml").display(),
     );
+    // A manifest naming the executable and the namespace's owner, waiving its lock and
+    // its starter (this test): the cron line is left out.
+    let me = std::process::id();
+    let program = std::env::current_exe().unwrap();
+    let program = program.file_name().unwrap().to_string_lossy().into_owned();
+    std::fs::write(
+        s.path("manifest.toml"),
+        s.manifest(&format!(
+            "[containment]\nexecutables = [\"{}\"]\nold_root_uids = [65534]\n\
+             [waive]\n\"lock:{}\" = \"the test's\"\n\"starter:{me} {program}\" = \"the test\"\n",
+            exe.display(),
+            lockable.display()
+        )),
+    )
+    .unwrap();
     let out = Command::new("unshare")
         .args(["-m", "--propagation", "private", "sh", "-c", &script])
         .arg(bin("repoch"))
         .env("REPOCH_ROOT", &s.root)
         .output()
         .unwrap();
+    // Enrolling while it runs is refused, naming the cron line's waiver.
+    let enrolled = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(64), "{enrolled}");
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        enrolled.contains("[waive] \\\"scheduled:/var/spool/cron/crontabs/root:1\\\""),
+        "{enrolled}"
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(s.path("found.json")).unwrap()).unwrap();
     let found = &v["found"];
     let uids = found["uids"].as_array().unwrap();
     let owner = uids
