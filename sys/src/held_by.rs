@@ -369,25 +369,17 @@ pub fn ancestor(pid: u32) -> Option<Ancestor> {
 
 /// `pid`'s stat line read (its executable not yet).
 fn from_stat(pid: u32, s: &str) -> Option<Ancestor> {
-    let open = s.find('(')?;
-    let close = s.rfind(')')?;
-    let comm = s.get(open + 1..close)?.to_owned();
-    let mut rest = s.get(close + 2..)?.split(' ');
-    let state = rest.next()?;
-    let ppid = rest.next()?.parse().ok()?;
-    let tty = rest.nth(2)?.parse::<i64>().ok()?;
-    // `num_threads`, the 20th field (`tty_nr` is the 7th): a leader that exited while
-    // other threads run is `Z` and still holds everything they hold (found by attacking
-    // the release binaries: such a process was left out as a zombie).
-    let threads = rest.nth(12)?.parse::<u64>().ok()?;
-    let zombie = state == "Z" && threads <= 1;
+    let st = crate::procfs::parse_stat(s)?;
     Some(Ancestor {
         pid,
-        comm,
+        comm: st.comm,
         exe: String::new(),
-        tty: u32::try_from(tty).unwrap_or(0),
-        ppid,
-        zombie,
+        tty: u32::try_from(st.tty).unwrap_or(0),
+        ppid: st.ppid,
+        // A leader that exited while other threads run is `Z` and still holds everything
+        // they hold (found by attacking the release binaries: such a process was left out
+        // as a zombie).
+        zombie: st.state == "Z" && st.threads <= 1,
     })
 }
 

@@ -45,20 +45,55 @@ pub fn read_small_lossy_from(f: fs::File, max: u64) -> std::io::Result<String> {
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
+/// The fields of one `/proc/<pid>/stat` line repoch reads, parsed in one place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stat {
+    /// Field 2, `comm`: from the first `(` to the last `)` (it may hold both, and spaces).
+    pub comm: String,
+    /// Field 3: `R`, `S`, `Z`, ...
+    pub state: String,
+    /// Field 4: the parent's pid (its real parent, which a fork event names).
+    pub ppid: u32,
+    /// Field 7, `tty_nr`: the controlling terminal, 0 for none.
+    pub tty: i64,
+    /// Field 20, `num_threads`.
+    pub threads: u64,
+    /// Field 22: start time in clock ticks since boot.
+    pub start_ticks: u64,
+}
+
+/// `/proc/<pid>/stat`, read and parsed; `None` once the process is gone (or unreadable).
+pub fn stat(pid: u32) -> Option<Stat> {
+    let s = read_small_lossy(Path::new(&format!("/proc/{pid}/stat")), PROC_FILE_BYTES_MAX).ok()?;
+    parse_stat(&s)
+}
+
+/// One `/proc/<pid>/stat` line parsed ([`Stat`]).
+pub fn parse_stat(s: &str) -> Option<Stat> {
+    let open = s.find('(')?;
+    let close = s.rfind(')')?;
+    let comm = s.get(open.checked_add(1)?..close)?.to_owned();
+    // The fields after `comm`, from field 3 on.
+    let f: Vec<&str> = s.get(close.checked_add(2)?..)?.split(' ').collect();
+    Some(Stat {
+        comm,
+        state: (*f.first()?).to_owned(),
+        ppid: f.get(1)?.parse().ok()?,
+        tty: f.get(4)?.parse().ok()?,
+        threads: f.get(17)?.parse().ok()?,
+        start_ticks: f.get(19)?.trim_end().parse().ok()?,
+    })
+}
+
 /// `/proc/<pid>/stat` field 22: start time in clock ticks since boot.
 pub fn start_ticks(pid: u32) -> Option<u64> {
-    let s = read_small_lossy(Path::new(&format!("/proc/{pid}/stat")), PROC_FILE_BYTES_MAX).ok()?;
-    // comm (field 2) may contain spaces and parentheses: split after the last ')'.
-    let rest = s.get(s.rfind(')')?.checked_add(2)?..)?;
-    rest.split(' ').nth(19)?.parse().ok()
+    stat(pid).map(|s| s.start_ticks)
 }
 
 /// `/proc/<pid>/stat` field 4: the parent's pid (its real parent, which a fork event
 /// names).
 pub fn parent(pid: u32) -> Option<u32> {
-    let s = read_small_lossy(Path::new(&format!("/proc/{pid}/stat")), PROC_FILE_BYTES_MAX).ok()?;
-    let rest = s.get(s.rfind(')')?.checked_add(2)?..)?;
-    rest.split(' ').nth(1)?.parse().ok()
+    stat(pid).map(|s| s.ppid)
 }
 
 pub fn boot_id() -> String {
@@ -261,7 +296,20 @@ pub fn lock_holders(kind: &str, (dev, ino): (u64, u64), lock_dev: u64) -> Vec<Ho
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_lock_line, LockLine};
+    use super::{parse_lock_line, parse_stat, LockLine};
+
+    #[test]
+    fn a_stat_line_is_read_past_a_comm_of_any_bytes() {
+        let line = "42 (a) (b c)) S 7 42 42 34816 42 4194560 0 0 0 0 0 0 0 0 20 0 3 0 99 1 2\n";
+        let s = parse_stat(line).unwrap();
+        assert_eq!(s.comm, "a) (b c)");
+        assert_eq!(
+            (s.state.as_str(), s.ppid, s.tty, s.threads, s.start_ticks),
+            ("S", 7, 34816, 3, 99)
+        );
+        assert_eq!(parse_stat("42 (x) S 7"), None);
+        assert_eq!(parse_stat("garbage"), None);
+    }
 
     #[test]
     fn lock_lines_parse_from_proc_locks_and_fdinfo() {
