@@ -357,6 +357,8 @@ pub struct Ancestor {
     /// Exited, not yet reaped by its parent, and no thread of it left: it runs nothing and
     /// holds nothing. (A leader that exited while other threads run is no zombie.)
     pub zombie: bool,
+    /// Its leader exited while other threads run: its `/proc/PID` files read empty.
+    pub exited_leader: bool,
 }
 
 /// `pid` as an [`Ancestor`]; `None` once it has exited.
@@ -380,6 +382,7 @@ fn from_stat(pid: u32, s: &str) -> Option<Ancestor> {
         // they hold (found by attacking the release binaries: such a process was left out
         // as a zombie).
         zombie: st.state == "Z" && st.threads <= 1,
+        exited_leader: st.state == "Z" && st.threads > 1,
     })
 }
 
@@ -416,6 +419,8 @@ mod tests {
         );
         assert!(from_stat(42, &stat("Z", 1)).unwrap().zombie);
         assert!(!from_stat(42, &stat("Z", 2)).unwrap().zombie);
+        assert!(from_stat(42, &stat("Z", 2)).unwrap().exited_leader);
+        assert!(!from_stat(42, &stat("S", 2)).unwrap().exited_leader);
     }
     use super::*;
 

@@ -365,6 +365,12 @@ fn processes(seeds: &[Seed], systemctl: Option<&[String]>) -> Result<Vec<u32>, D
 
 /// The processes in cgroup `cg` and its descendants.
 fn in_cgroup(seed: &Seed, cg: &str) -> Result<Vec<u32>, DiscoverError> {
+    if cg.split('/').any(|c| c == "." || c == "..") || !cg.starts_with('/') {
+        return Err(DiscoverError::Seed {
+            seed: seed.to_string(),
+            why: "not a canonical cgroup path (absolute, no . or .. component)".into(),
+        });
+    }
     if cg.trim_matches('/').is_empty() {
         return Err(DiscoverError::Seed {
             seed: seed.to_string(),
@@ -408,6 +414,11 @@ fn process(d: &mut Discovery, pid: u32) {
     let Some(me) = held_by::ancestor(pid).filter(|a| !a.zombie) else {
         return; // exited (reaped or not): it runs and holds nothing
     };
+    if me.exited_leader {
+        Discovery::add(&mut d.unknown, format!("pid {pid}'s threads"), pid, || {
+            "its leader exited while its other threads run: what they hold is not read".into()
+        });
+    }
     let cgroup = repoch_sys::cgroup::of_pid(pid).unwrap_or_default();
     let runs = held_by::runs_as(pid);
     d.processes.push(ProcessFound {
@@ -444,6 +455,12 @@ fn place(d: &mut Discovery, pid: u32, cgroup: &str) {
     if cgroup == "/" {
         return;
     }
+    // A cgroup outside this cgroup namespace reads `/..`: not a path a manifest can name.
+    if cgroup.starts_with("/..") {
+        return Discovery::add(&mut d.unknown, format!("pid {pid}'s cgroup"), pid, || {
+            format!("{cgroup}: outside repoch's cgroup namespace")
+        });
+    }
     Discovery::add(&mut d.cgroups, cgroup, pid, || {
         "a cgroup the old root runs in".into()
     });
@@ -451,26 +468,54 @@ fn place(d: &mut Discovery, pid: u32, cgroup: &str) {
         let why = || format!("the cgroup {cgroup} is this {engine} container's");
         return Discovery::add(&mut d.containers, format!("{engine}:{id}"), pid, why);
     }
-    let Some(unit) = cgroup
-        .rsplit('/')
-        .find(|c| c.ends_with(".service") || c.ends_with(".scope"))
-    else {
-        return;
-    };
-    match cgroup
-        .split('/')
-        .find(|c| c.starts_with("user@") && c.ends_with(".service"))
-    {
-        Some(manager) if manager != unit => Discovery::add(&mut d.unknown, unit, pid, || {
+    match unit_of(cgroup) {
+        None => {}
+        Some((unit, None)) => Discovery::add(&mut d.units, unit, pid, || {
+            format!("runs the cgroup {cgroup}")
+        }),
+        Some((unit, Some(manager))) => Discovery::add(&mut d.unknown, unit, pid, || {
             format!(
                 "a unit of a user's systemd manager ({manager}), which repoch does not ask: stop \
                  and disable it there, and name its cgroup {cgroup}"
             )
         }),
-        _ => Discovery::add(&mut d.units, unit, pid, || {
-            format!("runs the cgroup {cgroup}")
-        }),
     }
+}
+
+/// The systemd unit whose cgroup `cgroup` is, or is below, as systemd lays its cgroups
+/// out: slices, then one service or scope; below it, what the unit made of its own
+/// (`Delegate=`) is still that unit's. A user's manager (`user@UID.service`) lays out its
+/// own units below it the same way: such a unit comes with its manager. A cgroup not laid
+/// out so is no unit's, whatever its name (found by attacking the release binaries: a
+/// delegated service's `worker.scope` was taken for a unit, the service missed, and a
+/// plain cgroup named `sshd.service` named the host's sshd).
+fn unit_of(cgroup: &str) -> Option<(String, Option<String>)> {
+    let mut parts = cgroup
+        .split('/')
+        .filter(|c| !c.is_empty() && !c.ends_with(".slice"));
+    let first = parts.next()?;
+    let is_unit = |c: &str| c.ends_with(".service") || c.ends_with(".scope");
+    if !is_unit(first) || !below_slices(cgroup, first) {
+        return None;
+    }
+    if !(first.starts_with("user@") && first.ends_with(".service")) {
+        return Some((first.to_owned(), None));
+    }
+    // A user manager: its own unit below it, past its slices.
+    let rest = cgroup.split_once(&format!("/{first}/"))?.1;
+    let unit = rest
+        .split('/')
+        .find(|c| !c.is_empty() && !c.ends_with(".slice"))?;
+    (is_unit(unit) && below_slices(rest, unit)).then(|| (unit.to_owned(), Some(first.to_owned())))
+}
+
+/// Whether every component of `cgroup` before `unit` is a slice.
+fn below_slices(cgroup: &str, unit: &str) -> bool {
+    cgroup
+        .split('/')
+        .filter(|c| !c.is_empty())
+        .take_while(|c| *c != unit)
+        .all(|c| c.ends_with(".slice"))
 }
 
 /// The engine and full id of a container whose cgroup this is, as Docker's and podman's
@@ -603,6 +648,31 @@ mod tests {
             assert!(repoch_protocol::text::check(&u.value).is_ok(), "{u:?}");
             assert!(repoch_protocol::text::check(&u.why).is_ok(), "{u:?}");
         }
+    }
+
+    #[test]
+    fn a_unit_is_the_first_service_or_scope_below_slices_only() {
+        let unit = |cg: &str| unit_of(cg).map(|(u, m)| (u, m.unwrap_or_default()));
+        let u = |a: &str, m: &str| Some((a.to_owned(), m.to_owned()));
+        assert_eq!(
+            unit("/system.slice/billing.service"),
+            u("billing.service", "")
+        );
+        // What a delegated service made below itself is still that service's.
+        assert_eq!(
+            unit("/system.slice/billing-d.service/worker.scope"),
+            u("billing-d.service", "")
+        );
+        assert_eq!(unit("/a.slice/a-b.slice/x.scope/y"), u("x.scope", ""));
+        // A plain cgroup named like a unit is no unit's.
+        assert_eq!(unit("/hide2/sshd.service"), None);
+        assert_eq!(unit("/repoch-x/old-root"), None);
+        // A user manager's unit comes with its manager.
+        assert_eq!(
+            unit("/user.slice/user-1000.slice/user@1000.service/app.slice/old.service"),
+            u("old.service", "user@1000.service")
+        );
+        assert_eq!(unit("/user.slice/user-1000.slice/user@1000.service"), None);
     }
 
     #[test]

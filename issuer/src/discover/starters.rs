@@ -300,6 +300,7 @@ mod tests {
             tty,
             ppid: 1,
             zombie: false,
+            exited_leader: false,
         }
     }
 

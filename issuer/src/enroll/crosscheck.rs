@@ -44,7 +44,7 @@ pub(super) fn cross_check(v: &Validated, containers: &Pinning) -> Result<CrossCh
         .map(|w| w.what.as_str())
         .collect();
     units_engines_name(v, containers, &waived)?;
-    let (mut seeds, unit_cgroups) = seeds(&v.containment, systemctl);
+    let (mut seeds, unit_cgroups) = seeds(&v.containment, systemctl)?;
     // A named container's main process, and the cgroup it runs in: every process of the
     // container (one an exec session started is no descendant of its main process).
     for &pid in &containers.pids {
@@ -136,7 +136,10 @@ struct Held<'a> {
 /// Where the old root runs now, by what the manifest names: each named cgroup that exists,
 /// each process that runs a named executable, each named unit systemd runs in a cgroup;
 /// and the cgroup systemd reports for each named unit.
-fn seeds(c: &Containment, systemctl: Option<&[String]>) -> (Vec<Seed>, Vec<String>) {
+fn seeds(
+    c: &Containment,
+    systemctl: Option<&[String]>,
+) -> Result<(Vec<Seed>, Vec<String>), EnrollError> {
     let mut seeds = Vec::new();
     let mut unit_cgroups = Vec::new();
     let root = repoch_sys::cgroup::mount_point().ok();
@@ -156,8 +159,17 @@ fn seeds(c: &Containment, systemctl: Option<&[String]>) -> (Vec<Seed>, Vec<Strin
     if let (Some(cmd), false) = (systemctl, c.units.is_empty()) {
         // A unit that runs in no cgroup here (inactive, not found, or another manager's
         // whose cgroups are not this host's) starts nothing now that a seed could follow.
-        let shown = repoch_sys::systemd::show_properties(cmd, "ControlGroup", &c.units);
-        for props in shown.unwrap_or_default() {
+        // A template is asked for by its instances (systemctl shows no template), and
+        // every unit answers `Id=` (a timer has no `ControlGroup=` to print). What
+        // systemd cannot answer refuses: a cross-check that asked nothing is none (found
+        // by attacking the release binaries: it was skipped, and said nothing ran).
+        let shown = named_units(cmd, &c.units)
+            .and_then(|units| repoch_sys::systemd::show_properties(cmd, "Id,ControlGroup", &units))
+            .map_err(|e| EnrollError::Refused {
+                what: "the cross-check with the running old root".into(),
+                why: format!("systemd could not be asked for the named units' cgroups: {e}"),
+            })?;
+        for props in shown {
             let Some((_, cg)) = props
                 .iter()
                 .find(|(k, v)| k == "ControlGroup" && !v.is_empty())
@@ -170,7 +182,29 @@ fn seeds(c: &Containment, systemctl: Option<&[String]>) -> (Vec<Seed>, Vec<Strin
             }
         }
     }
-    (seeds, unit_cgroups)
+    Ok((seeds, unit_cgroups))
+}
+
+/// The template `NAME@.TYPE` an instance `NAME@INSTANCE.TYPE` is of.
+fn template_of(unit: &str) -> Option<String> {
+    let (name, rest) = unit.split_once('@')?;
+    let (instance, kind) = rest.rsplit_once('.')?;
+    (!instance.is_empty()).then(|| format!("{name}@.{kind}"))
+}
+
+/// The named units as systemd can show them: each template by its loaded instances.
+fn named_units(cmd: &[String], units: &[String]) -> Result<Vec<String>, repoch_sys::error::Error> {
+    use repoch_sys::systemd::{is_template, template_state};
+    let mut out: Vec<String> = units.iter().filter(|u| !is_template(u)).cloned().collect();
+    for t in units.iter().filter(|u| is_template(u)) {
+        out.extend(
+            template_state(cmd, t)?
+                .instances
+                .into_iter()
+                .map(|i| i.unit),
+        );
+    }
+    Ok(out)
 }
 
 /// Every authority of `d` the manifest `v` does not name (waivers not yet applied);
@@ -190,7 +224,12 @@ fn left_out(v: &Validated, d: &Discovery, held: &Held<'_>) -> Vec<LeftOut> {
                 });
             }
         };
-    let units = |u: &str| c.units.iter().any(|n| n == u);
+    // A named template holds its instances whole (docs/OPERATOR.md).
+    let units = |u: &str| {
+        c.units
+            .iter()
+            .any(|n| n == u || template_of(u).is_some_and(|t| *n == t))
+    };
     each(&d.units, "containment.units", "unit", &units);
     each(&d.unit_starters, "containment.units", "unit", &units);
     each(&d.containers, "containment.containers", "container", &|k| {
@@ -294,6 +333,17 @@ fn starters(d: &Discovery, in_named_container: &dyn Fn(&str) -> bool) -> Vec<Lef
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_instance_is_of_its_template() {
+        assert_eq!(
+            template_of("billing@1.service").as_deref(),
+            Some("billing@.service")
+        );
+        assert_eq!(template_of("a@b.c.timer").as_deref(), Some("a@.timer"));
+        assert_eq!(template_of("billing@.service"), None);
+        assert_eq!(template_of("billing.service"), None);
+    }
 
     #[test]
     fn a_listener_on_every_address_covers_one_address_of_its_kind_and_port_only() {

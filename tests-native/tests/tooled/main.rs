@@ -840,6 +840,11 @@ fn declared() -> Vec<Declared> {
         ),
         trial!(
             root,
+            units::timers_templates_and_another_cgroup_view_are_held_not_skipped,
+            CONTAINER
+        ),
+        trial!(
+            root,
             discover::a_podman_container_its_generated_unit_runs_is_discovered_and_held_by_that_unit,
             PODMAN_IN_CONTAINER
         ),

@@ -514,3 +514,87 @@ pub(crate) fn a_unit_stopped_with_a_process_left_in_its_cgroup_is_active() {
     );
     assert_eq!(o.code, Outcome::Success, "{}", o.stdout);
 }
+
+pub(crate) fn timers_templates_and_another_cgroup_view_are_held_not_skipped() {
+    // Proves, under a real systemd (found by attacking the release binaries, each held or
+    // enrolled before):
+    // 1. A manifest naming a service and its timer is cross-checked: its unnamed second
+    //    lock is refused at enrollment (exit 64). Before, asking systemd for a timer's
+    //    cgroup failed, was swallowed, and enrollment said nothing was cross-checked.
+    // 2. A template stopped and masked whose instance (`KillMode=process`) left a
+    //    watchdog in its cgroup: `unit-active`, naming the instance (held "every instance
+    //    inactive", and granted).
+    // 3. Observed from outside the container (another cgroup view than systemd's), a unit
+    //    whose cgroup systemd names and repoch cannot see: `controller-unknown`, never
+    //    empty (held).
+    require_root!();
+    let s = Sandbox::new();
+    let c = Container::boot(&s.tag);
+    crate::systemd_recovery::install_built(&c);
+    let (uid, gid) = crate::systemd_recovery::fixtures(&c);
+    let run = |script: &str| crate::systemd_recovery::run_in(&c, script);
+    c.sh("cp /usr/bin/repoch-test-helper /srv/billing/old-root && echo old-root >> /srv/billing/old-root \
+          && cp /usr/bin/repoch-test-helper /srv/billing/watchdog && echo watchdog >> /srv/billing/watchdog \
+          && cp /usr/bin/repoch-test-helper /srv/billing/old3 && echo old3 >> /srv/billing/old3 \
+          && : > /srv/billing/lock3 && chmod 600 /srv/billing/lock3 \
+          && printf '[Service]\\nExecStart=/srv/billing/old3 flock /srv/billing/lock3\\n' \
+             > /usr/lib/systemd/system/billing3.service \
+          && printf '[Timer]\\nOnCalendar=*-*-* 03:00\\n[Install]\\nWantedBy=timers.target\\n' \
+             > /usr/lib/systemd/system/billing3.timer \
+          && printf '[Service]\\nKillMode=process\\n\
+          ExecStart=/bin/sh -c \"/srv/billing/watchdog sleep & exec /srv/billing/old-root sleep\"\\n' \
+             > /usr/lib/systemd/system/billing@.service \
+          && systemctl daemon-reload && systemctl enable --now billing3.timer \
+          && systemctl start billing3.service billing@1.service");
+    let manifest = |containment: &str| {
+        let text = format!(
+            "label = \"billing\"\nfences = [\"/srv/billing/lock\"]\nstores = [\"/srv/billing/data\"]\n\
+             ready = \"/srv/billing/READY\"\n\n[containment]\n{containment}\n\
+             [journal]\npath = \"/srv/billing/journal\"\nproducer_key_file = \"/etc/billing/producer.key.pub\"\n\n\
+             [consumer]\nuid = {uid}\ngid = {gid}\nexecutable = \"/usr/bin/repoch-consume\"\n\
+             key_file = \"/etc/billing/consumer.key.pub\"\n"
+        );
+        std::fs::write(
+            format!("/proc/{}/root/etc/billing/billing.toml", c.leader),
+            text,
+        )
+        .unwrap();
+    };
+    // 1.
+    manifest("units = [\"billing3.service\", \"billing3.timer\"]\n");
+    let e = run("repoch --json enroll /etc/billing/billing.toml");
+    assert_eq!(e.code, Outcome::Usage, "{}{}", e.stdout, e.stderr);
+    assert!(e.stdout.contains("lock:/srv/billing/lock3"), "{}", e.stdout);
+    c.sh("systemctl stop billing3.timer billing3.service");
+    // 2.
+    manifest("units = [\"billing@.service\"]\nexecutables = [\"/srv/billing/old-root\"]\n");
+    let e = run("repoch --json enroll /etc/billing/billing.toml");
+    assert_eq!(e.code, Outcome::Success, "{}{}", e.stdout, e.stderr);
+    assert_eq!(e.json()["cross_check"]["ran"], true, "{}", e.stdout);
+    let id = e.json()["deployment"].as_str().unwrap().to_owned();
+    c.sh("systemctl stop billing@1.service && systemctl mask billing@.service");
+    let o = run(&format!("repoch --json observe {id}"));
+    assert_eq!(reasons(&o), ["unit-active"], "{}", o.stdout);
+    assert!(
+        o.stdout.contains("billing@1.service inactive, its cgroup"),
+        "{}",
+        o.stdout
+    );
+    // 3. The same systemd asked from the host, whose cgroup view is not the container's.
+    let host = Sandbox::new();
+    let hid = host.enroll_with(&host.manifest("[containment]\nunits = [\"billing@1.service\"]"));
+    let r = observe_in(&host, &hid, &c);
+    assert!(
+        reasons(&r).contains(&"controller-unknown".to_owned()),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("not in this cgroup view"), "{}", r.stdout);
+    c.sh("systemctl kill --signal=KILL billing@1.service; sleep 0.5");
+    let o = run(&format!("repoch --json observe {id}"));
+    assert!(
+        !reasons(&o).contains(&"unit-active".to_owned()),
+        "{}",
+        o.stdout
+    );
+}
