@@ -7,38 +7,6 @@ use std::process::{Command, Stdio};
 
 use repoch_tests_native::*;
 
-/// `repoch --json discover ARGS` as root; its `found` object and its draft.
-fn discover(s: &Sandbox, args: &[&str]) -> (serde_json::Value, String) {
-    let mut all = vec!["--json", "discover"];
-    all.extend_from_slice(args);
-    let r = s.repoch(&all);
-    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
-    let v = r.json();
-    (v["found"].clone(), v["draft"].as_str().unwrap().to_owned())
-}
-
-/// The values of list `key` of a discovery.
-fn values(found: &serde_json::Value, key: &str) -> Vec<String> {
-    found[key]
-        .as_array()
-        .unwrap_or_else(|| panic!("no {key} in {found}"))
-        .iter()
-        .map(|f| f["value"].as_str().unwrap().to_owned())
-        .collect()
-}
-
-/// A copy of the test helper with bytes of its own appended (it still runs): no other
-/// process on the host runs a file with its content, so it can be enrolled as the old
-/// root's executable while other tests run the helper.
-fn own_copy_of_the_helper(s: &Sandbox) -> std::path::PathBuf {
-    let exe = s.srv.join("old-root");
-    let mut bytes = std::fs::read(bin("repoch-test-helper")).unwrap();
-    bytes.extend_from_slice(s.tag.as_bytes());
-    std::fs::write(&exe, bytes).unwrap();
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-    exe
-}
-
 /// `exe args…` started in cgroup `cg` (a shell moves itself there, then execs it).
 fn in_cgroup(cg: &Cgroup, exe: &std::path::Path, args: &[&str]) -> Proc {
     let mut c = Command::new("sh");
@@ -77,14 +45,20 @@ fn an_old_root_in_its_cgroup_with_a_lock_and_a_sidecars_listener_is_discovered_a
     let holder = in_cgroup(&cg, &exe, &["flock", lock.to_str().unwrap()]);
     let sidecar = in_cgroup(&cg, &exe, &["listen-unix", sock.to_str().unwrap()]);
     let holder2 = in_cgroup(&cg, &exe, &["flock", lock2.to_str().unwrap()]);
-    let (found, draft) = discover(&s, &["--cgroup", &cg.rel]);
-    assert_eq!(values(&found, "cgroups"), std::slice::from_ref(&cg.rel));
-    assert_eq!(values(&found, "executables"), [exe.display().to_string()]);
+    let (found, draft) = discovered(&s, &["--cgroup", &cg.rel]);
     assert_eq!(
-        values(&found, "listeners"),
+        found_values(&found, "cgroups"),
+        std::slice::from_ref(&cg.rel)
+    );
+    assert_eq!(
+        found_values(&found, "executables"),
+        [exe.display().to_string()]
+    );
+    assert_eq!(
+        found_values(&found, "listeners"),
         [format!("unix:{}", sock.display())]
     );
-    let mut locks = values(&found, "locks");
+    let mut locks = found_values(&found, "locks");
     locks.sort();
     assert_eq!(
         locks,
@@ -107,34 +81,8 @@ fn an_old_root_in_its_cgroup_with_a_lock_and_a_sidecars_listener_is_discovered_a
     drop((holder, sidecar, holder2));
     cg.kill_all();
     let _ = std::fs::remove_file(&sock);
-    let id = s.enroll_with(&completed(&s, &draft));
-    let _d = s.daemon();
-    let consumer = s
-        .consumer(&id[..8], "consumer.key", "grant.cbor", &[])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let r = run(s.recover(&id, 20, &[]));
-    assert_eq!(r.code, Outcome::Success, "{}\n{draft}", r.stdout);
-    let c = consumer.wait_with_output().unwrap();
-    assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stdout));
-}
-
-/// `draft` with what no process shows, taken from the sandbox's own manifest: its top
-/// level (label, stores, READY, and its fences when the draft names none) before, its
-/// `[journal]` and `[consumer]` tables after.
-fn completed(s: &Sandbox, draft: &str) -> String {
-    let own = s.manifest("");
-    let (top, tables) = own.split_at(own.find("[journal]").unwrap());
-    // An old root that holds no lock has no fence in its draft: the deployment's own is
-    // kept.
-    let drafted = draft.contains("\nfences = [");
-    let top: String = top
-        .lines()
-        .filter(|l| !(drafted && l.starts_with("fences")))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    format!("{top}{draft}\n{tables}")
+    let id = s.enroll_with(&completed_draft(&s, &draft, ""));
+    recovers(&s, &id, &[], &draft);
 }
 
 #[test]
@@ -162,7 +110,7 @@ fn a_loop_in_a_shell_on_a_terminal_is_named_as_its_starter() {
         !pids_running(&exe_name).is_empty()
     });
     let pid = pids_running(&exe_name)[0];
-    let (found, draft) = discover(&s, &["--pid", &pid.to_string()]);
+    let (found, draft) = discovered(&s, &["--pid", &pid.to_string()]);
     // The loop first (the old root's parent), then what it ran.
     if let Some(shell) = repoch_sys::procfs::parent(pid) {
         kill_pid(shell);
@@ -278,7 +226,7 @@ fn a_user_namespace_another_uid_made_names_that_uid_and_a_cron_line_is_found() {
         owner["why"].as_str().unwrap().contains("user namespace"),
         "{owner}"
     );
-    let scheduled = values(found, "scheduled");
+    let scheduled = found_values(found, "scheduled");
     assert_eq!(scheduled, ["/var/spool/cron/crontabs/root:1"], "{found}");
 }
 
@@ -395,14 +343,14 @@ fn a_unix_socket_name_that_forges_a_line_of_the_kernels_table_names_no_listener(
     // (Its slashes are directories: made, so that it can be bound.)
     std::fs::create_dir_all(std::path::Path::new(&forging).parent().unwrap()).unwrap();
     let _sidecar = in_cgroup(&cg, &exe, &["listen-unix", &forging]);
-    let (found, _) = discover(&s, &["--cgroup", &cg.rel]);
+    let (found, _) = discovered(&s, &["--cgroup", &cg.rel]);
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(
-        values(&found, "listeners"),
+        found_values(&found, "listeners"),
         [format!("unix:{}", real.display())],
         "{found}"
     );
-    let unknown = values(&found, "unknown");
+    let unknown = found_values(&found, "unknown");
     assert!(
         unknown
             .iter()
@@ -444,8 +392,12 @@ fn a_zombie_of_the_old_root_is_no_unknown() {
                 })
             })
     });
-    let (found, _) = discover(&s, &["--cgroup", &cg.rel]);
-    assert_eq!(values(&found, "unknown"), Vec::<String>::new(), "{found}");
+    let (found, _) = discovered(&s, &["--cgroup", &cg.rel]);
+    assert_eq!(
+        found_values(&found, "unknown"),
+        Vec::<String>::new(),
+        "{found}"
+    );
     assert_eq!(found["processes"].as_array().unwrap().len(), 1, "{found}");
     // The root cgroup is no seed: it holds every process of the host.
     let r = s.repoch(&["--json", "discover", "--cgroup", "/"]);
@@ -488,7 +440,7 @@ fn a_loop_in_a_tmux_session_is_named_as_its_starter_and_refused_until_waived() {
         !pids_running(&exe_name).is_empty()
     });
     let pid = pids_running(&exe_name)[0];
-    let (found, draft) = discover(&s, &["--pid", &pid.to_string()]);
+    let (found, draft) = discovered(&s, &["--pid", &pid.to_string()]);
     let why = found["starters"][0]["why"].as_str().unwrap_or_default();
     assert!(
         why.starts_with("a shell (") && why.contains("terminal session (tmux"),
@@ -510,17 +462,8 @@ fn a_loop_in_a_tmux_session_is_named_as_its_starter_and_refused_until_waived() {
     for p in pids_running(&exe_name) {
         kill_pid(p);
     }
-    let id = s.enroll_with(&completed(&s, &draft));
-    let _d = s.daemon();
-    let consumer = s
-        .consumer(&id[..8], "consumer.key", "grant.cbor", &[])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let r = run(s.recover(&id, 20, &[]));
-    assert_eq!(r.code, Outcome::Success, "{}\n{draft}", r.stdout);
-    let c = consumer.wait_with_output().unwrap();
-    assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stdout));
+    let id = s.enroll_with(&completed_draft(&s, &draft, ""));
+    recovers(&s, &id, &[], &draft);
 }
 
 #[test]

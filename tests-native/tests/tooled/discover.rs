@@ -40,12 +40,7 @@ fn assert_a_restarting_container_is_discovered(e: &impl Engine) {
     let pid = e.inspect("old-root")["State"]["Pid"].to_string();
     let s = Sandbox::new();
     let engine = format!("{}=unix://{}", e.name(), e.socket().display());
-    let r = s.repoch(&["--json", "discover", "--pid", &pid, "--engine", &engine]);
-    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
-    let (found, draft) = (
-        &r.json()["found"],
-        r.json()["draft"].as_str().unwrap().to_owned(),
-    );
+    let (found, draft) = discovered(&s, &["--pid", &pid, "--engine", &engine]);
     let spelled = format!("{}:{full}", e.name());
     assert_eq!(found["containers"][0]["value"], spelled.as_str(), "{found}");
     // Its engine, asked, says what starts it again.
@@ -75,7 +70,7 @@ fn assert_a_restarting_container_is_discovered(e: &impl Engine) {
     );
 
     // The draft as printed, completed: enrolls while the old root runs, pinned.
-    std::fs::write(&p, completed(&s, &draft, &engines)).unwrap();
+    std::fs::write(&p, completed_draft(&s, &draft, &engines)).unwrap();
     let r = s.enroll_manifest(&p);
     assert_eq!(
         r.code,
@@ -97,34 +92,7 @@ fn assert_a_restarting_container_is_discovered(e: &impl Engine) {
         e.ok(&["update", "--restart=no", "old-root"]);
         e.ok(&["stop", "-t", "1", "old-root"]);
     }
-    let _d = s.daemon();
-    let consumer = s
-        .consumer(&id[..8], "consumer.key", "grant.cbor", &[])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let r = run(s.recover(&id, 20, &[]));
-    assert_eq!(r.code, Outcome::Success, "{}\n{draft}", r.stdout);
-    let c = consumer.wait_with_output().unwrap();
-    assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stdout));
-}
-
-/// `draft` with what no process shows, taken from the sandbox's own manifest (its label,
-/// stores, READY and, when the draft names none, fences before; its `[journal]` and
-/// `[consumer]` after), and `engines` (the `[containment.engines]` table) after the
-/// draft's `[containment]`.
-fn completed(s: &Sandbox, draft: &str, engines: &str) -> String {
-    let own = s.manifest("");
-    let (top, tables) = own.split_at(own.find("[journal]").unwrap());
-    // A container that holds no lock has no fence in its draft: the deployment's own is
-    // kept.
-    let drafted = draft.contains("\nfences = [");
-    let top: String = top
-        .lines()
-        .filter(|l| !(drafted && l.starts_with("fences")))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    format!("{top}{draft}\n{engines}\n{tables}")
+    recovers(&s, &id, &[], &draft);
 }
 
 pub(crate) fn a_timer_and_an_activating_socket_are_discovered_and_refused_at_enrollment_until_named(
@@ -182,14 +150,7 @@ pub(crate) fn a_timer_and_an_activating_socket_are_discovered_and_refused_at_enr
         &d.json()["found"],
         d.json()["draft"].as_str().unwrap().to_owned(),
     );
-    let values = |key: &str| -> Vec<String> {
-        found[key]
-            .as_array()
-            .unwrap_or_else(|| panic!("no {key}: {found}"))
-            .iter()
-            .map(|f| f["value"].as_str().unwrap().to_owned())
-            .collect()
-    };
+    let values = |key: &str| found_values(found, key);
     let mut starters = values("unit_starters");
     starters.sort();
     assert_eq!(
@@ -281,12 +242,7 @@ pub(crate) fn a_containerd_container_its_restart_monitor_starts_is_discovered_an
     c.run_sleeping("old-root", true);
     let (_, pid) = c.task("old-root").expect("its task");
     let s = Sandbox::new();
-    let r = s.repoch(&["--json", "discover", "--pid", &pid.to_string()]);
-    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
-    let (found, draft) = (
-        &r.json()["found"],
-        r.json()["draft"].as_str().unwrap().to_owned(),
-    );
+    let (found, draft) = discovered(&s, &["--pid", &pid.to_string()]);
     let spelled = c.spelled("old-root");
     assert_eq!(found["containers"][0]["value"], spelled.as_str(), "{found}");
     let cgroup = found["cgroups"][0]["value"].as_str().unwrap().to_owned();
@@ -309,7 +265,7 @@ pub(crate) fn a_containerd_container_its_restart_monitor_starts_is_discovered_an
         "{said}"
     );
 
-    std::fs::write(&p, completed(&s, &draft, &engines)).unwrap();
+    std::fs::write(&p, completed_draft(&s, &draft, &engines)).unwrap();
     let r = s.enroll_manifest(&p);
     assert_eq!(
         r.code,
@@ -328,20 +284,7 @@ pub(crate) fn a_containerd_container_its_restart_monitor_starts_is_discovered_an
         "containerd.io/restart.status=",
     ]);
     c.delete_task("old-root");
-    let _d = s.daemon();
-    let consumer = s
-        .consumer(&id[..8], "consumer.key", "grant.cbor", &[])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let r = run(s.recover(&id, 20, &[]));
-    assert_eq!(r.code, Outcome::Success, "{}\n{draft}", r.stdout);
-    let out = consumer.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    recovers(&s, &id, &[], &draft);
 }
 
 pub(crate) fn a_containers_process_in_a_child_of_its_cgroup_is_still_the_containers() {
@@ -362,9 +305,7 @@ pub(crate) fn a_containers_process_in_a_child_of_its_cgroup_is_still_the_contain
     let child = Cgroup::new(&format!("{}/sub", cg.trim_start_matches('/')));
     child.add(pid);
     let s = Sandbox::new();
-    let r = s.repoch(&["--json", "discover", "--pid", &pid.to_string()]);
-    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
-    let found = &r.json()["found"];
+    let (found, _) = discovered(&s, &["--pid", &pid.to_string()]);
     assert_eq!(
         found["containers"][0]["value"],
         format!("docker:{full}").as_str(),
@@ -493,9 +434,7 @@ pub(crate) fn a_podman_container_its_generated_unit_runs_is_discovered_and_held_
     let pid = p.inspect("old-root")["State"]["Pid"].to_string();
     let s = Sandbox::new();
     let engine = format!("podman=unix://{}", p.socket().display());
-    let r = s.repoch(&["--json", "discover", "--pid", &pid, "--engine", &engine]);
-    assert_eq!(r.code, Outcome::Success, "{}{}", r.stdout, r.stderr);
-    let found = &r.json()["found"];
+    let (found, _) = discovered(&s, &["--pid", &pid, "--engine", &engine]);
     assert_eq!(found["unit_starters"][0]["value"], unit, "{found}");
 
     let engines = format!("[containment.engines]\n{}\n", p.engines_toml());
@@ -528,20 +467,7 @@ pub(crate) fn a_podman_container_its_generated_unit_runs_is_discovered_and_held_
     ));
     assert_holds(&with_systemd(s.observe_cmd(&id, &[])));
     // And recovered, repochd asking the same systemd.
-    let _d = s.daemon_env(&[("REPOCH_SYSTEMCTL", &c.systemctl())]);
-    let consumer = s
-        .consumer(&id[..8], "consumer.key", "grant.cbor", &[])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let r = run(s.recover(&id, 20, &[]));
-    assert_eq!(r.code, Outcome::Success, "{}", r.stdout);
-    let out = consumer.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    recovers(&s, &id, &[("REPOCH_SYSTEMCTL", &c.systemctl())], "");
 }
 
 pub(crate) fn a_fake_shim_in_a_look_alike_container_cgroup_is_no_named_containers() {
@@ -558,12 +484,7 @@ pub(crate) fn a_fake_shim_in_a_look_alike_container_cgroup_is_no_named_container
     let id = "ab".repeat(32);
     let s = Sandbox::new();
     let lookalike = Cgroup::new(&format!("repoch-fakeshim-{}/docker-{id}.scope", s.tag));
-    let exe = s.srv.join("old-root");
-    let mut bytes = std::fs::read(bin("repoch-test-helper")).unwrap();
-    bytes.extend_from_slice(s.tag.as_bytes());
-    std::fs::write(&exe, bytes).unwrap();
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = own_copy_of_the_helper(&s);
     let conmon = s.srv.join("conmon");
     std::fs::copy("/bin/sh", &conmon).unwrap();
     let sock = s.srv.join("a.sock");
