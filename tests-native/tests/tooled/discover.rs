@@ -169,25 +169,15 @@ pub(crate) fn a_timer_and_an_activating_socket_are_discovered_and_refused_at_enr
     );
     assert_eq!(values("locks"), ["/srv/billing/lock"], "{found}");
 
-    let top =
-        "label = \"billing\"\nstores = [\"/srv/billing/data\"]\nready = \"/srv/billing/READY\"\n";
-    let tables = format!(
-        "\n[journal]\npath = \"/srv/billing/journal\"\nproducer_key_file = \"/etc/billing/producer.key.pub\"\n\n\
-         [consumer]\nuid = {uid}\ngid = {gid}\nexecutable = \"/usr/bin/repoch-consume\"\n\
-         key_file = \"/etc/billing/consumer.key.pub\"\n"
-    );
-    let write = |manifest: &str| {
-        std::fs::write(
-            format!("/proc/{}/root/etc/billing/billing.toml", c.leader),
-            manifest,
-        )
-        .unwrap();
-    };
+    use crate::systemd_recovery::{write_manifest, FENCE};
     // Left out: the timer and the socket unit (and the listener).
-    write(&format!(
-        "{top}fences = [\"/srv/billing/lock\"]\n[containment]\n\
-         units = [\"billing-old.service\", \"billing-ctl.service\"]\n{tables}"
-    ));
+    write_manifest(
+        &c,
+        (&uid, &gid),
+        &format!(
+            "{FENCE}\n[containment]\nunits = [\"billing-old.service\", \"billing-ctl.service\"]\n"
+        ),
+    );
     let r = run("repoch --json enroll /etc/billing/billing.toml");
     assert_eq!(r.code, Outcome::Usage, "{}{}", r.stdout, r.stderr);
     let said = r.json()["message"].as_str().unwrap().to_owned();
@@ -199,7 +189,7 @@ pub(crate) fn a_timer_and_an_activating_socket_are_discovered_and_refused_at_enr
     );
 
     // The draft as printed, completed: enrolls while the old root runs.
-    write(&format!("{top}{draft}{tables}"));
+    write_manifest(&c, (&uid, &gid), &draft);
     let e = run("repoch --json enroll /etc/billing/billing.toml");
     assert_eq!(
         e.code,

@@ -81,6 +81,27 @@ pub(crate) fn fixtures(c: &Container) -> (String, String) {
     (uid, gid)
 }
 
+/// The deployment's fence, as a manifest's top level names it.
+pub(crate) const FENCE: &str = "fences = [\"/srv/billing/lock\"]";
+
+/// Writes the deployment's manifest in the container (`/etc/billing/billing.toml`): its
+/// label, store and READY ([`fixtures`]), then `body` (its fences and `[containment]`,
+/// or a draft), then its journal and its consumer, the user `billing` (`uid`, `gid`).
+pub(crate) fn write_manifest(c: &Container, (uid, gid): (&str, &str), body: &str) {
+    let text = format!(
+        "label = \"billing\"\nstores = [\"/srv/billing/data\"]\nready = \"/srv/billing/READY\"\n\
+         {body}\n\n[journal]\npath = \"/srv/billing/journal\"\n\
+         producer_key_file = \"/etc/billing/producer.key.pub\"\n\n\
+         [consumer]\nuid = {uid}\ngid = {gid}\nexecutable = \"/usr/bin/repoch-consume\"\n\
+         key_file = \"/etc/billing/consumer.key.pub\"\n"
+    );
+    std::fs::write(
+        format!("/proc/{}/root/etc/billing/billing.toml", c.leader),
+        text,
+    )
+    .unwrap();
+}
+
 /// The recovery of `id` with its consumer a real service unit as `billing`, waiting on the
 /// grant socket (which activates repochd), then exec'ing the new root that holds the
 /// fences: `repoch recover`'s run.
@@ -115,20 +136,15 @@ pub(crate) fn recover_under_systemd(c: &Container) {
           exec /usr/bin/flock --exclusive /srv/billing/lock /usr/bin/repoch-test-helper listen-tcp 7071\"\\n' \
           > /usr/lib/systemd/system/billing-old.service \
           && systemctl daemon-reload && systemctl start billing-old.service");
-    let manifest = format!(
-        "label = \"billing\"\nfences = [\"/srv/billing/lock\"]\nstores = [\"/srv/billing/data\"]\n\
-         ready = \"/srv/billing/READY\"\n\n[containment]\nunits = [\"billing-old.service\"]\n\
-         executables = [\"/srv/billing/old-tool\"]\n\
-         listeners = [\"tcp:*:7071\", \"unix:/run/billing/old.sock\"]\n\n\
-         [journal]\npath = \"/srv/billing/journal\"\nproducer_key_file = \"/etc/billing/producer.key.pub\"\n\n\
-         [consumer]\nuid = {uid}\ngid = {gid}\nexecutable = \"/usr/bin/repoch-consume\"\n\
-         key_file = \"/etc/billing/consumer.key.pub\"\n"
+    write_manifest(
+        c,
+        (&uid, &gid),
+        &format!(
+            "{FENCE}\n[containment]\nunits = [\"billing-old.service\"]\n\
+             executables = [\"/srv/billing/old-tool\"]\n\
+             listeners = [\"tcp:*:7071\", \"unix:/run/billing/old.sock\"]\n"
+        ),
     );
-    std::fs::write(
-        format!("/proc/{}/root/etc/billing/billing.toml", c.leader),
-        manifest,
-    )
-    .unwrap();
     let e = run_in(c, "repoch --json enroll /etc/billing/billing.toml");
     assert_eq!(e.code, Outcome::Success, "enroll: {}", j(&e));
     let id = e.json()["deployment"].as_str().unwrap().to_owned();

@@ -478,19 +478,15 @@ pub(crate) fn a_unit_stopped_with_a_process_left_in_its_cgroup_is_active() {
           ExecStart=/bin/sh -c \"/srv/billing/watchdog sleep & exec /srv/billing/old-root flock /srv/billing/lock\"\\n' \
           > /usr/lib/systemd/system/billing-old.service \
           && systemctl daemon-reload && systemctl start billing-old.service");
-    let manifest = format!(
-        "label = \"billing\"\nfences = [\"/srv/billing/lock\"]\nstores = [\"/srv/billing/data\"]\n\
-         ready = \"/srv/billing/READY\"\n\n[containment]\nunits = [\"billing-old.service\"]\n\
-         executables = [\"/srv/billing/old-root\"]\n\n\
-         [journal]\npath = \"/srv/billing/journal\"\nproducer_key_file = \"/etc/billing/producer.key.pub\"\n\n\
-         [consumer]\nuid = {uid}\ngid = {gid}\nexecutable = \"/usr/bin/repoch-consume\"\n\
-         key_file = \"/etc/billing/consumer.key.pub\"\n"
+    crate::systemd_recovery::write_manifest(
+        &c,
+        (&uid, &gid),
+        &format!(
+            "{}\n[containment]\nunits = [\"billing-old.service\"]\n\
+             executables = [\"/srv/billing/old-root\"]\n",
+            crate::systemd_recovery::FENCE
+        ),
     );
-    std::fs::write(
-        format!("/proc/{}/root/etc/billing/billing.toml", c.leader),
-        manifest,
-    )
-    .unwrap();
     let e = run("repoch --json enroll /etc/billing/billing.toml");
     assert_eq!(e.code, Outcome::Success, "{}{}", e.stdout, e.stderr);
     let id = e.json()["deployment"].as_str().unwrap().to_owned();
@@ -547,18 +543,11 @@ pub(crate) fn timers_templates_and_another_cgroup_view_are_held_not_skipped() {
           && systemctl daemon-reload && systemctl enable --now billing3.timer \
           && systemctl start billing3.service billing@1.service");
     let manifest = |containment: &str| {
-        let text = format!(
-            "label = \"billing\"\nfences = [\"/srv/billing/lock\"]\nstores = [\"/srv/billing/data\"]\n\
-             ready = \"/srv/billing/READY\"\n\n[containment]\n{containment}\n\
-             [journal]\npath = \"/srv/billing/journal\"\nproducer_key_file = \"/etc/billing/producer.key.pub\"\n\n\
-             [consumer]\nuid = {uid}\ngid = {gid}\nexecutable = \"/usr/bin/repoch-consume\"\n\
-             key_file = \"/etc/billing/consumer.key.pub\"\n"
+        let body = format!(
+            "{}\n[containment]\n{containment}",
+            crate::systemd_recovery::FENCE
         );
-        std::fs::write(
-            format!("/proc/{}/root/etc/billing/billing.toml", c.leader),
-            text,
-        )
-        .unwrap();
+        crate::systemd_recovery::write_manifest(&c, (&uid, &gid), &body);
     };
     // 1.
     manifest("units = [\"billing3.service\", \"billing3.timer\"]\n");
