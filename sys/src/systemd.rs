@@ -428,6 +428,21 @@ mod tests {
 
     /// An answer larger than the bound is an error, never a cut answer: `yes` never ends.
     #[test]
+    fn an_instance_is_of_its_template() {
+        assert_eq!(
+            template_of("billing@1.service").as_deref(),
+            Some("billing@.service")
+        );
+        assert_eq!(template_of("a@b.c.timer").as_deref(), Some("a@.timer"));
+        // A template is its own; a unit that is no instance has none.
+        assert_eq!(
+            template_of("billing@.service").as_deref(),
+            Some("billing@.service")
+        );
+        assert_eq!(template_of("billing.service"), None);
+    }
+
+    #[test]
     fn only_a_service_has_a_main_pid_to_read() {
         let block = "LoadState=masked\nUnitFileState=masked\nActiveState=inactive\n\
                      SubState=dead\nNeedDaemonReload=no";

@@ -185,13 +185,6 @@ fn seeds(
     Ok((seeds, unit_cgroups))
 }
 
-/// The template `NAME@.TYPE` an instance `NAME@INSTANCE.TYPE` is of.
-fn template_of(unit: &str) -> Option<String> {
-    let (name, rest) = unit.split_once('@')?;
-    let (instance, kind) = rest.rsplit_once('.')?;
-    (!instance.is_empty()).then(|| format!("{name}@.{kind}"))
-}
-
 /// The named units as systemd can show them: each template by its loaded instances.
 fn named_units(cmd: &[String], units: &[String]) -> Result<Vec<String>, repoch_sys::error::Error> {
     use repoch_sys::systemd::{is_template, template_state};
@@ -228,7 +221,7 @@ fn left_out(v: &Validated, d: &Discovery, held: &Held<'_>) -> Vec<LeftOut> {
     let units = |u: &str| {
         c.units
             .iter()
-            .any(|n| n == u || template_of(u).is_some_and(|t| *n == t))
+            .any(|n| n == u || repoch_sys::systemd::template_of(u).is_some_and(|t| *n == t))
     };
     each(&d.units, "containment.units", "unit", &units);
     each(&d.unit_starters, "containment.units", "unit", &units);
@@ -333,17 +326,6 @@ fn starters(d: &Discovery, in_named_container: &dyn Fn(&str) -> bool) -> Vec<Lef
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_instance_is_of_its_template() {
-        assert_eq!(
-            template_of("billing@1.service").as_deref(),
-            Some("billing@.service")
-        );
-        assert_eq!(template_of("a@b.c.timer").as_deref(), Some("a@.timer"));
-        assert_eq!(template_of("billing@.service"), None);
-        assert_eq!(template_of("billing.service"), None);
-    }
 
     #[test]
     fn a_listener_on_every_address_covers_one_address_of_its_kind_and_port_only() {
